@@ -1,0 +1,10 @@
+// Package bpf holds offcpu's BPF programs and their Go bindings.
+//
+// The generated *_bpfel.go and *_bpfel.o files are committed so that a
+// fresh machine builds with Go alone. To regenerate them after editing a
+// .bpf.c file (needs clang and libbpf headers: apt-get install clang llvm libbpf-dev):
+//
+//	go generate ./bpf
+package bpf
+
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel -type offcpu_key -type offcpu_val -type thread_info Offcpu offcpu.bpf.c

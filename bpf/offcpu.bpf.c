@@ -1,0 +1,420 @@
+//go:build ignore
+
+// Off-CPU recorder: sched_switch measures how long each thread stays off a
+// CPU and aggregates that time in the kernel by (thread, user stack, kernel
+// stack, state). Nothing is sent per event; user space drains the maps.
+// Formats: /sys/kernel/tracing/events/sched/sched_switch/format,
+// /sys/kernel/tracing/events/sched/sched_process_fork/format.
+
+#include "offcpu_types.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#define PF_KTHREAD 0x00200000
+#define TASK_INTERRUPTIBLE 0x1
+#define TASK_UNINTERRUPTIBLE 0x2
+#define TASK_NOLOAD 0x400
+#define TASK_REPORT_MAX 0x100 /* classic tracepoint: preempted */
+#define PERF_MAX_STACK_DEPTH 127
+#define EEXIST 17
+
+/* Why a thread left the CPU; the --state filter is a mask of 1 << state. */
+enum offcpu_state {
+	STATE_SLEEPING = 0,       /* S (and I: idle kernel threads) */
+	STATE_UNINTERRUPTIBLE = 1, /* D */
+	STATE_PREEMPTED = 2,      /* R: runnable, waiting for a CPU */
+	STATE_OTHER = 3,          /* stopped, traced, dead */
+};
+
+/* Every loss and every filtered event is counted; indexes of stats. */
+enum offcpu_stat {
+	STAT_USTACK_LOST = 0,  /* user stack not captured (collision or full map) */
+	STAT_KSTACK_LOST,      /* kernel stack not captured */
+	STAT_USTACK_FAULT,     /* user stack unreadable (no frame to walk) */
+	STAT_AGG_FULL,         /* aggregation map full: interval dropped */
+	STAT_AGG_FULL_NS,      /* off-CPU ns of those dropped intervals */
+	STAT_START_FULL,       /* no room to remember a switch-out */
+	STAT_NO_START,         /* switch-in of a target with no switch-out seen */
+	STAT_OUT_OF_RANGE,     /* interval outside --min-block/--max-block (filter, not a loss) */
+	STAT_THREADS_FULL,     /* thread-name map full: name taken from /proc later */
+	STAT_EVENTS_LOST,      /* new-process notification lost (ring buffer full) */
+	STAT_MAX,
+};
+
+/* Exposes the enum to bpf2go so Go and C share one list. */
+const volatile enum offcpu_stat stat_count = STAT_MAX;
+
+/* Load-time knobs, set from Go before loading (read-only globals). */
+const volatile bool filter_tgid = false;   /* only tgids in target_tgids */
+const volatile bool filter_tid = false;    /* only tids in target_tids */
+const volatile u64 filter_cgroup = 0;      /* cgroup v2 id, 0 = any */
+const volatile bool follow_forks = false;  /* children of targets become targets */
+const volatile u64 min_block_ns = 0;
+const volatile u64 max_block_ns = ~0ULL;
+const volatile u32 state_mask = 0xf;       /* 1 << enum offcpu_state */
+const volatile bool user_threads_only = false;
+const volatile bool kernel_threads_only = false;
+const volatile bool want_kernel_stacks = true;
+const volatile bool want_user_stacks = true;
+
+/* A switch-out waiting for its switch-in. */
+struct start_rec {
+	u64 ts;      /* bpf_ktime_get_ns() at switch-out */
+	s32 ustack;  /* stack id in stacks, or negative errno */
+	s32 kstack;
+	u32 tgid;
+	u8 state;    /* enum offcpu_state */
+	u8 pending;  /* 1 while the thread is off-CPU */
+	u8 seen;     /* thread already announced in threads */
+	u8 pad;
+};
+
+struct offcpu_key {
+	u32 tgid;
+	u32 tid;
+	s32 ustack; /* id in stacks; negative: no stack (-errno) */
+	s32 kstack;
+	u32 state;  /* enum offcpu_state */
+	u32 pad;
+};
+
+struct offcpu_val {
+	u64 ns;    /* total off-CPU nanoseconds */
+	u64 count; /* number of off-CPU intervals */
+};
+
+struct thread_info {
+	u32 tgid;
+	char comm[16];
+};
+
+struct proc_event {
+	u32 tgid;
+	u32 tid;
+};
+
+/* Key: tid. Value: start_rec. Written at switch-out, consumed at switch-in
+ * by the classic tracepoint program, which has no task pointer for next.
+ * Size: --max-threads. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, struct start_rec);
+} starts SEC(".maps");
+
+/* Same record kept on the task itself by the tp_btf program: no capacity
+ * limit and no hash lookup. Freed by the kernel when the task exits. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct start_rec);
+} task_starts SEC(".maps");
+
+/* Key: stack id. Value: up to 127 instruction pointers, leaf first.
+ * Written by bpf_get_stackid (no BPF_F_REUSE_STACKID: an id, once given,
+ * always means the same stack). Read by user space at drain. Size:
+ * --stack-entries. */
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 16384);
+	__uint(key_size, sizeof(u32));
+	__uint(value_size, PERF_MAX_STACK_DEPTH * sizeof(u64));
+} stacks SEC(".maps");
+
+/* Key: offcpu_key. Value: offcpu_val (ns and count). Written at switch-in,
+ * drained by user space at the end. Size: --agg-entries. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct offcpu_key);
+	__type(value, struct offcpu_val);
+} offcpu SEC(".maps");
+
+/* Key: tid. Value: tgid and the thread's name when first seen (updated on
+ * rename), so threads that exit before the end keep their name. Size:
+ * --max-threads. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, struct thread_info);
+} threads SEC(".maps");
+
+/* Key: tgid. Value: unused. Processes already announced to user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u32);
+	__type(value, u8);
+} procs SEC(".maps");
+
+/* proc_event per newly seen process or exec, so user space snapshots its
+ * mappings while it is alive. Rare: not per switch. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} proc_events SEC(".maps");
+
+/* Key: tgid / tid. Value: unused. The -p / --tid sets; with follow_forks,
+ * children of a target tgid are added by sched_process_fork. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, u8);
+} target_tgids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, u8);
+} target_tids SEC(".maps");
+
+/* Index: enum offcpu_stat. Value: per-CPU count, summed by user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STAT_MAX);
+	__type(key, u32);
+	__type(value, u64);
+} stats SEC(".maps");
+
+static __always_inline void stat_add(u32 idx, u64 n)
+{
+	u64 *v = bpf_map_lookup_elem(&stats, &idx);
+	if (v)
+		*v += n;
+}
+
+static __always_inline bool is_target(u32 tgid, u32 tid)
+{
+	if (!filter_tgid && !filter_tid)
+		return true;
+	if (filter_tgid && bpf_map_lookup_elem(&target_tgids, &tgid))
+		return true;
+	if (filter_tid && bpf_map_lookup_elem(&target_tids, &tid))
+		return true;
+	return false;
+}
+
+static __always_inline u8 classify(bool preempt, long state)
+{
+	if (preempt || state == 0 || (state & TASK_REPORT_MAX))
+		return STATE_PREEMPTED;
+	if (state & TASK_INTERRUPTIBLE)
+		return STATE_SLEEPING;
+	if (state & TASK_UNINTERRUPTIBLE)
+		return (state & TASK_NOLOAD) ? STATE_SLEEPING : STATE_UNINTERRUPTIBLE;
+	if (state & 0x80) /* classic tracepoint reports TASK_IDLE as I */
+		return STATE_SLEEPING;
+	return STATE_OTHER;
+}
+
+/* Filters that need the outgoing (current) task. */
+static __always_inline bool want_out(u32 tgid, u32 tid, u8 state, bool kthread)
+{
+	if (tid == 0)
+		return false; /* idle */
+	if (!(state_mask & (1u << state)))
+		return false;
+	if (user_threads_only && kthread)
+		return false;
+	if (kernel_threads_only && !kthread)
+		return false;
+	if (!is_target(tgid, tid))
+		return false;
+	if (filter_cgroup && bpf_get_current_cgroup_id() != filter_cgroup)
+		return false;
+	return true;
+}
+
+/* Records the thread's name once, and announces a new process. */
+static __always_inline void announce(u32 tgid, u32 tid)
+{
+	struct thread_info ti = { .tgid = tgid };
+	bpf_get_current_comm(&ti.comm, sizeof(ti.comm));
+	if (bpf_map_update_elem(&threads, &tid, &ti, BPF_NOEXIST) == -EEXIST)
+		return;
+	u8 one = 1;
+	if (bpf_map_update_elem(&procs, &tgid, &one, BPF_NOEXIST) != 0)
+		return;
+	struct proc_event ev = { .tgid = tgid, .tid = tid };
+	if (bpf_ringbuf_output(&proc_events, &ev, sizeof(ev), 0))
+		stat_add(STAT_EVENTS_LOST, 1);
+}
+
+static __always_inline void capture(void *ctx, struct start_rec *s, bool kthread)
+{
+	s->kstack = -1;
+	s->ustack = -1;
+	if (want_kernel_stacks) {
+		s->kstack = bpf_get_stackid(ctx, &stacks, 0);
+		if (s->kstack < 0)
+			stat_add(STAT_KSTACK_LOST, 1);
+	}
+	if (want_user_stacks && !kthread) {
+		s->ustack = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+		if (s->ustack == -EEXIST || s->ustack == -12 /* ENOMEM */)
+			stat_add(STAT_USTACK_LOST, 1);
+		else if (s->ustack < 0)
+			stat_add(STAT_USTACK_FAULT, 1);
+	}
+	s->ts = bpf_ktime_get_ns();
+}
+
+/* Adds one finished interval to the aggregation map. */
+static __always_inline void account(u32 tid, struct start_rec *s)
+{
+	u64 delta = bpf_ktime_get_ns() - s->ts;
+	if (delta < min_block_ns || delta > max_block_ns) {
+		stat_add(STAT_OUT_OF_RANGE, 1);
+		return;
+	}
+	struct offcpu_key key = {
+		.tgid = s->tgid,
+		.tid = tid,
+		.ustack = s->ustack,
+		.kstack = s->kstack,
+		.state = s->state,
+	};
+	struct offcpu_val *v = bpf_map_lookup_elem(&offcpu, &key);
+	if (!v) {
+		struct offcpu_val init = { .ns = delta, .count = 1 };
+		long err = bpf_map_update_elem(&offcpu, &key, &init, BPF_NOEXIST);
+		if (err == 0)
+			return;
+		v = bpf_map_lookup_elem(&offcpu, &key); /* lost a race on insert */
+		if (!v) {
+			stat_add(STAT_AGG_FULL, 1);
+			stat_add(STAT_AGG_FULL_NS, delta);
+			return;
+		}
+	}
+	__sync_fetch_and_add(&v->ns, delta);
+	__sync_fetch_and_add(&v->count, 1);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
+	     struct task_struct *next, unsigned int prev_state)
+{
+	u32 ptid = prev->pid, ptgid = prev->tgid;
+	u8 state = classify(preempt, prev_state);
+	bool kthread = prev->flags & PF_KTHREAD;
+
+	if (want_out(ptgid, ptid, state, kthread)) {
+		struct start_rec *s = bpf_task_storage_get(&task_starts, prev, 0,
+							   BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (s) {
+			if (!s->seen) {
+				announce(ptgid, ptid);
+				s->seen = 1;
+			}
+			s->tgid = ptgid;
+			s->state = state;
+			capture(ctx, s, kthread);
+			s->pending = 1;
+		} else {
+			stat_add(STAT_START_FULL, 1);
+		}
+	}
+
+	u32 ntid = next->pid;
+	if (ntid == 0)
+		return 0;
+	struct start_rec *s = bpf_task_storage_get(&task_starts, next, 0, 0);
+	if (s && s->pending) {
+		s->pending = 0;
+		account(ntid, s);
+	} else if (is_target(next->tgid, ntid)) {
+		stat_add(STAT_NO_START, 1);
+	}
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_switch")
+int offcpu_switch_tp(struct trace_event_raw_sched_switch *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 ptid = (u32)id, ptgid = id >> 32;
+	long pstate = BPF_CORE_READ(ctx, prev_state);
+	u8 state = classify(false, pstate);
+	struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
+	bool kthread = BPF_CORE_READ(cur, flags) & PF_KTHREAD;
+
+	if (want_out(ptgid, ptid, state, kthread)) {
+		struct start_rec s = { .tgid = ptgid, .state = state, .pending = 1 };
+		announce(ptgid, ptid);
+		capture(ctx, &s, kthread);
+		if (bpf_map_update_elem(&starts, &ptid, &s, BPF_ANY))
+			stat_add(STAT_START_FULL, 1);
+	}
+
+	u32 ntid = BPF_CORE_READ(ctx, next_pid);
+	if (ntid == 0)
+		return 0;
+	struct start_rec *s = bpf_map_lookup_elem(&starts, &ntid);
+	if (s) {
+		struct start_rec copy = *s;
+		bpf_map_delete_elem(&starts, &ntid);
+		account(ntid, &copy);
+	} else if (!filter_tgid && is_target(0, ntid)) {
+		stat_add(STAT_NO_START, 1);
+	}
+	return 0;
+}
+
+static __always_inline void on_fork(u32 parent_tgid, u32 child_tgid)
+{
+	if (!follow_forks || !filter_tgid || parent_tgid == child_tgid)
+		return;
+	if (!bpf_map_lookup_elem(&target_tgids, &parent_tgid))
+		return;
+	u8 one = 1;
+	bpf_map_update_elem(&target_tgids, &child_tgid, &one, BPF_ANY);
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(offcpu_fork, struct task_struct *parent, struct task_struct *child)
+{
+	on_fork(parent->tgid, child->tgid);
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_process_fork")
+int offcpu_fork_tp(struct trace_event_raw_sched_process_fork *ctx)
+{
+	/* The classic event has no tgid: a new thread's tid is added too,
+	 * which is harmless since no process can hold that id meanwhile. */
+	on_fork(bpf_get_current_pid_tgid() >> 32, BPF_CORE_READ(ctx, child_pid));
+	return 0;
+}
+
+/* An exec replaces the mappings: tell user space to snapshot them again. */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(offcpu_exec, struct task_struct *p)
+{
+	u32 tgid = p->tgid;
+	if (!bpf_map_lookup_elem(&procs, &tgid))
+		return 0;
+	struct proc_event ev = { .tgid = tgid, .tid = p->pid };
+	if (bpf_ringbuf_output(&proc_events, &ev, sizeof(ev), 0))
+		stat_add(STAT_EVENTS_LOST, 1);
+	return 0;
+}
+
+/* Keeps the recorded name current when a thread renames itself. */
+SEC("tp_btf/task_rename")
+int BPF_PROG(offcpu_rename, struct task_struct *task, const char *comm)
+{
+	u32 tid = task->pid;
+	struct thread_info *ti = bpf_map_lookup_elem(&threads, &tid);
+	if (ti)
+		bpf_probe_read_kernel_str(ti->comm, sizeof(ti->comm), comm);
+	return 0;
+}

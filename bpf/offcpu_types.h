@@ -1,0 +1,41 @@
+/* CO-RE views of the few kernel structures offcpu reads. Fields are
+ * relocated against the running kernel's BTF at load time, so only the
+ * names must match, not the layout. */
+#pragma once
+
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <stdbool.h>
+
+typedef __u8 u8;
+typedef __u32 u32;
+typedef __s32 s32;
+typedef __u64 u64;
+typedef __s64 s64;
+
+struct task_struct {
+	unsigned int __state;
+	unsigned int flags;
+	int pid;
+	int tgid;
+	char comm[16];
+} __attribute__((preserve_access_index));
+
+/* /sys/kernel/tracing/events/sched/sched_switch/format */
+struct trace_event_raw_sched_switch {
+	unsigned long long unused;
+	char prev_comm[16];
+	int prev_pid;
+	int prev_prio;
+	long prev_state;
+	char next_comm[16];
+	int next_pid;
+	int next_prio;
+} __attribute__((preserve_access_index));
+
+/* /sys/kernel/tracing/events/sched/sched_process_fork/format */
+struct trace_event_raw_sched_process_fork {
+	unsigned long long unused;
+	int parent_pid;
+	int child_pid;
+} __attribute__((preserve_access_index));

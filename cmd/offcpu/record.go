@@ -1,0 +1,314 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/pprof/profile"
+	"github.com/spf13/cobra"
+
+	"github.com/offcpu/offcpu/collector"
+)
+
+type recordFlags struct {
+	pids, tids         []int
+	cgroup             string
+	minBlock, maxBlock time.Duration
+	states             []string
+	userOnly           bool
+	kernelOnly         bool
+	noUserStacks       bool
+	noKernelStacks     bool
+	duration           time.Duration
+	output             string
+	folded             string
+	maxThreads         int
+	stackEntries       int
+	aggEntries         int
+	stats              bool
+	follow             bool
+	tracepoint         bool
+	quiet              bool
+}
+
+func newRecordCmd() *cobra.Command {
+	f := &recordFlags{}
+	cmd := &cobra.Command{
+		Use:   "record [flags] [-- COMMAND [ARGS...]]",
+		Short: "Record off-CPU time with user and kernel stacks",
+		Long: `Record where threads are blocked, for how long, with their user and kernel
+stacks. Without -p, --tid, --cgroup or a command, every thread on the machine
+is recorded. Recording ends when --duration elapses, when the command exits,
+when every -p process has exited, or on Ctrl-C; what was recorded is always
+written.`,
+		Example: `  sudo offcpu record -p 1234 -d 10s -o offcpu.pb.gz
+  sudo offcpu record -o out.pb.gz --folded out.folded -- ./server --port 8080
+  go tool pprof -http :8080 offcpu.pb.gz`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if n := cmd.ArgsLenAtDash(); n > 0 {
+				return fmt.Errorf("unexpected argument %q: put the command to record after --", args[0])
+			} else if n < 0 && len(args) > 0 {
+				return fmt.Errorf("unexpected argument %q: put the command to record after --", args[0])
+			}
+			return runRecord(cmd.ErrOrStderr(), f, args)
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntSliceVarP(&f.pids, "pid", "p", nil, "record this process (repeatable, or comma-separated)")
+	fl.IntSliceVar(&f.tids, "tid", nil, "record this thread (repeatable)")
+	fl.StringVar(&f.cgroup, "cgroup", "", "record threads of this cgroup v2 directory")
+	fl.DurationVar(&f.minBlock, "min-block", 0, "keep only off-CPU intervals at least this long (e.g. 100us)")
+	fl.DurationVar(&f.maxBlock, "max-block", 0, "keep only off-CPU intervals at most this long (0: no bound)")
+	fl.StringSliceVar(&f.states, "state", nil, "states to record: sleeping, uninterruptible, preempted, other (default all)")
+	fl.BoolVar(&f.userOnly, "user-only", false, "record user threads only")
+	fl.BoolVar(&f.kernelOnly, "kernel-only", false, "record kernel threads only")
+	fl.BoolVar(&f.noUserStacks, "no-user-stacks", false, "do not capture user stacks")
+	fl.BoolVar(&f.noKernelStacks, "no-kernel-stacks", false, "do not capture kernel stacks")
+	fl.DurationVarP(&f.duration, "duration", "d", 0, "stop after this long (0: until Ctrl-C or the command exits)")
+	fl.StringVarP(&f.output, "output", "o", "offcpu.pb.gz", "pprof output file (gzipped profile.proto)")
+	fl.StringVar(&f.folded, "folded", "", "also write folded stacks (µs) to this file")
+	fl.IntVar(&f.maxThreads, "max-threads", 65536, "threads tracked at once (BPF map size)")
+	fl.IntVar(&f.stackEntries, "stack-entries", 16384, "distinct stacks kept (BPF stack map size)")
+	fl.IntVar(&f.aggEntries, "agg-entries", 65536, "distinct (thread, stack, state) keys kept (BPF map size)")
+	fl.BoolVar(&f.stats, "stats", false, "print the mean cost of each BPF program run (enables kernel.bpf_stats_enabled while recording)")
+	fl.BoolVar(&f.follow, "follow-forks", true, "also record processes that the targets start")
+	fl.BoolVar(&f.tracepoint, "tracepoint", false, "attach to the classic sched tracepoints instead of tp_btf")
+	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print no summary")
+	return cmd
+}
+
+func runRecord(stderr io.Writer, f *recordFlags, command []string) error {
+	mask, err := collector.ParseStates(f.states)
+	if err != nil {
+		return err
+	}
+	if err := checkWritable(f.output); err != nil {
+		return err
+	}
+	if f.folded != "" {
+		if err := checkWritable(f.folded); err != nil {
+			return err
+		}
+	}
+	opts := collector.Options{
+		PIDs: f.pids, TIDs: f.tids, Cgroup: f.cgroup,
+		MinBlock: f.minBlock, MaxBlock: f.maxBlock, StateMask: mask,
+		UserThreadsOnly: f.userOnly, KernelThreadsOnly: f.kernelOnly,
+		NoUserStacks: f.noUserStacks, NoKernelStacks: f.noKernelStacks,
+		FollowForks: f.follow, TargetsOnly: len(command) > 0,
+		MaxThreads: f.maxThreads, StackEntries: f.stackEntries, AggEntries: f.aggEntries,
+		ForceTracepoint: f.tracepoint, Stats: f.stats,
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+
+	sess, err := collector.Start(ctx, opts)
+	if err != nil {
+		return err
+	}
+	var cmdDone chan error
+	var child *exec.Cmd
+	if len(command) > 0 {
+		child = exec.Command(command[0], command[1:]...)
+		child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
+		if err := sess.StartCommand(child); err != nil {
+			sess.Stop()
+			return err
+		}
+		cmdDone = make(chan error, 1)
+		go func() { cmdDone <- child.Wait() }()
+	}
+	if !f.quiet {
+		fmt.Fprintf(stderr, "offcpu: recording %s; Ctrl-C to stop\n", describeTargets(f, command))
+	}
+
+	var timer <-chan time.Time
+	if f.duration > 0 {
+		timer = time.After(f.duration)
+	}
+	var pidsGone <-chan struct{}
+	if len(f.pids) > 0 {
+		pidsGone = watchPIDs(ctx, f.pids)
+	}
+	var cmdErr error
+	select {
+	case <-ctx.Done():
+	case <-timer:
+	case <-pidsGone:
+	case cmdErr = <-cmdDone:
+		cmdDone = nil
+	}
+	cancel()
+
+	prof, err := sess.Stop()
+	if err != nil {
+		return err
+	}
+	if err := writeProfile(f.output, prof); err != nil {
+		return err
+	}
+	if f.folded != "" {
+		if err := writeFoldedFile(f.folded, prof); err != nil {
+			return err
+		}
+	}
+	if !f.quiet {
+		printSummary(stderr, sess.Stats(), prof, f)
+	}
+	if child != nil {
+		if cmdDone != nil { // still running: recording ended first
+			child.Process.Signal(syscall.SIGTERM)
+			cmdErr = <-cmdDone
+		}
+		var ee *exec.ExitError
+		if errors.As(cmdErr, &ee) && ee.ExitCode() > 0 {
+			return &exitError{code: ee.ExitCode(), msg: fmt.Sprintf("%s exited with status %d (profile written)", command[0], ee.ExitCode())}
+		}
+	}
+	return nil
+}
+
+func describeTargets(f *recordFlags, command []string) string {
+	var parts []string
+	if len(command) > 0 {
+		parts = append(parts, fmt.Sprintf("%q", strings.Join(command, " ")))
+	}
+	for _, p := range f.pids {
+		parts = append(parts, fmt.Sprintf("pid %d", p))
+	}
+	for _, t := range f.tids {
+		parts = append(parts, fmt.Sprintf("tid %d", t))
+	}
+	if f.cgroup != "" {
+		parts = append(parts, "cgroup "+f.cgroup)
+	}
+	if len(parts) == 0 {
+		return "all threads"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// watchPIDs closes the returned channel once every pid has exited.
+func watchPIDs(ctx context.Context, pids []int) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			alive := false
+			for _, p := range pids {
+				if syscall.Kill(p, 0) == nil {
+					alive = true
+					break
+				}
+			}
+			if !alive {
+				close(done)
+				return
+			}
+		}
+	}()
+	return done
+}
+
+func checkWritable(path string) error {
+	_, statErr := os.Stat(path)
+	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("cannot write %s: %v (choose another path with -o)", path, errors.Unwrap(err))
+	}
+	fh.Close()
+	if statErr != nil {
+		os.Remove(path)
+	}
+	return nil
+}
+
+func writeProfile(path string, p *profile.Profile) error {
+	fh, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("writing profile: %w", err)
+	}
+	if err := p.Write(fh); err != nil {
+		fh.Close()
+		return fmt.Errorf("writing profile %s: %w", path, err)
+	}
+	return fh.Close()
+}
+
+func writeFoldedFile(path string, p *profile.Profile) error {
+	fh, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("writing folded stacks: %w", err)
+	}
+	if err := collector.WriteFolded(fh, p, 0, 1000); err != nil {
+		fh.Close()
+		return fmt.Errorf("writing folded stacks %s: %w", path, err)
+	}
+	return fh.Close()
+}
+
+func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *recordFlags) {
+	fmt.Fprintf(w, "offcpu: %v recorded (%s): %d off-CPU intervals, %v off-CPU, %d stacks\n",
+		st.Duration.Round(time.Millisecond), st.Attach, st.Intervals, st.OffCPU.Round(time.Microsecond), st.Stacks)
+	type agg struct {
+		name string
+		ns   int64
+		n    int64
+	}
+	byThread := map[string]*agg{}
+	for _, s := range p.Sample {
+		key := fmt.Sprintf("%s (tid %d)", s.Label[collector.LabelThread][0], s.NumLabel[collector.LabelTID][0])
+		a := byThread[key]
+		if a == nil {
+			a = &agg{name: key}
+			byThread[key] = a
+		}
+		a.ns += s.Value[0]
+		a.n += s.Value[1]
+	}
+	var list []*agg
+	for _, a := range byThread {
+		list = append(list, a)
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].ns > list[j].ns })
+	if len(list) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "off-CPU\tswitches\tthread\t")
+		for i, a := range list {
+			if i == 10 {
+				break
+			}
+			fmt.Fprintf(tw, "%v\t%d\t%s\t\n", time.Duration(a.ns).Round(time.Microsecond), a.n, a.name)
+		}
+		tw.Flush()
+	}
+	fmt.Fprintf(w, "losses: %d (user stacks %d, kernel stacks %d, aggregation full %d, starts %d, events %d); unreadable user stacks %d; not measured: %d blocked since before the start, %d outside the block bounds\n",
+		st.Lost(), st.UserStackLost, st.KernelStackLost, st.AggFull, st.StartFull, st.EventsLost, st.UserStackFault, st.NoStart, st.OutOfRange)
+	if st.Lost() > 0 {
+		fmt.Fprintln(w, "offcpu: some data was lost: raise --stack-entries or --agg-entries")
+	}
+	for _, ps := range st.Programs {
+		fmt.Fprintf(w, "bpf %s: %d runs, mean %d ns per run\n", ps.Name, ps.Runs, ps.MeanCost.Nanoseconds())
+	}
+	fmt.Fprintf(w, "offcpu: wrote %s", f.output)
+	if f.folded != "" {
+		fmt.Fprintf(w, " and %s", f.folded)
+	}
+	fmt.Fprintln(w)
+}

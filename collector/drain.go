@@ -1,0 +1,172 @@
+package collector
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/offcpu/offcpu/bpf"
+)
+
+// record is one aggregation-map entry with its stacks resolved to
+// addresses (leaf first).
+type record struct {
+	tgid, tid uint32
+	state     State
+	ns, count uint64
+	user      []uint64
+	kernel    []uint64
+	userErr   int32 // negative errno when no user stack was captured
+	kernelErr int32
+}
+
+type drained struct {
+	records []record
+	threads map[uint32]thread
+}
+
+type thread struct {
+	tgid uint32
+	comm string
+}
+
+func (s *Session) drain() (*drained, error) {
+	d := &drained{threads: map[uint32]thread{}}
+	stacks := s.coll.Maps[bpf.OffcpuMapStacks]
+	cache := map[int32][]uint64{}
+	getStack := func(id int32) []uint64 {
+		if id < 0 {
+			return nil
+		}
+		if st, ok := cache[id]; ok {
+			return st
+		}
+		var raw [127]uint64
+		var st []uint64
+		if err := stacks.Lookup(uint32(id), &raw); err == nil {
+			for _, ip := range raw {
+				if ip == 0 {
+					break
+				}
+				st = append(st, ip)
+			}
+		}
+		cache[id] = st
+		return st
+	}
+
+	var key bpf.OffcpuOffcpuKey
+	var val bpf.OffcpuOffcpuVal
+	it := s.coll.Maps[bpf.OffcpuMapOffcpu].Iterate()
+	for it.Next(&key, &val) {
+		r := record{tgid: key.Tgid, tid: key.Tid, state: State(key.State), ns: val.Ns, count: val.Count,
+			userErr: min(key.Ustack, 0), kernelErr: min(key.Kstack, 0)}
+		r.user = getStack(key.Ustack)
+		r.kernel = getStack(key.Kstack)
+		d.records = append(d.records, r)
+		s.stats.Intervals += val.Count
+		s.stats.OffCPU += durationNs(val.Ns)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("reading the aggregation map: %w", err)
+	}
+	s.stats.Keys = len(d.records)
+	s.stats.Stacks = len(cache)
+
+	var tid uint32
+	var ti bpf.OffcpuThreadInfo
+	tit := s.coll.Maps[bpf.OffcpuMapThreads].Iterate()
+	for tit.Next(&tid, &ti) {
+		d.threads[tid] = thread{tgid: ti.Tgid, comm: cString(ti.Comm[:])}
+	}
+	if err := tit.Err(); err != nil {
+		return nil, fmt.Errorf("reading the thread map: %w", err)
+	}
+	// Live threads may have been renamed after they were first seen.
+	for tid, th := range d.threads {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/comm", th.tgid, tid)); err == nil {
+			th.comm = strings.TrimSpace(string(b))
+			d.threads[tid] = th
+		}
+	}
+	for _, r := range d.records {
+		if _, ok := d.threads[r.tid]; !ok {
+			th := thread{tgid: r.tgid, comm: fmt.Sprintf("tid-%d", r.tid)}
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/comm", r.tgid, r.tid)); err == nil {
+				th.comm = strings.TrimSpace(string(b))
+			}
+			d.threads[r.tid] = th
+		}
+	}
+
+	if err := s.readStats(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func (s *Session) readStats() error {
+	m := s.coll.Maps[bpf.OffcpuMapStats]
+	get := func(idx bpf.OffcpuOffcpuStat) uint64 {
+		var per []uint64
+		if err := m.Lookup(uint32(idx), &per); err != nil {
+			return 0
+		}
+		var sum uint64
+		for _, v := range per {
+			sum += v
+		}
+		return sum
+	}
+	s.stats.UserStackLost = get(bpf.OffcpuOffcpuStatSTAT_USTACK_LOST)
+	s.stats.KernelStackLost = get(bpf.OffcpuOffcpuStatSTAT_KSTACK_LOST)
+	s.stats.UserStackFault = get(bpf.OffcpuOffcpuStatSTAT_USTACK_FAULT)
+	s.stats.AggFull = get(bpf.OffcpuOffcpuStatSTAT_AGG_FULL)
+	s.stats.AggFullTime = durationNs(get(bpf.OffcpuOffcpuStatSTAT_AGG_FULL_NS))
+	s.stats.StartFull = get(bpf.OffcpuOffcpuStatSTAT_START_FULL)
+	s.stats.NoStart = get(bpf.OffcpuOffcpuStatSTAT_NO_START)
+	s.stats.OutOfRange = get(bpf.OffcpuOffcpuStatSTAT_OUT_OF_RANGE)
+	s.stats.EventsLost = get(bpf.OffcpuOffcpuStatSTAT_EVENTS_LOST)
+	return nil
+}
+
+func cString(b []int8) string {
+	buf := make([]byte, 0, len(b))
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		buf = append(buf, byte(c))
+	}
+	return string(buf)
+}
+
+func processExists(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
+}
+
+func threadExists(tid int) bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/%d/status", tid))
+	return err == nil
+}
+
+// cgroupIDOf returns the cgroup v2 id of a directory: its inode number.
+func cgroupIDOf(path string) (uint64, error) {
+	if !filepath.IsAbs(path) {
+		path = filepath.Join("/sys/fs/cgroup", path)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, fmt.Errorf("cgroup %s: %w (give a cgroup v2 directory such as /sys/fs/cgroup/system.slice/NAME.service)", path, err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(path, &fs); err == nil && fs.Type != unix.CGROUP2_SUPER_MAGIC {
+		return 0, fmt.Errorf("%s is not on a cgroup v2 file system: give a directory under /sys/fs/cgroup", path)
+	}
+	return st.Ino, nil
+}

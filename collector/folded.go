@@ -1,0 +1,79 @@
+package collector
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/google/pprof/profile"
+)
+
+// WriteFolded writes p in bcc's folded format, one line per stack:
+//
+//	THREAD;user frames root first;-;kernel frames root first VALUE
+//
+// VALUE is the first sample value divided by div (1000 turns offcpu's
+// nanoseconds into the microseconds bcc prints). Identical lines are
+// merged and lines are sorted, so the output is stable.
+func WriteFolded(w io.Writer, p *profile.Profile, sampleIndex int, div int64) error {
+	if sampleIndex < 0 || sampleIndex >= len(p.SampleType) {
+		return fmt.Errorf("sample index %d out of range", sampleIndex)
+	}
+	if div <= 0 {
+		div = 1
+	}
+	sums := map[string]int64{}
+	for _, s := range p.Sample {
+		sums[FoldedStack(s)] += s.Value[sampleIndex]
+	}
+	keys := make([]string, 0, len(sums))
+	for k := range sums {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	bw := bufio.NewWriter(w)
+	for _, k := range keys {
+		v := sums[k] / div
+		if v == 0 && sums[k] != 0 {
+			v = 1 // keep short waits visible instead of rounding them away
+		}
+		if _, err := fmt.Fprintf(bw, "%s %d\n", k, v); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
+
+// FoldedStack renders one sample as a folded line without its value.
+func FoldedStack(s *profile.Sample) string {
+	var user, kernel []string
+	// Locations are leaf first; folded frames are root first.
+	for i := len(s.Location) - 1; i >= 0; i-- {
+		l := s.Location[i]
+		for j := len(l.Line) - 1; j >= 0; j-- {
+			name := "[unknown]"
+			if l.Line[j].Function != nil {
+				name = l.Line[j].Function.Name
+			}
+			name = strings.ReplaceAll(name, ";", ":")
+			if l.Mapping != nil && l.Mapping.File == KernelMapping {
+				kernel = append(kernel, name)
+			} else {
+				user = append(user, name)
+			}
+		}
+	}
+	thread := "[unnamed]"
+	if t := s.Label[LabelThread]; len(t) > 0 && t[0] != "" {
+		thread = t[0]
+	}
+	parts := []string{strings.ReplaceAll(thread, ";", ":")}
+	parts = append(parts, user...)
+	if len(kernel) > 0 {
+		parts = append(parts, "-")
+		parts = append(parts, kernel...)
+	}
+	return strings.Join(parts, ";")
+}

@@ -1,0 +1,137 @@
+package collector
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// State is why a thread left the CPU. Values match the BPF program's enum.
+type State uint32
+
+const (
+	StateSleeping        State = 0 // S: waiting for an event (and idle kernel threads)
+	StateUninterruptible State = 1 // D: usually disk or a kernel lock
+	StatePreempted       State = 2 // R: runnable, waiting for a CPU
+	StateOther           State = 3 // stopped, traced, exiting
+)
+
+var stateNames = []string{"sleeping", "uninterruptible", "preempted", "other"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("state%d", uint32(s))
+}
+
+// ParseStates turns names such as "sleeping,preempted" into a state mask.
+func ParseStates(names []string) (uint32, error) {
+	var mask uint32
+	for _, list := range names {
+		for _, n := range strings.Split(list, ",") {
+			n = strings.TrimSpace(strings.ToLower(n))
+			if n == "" {
+				continue
+			}
+			found := false
+			for i, name := range stateNames {
+				if n == name || (len(n) == 1 && strings.EqualFold(n, []string{"S", "D", "R", "O"}[i])) {
+					mask |= 1 << i
+					found = true
+				}
+			}
+			if n == "all" {
+				mask |= 0xf
+				found = true
+			}
+			if !found {
+				return 0, fmt.Errorf("unknown state %q: use sleeping, uninterruptible, preempted, other or all", n)
+			}
+		}
+	}
+	return mask, nil
+}
+
+// Options selects what a Session records. The zero value records every
+// thread on the machine with user and kernel stacks.
+type Options struct {
+	// PIDs restricts recording to these processes (and, with FollowForks,
+	// the processes they start).
+	PIDs []int
+	// TIDs restricts recording to these threads (union with PIDs).
+	TIDs []int
+	// Cgroup is a cgroup v2 directory, such as
+	// /sys/fs/cgroup/system.slice/foo.service.
+	Cgroup string
+	// MinBlock and MaxBlock bound the off-CPU intervals kept (0: no bound).
+	MinBlock, MaxBlock time.Duration
+	// StateMask selects states, 1<<State each; 0 means all.
+	StateMask uint32
+	// UserThreadsOnly and KernelThreadsOnly select by thread kind.
+	UserThreadsOnly, KernelThreadsOnly bool
+	// NoUserStacks and NoKernelStacks skip a stack capture, lowering cost.
+	NoUserStacks, NoKernelStacks bool
+	// FollowForks makes processes started by a target targets too.
+	FollowForks bool
+	// TargetsOnly starts with an empty target set filled by AddPID, as for
+	// a command started under the recorder.
+	TargetsOnly bool
+
+	// Map sizes; 0 picks the default.
+	MaxThreads   int // remembered switch-outs and thread names (default 65536)
+	StackEntries int // distinct stacks (default 16384)
+	AggEntries   int // distinct (thread, stacks, state) keys (default 65536)
+
+	// ForceTracepoint uses the classic sched:sched_switch tracepoint even
+	// where tp_btf works (for testing the fallback).
+	ForceTracepoint bool
+	// Stats enables kernel.bpf_stats_enabled while recording, to report
+	// the mean cost of a program run.
+	Stats bool
+}
+
+func (o *Options) withDefaults() Options {
+	c := *o
+	if c.MaxThreads == 0 {
+		c.MaxThreads = 65536
+	}
+	if c.StackEntries == 0 {
+		c.StackEntries = 16384
+	}
+	if c.AggEntries == 0 {
+		c.AggEntries = 65536
+	}
+	if c.StateMask == 0 {
+		c.StateMask = 0xf
+	}
+	return c
+}
+
+func (o *Options) validate() error {
+	if o.UserThreadsOnly && o.KernelThreadsOnly {
+		return fmt.Errorf("--user-only and --kernel-only exclude each other: pick one")
+	}
+	if o.MaxBlock != 0 && o.MaxBlock < o.MinBlock {
+		return fmt.Errorf("--max-block %v is below --min-block %v", o.MaxBlock, o.MinBlock)
+	}
+	if o.MinBlock < 0 || o.MaxBlock < 0 {
+		return fmt.Errorf("block-time bounds must not be negative")
+	}
+	for _, n := range []int{o.MaxThreads, o.StackEntries, o.AggEntries} {
+		if n < 0 || n > 1<<24 {
+			return fmt.Errorf("map size %d out of range (1 to %d)", n, 1<<24)
+		}
+	}
+	for _, p := range o.PIDs {
+		if p <= 0 {
+			return fmt.Errorf("pid %d is not valid", p)
+		}
+	}
+	for _, p := range o.TIDs {
+		if p <= 0 {
+			return fmt.Errorf("tid %d is not valid", p)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,389 @@
+// Package collector records off-CPU time with eBPF and turns it into pprof
+// profiles and folded stacks.
+//
+// A Session loads the BPF programs of package bpf, attaches them to the
+// scheduler tracepoints and aggregates blocked time in the kernel; Stop
+// drains the maps and symbolizes the stacks:
+//
+//	s, err := collector.Start(ctx, collector.Options{PIDs: []int{pid}})
+//	...
+//	prof, err := s.Stop()
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/google/pprof/profile"
+	"golang.org/x/sys/unix"
+
+	"github.com/offcpu/offcpu/bpf"
+)
+
+// Session is one recording. It is safe to call AddPID from any goroutine.
+type Session struct {
+	opts   Options
+	coll   *ebpf.Collection
+	links  []link.Link
+	rd     *ringbuf.Reader
+	procs  *procTable
+	attach string
+	start  time.Time
+	bpfOn  io.Closer
+
+	readerDone chan struct{}
+	stopOnce   sync.Once
+	prof       *profile.Profile
+	stats      Stats
+	stopErr    error
+}
+
+// Stats describes a finished recording, losses included.
+type Stats struct {
+	Attach    string        // "tp_btf" or "tracepoint"
+	Duration  time.Duration // wall time recorded
+	Intervals uint64        // off-CPU intervals aggregated
+	OffCPU    time.Duration // their total
+	Keys      int           // distinct aggregation keys
+	Stacks    int           // distinct stacks
+
+	UserStackLost   uint64 // user stack not stored (map full or collision)
+	KernelStackLost uint64
+	UserStackFault  uint64 // user stack could not be walked
+	AggFull         uint64 // intervals dropped: aggregation map full
+	AggFullTime     time.Duration
+	StartFull       uint64 // switch-outs not remembered
+	NoStart         uint64 // switch-ins with no switch-out seen (blocked since before the start)
+	OutOfRange      uint64 // intervals outside --min-block/--max-block (filtered)
+	EventsLost      uint64 // new-process notifications lost
+
+	Programs []ProgramStat // with Options.Stats
+}
+
+// ProgramStat is the kernel's run-time accounting of one BPF program.
+type ProgramStat struct {
+	Name     string
+	Runs     uint64
+	Runtime  time.Duration
+	MeanCost time.Duration
+}
+
+// Lost reports the number of intervals or stacks that were not recorded
+// in full.
+func (s *Stats) Lost() uint64 {
+	return s.UserStackLost + s.KernelStackLost + s.AggFull + s.StartFull + s.EventsLost
+}
+
+// Start loads and attaches the recorder. Recording runs until Stop; ctx
+// bounds only the start-up.
+func Start(ctx context.Context, o Options) (*Session, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	opts := o.withDefaults()
+	if err := checkPrivileges(); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		return nil, fmt.Errorf("kernel BTF not found at /sys/kernel/btf/vmlinux: use a kernel built with CONFIG_DEBUG_INFO_BTF=y")
+	}
+	for _, p := range opts.PIDs {
+		if !processExists(p) {
+			return nil, fmt.Errorf("pid %d not found: check the process is running (ps -p %d)", p, p)
+		}
+	}
+	for _, t := range opts.TIDs {
+		if !threadExists(t) {
+			return nil, fmt.Errorf("thread %d not found: check the thread is running (ls /proc/*/task/%d)", t, t)
+		}
+	}
+	var cgroupID uint64
+	if opts.Cgroup != "" {
+		id, err := cgroupIDOf(opts.Cgroup)
+		if err != nil {
+			return nil, err
+		}
+		cgroupID = id
+	}
+	_ = rlimit.RemoveMemlock()
+
+	s := &Session{opts: opts, procs: newProcTable(), readerDone: make(chan struct{})}
+	var err error
+	if !opts.ForceTracepoint {
+		err = s.load(cgroupID, true)
+		if err != nil {
+			s.closeBPF()
+		}
+	}
+	if opts.ForceTracepoint || err != nil {
+		btfErr := err
+		if err = s.load(cgroupID, false); err != nil {
+			s.closeBPF()
+			if btfErr != nil && !errors.Is(err, errPermission) {
+				return nil, fmt.Errorf("%w (tp_btf failed first: %v)", err, btfErr)
+			}
+			return nil, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		s.closeBPF()
+		return nil, err
+	}
+	if opts.Stats {
+		closer, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+		if err != nil {
+			s.closeBPF()
+			return nil, fmt.Errorf("enabling BPF run-time statistics: %w", err)
+		}
+		s.bpfOn = closer
+	}
+	for _, p := range opts.PIDs {
+		s.procs.snapshot(uint32(p))
+	}
+	rd, err := ringbuf.NewReader(s.coll.Maps[bpf.OffcpuMapProcEvents])
+	if err != nil {
+		s.closeBPF()
+		return nil, fmt.Errorf("opening the process event ring buffer: %w", err)
+	}
+	s.rd = rd
+	go s.readEvents()
+	s.start = time.Now()
+	return s, nil
+}
+
+var errPermission = errors.New("permission denied: run as root, or grant CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE")
+
+func checkPrivileges() error {
+	if os.Geteuid() == 0 {
+		return nil
+	}
+	var hdr = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return errPermission
+	}
+	has := func(c uint) bool { return data[c/32].Effective&(1<<(c%32)) != 0 }
+	if (has(unix.CAP_BPF) && has(unix.CAP_PERFMON)) || has(unix.CAP_SYS_ADMIN) {
+		return nil
+	}
+	return errPermission
+}
+
+// load creates the maps and programs for one attach mode and attaches them.
+func (s *Session) load(cgroupID uint64, btfMode bool) error {
+	spec, err := bpf.LoadOffcpu()
+	if err != nil {
+		return fmt.Errorf("reading the embedded BPF object: %w", err)
+	}
+	o := s.opts
+	set := func(name string, v any) error {
+		vs, ok := spec.Variables[name]
+		if !ok {
+			return fmt.Errorf("BPF object has no variable %s", name)
+		}
+		return vs.Set(v)
+	}
+	maxNs := uint64(1<<64 - 1)
+	if o.MaxBlock > 0 {
+		maxNs = uint64(o.MaxBlock)
+	}
+	for name, v := range map[string]any{
+		bpf.OffcpuVarFilterTgid:        len(o.PIDs) > 0 || o.TargetsOnly,
+		bpf.OffcpuVarFilterTid:         len(o.TIDs) > 0,
+		bpf.OffcpuVarFilterCgroup:      cgroupID,
+		bpf.OffcpuVarFollowForks:       o.FollowForks,
+		bpf.OffcpuVarMinBlockNs:        uint64(o.MinBlock),
+		bpf.OffcpuVarMaxBlockNs:        maxNs,
+		bpf.OffcpuVarStateMask:         o.StateMask,
+		bpf.OffcpuVarUserThreadsOnly:   o.UserThreadsOnly,
+		bpf.OffcpuVarKernelThreadsOnly: o.KernelThreadsOnly,
+		bpf.OffcpuVarWantKernelStacks:  !o.NoKernelStacks,
+		bpf.OffcpuVarWantUserStacks:    !o.NoUserStacks,
+	} {
+		if err := set(name, v); err != nil {
+			return fmt.Errorf("setting %s: %w", name, err)
+		}
+	}
+	spec.Maps[bpf.OffcpuMapStarts].MaxEntries = uint32(o.MaxThreads)
+	spec.Maps[bpf.OffcpuMapThreads].MaxEntries = uint32(o.MaxThreads)
+	spec.Maps[bpf.OffcpuMapStacks].MaxEntries = uint32(o.StackEntries)
+	spec.Maps[bpf.OffcpuMapOffcpu].MaxEntries = uint32(o.AggEntries)
+
+	btfProgs := []string{bpf.OffcpuProgOffcpuSwitch, bpf.OffcpuProgOffcpuFork, bpf.OffcpuProgOffcpuExec, bpf.OffcpuProgOffcpuRename}
+	tpProgs := []string{bpf.OffcpuProgOffcpuSwitchTp, bpf.OffcpuProgOffcpuForkTp}
+	if btfMode {
+		for _, p := range tpProgs {
+			delete(spec.Programs, p)
+		}
+		delete(spec.Maps, bpf.OffcpuMapStarts)
+		s.attach = "tp_btf"
+	} else {
+		for _, p := range btfProgs {
+			delete(spec.Programs, p)
+		}
+		delete(spec.Maps, bpf.OffcpuMapTaskStarts)
+		s.attach = "tracepoint"
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+			return errPermission
+		}
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return fmt.Errorf("the kernel rejected the %s programs: %v", s.attach, ve)
+		}
+		return fmt.Errorf("creating BPF maps and programs (%s): %w; if a map is too large, lower --max-threads, --stack-entries or --agg-entries", s.attach, err)
+	}
+	s.coll = coll
+	if err := s.fillTargets(); err != nil {
+		return err
+	}
+	if btfMode {
+		for _, name := range btfProgs {
+			l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[name], AttachType: ebpf.AttachTraceRawTp})
+			if err != nil {
+				if name == bpf.OffcpuProgOffcpuRename || name == bpf.OffcpuProgOffcpuExec {
+					continue // optional: names and exec snapshots are also read from /proc
+				}
+				return fmt.Errorf("attaching %s (tp_btf): %w", name, err)
+			}
+			s.links = append(s.links, l)
+		}
+		return nil
+	}
+	if err := ensureTracefs(); err != nil {
+		return err
+	}
+	for name, tp := range map[string]string{bpf.OffcpuProgOffcpuSwitchTp: "sched_switch", bpf.OffcpuProgOffcpuForkTp: "sched_process_fork"} {
+		l, err := link.Tracepoint("sched", tp, coll.Programs[name], nil)
+		if err != nil {
+			return fmt.Errorf("attaching tracepoint sched:%s: %w", tp, err)
+		}
+		s.links = append(s.links, l)
+	}
+	return nil
+}
+
+func ensureTracefs() error {
+	for _, d := range []string{"/sys/kernel/tracing/events", "/sys/kernel/debug/tracing/events"} {
+		if _, err := os.Stat(d); err == nil {
+			return nil
+		}
+	}
+	if err := unix.Mount("nodev", "/sys/kernel/tracing", "tracefs", 0, ""); err != nil {
+		return fmt.Errorf("tracefs is not mounted and mounting it failed (%v): run mount -t tracefs nodev /sys/kernel/tracing", err)
+	}
+	return nil
+}
+
+func (s *Session) fillTargets() error {
+	one := uint8(1)
+	for _, p := range s.opts.PIDs {
+		if err := s.coll.Maps[bpf.OffcpuMapTargetTgids].Put(uint32(p), one); err != nil {
+			return fmt.Errorf("adding pid %d to the filter: %w", p, err)
+		}
+	}
+	for _, t := range s.opts.TIDs {
+		if err := s.coll.Maps[bpf.OffcpuMapTargetTids].Put(uint32(t), one); err != nil {
+			return fmt.Errorf("adding tid %d to the filter: %w", t, err)
+		}
+	}
+	return nil
+}
+
+// AddPID adds a process to the recorded set (Options.TargetsOnly or PIDs
+// must have been given) and snapshots its mappings.
+func (s *Session) AddPID(pid int) error {
+	if len(s.opts.PIDs) == 0 && !s.opts.TargetsOnly {
+		return fmt.Errorf("AddPID needs a session started with PIDs or TargetsOnly")
+	}
+	if err := s.coll.Maps[bpf.OffcpuMapTargetTgids].Put(uint32(pid), uint8(1)); err != nil {
+		return fmt.Errorf("adding pid %d to the filter: %w", pid, err)
+	}
+	s.procs.snapshot(uint32(pid))
+	return nil
+}
+
+func (s *Session) readEvents() {
+	defer close(s.readerDone)
+	for {
+		rec, err := s.rd.Read()
+		if err != nil {
+			return // closed
+		}
+		if len(rec.RawSample) < 8 {
+			continue
+		}
+		tgid := bpf.NativeUint32(rec.RawSample[0:4])
+		s.procs.snapshot(tgid)
+	}
+}
+
+func (s *Session) closeBPF() {
+	for _, l := range s.links {
+		l.Close()
+	}
+	s.links = nil
+	if s.coll != nil {
+		s.coll.Close()
+		s.coll = nil
+	}
+}
+
+// Stop ends the recording, drains the kernel maps and returns the
+// symbolized profile. It may be called more than once.
+func (s *Session) Stop() (*profile.Profile, error) {
+	s.stopOnce.Do(func() {
+		s.stats.Duration = time.Since(s.start)
+		s.stats.Attach = s.attach
+		// Detach first so that the maps no longer change while drained.
+		for _, l := range s.links {
+			l.Close()
+		}
+		s.links = nil
+		if s.opts.Stats {
+			s.stats.Programs = s.programStats()
+			s.bpfOn.Close()
+		}
+		s.rd.Close()
+		<-s.readerDone
+		d, err := s.drain()
+		if err != nil {
+			s.stopErr = err
+		} else {
+			s.prof, s.stopErr = s.buildProfile(d)
+		}
+		s.closeBPF()
+		s.procs.close()
+	})
+	return s.prof, s.stopErr
+}
+
+// Stats returns the recording's statistics; complete after Stop.
+func (s *Session) Stats() Stats { return s.stats }
+
+func (s *Session) programStats() []ProgramStat {
+	var out []ProgramStat
+	for name, p := range s.coll.Programs {
+		st, err := p.Stats()
+		if err != nil {
+			continue
+		}
+		ps := ProgramStat{Name: name, Runs: st.RunCount, Runtime: st.Runtime}
+		if st.RunCount > 0 {
+			ps.MeanCost = st.Runtime / time.Duration(st.RunCount)
+		}
+		out = append(out, ps)
+	}
+	return out
+}

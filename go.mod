@@ -1,0 +1,19 @@
+module github.com/offcpu/offcpu
+
+go 1.26.8
+
+require (
+	github.com/cilium/ebpf v0.22.0
+	github.com/google/pprof v0.0.0-20261105003125-4bf881d7fb0b
+	github.com/ianlancetaylor/demangle v0.0.0-20250417193237-f615e6bd150b
+	github.com/prometheus/procfs v0.23.0
+	github.com/spf13/cobra v1.10.2
+	golang.org/x/sys v0.50.0
+)
+
+require (
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/spf13/pflag v1.0.10 // indirect
+)
+
+tool github.com/cilium/ebpf/cmd/bpf2go
