@@ -41,6 +41,7 @@ enum offcpu_stat {
 	STAT_OUT_OF_RANGE,     /* interval outside --min-block/--max-block (filter, not a loss) */
 	STAT_THREADS_FULL,     /* thread-name map full: name taken from /proc later */
 	STAT_EVENTS_LOST,      /* new-process notification lost (ring buffer full) */
+	STAT_STACKS_REUSED,    /* switch-outs that reused the thread's previous stack ids */
 	STAT_MAX,
 };
 
@@ -59,6 +60,7 @@ const volatile bool user_threads_only = false;
 const volatile bool kernel_threads_only = false;
 const volatile bool want_kernel_stacks = true;
 const volatile bool want_user_stacks = true;
+const volatile bool reuse_stacks = true;   /* see same_place() */
 
 /* A switch-out waiting for its switch-in. */
 struct start_rec {
@@ -70,6 +72,11 @@ struct start_rec {
 	u8 pending;  /* 1 while the thread is off-CPU */
 	u8 seen;     /* thread already announced in threads */
 	u8 pad;
+	/* The last sleep whose stacks were both captured: user registers,
+	 * syscall and its first argument, and the stack ids (tp_btf only).
+	 * ip == 0: nothing cached. */
+	u64 ip, sp, bp, sysnr, arg0;
+	s32 c_ustack, c_kstack;
 };
 
 struct offcpu_key {
@@ -299,6 +306,44 @@ static __always_inline void account(u32 tid, struct start_rec *s)
 	__sync_fetch_and_add(&v->count, 1);
 }
 
+/* A thread that sleeps again in the same syscall, with the same first
+ * argument, from the same user instruction with the same stack and frame
+ * pointers is blocking at the same place: its previous stack ids are
+ * reused instead of walking both stacks again, the largest cost of a
+ * switch. Stack ids never change meaning (no BPF_F_REUSE_STACKID), so a
+ * reused id stays valid. Preemptions are always captured: they can stop
+ * a thread anywhere. */
+static __always_inline void capture_sleep(void *ctx, struct start_rec *s, struct task_struct *prev)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
+	u64 ip = 0, sp = 0, bp = 0, nr = -1, a0 = 0;
+	if (regs) {
+		ip = BPF_CORE_READ(regs, ip);
+		sp = BPF_CORE_READ(regs, sp);
+		bp = BPF_CORE_READ(regs, bp);
+		nr = BPF_CORE_READ(regs, orig_ax);
+		a0 = BPF_CORE_READ(regs, di);
+	}
+	if (ip && s->ip == ip && s->sp == sp && s->bp == bp && s->sysnr == nr && s->arg0 == a0) {
+		s->ustack = s->c_ustack;
+		s->kstack = s->c_kstack;
+		s->ts = bpf_ktime_get_ns();
+		stat_add(STAT_STACKS_REUSED, 1);
+		return;
+	}
+	capture(ctx, s, false);
+	s->ip = 0;
+	if ((s64)nr < 0 || s->ustack < 0 || s->kstack < 0)
+		return; /* not in a syscall (fault, interrupt) or stacks missing */
+	s->ip = ip;
+	s->sp = sp;
+	s->bp = bp;
+	s->sysnr = nr;
+	s->arg0 = a0;
+	s->c_ustack = s->ustack;
+	s->c_kstack = s->kstack;
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 	     struct task_struct *next, unsigned int prev_state)
@@ -317,7 +362,11 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 			}
 			s->tgid = ptgid;
 			s->state = state;
-			capture(ctx, s, kthread);
+			if (reuse_stacks && !kthread && state == STATE_SLEEPING &&
+			    want_user_stacks && want_kernel_stacks)
+				capture_sleep(ctx, s, prev);
+			else
+				capture(ctx, s, kthread);
 			s->pending = 1;
 		} else {
 			stat_add(STAT_START_FULL, 1);
@@ -416,5 +465,15 @@ int BPF_PROG(offcpu_rename, struct task_struct *task, const char *comm)
 	struct thread_info *ti = bpf_map_lookup_elem(&threads, &tid);
 	if (ti)
 		bpf_probe_read_kernel_str(ti->comm, sizeof(ti->comm), comm);
+	return 0;
+}
+
+SEC("tracepoint/task/task_rename")
+int offcpu_rename_tp(struct trace_event_raw_task_rename *ctx)
+{
+	u32 tid = BPF_CORE_READ(ctx, pid);
+	struct thread_info *ti = bpf_map_lookup_elem(&threads, &tid);
+	if (ti)
+		bpf_probe_read_kernel_str(ti->comm, sizeof(ti->comm), ctx->newcomm);
 	return 0;
 }

@@ -26,17 +26,18 @@ type OffcpuOffcpuKey struct {
 type OffcpuOffcpuStat uint32
 
 const (
-	OffcpuOffcpuStatSTAT_USTACK_LOST  OffcpuOffcpuStat = 0
-	OffcpuOffcpuStatSTAT_KSTACK_LOST  OffcpuOffcpuStat = 1
-	OffcpuOffcpuStatSTAT_USTACK_FAULT OffcpuOffcpuStat = 2
-	OffcpuOffcpuStatSTAT_AGG_FULL     OffcpuOffcpuStat = 3
-	OffcpuOffcpuStatSTAT_AGG_FULL_NS  OffcpuOffcpuStat = 4
-	OffcpuOffcpuStatSTAT_START_FULL   OffcpuOffcpuStat = 5
-	OffcpuOffcpuStatSTAT_NO_START     OffcpuOffcpuStat = 6
-	OffcpuOffcpuStatSTAT_OUT_OF_RANGE OffcpuOffcpuStat = 7
-	OffcpuOffcpuStatSTAT_THREADS_FULL OffcpuOffcpuStat = 8
-	OffcpuOffcpuStatSTAT_EVENTS_LOST  OffcpuOffcpuStat = 9
-	OffcpuOffcpuStatSTAT_MAX          OffcpuOffcpuStat = 10
+	OffcpuOffcpuStatSTAT_USTACK_LOST   OffcpuOffcpuStat = 0
+	OffcpuOffcpuStatSTAT_KSTACK_LOST   OffcpuOffcpuStat = 1
+	OffcpuOffcpuStatSTAT_USTACK_FAULT  OffcpuOffcpuStat = 2
+	OffcpuOffcpuStatSTAT_AGG_FULL      OffcpuOffcpuStat = 3
+	OffcpuOffcpuStatSTAT_AGG_FULL_NS   OffcpuOffcpuStat = 4
+	OffcpuOffcpuStatSTAT_START_FULL    OffcpuOffcpuStat = 5
+	OffcpuOffcpuStatSTAT_NO_START      OffcpuOffcpuStat = 6
+	OffcpuOffcpuStatSTAT_OUT_OF_RANGE  OffcpuOffcpuStat = 7
+	OffcpuOffcpuStatSTAT_THREADS_FULL  OffcpuOffcpuStat = 8
+	OffcpuOffcpuStatSTAT_EVENTS_LOST   OffcpuOffcpuStat = 9
+	OffcpuOffcpuStatSTAT_STACKS_REUSED OffcpuOffcpuStat = 10
+	OffcpuOffcpuStatSTAT_MAX           OffcpuOffcpuStat = 11
 )
 
 type OffcpuOffcpuVal struct {
@@ -46,15 +47,22 @@ type OffcpuOffcpuVal struct {
 }
 
 type OffcpuStartRec struct {
-	_       structs.HostLayout
-	Ts      uint64
-	Ustack  int32
-	Kstack  int32
-	Tgid    uint32
-	State   uint8
-	Pending uint8
-	Seen    uint8
-	Pad     uint8
+	_        structs.HostLayout
+	Ts       uint64
+	Ustack   int32
+	Kstack   int32
+	Tgid     uint32
+	State    uint8
+	Pending  uint8
+	Seen     uint8
+	Pad      uint8
+	Ip       uint64
+	Sp       uint64
+	Bp       uint64
+	Sysnr    uint64
+	Arg0     uint64
+	C_ustack int32
+	C_kstack int32
 }
 
 type OffcpuThreadInfo struct {
@@ -81,6 +89,7 @@ const (
 	OffcpuProgOffcpuFork       = "offcpu_fork"
 	OffcpuProgOffcpuForkTp     = "offcpu_fork_tp"
 	OffcpuProgOffcpuRename     = "offcpu_rename"
+	OffcpuProgOffcpuRenameTp   = "offcpu_rename_tp"
 	OffcpuProgOffcpuSwitch     = "offcpu_switch"
 	OffcpuProgOffcpuSwitchTp   = "offcpu_switch_tp"
 	OffcpuVarFilterCgroup      = "filter_cgroup"
@@ -90,6 +99,7 @@ const (
 	OffcpuVarKernelThreadsOnly = "kernel_threads_only"
 	OffcpuVarMaxBlockNs        = "max_block_ns"
 	OffcpuVarMinBlockNs        = "min_block_ns"
+	OffcpuVarReuseStacks       = "reuse_stacks"
 	OffcpuVarStatCount         = "stat_count"
 	OffcpuVarStateMask         = "state_mask"
 	OffcpuVarUserThreadsOnly   = "user_threads_only"
@@ -143,6 +153,7 @@ type OffcpuProgramSpecs struct {
 	OffcpuFork     *ebpf.ProgramSpec `ebpf:"offcpu_fork"`
 	OffcpuForkTp   *ebpf.ProgramSpec `ebpf:"offcpu_fork_tp"`
 	OffcpuRename   *ebpf.ProgramSpec `ebpf:"offcpu_rename"`
+	OffcpuRenameTp *ebpf.ProgramSpec `ebpf:"offcpu_rename_tp"`
 	OffcpuSwitch   *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
 	OffcpuSwitchTp *ebpf.ProgramSpec `ebpf:"offcpu_switch_tp"`
 }
@@ -174,6 +185,7 @@ type OffcpuVariableSpecs struct {
 	KernelThreadsOnly *ebpf.VariableSpec `ebpf:"kernel_threads_only"`
 	MaxBlockNs        *ebpf.VariableSpec `ebpf:"max_block_ns"`
 	MinBlockNs        *ebpf.VariableSpec `ebpf:"min_block_ns"`
+	ReuseStacks       *ebpf.VariableSpec `ebpf:"reuse_stacks"`
 	StatCount         *ebpf.VariableSpec `ebpf:"stat_count"`
 	StateMask         *ebpf.VariableSpec `ebpf:"state_mask"`
 	UserThreadsOnly   *ebpf.VariableSpec `ebpf:"user_threads_only"`
@@ -239,6 +251,7 @@ type OffcpuVariables struct {
 	KernelThreadsOnly *ebpf.Variable `ebpf:"kernel_threads_only"`
 	MaxBlockNs        *ebpf.Variable `ebpf:"max_block_ns"`
 	MinBlockNs        *ebpf.Variable `ebpf:"min_block_ns"`
+	ReuseStacks       *ebpf.Variable `ebpf:"reuse_stacks"`
 	StatCount         *ebpf.Variable `ebpf:"stat_count"`
 	StateMask         *ebpf.Variable `ebpf:"state_mask"`
 	UserThreadsOnly   *ebpf.Variable `ebpf:"user_threads_only"`
@@ -254,6 +267,7 @@ type OffcpuPrograms struct {
 	OffcpuFork     *ebpf.Program `ebpf:"offcpu_fork"`
 	OffcpuForkTp   *ebpf.Program `ebpf:"offcpu_fork_tp"`
 	OffcpuRename   *ebpf.Program `ebpf:"offcpu_rename"`
+	OffcpuRenameTp *ebpf.Program `ebpf:"offcpu_rename_tp"`
 	OffcpuSwitch   *ebpf.Program `ebpf:"offcpu_switch"`
 	OffcpuSwitchTp *ebpf.Program `ebpf:"offcpu_switch_tp"`
 }
@@ -264,6 +278,7 @@ func (p *OffcpuPrograms) Close() error {
 		p.OffcpuFork,
 		p.OffcpuForkTp,
 		p.OffcpuRename,
+		p.OffcpuRenameTp,
 		p.OffcpuSwitch,
 		p.OffcpuSwitchTp,
 	)

@@ -21,6 +21,15 @@ struct task_struct {
 	char comm[16];
 } __attribute__((preserve_access_index));
 
+/* x86-64 user registers saved at kernel entry. */
+struct pt_regs {
+	unsigned long bp;
+	unsigned long di;
+	unsigned long orig_ax;
+	unsigned long ip;
+	unsigned long sp;
+} __attribute__((preserve_access_index));
+
 /* /sys/kernel/tracing/events/sched/sched_switch/format */
 struct trace_event_raw_sched_switch {
 	unsigned long long unused;
@@ -38,4 +47,11 @@ struct trace_event_raw_sched_process_fork {
 	unsigned long long unused;
 	int parent_pid;
 	int child_pid;
+} __attribute__((preserve_access_index));
+
+/* /sys/kernel/tracing/events/task/task_rename/format */
+struct trace_event_raw_task_rename {
+	unsigned long long unused;
+	int pid;
+	char newcomm[16];
 } __attribute__((preserve_access_index));

@@ -131,6 +131,7 @@ func (s *Session) readStats() error {
 	s.stats.NoStart = get(bpf.OffcpuOffcpuStatSTAT_NO_START)
 	s.stats.OutOfRange = get(bpf.OffcpuOffcpuStatSTAT_OUT_OF_RANGE)
 	s.stats.EventsLost = get(bpf.OffcpuOffcpuStatSTAT_EVENTS_LOST)
+	s.stats.StacksReused = get(bpf.OffcpuOffcpuStatSTAT_STACKS_REUSED)
 	return nil
 }
 

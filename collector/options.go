@@ -72,6 +72,10 @@ type Options struct {
 	UserThreadsOnly, KernelThreadsOnly bool
 	// NoUserStacks and NoKernelStacks skip a stack capture, lowering cost.
 	NoUserStacks, NoKernelStacks bool
+	// NoStackReuse captures both stacks at every switch-out instead of
+	// reusing a thread's previous stacks when it sleeps again in the same
+	// syscall from the same user instruction and stack pointers.
+	NoStackReuse bool
 	// FollowForks makes processes started by a target targets too.
 	FollowForks bool
 	// TargetsOnly starts with an empty target set filled by AddPID, as for

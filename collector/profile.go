@@ -98,6 +98,7 @@ func (s *Session) buildProfile(d *drained) (*profile.Profile, error) {
 			st.Attach, st.Duration.Round(time.Millisecond), st.Intervals, st.OffCPU.Round(time.Microsecond), st.Keys, st.Stacks),
 		fmt.Sprintf("losses: user_stack_lost=%d kernel_stack_lost=%d user_stack_fault=%d agg_full=%d (%v) start_full=%d events_lost=%d",
 			st.UserStackLost, st.KernelStackLost, st.UserStackFault, st.AggFull, st.AggFullTime, st.StartFull, st.EventsLost),
+		fmt.Sprintf("stacks_reused=%d (same syscall, argument and user registers as the thread's previous sleep)", st.StacksReused),
 		fmt.Sprintf("not measured: no_start=%d (blocked since before the start), out_of_range=%d (--min-block/--max-block)", st.NoStart, st.OutOfRange),
 	)
 	if err := p.CheckValid(); err != nil {

@@ -65,6 +65,7 @@ type Stats struct {
 	NoStart         uint64 // switch-ins with no switch-out seen (blocked since before the start)
 	OutOfRange      uint64 // intervals outside --min-block/--max-block (filtered)
 	EventsLost      uint64 // new-process notifications lost
+	StacksReused    uint64 // switch-outs that reused the thread's previous stacks
 
 	Programs []ProgramStat // with Options.Stats
 }
@@ -90,12 +91,6 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 		return nil, err
 	}
 	opts := o.withDefaults()
-	if err := checkPrivileges(); err != nil {
-		return nil, err
-	}
-	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
-		return nil, fmt.Errorf("kernel BTF not found at /sys/kernel/btf/vmlinux: use a kernel built with CONFIG_DEBUG_INFO_BTF=y")
-	}
 	for _, p := range opts.PIDs {
 		if !processExists(p) {
 			return nil, fmt.Errorf("pid %d not found: check the process is running (ps -p %d)", p, p)
@@ -105,6 +100,12 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 		if !threadExists(t) {
 			return nil, fmt.Errorf("thread %d not found: check the thread is running (ls /proc/*/task/%d)", t, t)
 		}
+	}
+	if err := checkPrivileges(); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		return nil, fmt.Errorf("kernel BTF not found at /sys/kernel/btf/vmlinux: use a kernel built with CONFIG_DEBUG_INFO_BTF=y")
 	}
 	var cgroupID uint64
 	if opts.Cgroup != "" {
@@ -208,6 +209,7 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 		bpf.OffcpuVarKernelThreadsOnly: o.KernelThreadsOnly,
 		bpf.OffcpuVarWantKernelStacks:  !o.NoKernelStacks,
 		bpf.OffcpuVarWantUserStacks:    !o.NoUserStacks,
+		bpf.OffcpuVarReuseStacks:       !o.NoStackReuse,
 	} {
 		if err := set(name, v); err != nil {
 			return fmt.Errorf("setting %s: %w", name, err)
@@ -219,7 +221,7 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 	spec.Maps[bpf.OffcpuMapOffcpu].MaxEntries = uint32(o.AggEntries)
 
 	btfProgs := []string{bpf.OffcpuProgOffcpuSwitch, bpf.OffcpuProgOffcpuFork, bpf.OffcpuProgOffcpuExec, bpf.OffcpuProgOffcpuRename}
-	tpProgs := []string{bpf.OffcpuProgOffcpuSwitchTp, bpf.OffcpuProgOffcpuForkTp}
+	tpProgs := []string{bpf.OffcpuProgOffcpuSwitchTp, bpf.OffcpuProgOffcpuForkTp, bpf.OffcpuProgOffcpuRenameTp}
 	if btfMode {
 		for _, p := range tpProgs {
 			delete(spec.Programs, p)
@@ -264,10 +266,14 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 	if err := ensureTracefs(); err != nil {
 		return err
 	}
-	for name, tp := range map[string]string{bpf.OffcpuProgOffcpuSwitchTp: "sched_switch", bpf.OffcpuProgOffcpuForkTp: "sched_process_fork"} {
-		l, err := link.Tracepoint("sched", tp, coll.Programs[name], nil)
+	for _, tp := range []struct{ prog, group, name string }{
+		{bpf.OffcpuProgOffcpuSwitchTp, "sched", "sched_switch"},
+		{bpf.OffcpuProgOffcpuForkTp, "sched", "sched_process_fork"},
+		{bpf.OffcpuProgOffcpuRenameTp, "task", "task_rename"},
+	} {
+		l, err := link.Tracepoint(tp.group, tp.name, coll.Programs[tp.prog], nil)
 		if err != nil {
-			return fmt.Errorf("attaching tracepoint sched:%s: %w", tp, err)
+			return fmt.Errorf("attaching tracepoint %s:%s: %w", tp.group, tp.name, err)
 		}
 		s.links = append(s.links, l)
 	}

@@ -29,6 +29,7 @@ type recordFlags struct {
 	kernelOnly         bool
 	noUserStacks       bool
 	noKernelStacks     bool
+	noStackReuse       bool
 	duration           time.Duration
 	output             string
 	folded             string
@@ -74,6 +75,7 @@ written.`,
 	fl.BoolVar(&f.kernelOnly, "kernel-only", false, "record kernel threads only")
 	fl.BoolVar(&f.noUserStacks, "no-user-stacks", false, "do not capture user stacks")
 	fl.BoolVar(&f.noKernelStacks, "no-kernel-stacks", false, "do not capture kernel stacks")
+	fl.BoolVar(&f.noStackReuse, "no-stack-reuse", false, "walk both stacks at every switch-out (by default a thread sleeping again in the same syscall from the same place reuses its previous stacks)")
 	fl.DurationVarP(&f.duration, "duration", "d", 0, "stop after this long (0: until Ctrl-C or the command exits)")
 	fl.StringVarP(&f.output, "output", "o", "offcpu.pb.gz", "pprof output file (gzipped profile.proto)")
 	fl.StringVar(&f.folded, "folded", "", "also write folded stacks (µs) to this file")
@@ -104,7 +106,7 @@ func runRecord(stderr io.Writer, f *recordFlags, command []string) error {
 		PIDs: f.pids, TIDs: f.tids, Cgroup: f.cgroup,
 		MinBlock: f.minBlock, MaxBlock: f.maxBlock, StateMask: mask,
 		UserThreadsOnly: f.userOnly, KernelThreadsOnly: f.kernelOnly,
-		NoUserStacks: f.noUserStacks, NoKernelStacks: f.noKernelStacks,
+		NoUserStacks: f.noUserStacks, NoKernelStacks: f.noKernelStacks, NoStackReuse: f.noStackReuse,
 		FollowForks: f.follow, TargetsOnly: len(command) > 0,
 		MaxThreads: f.maxThreads, StackEntries: f.stackEntries, AggEntries: f.aggEntries,
 		ForceTracepoint: f.tracepoint, Stats: f.stats,
@@ -297,6 +299,9 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 			fmt.Fprintf(tw, "%v\t%d\t%s\t\n", time.Duration(a.ns).Round(time.Microsecond), a.n, a.name)
 		}
 		tw.Flush()
+	}
+	if st.StacksReused > 0 {
+		fmt.Fprintf(w, "stacks reused: %d switch-outs (same syscall and user registers as the thread's last sleep)\n", st.StacksReused)
 	}
 	fmt.Fprintf(w, "losses: %d (user stacks %d, kernel stacks %d, aggregation full %d, starts %d, events %d); unreadable user stacks %d; not measured: %d blocked since before the start, %d outside the block bounds\n",
 		st.Lost(), st.UserStackLost, st.KernelStackLost, st.AggFull, st.StartFull, st.EventsLost, st.UserStackFault, st.NoStart, st.OutOfRange)

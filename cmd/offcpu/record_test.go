@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/pprof/profile"
+)
+
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
+}
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("OFFCPU_REQUIRE_BPF") == "1" {
+		t.Fatal("OFFCPU_REQUIRE_BPF=1 but not running as root")
+	}
+	t.Skip("needs root for eBPF")
+}
+
+func TestRecordBadInput(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "x.pb.gz")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"record", "--bogus"}, "unknown flag"},
+		{[]string{"record", "-d", "soon"}, "invalid argument"},
+		{[]string{"record", "-o", out, "stray"}, "after --"},
+		{[]string{"record", "-o", "/nonexistent-dir/x.pb.gz", "-d", "1s"}, "cannot write /nonexistent-dir/x.pb.gz"},
+		{[]string{"record", "-o", out, "-p", "1073741823", "-d", "1s"}, "pid 1073741823 not found"},
+		{[]string{"record", "-o", out, "--state", "dozing"}, `unknown state "dozing"`},
+		{[]string{"record", "-o", out, "--user-only", "--kernel-only"}, "exclude each other"},
+	} {
+		_, err := run(t, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err = %v, want it to mention %q", tc.args, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v: error spans lines: %q", tc.args, err)
+		}
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("a failed record left an output file behind")
+	}
+}
+
+func TestRecordCommand(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "sleep.pb.gz")
+	folded := filepath.Join(dir, "sleep.folded")
+	summary, err := run(t, "record", "-o", out, "--folded", folded, "--stats", "--", "sleep", "0.2")
+	if err != nil {
+		t.Fatalf("record: %v\n%s", err, summary)
+	}
+	for _, want := range []string{"off-CPU intervals", "losses: 0", "mean", "wrote " + out} {
+		if !strings.Contains(summary, want) {
+			t.Errorf("summary lacks %q:\n%s", want, summary)
+		}
+	}
+	fh, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	p, err := profile.Parse(fh)
+	if err != nil {
+		t.Fatalf("profile: %v", err)
+	}
+	var slept int64
+	for _, s := range p.Sample {
+		if s.Label["thread"][0] == "sleep" {
+			slept += s.Value[0]
+		}
+	}
+	if slept < 190e6 {
+		t.Errorf("sleep 0.2 recorded %dns off-CPU", slept)
+	}
+	b, err := os.ReadFile(folded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "sleep;") || !strings.Contains(string(b), ";-;") || !strings.Contains(string(b), "nanosleep") {
+		t.Errorf("folded output lacks the sleep stack:\n%s", b)
+	}
+}
+
+func TestRecordExitStatus(t *testing.T) {
+	requireRoot(t)
+	out := filepath.Join(t.TempDir(), "x.pb.gz")
+	_, err := run(t, "record", "-q", "-o", out, "--", "sh", "-c", "exit 3")
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != 3 {
+		t.Fatalf("err = %v, want exit status 3", err)
+	}
+	if _, err := os.Stat(out); err != nil {
+		t.Errorf("profile not written when the command failed: %v", err)
+	}
+}

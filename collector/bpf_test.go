@@ -1,0 +1,274 @@
+package collector
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+)
+
+// requireBPF skips a test that needs root, unless OFFCPU_REQUIRE_BPF=1
+// says this machine must run it (CI does).
+func requireBPF(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("OFFCPU_REQUIRE_BPF") == "1" {
+		t.Fatal("OFFCPU_REQUIRE_BPF=1 but not running as root: run the tests as root")
+	}
+	t.Skip("needs root for eBPF (set OFFCPU_REQUIRE_BPF=1 to make this a failure)")
+}
+
+var (
+	workloadOnce sync.Once
+	workloadBin  string
+	workloadErr  error
+)
+
+func buildWorkload(t *testing.T) string {
+	t.Helper()
+	workloadOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "offcpu-workload")
+		if err != nil {
+			workloadErr = err
+			return
+		}
+		workloadBin = filepath.Join(dir, "workload")
+		out, err := exec.Command("go", "build", "-o", workloadBin, "./testdata/workload").CombinedOutput()
+		if err != nil {
+			workloadErr = &buildError{string(out)}
+		}
+	})
+	if workloadErr != nil {
+		t.Fatalf("building the workload: %v", workloadErr)
+	}
+	return workloadBin
+}
+
+type buildError struct{ out string }
+
+func (e *buildError) Error() string { return e.out }
+
+type wlResult struct {
+	Thread  string `json:"thread"`
+	TID     int    `json:"tid"`
+	Blocked int64  `json:"blocked_ns"`
+}
+
+// runWorkload records the workload started under the session.
+func runWorkload(t *testing.T, opts Options, args ...string) (*profile.Profile, []wlResult, Stats) {
+	t.Helper()
+	bin := buildWorkload(t)
+	opts.TargetsOnly = true
+	s, err := Start(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	cmd := exec.Command(bin, args...)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = os.Stderr
+	if err := s.StartCommand(cmd); err != nil {
+		s.Stop()
+		t.Fatalf("StartCommand: %v", err)
+	}
+	if err := cmd.Wait(); err != nil {
+		s.Stop()
+		t.Fatalf("workload: %v", err)
+	}
+	p, err := s.Stop()
+	if err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	var res []wlResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("workload output %q: %v", out.String(), err)
+	}
+	return p, res, s.Stats()
+}
+
+func stackHas(s *profile.Sample, names ...string) bool {
+	found := 0
+	for _, n := range names {
+		for _, l := range s.Location {
+			for _, ln := range l.Line {
+				if ln.Function != nil && ln.Function.Name == n {
+					found++
+					goto next
+				}
+			}
+		}
+	next:
+	}
+	return found == len(names)
+}
+
+// blockedIn sums the off-CPU time of one thread in stacks holding every
+// named function.
+func blockedIn(p *profile.Profile, tid int, names ...string) (ns int64) {
+	for _, s := range p.Sample {
+		if s.NumLabel[LabelTID][0] == int64(tid) && stackHas(s, names...) {
+			ns += s.Value[0]
+		}
+	}
+	return ns
+}
+
+func checkWorkload(t *testing.T, p *profile.Profile, res []wlResult, each time.Duration, rounds int) {
+	t.Helper()
+	want := map[string][]string{
+		"wl-nanosleep": {"main.napLoop", "do_nanosleep"},
+		"wl-futex":     {"main.futexLoop", "futex_wait"},
+		"wl-epoll":     {"main.epollLoop", "do_epoll_wait"},
+		"wl-exiting":   {"main.exitingLoop", "do_nanosleep"},
+	}
+	if len(res) != len(want) {
+		t.Fatalf("workload reported %d threads, want %d", len(res), len(want))
+	}
+	for _, r := range res {
+		got := blockedIn(p, r.TID, want[r.Thread]...)
+		n := rounds
+		if r.Thread == "wl-exiting" {
+			n = rounds / 2
+		}
+		requested := int64(n) * int64(each)
+		// The workload's own clock brackets the calls, so it is an upper
+		// bound; the requested total is a lower bound.
+		if got < requested*98/100 || float64(got) > float64(r.Blocked)*1.02 {
+			t.Errorf("%s: recorded %v in %v, requested %v, measured %v (want within 2%%)",
+				r.Thread, time.Duration(got), want[r.Thread], time.Duration(requested), time.Duration(r.Blocked))
+		} else {
+			t.Logf("%s: recorded %v, measured %v", r.Thread, time.Duration(got), time.Duration(r.Blocked))
+		}
+		named := false
+		for _, s := range p.Sample {
+			if s.NumLabel[LabelTID][0] == int64(r.TID) && s.Label[LabelThread][0] == r.Thread {
+				named = true
+			}
+		}
+		if !named {
+			t.Errorf("no sample of tid %d carries the thread name %q", r.TID, r.Thread)
+		}
+	}
+}
+
+func TestRecordWorkload(t *testing.T) {
+	requireBPF(t)
+	p, res, st := runWorkload(t, Options{FollowForks: true}, "-rounds", "10", "-each", "50ms")
+	if st.Attach != "tp_btf" {
+		t.Errorf("attach = %s, want tp_btf on this kernel", st.Attach)
+	}
+	if st.Lost() != 0 {
+		t.Errorf("losses on a small workload: %+v", st)
+	}
+	checkWorkload(t, p, res, 50*time.Millisecond, 10)
+	var buf bytes.Buffer
+	if err := p.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := profile.Parse(&buf); err != nil {
+		t.Fatalf("written profile does not parse: %v", err)
+	}
+}
+
+func TestRecordTracepointFallback(t *testing.T) {
+	requireBPF(t)
+	p, res, st := runWorkload(t, Options{ForceTracepoint: true, FollowForks: true}, "-rounds", "6", "-each", "40ms")
+	if st.Attach != "tracepoint" {
+		t.Fatalf("attach = %s, want tracepoint", st.Attach)
+	}
+	checkWorkload(t, p, res, 40*time.Millisecond, 6)
+}
+
+func TestRecordFilters(t *testing.T) {
+	requireBPF(t)
+	t.Run("min-block", func(t *testing.T) {
+		p, _, st := runWorkload(t, Options{MinBlock: 20 * time.Millisecond}, "-rounds", "4", "-each", "30ms")
+		if len(p.Sample) == 0 {
+			t.Fatal("nothing recorded")
+		}
+		for _, s := range p.Sample {
+			if mean := s.Value[0] / s.Value[1]; mean < int64(20*time.Millisecond) {
+				t.Errorf("interval of %v kept despite --min-block 20ms", time.Duration(mean))
+			}
+		}
+		if st.OutOfRange == 0 {
+			t.Error("no interval counted as out of range")
+		}
+	})
+	t.Run("state", func(t *testing.T) {
+		p, _, _ := runWorkload(t, Options{StateMask: 1 << StateSleeping}, "-rounds", "2", "-each", "10ms")
+		for _, s := range p.Sample {
+			if s.Label[LabelState][0] != "sleeping" {
+				t.Errorf("state %s recorded with only sleeping selected", s.Label[LabelState][0])
+			}
+		}
+	})
+	t.Run("no-kernel-stacks", func(t *testing.T) {
+		p, _, _ := runWorkload(t, Options{NoKernelStacks: true}, "-rounds", "2", "-each", "10ms")
+		for _, s := range p.Sample {
+			for _, l := range s.Location {
+				if l.Mapping != nil && l.Mapping.File == KernelMapping {
+					t.Fatal("kernel frame recorded with NoKernelStacks")
+				}
+			}
+		}
+	})
+}
+
+func TestRecordPID(t *testing.T) {
+	requireBPF(t)
+	bin := buildWorkload(t)
+	cmd := exec.Command(bin, "-rounds", "20", "-each", "25ms")
+	cmd.Stdout = nil
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Start(context.Background(), Options{PIDs: []int{cmd.Process.Pid}})
+	if err != nil {
+		cmd.Process.Kill()
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	p, err := s.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var napping int64
+	for _, smp := range p.Sample {
+		if smp.NumLabel[LabelPID][0] != int64(cmd.Process.Pid) {
+			t.Fatalf("sample of pid %d recorded with -p %d", smp.NumLabel[LabelPID][0], cmd.Process.Pid)
+		}
+		if stackHas(smp, "main.napLoop") {
+			napping += smp.Value[0]
+		}
+	}
+	// Attached while it runs, so the first sleeps are missed.
+	if napping < int64(200*time.Millisecond) || napping > int64(520*time.Millisecond) {
+		t.Errorf("napLoop blocked %v, want 200ms to 500ms", time.Duration(napping))
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	_, err := Start(context.Background(), Options{PIDs: []int{1 << 30}})
+	if err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("missing pid: err = %v", err)
+	}
+	_, err = Start(context.Background(), Options{UserThreadsOnly: true, KernelThreadsOnly: true})
+	if err == nil || !strings.Contains(err.Error(), "exclude") {
+		t.Errorf("contradictory flags: err = %v", err)
+	}
+	_, err = Start(context.Background(), Options{Cgroup: "/nonexistent-cgroup-dir"})
+	if err == nil || !strings.Contains(err.Error(), "cgroup") {
+		t.Errorf("bad cgroup: err = %v", err)
+	}
+}
