@@ -3,11 +3,14 @@ module github.com/offcpu/offcpu
 go 1.26.8
 
 require (
+	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/cilium/ebpf v0.22.0
+	github.com/goccy/go-yaml v1.19.2
 	github.com/google/pprof v0.0.0-20261105003125-4bf881d7fb0b
 	github.com/ianlancetaylor/demangle v0.0.0-20250417193237-f615e6bd150b
 	github.com/prometheus/procfs v0.23.0
 	github.com/spf13/cobra v1.10.2
+	github.com/twmb/murmur3 v1.2.2
 	golang.org/x/sys v0.50.0
 )
 

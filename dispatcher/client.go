@@ -1,0 +1,428 @@
+package dispatcher
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// bitset is a growable set of entry ids safe for concurrent use.
+type bitset struct {
+	chunks [4096]atomic.Pointer[[1 << 14]atomic.Uint64] // 2^20 ids per chunk
+}
+
+// set marks id and reports whether it was already marked.
+func (b *bitset) set(id uint64) bool {
+	ci := id >> 20
+	if ci >= uint64(len(b.chunks)) {
+		return false
+	}
+	ch := b.chunks[ci].Load()
+	if ch == nil {
+		b.chunks[ci].CompareAndSwap(nil, new([1 << 14]atomic.Uint64))
+		ch = b.chunks[ci].Load()
+	}
+	w := &ch[(id>>6)&(1<<14-1)]
+	bit := uint64(1) << (id & 63)
+	for {
+		old := w.Load()
+		if old&bit != 0 {
+			return true
+		}
+		if w.CompareAndSwap(old, old|bit) {
+			return false
+		}
+	}
+}
+
+// subState verifies one subscription's deliveries.
+type subState struct {
+	typ        SubType
+	delivered  bitset
+	distinct   atomic.Int64
+	duplicates atomic.Int64
+	violations atomic.Int64
+	invalid    atomic.Int64
+	lastEntry  []atomic.Uint64 // per key: last entry id + 1 (Key_Shared)
+}
+
+func (s *subState) record(entryID uint64, b body) {
+	if !b.valid {
+		s.invalid.Add(1)
+		return
+	}
+	if s.delivered.set(entryID) {
+		s.duplicates.Add(1)
+		return
+	}
+	s.distinct.Add(1)
+	if s.lastEntry == nil || int(b.key) >= len(s.lastEntry) {
+		return
+	}
+	last := &s.lastEntry[b.key]
+	for {
+		prev := last.Load()
+		if entryID+1 < prev {
+			s.violations.Add(1)
+			return
+		}
+		if last.CompareAndSwap(prev, entryID+1) {
+			return
+		}
+	}
+}
+
+// clientConfig is what the client side of a run needs.
+type clientConfig struct {
+	producers       int
+	producerThreads int
+	consumers       int // per subscription
+	consumerThreads int
+	ioThreads       int
+	receiverQueue   int
+	maxPending      int
+	payload         int
+	keySpace        int
+	rate            float64 // total msg/s; 0: as fast as possible
+}
+
+type producer struct {
+	id       uint32
+	cc       *clientConn
+	seq      uint64 // producer thread only
+	inflight atomic.Int64
+	sentAt   []atomic.Int64 // by seq % maxPending
+	thread   *producerThread
+}
+
+type producerThread struct {
+	name      string
+	producers []*producer
+	wake      Notifier
+	rng       *rand.Rand
+	sent      int64
+}
+
+type clientConsumer struct {
+	id      uint32
+	sub     int
+	cc      *clientConn
+	thread  *consumerThread
+	closed  atomic.Bool
+	permits int      // consumer thread only: processed since the last Flow
+	acks    []uint64 // consumer thread only
+}
+
+type delivery struct {
+	c       *clientConsumer
+	entryID uint64
+	body    []byte
+}
+
+type consumerThread struct {
+	name string
+	q    *BlockingQueue[delivery]
+	e2e  []*hdrhistogram.Histogram // per subscription, µs
+}
+
+type clientConn struct {
+	*conn
+	cl        *Client
+	mu        sync.Mutex
+	producers map[uint32]*producer
+	consumers map[uint32]*clientConsumer
+	pubHist   *hdrhistogram.Histogram // publish latency, µs; loop thread only
+}
+
+// Client is the benchmark's client side: producers, consumers, their IO
+// loops (client-io-N) and the verification of every delivery.
+type Client struct {
+	cfg       clientConfig
+	broker    *Broker
+	loops     []*EventLoop
+	conns     []*clientConn
+	prodThr   []*producerThread
+	consThr   []*consumerThread
+	consumers [][]*clientConsumer // per subscription
+	subs      []*subState
+	nextID    atomic.Uint32
+
+	toPublish  atomic.Int64 // messages left to publish (message mode)
+	deadline   time.Time    // end of publishing (duration mode)
+	published  atomic.Int64 // receipts
+	stopPub    atomic.Bool
+	pubDone    sync.WaitGroup
+	pubStarted time.Time
+	pubEnded   atomic.Int64 // unix ns of the last receipt
+
+	consDone sync.WaitGroup
+	stopOnce sync.Once
+}
+
+// stop ends the consumer threads and client loops, so their histograms
+// can be read.
+func (cl *Client) stop() {
+	cl.stopOnce.Do(func() {
+		for _, ct := range cl.consThr {
+			ct.q.Put(delivery{})
+		}
+		cl.consDone.Wait()
+		for _, l := range cl.loops {
+			l.Shutdown()
+		}
+	})
+}
+
+func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 120_000_000, 3) }
+
+func newClient(b *Broker, cfg clientConfig, subTypes []SubType) (*Client, error) {
+	cl := &Client{cfg: cfg, broker: b}
+	for i := 0; i < cfg.ioThreads; i++ {
+		l, err := NewEventLoop(fmt.Sprintf("client-io-%d", i))
+		if err != nil {
+			cl.stop()
+			return nil, err
+		}
+		l.Start()
+		cl.loops = append(cl.loops, l)
+	}
+	for _, t := range subTypes {
+		s := &subState{typ: t}
+		if t == KeyShared {
+			s.lastEntry = make([]atomic.Uint64, cfg.keySpace)
+		}
+		cl.subs = append(cl.subs, s)
+	}
+	for i := 0; i < cfg.consumerThreads; i++ {
+		ct := &consumerThread{name: fmt.Sprintf("client-consumer-%d", i), q: NewBlockingQueue[delivery]()}
+		for range subTypes {
+			ct.e2e = append(ct.e2e, newHist())
+		}
+		cl.consThr = append(cl.consThr, ct)
+	}
+	for i := 0; i < cfg.producerThreads; i++ {
+		cl.prodThr = append(cl.prodThr, &producerThread{name: fmt.Sprintf("client-producer-%d", i),
+			rng: rand.New(rand.NewPCG(uint64(i)+1, 42))})
+	}
+	// Producers, each on its own connection.
+	for i := 0; i < cfg.producers; i++ {
+		cc, err := cl.connect()
+		if err != nil {
+			cl.stop()
+			return nil, err
+		}
+		pt := cl.prodThr[i%len(cl.prodThr)]
+		p := &producer{id: uint32(i), cc: cc, sentAt: make([]atomic.Int64, cfg.maxPending), thread: pt}
+		cc.producers[p.id] = p
+		pt.producers = append(pt.producers, p)
+	}
+	cl.consumers = make([][]*clientConsumer, len(subTypes))
+	return cl, nil
+}
+
+func (cl *Client) connect() (*clientConn, error) {
+	fd, err := cl.broker.Accept()
+	if err != nil {
+		return nil, err
+	}
+	loop := cl.loops[len(cl.conns)%len(cl.loops)]
+	cc := &clientConn{cl: cl, producers: map[uint32]*producer{}, consumers: map[uint32]*clientConsumer{}, pubHist: newHist()}
+	cc.conn = newConn(fd, loop, cc.handle)
+	cl.conns = append(cl.conns, cc)
+	if err := loop.RegisterAsync(fd, cc.conn); err != nil {
+		return nil, fmt.Errorf("registering a client connection: %w", err)
+	}
+	return cc, nil
+}
+
+// subscribe adds a consumer to subscription sub on a new connection and
+// sends its first Flow (the whole receiver queue).
+func (cl *Client) subscribe(sub int, thread *consumerThread, cc *clientConn) (*clientConsumer, error) {
+	if cc == nil {
+		var err error
+		if cc, err = cl.connect(); err != nil {
+			return nil, err
+		}
+	}
+	c := &clientConsumer{id: cl.nextID.Add(1), sub: sub, cc: cc, thread: thread}
+	cc.mu.Lock()
+	cc.consumers[c.id] = c
+	cc.mu.Unlock()
+	var b [8]byte
+	binary.BigEndian.PutUint32(b[0:], c.id)
+	binary.BigEndian.PutUint32(b[4:], uint32(sub))
+	if err := cc.writeDirect(appendFrame(nil, cmdSubscribe, b[:])); err != nil {
+		return nil, err
+	}
+	if err := c.sendFlow(cl.cfg.receiverQueue); err != nil {
+		return nil, err
+	}
+	cl.consumers[sub] = append(cl.consumers[sub], c)
+	return c, nil
+}
+
+func (c *clientConsumer) sendFlow(n int) error {
+	var b [8]byte
+	binary.BigEndian.PutUint32(b[0:], c.id)
+	binary.BigEndian.PutUint32(b[4:], uint32(n))
+	return c.cc.writeDirect(appendFrame(nil, cmdFlow, b[:]))
+}
+
+func (c *clientConsumer) flushAcks() {
+	if len(c.acks) == 0 {
+		return
+	}
+	b := make([]byte, 8+8*len(c.acks))
+	binary.BigEndian.PutUint32(b[0:], c.id)
+	binary.BigEndian.PutUint32(b[4:], uint32(len(c.acks)))
+	for i, id := range c.acks {
+		binary.BigEndian.PutUint64(b[8+8*i:], id)
+	}
+	c.acks = c.acks[:0]
+	c.cc.writeDirect(appendFrame(nil, cmdAck, b))
+}
+
+// close removes the consumer at the broker; queued deliveries are dropped
+// and redelivered to others.
+func (c *clientConsumer) close() error {
+	c.closed.Store(true)
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], c.id)
+	return c.cc.writeDirect(appendFrame(nil, cmdClose, b[:]))
+}
+
+// handle runs on the client IO loop.
+func (cc *clientConn) handle(typ byte, body []byte) {
+	switch typ {
+	case cmdSendReceipt:
+		p := cc.producers[u32(body, 0)]
+		if p == nil {
+			return
+		}
+		seq := u64(body, 4)
+		sent := p.sentAt[seq%uint64(len(p.sentAt))].Load()
+		now := time.Now().UnixNano()
+		cc.pubHist.RecordValue(max((now-sent)/1000, 1))
+		p.inflight.Add(-1)
+		p.thread.wake.Notify()
+		cc.cl.published.Add(1)
+		cc.cl.pubEnded.Store(now)
+	case cmdMessage:
+		cc.mu.Lock()
+		c := cc.consumers[u32(body, 0)]
+		cc.mu.Unlock()
+		if c == nil {
+			return
+		}
+		msg := make([]byte, len(body)-16)
+		copy(msg, body[16:])
+		c.thread.q.Put(delivery{c: c, entryID: u64(body, 4), body: msg})
+	}
+}
+
+// runProducer publishes from one producer thread until the budget or the
+// deadline is reached.
+func (cl *Client) runProducer(pt *producerThread) {
+	defer cl.pubDone.Done()
+	payload := make([]byte, cl.cfg.payload)
+	for i := range payload {
+		payload[i] = byte(pt.rng.IntN(256))
+	}
+	perThread := cl.cfg.rate / float64(len(cl.prodThr))
+	start := time.Now()
+	next := 0
+	var frame []byte
+	for !cl.stopPub.Load() {
+		if !cl.deadline.IsZero() && time.Now().After(cl.deadline) {
+			return
+		}
+		if perThread > 0 {
+			due := int64(time.Since(start).Seconds()*perThread) - pt.sent
+			if due <= 0 {
+				time.Sleep(200 * time.Microsecond)
+				continue
+			}
+		}
+		// Next producer with room for another pending message.
+		tok := pt.wake.Token()
+		var p *producer
+		for j := 0; j < len(pt.producers); j++ {
+			q := pt.producers[(next+j)%len(pt.producers)]
+			if q.inflight.Load() < int64(cl.cfg.maxPending) {
+				p = q
+				next = (next + j + 1) % len(pt.producers)
+				break
+			}
+		}
+		if p == nil {
+			pt.wake.Wait(tok)
+			continue
+		}
+		if cl.toPublish.Add(-1) < 0 {
+			return
+		}
+		key := uint32(pt.rng.IntN(cl.cfg.keySpace))
+		now := time.Now().UnixNano()
+		p.sentAt[p.seq%uint64(len(p.sentAt))].Store(now)
+		b := makeBody(p.id, p.seq, key, now, payload)
+		var h [12]byte
+		binary.BigEndian.PutUint32(h[0:], p.id)
+		binary.BigEndian.PutUint64(h[4:], p.seq)
+		frame = appendFrame(frame[:0], cmdSend, h[:], b)
+		p.seq++
+		p.inflight.Add(1)
+		pt.sent++
+		if err := p.cc.writeDirect(frame); err != nil {
+			return
+		}
+	}
+}
+
+// runConsumerThread processes deliveries: verify, ack, and return permits
+// in Flows of half the receiver queue.
+func (cl *Client) runConsumerThread(ct *consumerThread) {
+	defer cl.consDone.Done()
+	half := max(cl.cfg.receiverQueue/2, 1)
+	var pending []*clientConsumer // consumers with unsent acks
+	for {
+		d, ok := ct.q.Poll()
+		if !ok {
+			for _, c := range pending {
+				if !c.closed.Load() {
+					c.flushAcks()
+				}
+			}
+			pending = pending[:0]
+			d = ct.q.Take()
+		}
+		if d.c == nil {
+			return
+		}
+		c := d.c
+		if c.closed.Load() {
+			continue
+		}
+		b := parseBody(d.body)
+		cl.subs[c.sub].record(d.entryID, b)
+		if b.valid {
+			ct.e2e[c.sub].RecordValue(max((time.Now().UnixNano()-b.publishNs)/1000, 1))
+		}
+		if len(c.acks) == 0 {
+			pending = append(pending, c)
+		}
+		c.acks = append(c.acks, d.entryID)
+		c.permits++
+		if len(c.acks) >= 100 || c.permits >= half {
+			c.flushAcks()
+		}
+		if c.permits >= half {
+			c.sendFlow(c.permits)
+			c.permits = 0
+		}
+	}
+}

@@ -1,0 +1,355 @@
+package dispatcher
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// testBroker starts a broker with one subscription and no clients.
+func testBroker(t *testing.T, variant string, typ SubType) (*Broker, *Dispatcher) {
+	t.Helper()
+	v, err := LookupVariant(variant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewBroker(BrokerConfig{IOThreads: 2, Variant: v, Subscriptions: []SubscriptionConfig{{Name: "s", Type: typ}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Start()
+	t.Cleanup(b.Stop)
+	return b, b.subs[0]
+}
+
+// quiesce waits until every task queued on the broker's threads ran.
+func quiesce(b *Broker) {
+	for round := 0; round < 3; round++ {
+		var wg sync.WaitGroup
+		for _, l := range b.loops {
+			wg.Add(1)
+			l.Execute(nil, wg.Done)
+		}
+		for _, e := range append([]*Executor{b.mlWorker}, b.workers...) {
+			wg.Add(1)
+			e.Execute(wg.Done)
+		}
+		wg.Wait()
+	}
+}
+
+// memberPermits is what the total must equal when nothing is in flight.
+func memberPermits(d *Dispatcher) int64 {
+	var sum int64
+	for _, c := range d.Consumers() {
+		sum += c.permits.Load()
+	}
+	return sum
+}
+
+func forVariants(t *testing.T, f func(t *testing.T, variant string)) {
+	for _, v := range []string{"baseline", "candidate"} {
+		t.Run(v, func(t *testing.T) { f(t, v) })
+	}
+}
+
+func TestFlowRacingRemoval(t *testing.T) {
+	forVariants(t, func(t *testing.T, variant string) {
+		b, d := testBroker(t, variant, Shared)
+		stay := newConsumer(1, "stay", nil)
+		d.AddConsumer(stay)
+		stay.flowPermits(nil, 100)
+		quiesce(b)
+		for i := 0; i < 300; i++ {
+			c := newConsumer(uint32(10+i), "racer", nil)
+			d.AddConsumer(c)
+			var wg sync.WaitGroup
+			wg.Add(2)
+			go func() { defer wg.Done(); c.flowPermits(nil, 50); c.flowPermits(nil, 7) }()
+			go func() { defer wg.Done(); d.RemoveConsumer(c) }()
+			wg.Wait()
+			if tp := d.TotalPermits(); tp < 0 && variant == "candidate" {
+				t.Fatalf("round %d: total permits went negative: %d", i, tp)
+			}
+		}
+		quiesce(b)
+		got, want := d.TotalPermits(), memberPermits(d)
+		switch variant {
+		case "candidate":
+			if got != want {
+				t.Errorf("total permits %d, members hold %d", got, want)
+			}
+		case "baseline":
+			// Before #26716 removal debits Flows whose executor task has
+			// not run yet, and the task then skips the removed consumer:
+			// the total can only end too low, never too high.
+			if got > want {
+				t.Errorf("total permits %d exceed the members' %d", got, want)
+			}
+			t.Logf("baseline total %d, members %d (deficit %d from Flows racing removal)", got, want, want-got)
+		}
+	})
+}
+
+func TestReplacementConsumerSameIdentity(t *testing.T) {
+	forVariants(t, func(t *testing.T, variant string) {
+		b, d := testBroker(t, variant, Shared)
+		old := newConsumer(7, "consumer-7", nil)
+		d.AddConsumer(old)
+		old.flowPermits(nil, 40)
+		quiesce(b)
+		d.RemoveConsumer(old)
+		repl := newConsumer(7, "consumer-7", nil)
+		d.AddConsumer(repl)
+		repl.flowPermits(nil, 30)
+		old.flowPermits(nil, 500) // a late Flow of the removed consumer
+		quiesce(b)
+		if got := d.TotalPermits(); got != 30 {
+			t.Errorf("total permits %d, want 30 (only the replacement's)", got)
+		}
+	})
+}
+
+func TestBlockedConsumerPermits(t *testing.T) {
+	forVariants(t, func(t *testing.T, variant string) {
+		b, d := testBroker(t, variant, Shared)
+		c := newConsumer(1, "c", nil)
+		d.AddConsumer(c)
+		c.blocked.Store(true)
+		c.flowPermits(nil, 25)
+		quiesce(b)
+		if d.TotalPermits() != 0 || c.Permits() != 0 {
+			t.Fatalf("blocked consumer's Flow counted: total %d consumer %d", d.TotalPermits(), c.Permits())
+		}
+		// An acknowledgement that brings unacked below half unblocks it.
+		c.pendingAcks[1] = 0
+		c.unacked.Store(1)
+		ack := []byte{0, 0, 0, 0, 0, 0, 0, 1}
+		d.acknowledge(nil, c, ack)
+		quiesce(b)
+		if d.TotalPermits() != 25 || c.Permits() != 25 {
+			t.Errorf("after unblocking: total %d consumer %d, want 25 and 25", d.TotalPermits(), c.Permits())
+		}
+	})
+}
+
+func TestNegativeRemovalBalance(t *testing.T) {
+	forVariants(t, func(t *testing.T, variant string) {
+		b, d := testBroker(t, variant, Shared)
+		a, c := newConsumer(1, "a", nil), newConsumer(2, "c", nil)
+		d.AddConsumer(a)
+		d.AddConsumer(c)
+		a.flowPermits(nil, 10)
+		c.flowPermits(nil, 10)
+		quiesce(b)
+		// c received 15 messages against 10 permits (batches overshoot).
+		c.permits.Add(-15)
+		d.totalPermits.Add(-15)
+		d.RemoveConsumer(c)
+		quiesce(b)
+		if got := d.TotalPermits(); got != 10 {
+			t.Errorf("total after removing a consumer at -5: %d, want 10", got)
+		}
+	})
+}
+
+// A Flow while another thread holds the dispatcher monitor: the baseline
+// must wait for the monitor, the candidate must not.
+func TestFlowWhileMonitorHeld(t *testing.T) {
+	forVariants(t, func(t *testing.T, variant string) {
+		b, d := testBroker(t, variant, Shared)
+		c := newConsumer(1, "c", nil)
+		d.AddConsumer(c)
+		quiesce(b)
+		d.Monitor.Enter()
+		c.flowPermits(nil, 33)
+		applied := false
+		for i := 0; i < 100 && !applied; i++ {
+			applied = d.TotalPermits() == 33
+			time.Sleep(2 * time.Millisecond)
+		}
+		d.Monitor.Exit()
+		quiesce(b)
+		switch variant {
+		case "baseline":
+			if applied {
+				t.Error("baseline applied a Flow while the monitor was held")
+			}
+		case "candidate":
+			if !applied {
+				t.Error("candidate's Flow waited for the dispatcher monitor")
+			}
+		}
+		if d.TotalPermits() != 33 {
+			t.Errorf("total %d after release, want 33", d.TotalPermits())
+		}
+	})
+}
+
+func TestAutoSplitSelector(t *testing.T) {
+	var s autoSplitSelector
+	cs := []*Consumer{newConsumer(1, "a", nil), newConsumer(2, "b", nil), newConsumer(3, "c", nil), newConsumer(4, "d", nil)}
+	for _, c := range cs {
+		s.add(c)
+	}
+	owned := map[*Consumer]int{}
+	for h := uint32(0); h < hashRange; h++ {
+		c := s.selectConsumer(h)
+		if c == nil {
+			t.Fatalf("hash %d has no consumer", h)
+		}
+		owned[c]++
+	}
+	for _, c := range cs {
+		if owned[c] != hashRange/4 {
+			t.Errorf("%s owns %d slots, want %d", c.Name, owned[c], hashRange/4)
+		}
+	}
+	s.remove(cs[3])
+	s.remove(cs[0])
+	for h := uint32(0); h < hashRange; h += 97 {
+		if c := s.selectConsumer(h); c == nil || c == cs[0] || c == cs[3] {
+			t.Fatalf("hash %d → %v after removals", h, c)
+		}
+	}
+	if StickyKeyHash(12345) >= hashRange {
+		t.Error("hash out of range")
+	}
+}
+
+func TestEventLoopWakesOnlyWhenAsleep(t *testing.T) {
+	l, err := NewEventLoop("test-loop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Start()
+	defer l.Shutdown()
+	done := make(chan struct{})
+	l.Execute(nil, func() { close(done) })
+	<-done
+	time.Sleep(20 * time.Millisecond) // let it block in epoll_wait
+	before := l.Wakeups.Load()
+	var ran atomic.Int32
+	step := make(chan struct{})
+	l.Execute(nil, func() {
+		// Handing work to itself, or from outside while awake, must not
+		// write the eventfd.
+		for i := 0; i < 10; i++ {
+			l.Execute(l, func() { ran.Add(1) })
+		}
+		close(step)
+		time.Sleep(5 * time.Millisecond)
+	})
+	<-step
+	l.Execute(nil, func() { ran.Add(1) }) // loop is running: no write
+	for ran.Load() < 11 {
+		time.Sleep(time.Millisecond)
+	}
+	if got := l.Wakeups.Load() - before; got != 1 {
+		t.Errorf("%d eventfd writes, want exactly 1 (for the loop that slept)", got)
+	}
+}
+
+func TestMonitorExcludes(t *testing.T) {
+	var m Monitor
+	var inside atomic.Int32
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 2000; i++ {
+				m.Enter()
+				if inside.Add(1) != 1 {
+					t.Error("two holders")
+				}
+				inside.Add(-1)
+				m.Exit()
+			}
+		}()
+	}
+	wg.Wait()
+	if m.Held() {
+		t.Error("monitor held after all exits")
+	}
+}
+
+func smallRun(t *testing.T, scenario, variant string, mutate func(*Scenario)) *Result {
+	t.Helper()
+	sc, err := LoadScenario(scenario)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Producers = 40
+	sc.Messages, sc.Duration = 20000, 0
+	if sc.Rate > 0 {
+		sc.Messages, sc.Duration, sc.Rate = 0, 1500*time.Millisecond, 8000
+	}
+	if mutate != nil {
+		mutate(&sc)
+	}
+	r, err := Run(context.Background(), Config{Scenario: sc, Variant: variant, Drain: 15 * time.Second, Progress: stallWriter{t}})
+	if err != nil {
+		t.Fatalf("%s/%s: %v", scenario, variant, err)
+	}
+	if err := r.Verify(); err != nil {
+		t.Errorf("%s/%s: %v (%+v)", scenario, variant, err, r.Subscriptions)
+	}
+	if r.Published == 0 || r.Delivered != r.Published*int64(len(r.Subscriptions)) {
+		t.Errorf("%s/%s: published %d delivered %d over %d subscriptions", scenario, variant, r.Published, r.Delivered, len(r.Subscriptions))
+	}
+	for _, s := range r.Subscriptions {
+		if s.Backlog < 0 || s.Backlog > r.Published {
+			t.Errorf("%s/%s: subscription %s backlog %d outside [0, %d]", scenario, variant, s.Name, s.Backlog, r.Published)
+		}
+	}
+	return r
+}
+
+func TestScenariosEndToEnd(t *testing.T) {
+	for _, sc := range ScenarioNames() {
+		for _, v := range []string{"baseline", "candidate"} {
+			t.Run(sc+"/"+v, func(t *testing.T) {
+				r := smallRun(t, sc, v, nil)
+				if v == "candidate" && r.FlowTasks != 0 {
+					t.Errorf("candidate ran %d internalConsumerFlow tasks", r.FlowTasks)
+				}
+				if v == "baseline" && r.FlowTasks == 0 {
+					t.Error("baseline ran no internalConsumerFlow task")
+				}
+			})
+		}
+	}
+}
+
+func TestKeySharedOrderWithChurn(t *testing.T) {
+	forVariants(t, func(t *testing.T, variant string) {
+		r := smallRun(t, "key-shared-500x20", variant, func(s *Scenario) {
+			s.Churn = 15 * time.Millisecond
+			s.Messages = 40000
+			s.KeySpace = 2000 // hot keys, so hashes really move between consumers
+		})
+		if r.Redelivered() == 0 {
+			t.Error("churn caused no redelivery: the test did not exercise joins and leaves")
+		}
+	})
+}
+
+func TestSharedDeliveryWithChurn(t *testing.T) {
+	forVariants(t, func(t *testing.T, variant string) {
+		smallRun(t, "shared-500x20", variant, func(s *Scenario) { s.Churn = 15 * time.Millisecond })
+	})
+}
+
+// stallWriter passes a run's stall report to the test log.
+type stallWriter struct{ t *testing.T }
+
+func (w stallWriter) Write(b []byte) (int, error) {
+	if s := string(b); !strings.HasPrefix(strings.TrimSpace(s), "") || strings.Contains(s, "stall") || strings.Contains(s, "permits") {
+		w.t.Log(strings.TrimRight(s, "\n"))
+	}
+	return len(b), nil
+}

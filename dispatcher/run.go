@@ -1,0 +1,408 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/prometheus/procfs"
+)
+
+// Config is one run of the dispatch core.
+type Config struct {
+	Scenario Scenario
+	Variant  string
+	// Drain bounds how long to wait for delivery after publishing ends.
+	Drain time.Duration
+	// Progress, if set, receives a line per second while the run lasts.
+	Progress io.Writer
+}
+
+// SubResult is one subscription's outcome.
+type SubResult struct {
+	Name            string  `json:"name"`
+	Type            string  `json:"type"`
+	Consumers       int     `json:"consumers"`
+	Delivered       int64   `json:"delivered"`
+	Duplicates      int64   `json:"duplicates"`
+	OrderViolations int64   `json:"order_violations"`
+	Invalid         int64   `json:"invalid"`
+	Lost            int64   `json:"lost"`
+	Backlog         int64   `json:"backlog"`
+	E2EP50ms        float64 `json:"e2e_p50_ms"`
+	E2EP99ms        float64 `json:"e2e_p99_ms"`
+	Redelivered     uint64  `json:"redelivered"`
+}
+
+// Result is what a run reports (offcpu dispatch --json).
+type Result struct {
+	Scenario        string      `json:"scenario"`
+	Variant         string      `json:"variant"`
+	Published       int64       `json:"published"`
+	Delivered       int64       `json:"delivered"`
+	Subscriptions   []SubResult `json:"subscriptions"`
+	Duplicates      int64       `json:"duplicates"`
+	OrderViolations int64       `json:"order_violations"`
+	Invalid         int64       `json:"invalid"`
+	Lost            int64       `json:"lost"`
+	PublishRate     float64     `json:"publish_rate"`
+	PublishP50ms    float64     `json:"publish_p50_ms"`
+	PublishP99ms    float64     `json:"publish_p99_ms"`
+	E2EP50ms        float64     `json:"e2e_p50_ms"`
+	E2EP99ms        float64     `json:"e2e_p99_ms"`
+	Backlog         int64       `json:"backlog"`
+	BrokerCPUs      float64     `json:"broker_cpu_s"`
+	CPUPerMsgUs     float64     `json:"cpu_per_msg_us"`
+	ProcessCPUs     float64     `json:"process_cpu_s"`
+	PID             int         `json:"pid"`
+	DurationS       float64     `json:"duration_s"`
+
+	// Counters behind the story of seed 000.
+	BrokerWakeups   uint64  `json:"broker_eventfd_wakeups"`
+	WakeupsPerMsg   float64 `json:"broker_wakeups_per_msg"`
+	MonitorWaits    uint64  `json:"monitor_waits"`
+	FlowTasks       uint64  `json:"flow_tasks"`
+	Reads           uint64  `json:"reads"`
+	EntriesPerRead  float64 `json:"entries_per_read"`
+	ScenarioDetails Scenario `json:"scenario_parameters"`
+}
+
+// Verify reports any delivery violation as an error.
+func (r *Result) Verify() error {
+	var problems []string
+	if r.Lost > 0 {
+		problems = append(problems, fmt.Sprintf("%d messages not delivered", r.Lost))
+	}
+	if r.Duplicates > 0 && r.Redelivered() == 0 {
+		problems = append(problems, fmt.Sprintf("%d duplicates without redelivery", r.Duplicates))
+	}
+	if r.OrderViolations > 0 {
+		problems = append(problems, fmt.Sprintf("%d per-key order violations", r.OrderViolations))
+	}
+	if r.Invalid > 0 {
+		problems = append(problems, fmt.Sprintf("%d corrupted messages", r.Invalid))
+	}
+	if len(problems) > 0 {
+		return errors.New("verification failed: " + strings.Join(problems, ", "))
+	}
+	return nil
+}
+
+// Redelivered is the number of redelivered entries over all subscriptions.
+func (r *Result) Redelivered() uint64 {
+	var n uint64
+	for _, s := range r.Subscriptions {
+		n += s.Redelivered
+	}
+	return n
+}
+
+// IsBrokerThread tells broker threads from client threads by name.
+func IsBrokerThread(comm string) bool {
+	return strings.HasPrefix(comm, "broker-io-") || comm == "ml-worker" || strings.HasPrefix(comm, "topic-worker-")
+}
+
+// threadCPU returns the CPU seconds of this process's broker threads and
+// of the whole process.
+func threadCPU() (broker, total float64) {
+	threads, err := procfs.AllThreads(os.Getpid())
+	if err != nil {
+		return 0, 0
+	}
+	for _, t := range threads {
+		st, err := t.Stat()
+		if err != nil {
+			continue
+		}
+		cpu := st.CPUTime()
+		total += cpu
+		if IsBrokerThread(st.Comm) {
+			broker += cpu
+		}
+	}
+	return broker, total
+}
+
+// Run runs one scenario on one variant and verifies every delivery.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	sc := cfg.Scenario.withDefaults()
+	if err := sc.Validate(); err != nil {
+		return nil, err
+	}
+	variant, err := LookupVariant(cfg.Variant)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Drain == 0 {
+		cfg.Drain = 60 * time.Second
+	}
+	var subs []SubscriptionConfig
+	var types []SubType
+	for _, s := range sc.Subscriptions {
+		t, _ := parseSubType(s.Type)
+		subs = append(subs, SubscriptionConfig{Name: s.Name, Type: t})
+		types = append(types, t)
+	}
+	// Every locked thread may hold a P: the kernel, not Go, schedules them.
+	threads := sc.BrokerIOThreads + 1 + sc.TopicWorkers + sc.ClientIOThreads + sc.ProducerThreads + sc.ConsumerThreads
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(threads + 2))
+
+	b, err := NewBroker(BrokerConfig{IOThreads: sc.BrokerIOThreads, TopicWorkers: sc.TopicWorkers, Variant: variant, Subscriptions: subs})
+	if err != nil {
+		return nil, err
+	}
+	b.Start()
+	defer b.Stop()
+	cl, err := newClient(b, clientConfig{
+		producers: sc.Producers, producerThreads: sc.ProducerThreads, consumerThreads: sc.ConsumerThreads,
+		ioThreads: sc.ClientIOThreads, receiverQueue: sc.ReceiverQueue, maxPending: sc.MaxPending,
+		payload: sc.PayloadSize, keySpace: sc.KeySpace, rate: sc.Rate,
+	}, types)
+	if err != nil {
+		return nil, err
+	}
+	for _, ct := range cl.consThr {
+		ct := ct
+		cl.consDone.Add(1)
+		StartThread(ct.name, func() { cl.runConsumerThread(ct) })
+	}
+	defer cl.stop()
+	n := 0
+	for i, s := range sc.Subscriptions {
+		for j := 0; j < s.Consumers; j++ {
+			if _, err := cl.subscribe(i, cl.consThr[n%len(cl.consThr)], nil); err != nil {
+				return nil, fmt.Errorf("subscribing: %w", err)
+			}
+			n++
+		}
+	}
+	if err := waitFor(ctx, 10*time.Second, func() bool {
+		for i, d := range b.subs {
+			if len(d.Consumers()) != sc.Subscriptions[i].Consumers {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return nil, fmt.Errorf("consumers did not subscribe: %w", err)
+	}
+
+	cpu0, proc0 := threadCPU()
+	start := time.Now()
+	cl.pubStarted = start
+	if sc.Messages > 0 {
+		cl.toPublish.Store(sc.Messages)
+	} else {
+		cl.toPublish.Store(1 << 62)
+		cl.deadline = start.Add(sc.Duration)
+	}
+	for _, pt := range cl.prodThr {
+		pt := pt
+		cl.pubDone.Add(1)
+		StartThread(pt.name, func() { cl.runProducer(pt) })
+	}
+	churnStop := make(chan struct{})
+	churnDone := make(chan struct{})
+	go func() {
+		defer close(churnDone)
+		if sc.Churn > 0 {
+			cl.churn(sc.Churn, churnStop)
+		}
+	}()
+	stopProgress := progress(cfg.Progress, cl, start)
+	pubFinished := make(chan struct{})
+	go func() { cl.pubDone.Wait(); close(pubFinished) }()
+
+	var backlog []int64
+	interrupted := false
+	select {
+	case <-pubFinished:
+	case <-ctx.Done():
+		interrupted = true
+		cl.stopPub.Store(true)
+		<-pubFinished
+	}
+	// Wait for the receipts of what was sent, then note the backlog.
+	waitFor(ctx, cfg.Drain, func() bool { return cl.inflight() == 0 })
+	published := cl.published.Load()
+	for _, d := range b.subs {
+		backlog = append(backlog, published-int64(d.Acked.Load()))
+	}
+	pubEnd := time.Unix(0, cl.pubEnded.Load())
+	close(churnStop)
+	<-churnDone
+	if !interrupted {
+		err := waitFor(ctx, cfg.Drain, func() bool {
+			for _, s := range cl.subs {
+				if s.distinct.Load() < published {
+					return false
+				}
+			}
+			return true
+		})
+		if err != nil && cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "delivery stalled (%v):\n", err)
+			for _, d := range b.subs {
+				fmt.Fprintf(cfg.Progress, "  %s\n", d.State())
+			}
+		}
+	}
+	elapsed := time.Since(start)
+	stopProgress()
+	cpu1, proc1 := threadCPU()
+	cl.stop()
+
+	r := &Result{Scenario: sc.Name, Variant: variant.Name(), Published: published, PID: os.Getpid(),
+		DurationS: elapsed.Seconds(), BrokerCPUs: cpu1 - cpu0, ProcessCPUs: proc1 - proc0, ScenarioDetails: sc}
+	if d := pubEnd.Sub(start).Seconds(); d > 0 {
+		r.PublishRate = float64(published) / d
+	}
+	pub := newHist()
+	for _, cc := range cl.conns {
+		pub.Merge(cc.pubHist)
+	}
+	r.PublishP50ms, r.PublishP99ms = ms(pub, 50), ms(pub, 99)
+	all := newHist()
+	var p50max, p99max float64
+	for i, s := range cl.subs {
+		h := newHist()
+		for _, ct := range cl.consThr {
+			h.Merge(ct.e2e[i])
+		}
+		all.Merge(h)
+		d := b.subs[i]
+		sr := SubResult{Name: sc.Subscriptions[i].Name, Type: s.typ.String(), Consumers: sc.Subscriptions[i].Consumers,
+			Delivered: s.distinct.Load(), Duplicates: s.duplicates.Load(), OrderViolations: s.violations.Load(),
+			Invalid: s.invalid.Load(), Lost: max(published-s.distinct.Load(), 0), Backlog: backlog[i],
+			E2EP50ms: ms(h, 50), E2EP99ms: ms(h, 99), Redelivered: d.Redelivered.Load()}
+		r.Subscriptions = append(r.Subscriptions, sr)
+		r.Delivered += sr.Delivered
+		r.Duplicates += sr.Duplicates
+		r.OrderViolations += sr.OrderViolations
+		r.Invalid += sr.Invalid
+		r.Lost += sr.Lost
+		r.Backlog += sr.Backlog
+		r.MonitorWaits += d.Monitor.Waits()
+		r.FlowTasks += d.FlowTasks.Load()
+		r.Reads += d.cursor.Reads.Load()
+		if sr.E2EP50ms > p50max {
+			p50max = sr.E2EP50ms
+		}
+		if sr.E2EP99ms > p99max {
+			p99max = sr.E2EP99ms
+		}
+	}
+	r.E2EP50ms, r.E2EP99ms = ms(all, 50), ms(all, 99)
+	var entries uint64
+	for _, d := range b.subs {
+		entries += d.cursor.Entries.Load()
+	}
+	if r.Reads > 0 {
+		r.EntriesPerRead = float64(entries) / float64(r.Reads)
+	}
+	for _, l := range b.loops {
+		r.BrokerWakeups += l.Wakeups.Load()
+	}
+	if published > 0 {
+		r.CPUPerMsgUs = r.BrokerCPUs * 1e6 / float64(published)
+		r.WakeupsPerMsg = float64(r.BrokerWakeups) / float64(published)
+	}
+	if interrupted {
+		return r, ctx.Err()
+	}
+	return r, nil
+}
+
+func (cl *Client) inflight() int64 {
+	var n int64
+	for _, pt := range cl.prodThr {
+		for _, p := range pt.producers {
+			n += p.inflight.Load()
+		}
+	}
+	return n
+}
+
+// churn makes a random consumer leave and a new one join on its
+// connection, every period.
+func (cl *Client) churn(period time.Duration, stop <-chan struct{}) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		sub := rng.IntN(len(cl.consumers))
+		list := cl.consumers[sub]
+		if len(list) == 0 {
+			continue
+		}
+		i := rng.IntN(len(list))
+		old := list[i]
+		if old.close() != nil {
+			return
+		}
+		cl.consumers[sub] = append(list[:i:i], list[i+1:]...)
+		if _, err := cl.subscribe(sub, old.thread, old.cc); err != nil {
+			return
+		}
+	}
+}
+
+func ms(h *hdrhistogram.Histogram, q float64) float64 {
+	if h.TotalCount() == 0 {
+		return 0
+	}
+	return float64(h.ValueAtQuantile(q)) / 1000
+}
+
+func waitFor(ctx context.Context, limit time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %v", limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func progress(w io.Writer, cl *Client, start time.Time) func() {
+	if w == nil {
+		return func() {}
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				var delivered int64
+				for _, s := range cl.subs {
+					delivered += s.distinct.Load()
+				}
+				fmt.Fprintf(w, "  %4.0fs  published %d  delivered %d\n", time.Since(start).Seconds(), cl.published.Load(), delivered)
+			}
+		}
+	}()
+	return func() { close(stop); <-done }
+}

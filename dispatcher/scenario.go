@@ -1,0 +1,159 @@
+package dispatcher
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml"
+)
+
+// Scenario describes a benchmark run, built in or from a YAML file.
+type Scenario struct {
+	Name          string         `yaml:"name" json:"name"`
+	Description   string         `yaml:"description" json:"description,omitempty"`
+	Producers     int            `yaml:"producers" json:"producers"`
+	Subscriptions []Subscription `yaml:"subscriptions" json:"subscriptions"`
+	PayloadSize   int            `yaml:"payload_size" json:"payload_size"`
+	KeySpace      int            `yaml:"key_space" json:"key_space"`
+	// Rate is the total publish rate in msg/s; 0 publishes as fast as
+	// possible.
+	Rate     float64       `yaml:"rate" json:"rate"`
+	Messages int64         `yaml:"messages" json:"messages,omitempty"`
+	Duration time.Duration `yaml:"duration" json:"duration,omitempty"`
+
+	ReceiverQueue   int           `yaml:"receiver_queue" json:"receiver_queue"`
+	MaxPending      int           `yaml:"max_pending" json:"max_pending"`
+	BrokerIOThreads int           `yaml:"broker_io_threads" json:"broker_io_threads"`
+	TopicWorkers    int           `yaml:"topic_workers" json:"topic_workers"`
+	ClientIOThreads int           `yaml:"client_io_threads" json:"client_io_threads"`
+	ProducerThreads int           `yaml:"producer_threads" json:"producer_threads"`
+	ConsumerThreads int           `yaml:"consumer_threads" json:"consumer_threads"`
+	Churn           time.Duration `yaml:"churn" json:"churn,omitempty"` // a consumer leaves and rejoins this often
+}
+
+// Subscription is one application of a scenario.
+type Subscription struct {
+	Name      string `yaml:"name" json:"name"`
+	Type      string `yaml:"type" json:"type"` // Shared or Key_Shared
+	Consumers int    `yaml:"consumers" json:"consumers"`
+}
+
+var builtin = map[string]Scenario{
+	"key-shared-500x20": {
+		Name:          "key-shared-500x20",
+		Description:   "500 producers, 1 topic, one Key_Shared subscription of 20 consumers, 128-byte unbatched messages, random keys from 1,000,000, as fast as possible",
+		Producers:     500,
+		Subscriptions: []Subscription{{Name: "sub-0", Type: "Key_Shared", Consumers: 20}},
+		Messages:      200_000,
+	},
+	"telemetry-high-rate": {
+		Name:        "telemetry-high-rate",
+		Description: "500 producers, 5 Key_Shared subscriptions (applications) of 10 consumers, fixed total publish rate",
+		Producers:   500,
+		Subscriptions: []Subscription{{Name: "app-0", Type: "Key_Shared", Consumers: 10}, {Name: "app-1", Type: "Key_Shared", Consumers: 10},
+			{Name: "app-2", Type: "Key_Shared", Consumers: 10}, {Name: "app-3", Type: "Key_Shared", Consumers: 10}, {Name: "app-4", Type: "Key_Shared", Consumers: 10}},
+		Rate:     30_000,
+		Duration: 10 * time.Second,
+	},
+	"shared-500x20": {
+		Name:          "shared-500x20",
+		Description:   "500 producers, 1 topic, one Shared subscription of 20 consumers, 128-byte unbatched messages, as fast as possible",
+		Producers:     500,
+		Subscriptions: []Subscription{{Name: "sub-0", Type: "Shared", Consumers: 20}},
+		Messages:      200_000,
+	},
+}
+
+// ScenarioNames lists the built-in scenarios.
+func ScenarioNames() []string {
+	var out []string
+	for n := range builtin {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// LoadScenario returns a built-in scenario by name, or reads a YAML file.
+func LoadScenario(nameOrFile string) (Scenario, error) {
+	if s, ok := builtin[nameOrFile]; ok {
+		s.Subscriptions = append([]Subscription(nil), s.Subscriptions...)
+		return s.withDefaults(), nil
+	}
+	data, err := os.ReadFile(nameOrFile)
+	if err != nil {
+		if os.IsNotExist(err) && !strings.ContainsAny(nameOrFile, "/.") {
+			return Scenario{}, fmt.Errorf("unknown scenario %q (built in: %s; or give a YAML file)", nameOrFile, strings.Join(ScenarioNames(), ", "))
+		}
+		return Scenario{}, fmt.Errorf("reading scenario: %w", err)
+	}
+	var s Scenario
+	if err := yaml.UnmarshalWithOptions(data, &s, yaml.Strict(), yaml.CustomUnmarshaler[time.Duration](func(d *time.Duration, b []byte) error {
+		v, err := time.ParseDuration(strings.Trim(strings.TrimSpace(string(b)), `"'`))
+		*d = v
+		return err
+	})); err != nil {
+		return Scenario{}, fmt.Errorf("scenario %s: %s", nameOrFile, strings.ReplaceAll(yaml.FormatError(err, false, false), "\n", " "))
+	}
+	if s.Name == "" {
+		s.Name = strings.TrimSuffix(strings.TrimSuffix(nameOrFile, ".yaml"), ".yml")
+	}
+	s = s.withDefaults()
+	return s, s.Validate()
+}
+
+func (s Scenario) withDefaults() Scenario {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&s.PayloadSize, 128)
+	def(&s.KeySpace, 1_000_000)
+	def(&s.ReceiverQueue, 1000)
+	def(&s.MaxPending, 100)
+	def(&s.BrokerIOThreads, 4)
+	def(&s.TopicWorkers, 1)
+	def(&s.ClientIOThreads, 2)
+	def(&s.ProducerThreads, 2)
+	def(&s.ConsumerThreads, 4)
+	if s.Messages == 0 && s.Duration == 0 {
+		s.Messages = 200_000
+	}
+	return s
+}
+
+// Validate checks a scenario's values.
+func (s Scenario) Validate() error {
+	if s.Producers <= 0 {
+		return fmt.Errorf("scenario %s: producers must be at least 1", s.Name)
+	}
+	if len(s.Subscriptions) == 0 {
+		return fmt.Errorf("scenario %s: at least one subscription is needed", s.Name)
+	}
+	for _, sub := range s.Subscriptions {
+		if _, err := parseSubType(sub.Type); err != nil {
+			return fmt.Errorf("scenario %s, subscription %s: %w", s.Name, sub.Name, err)
+		}
+		if sub.Consumers <= 0 {
+			return fmt.Errorf("scenario %s, subscription %s: consumers must be at least 1", s.Name, sub.Name)
+		}
+	}
+	if s.PayloadSize < 0 || s.KeySpace <= 0 || s.ReceiverQueue < 2 || s.MaxPending <= 0 || s.Rate < 0 || s.Messages < 0 || s.Duration < 0 {
+		return fmt.Errorf("scenario %s: payload_size, key_space, receiver_queue (>= 2), max_pending, rate, messages and duration must be positive", s.Name)
+	}
+	return nil
+}
+
+func parseSubType(t string) (SubType, error) {
+	switch strings.ToLower(strings.ReplaceAll(t, "-", "_")) {
+	case "shared":
+		return Shared, nil
+	case "key_shared", "keyshared":
+		return KeyShared, nil
+	}
+	return 0, fmt.Errorf("subscription type %q: use Shared or Key_Shared", t)
+}
