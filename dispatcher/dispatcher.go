@@ -10,8 +10,8 @@ import (
 )
 
 const (
-	maxReadBatchSize     = 100 // dispatcherMaxReadBatchSize
-	maxEntriesPerConsumer = 20 // Shared: entries per consumer per round
+	maxReadBatchSize      = 100 // dispatcherMaxReadBatchSize
+	maxEntriesPerConsumer = 20  // Shared: entries per consumer per round
 	maxUnackedPerConsumer = 50000
 	maxReplayLookAhead    = 5000 // Key_Shared: normal reads allowed while replay is below this
 )
@@ -100,14 +100,14 @@ type Dispatcher struct {
 	rr                    int
 	selector              autoSplitSelector
 
-	totalPermits              atomic.Int64 // totalAvailablePermits
+	totalPermits             atomic.Int64 // totalAvailablePermits
 	readMoreEntriesRequested atomic.Bool
-	draining                  drainingHashes
+	draining                 drainingHashes
 
-	Acked        atomic.Uint64 // distinct acknowledgements
-	Redelivered  atomic.Uint64
-	SentEntries  atomic.Uint64
-	FlowTasks    atomic.Uint64 // internalConsumerFlow runs (baseline)
+	Acked       atomic.Uint64 // distinct acknowledgements
+	Redelivered atomic.Uint64
+	SentEntries atomic.Uint64
+	FlowTasks   atomic.Uint64 // internalConsumerFlow runs (baseline)
 }
 
 func newDispatcher(name string, typ SubType, b *Broker, cursor *Cursor, worker *Executor) *Dispatcher {
@@ -187,13 +187,14 @@ func (d *Dispatcher) readMoreEntriesLocked() {
 		return
 	}
 	if len(d.replay) > len(d.replayInFlight) && !d.havePendingReplayRead {
-		ids := d.smallestReplayIDs(n)
-		for _, id := range ids {
-			d.replayInFlight[id] = true
+		if ids := d.smallestReplayIDs(n); len(ids) > 0 {
+			for _, id := range ids {
+				d.replayInFlight[id] = true
+			}
+			d.havePendingReplayRead = true
+			d.cursor.AsyncReplayEntries(ids, func(es []*Entry) { d.readEntriesComplete(es, true) })
+			return
 		}
-		d.havePendingReplayRead = true
-		d.cursor.AsyncReplayEntries(ids, func(es []*Entry) { d.readEntriesComplete(es, true) })
-		return
 	}
 	if d.havePendingRead || (len(d.replay) > 0 && (d.typ == Shared || len(d.replay) >= maxReplayLookAhead)) {
 		return
@@ -211,10 +212,17 @@ func (d *Dispatcher) firstConsumerWithPermits() *Consumer {
 	return nil
 }
 
+// smallestReplayIDs picks the oldest replay entries to read next. While
+// an entry of a hash is read but not yet sent, later entries of that hash
+// are not read: its send may hold it back, and they must not overtake it.
 func (d *Dispatcher) smallestReplayIDs(n int) []uint64 {
+	busy := map[uint32]bool{}
+	for id := range d.replayInFlight {
+		busy[d.replay[id]] = true
+	}
 	ids := make([]uint64, 0, len(d.replay))
-	for id := range d.replay {
-		if !d.replayInFlight[id] {
+	for id, h := range d.replay {
+		if !busy[h] {
 			ids = append(ids, id)
 		}
 	}
@@ -335,7 +343,14 @@ func (d *Dispatcher) trySendKeyShared(entries []*Entry, replay bool) int {
 	left := map[*Consumer]int64{}
 	blockedNow := map[uint32]bool{} // hashes held back in this pass keep later entries back
 	var held []*Entry
+	var olderWaiting map[uint32]uint64
+	if replay {
+		olderWaiting = d.oldestOutsideBatch(entries)
+	}
 	for _, e := range entries {
+		if oldest, ok := olderWaiting[e.Hash]; ok && oldest < e.ID {
+			blockedNow[e.Hash] = true // an older entry of this key joined the replay set since this read
+		}
 		c := d.selector.selectConsumer(e.Hash)
 		ok := c != nil && !blockedNow[e.Hash] && !d.draining.blocks(e.Hash, c)
 		if ok && !replay && d.replayHashes[e.Hash] > 0 {
@@ -373,6 +388,28 @@ func (d *Dispatcher) trySendKeyShared(entries []*Entry, replay bool) int {
 		d.addToReplay(held)
 	}
 	return sent
+}
+
+// oldestOutsideBatch returns, per hash of the batch, the oldest replay
+// entry that is not in the batch: entries redelivered while a replay read
+// was under way must still go first.
+func (d *Dispatcher) oldestOutsideBatch(entries []*Entry) map[uint32]uint64 {
+	in := make(map[uint64]bool, len(entries))
+	hashes := map[uint32]bool{}
+	for _, e := range entries {
+		in[e.ID] = true
+		hashes[e.Hash] = true
+	}
+	out := map[uint32]uint64{}
+	for id, h := range d.replay {
+		if !hashes[h] || in[id] {
+			continue
+		}
+		if old, ok := out[h]; !ok || id < old {
+			out[h] = id
+		}
+	}
+	return out
 }
 
 // sendTo is Consumer.sendMessages: records pending acks, takes permits,

@@ -13,7 +13,7 @@ import (
 
 // Wake-up states of EventLoop.nextWakeup, as in Netty's epoll loop.
 const (
-	awake = int64(-1)           // the loop is running
+	awake = int64(-1)            // the loop is running
 	none  = int64(math.MaxInt64) // blocked with no deadline
 )
 
@@ -43,10 +43,10 @@ type EventLoop struct {
 	done       chan struct{}
 
 	// Counters, read by the run report.
-	Wakeups   atomic.Uint64 // eventfd writes by other threads
-	Sleeps    atomic.Uint64 // epoll_wait calls that could block
-	TasksRun  atomic.Uint64
-	IOEvents  atomic.Uint64
+	Wakeups  atomic.Uint64 // eventfd writes by other threads
+	Sleeps   atomic.Uint64 // epoll_wait calls that could block
+	TasksRun atomic.Uint64
+	IOEvents atomic.Uint64
 }
 
 // NewEventLoop creates a loop; Start runs it on a thread named name.

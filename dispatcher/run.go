@@ -65,12 +65,12 @@ type Result struct {
 	DurationS       float64     `json:"duration_s"`
 
 	// Counters behind the story of seed 000.
-	BrokerWakeups   uint64  `json:"broker_eventfd_wakeups"`
-	WakeupsPerMsg   float64 `json:"broker_wakeups_per_msg"`
-	MonitorWaits    uint64  `json:"monitor_waits"`
-	FlowTasks       uint64  `json:"flow_tasks"`
-	Reads           uint64  `json:"reads"`
-	EntriesPerRead  float64 `json:"entries_per_read"`
+	BrokerWakeups   uint64   `json:"broker_eventfd_wakeups"`
+	WakeupsPerMsg   float64  `json:"broker_wakeups_per_msg"`
+	MonitorWaits    uint64   `json:"monitor_waits"`
+	FlowTasks       uint64   `json:"flow_tasks"`
+	Reads           uint64   `json:"reads"`
+	EntriesPerRead  float64  `json:"entries_per_read"`
 	ScenarioDetails Scenario `json:"scenario_parameters"`
 }
 

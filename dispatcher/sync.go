@@ -28,7 +28,7 @@ func futexWake(addr *atomic.Uint32, n int) {
 // kernel (futex), as threads contending an inflated JVM monitor do, so a
 // wait for it is off-CPU time with the waiter's stack.
 type Monitor struct {
-	state    atomic.Uint32 // 0 free, 1 held, 2 held with waiters
+	state atomic.Uint32 // 0 free, 1 held, 2 held with waiters
 	waits atomic.Uint64 // acquisitions that had to sleep
 }
 
