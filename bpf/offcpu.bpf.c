@@ -42,6 +42,9 @@ enum offcpu_stat {
 	STAT_THREADS_FULL,     /* thread-name map full: name taken from /proc later */
 	STAT_EVENTS_LOST,      /* new-process notification lost (ring buffer full) */
 	STAT_STACKS_REUSED,    /* switch-outs that reused the thread's previous stack ids */
+	STAT_WAKE_FULL,        /* wake-up aggregation map full: wake-up dropped */
+	STAT_WAKER_STACK_LOST, /* waker stack not stored */
+	STAT_WAKES_REUSED,     /* wake-ups that reused the waker's previous stack ids */
 	STAT_MAX,
 };
 
@@ -60,7 +63,19 @@ const volatile bool user_threads_only = false;
 const volatile bool kernel_threads_only = false;
 const volatile bool want_kernel_stacks = true;
 const volatile bool want_user_stacks = true;
-const volatile bool reuse_stacks = true;   /* see same_place() */
+const volatile bool reuse_stacks = true;   /* see capture_sleep() */
+const volatile bool want_wakeups = false;  /* record wakers and link them to intervals */
+const volatile u64 thread_size = 16384;    /* kernel stack size (THREAD_SIZE) */
+
+/* Who woke a thread. tid 0 with irq set: an interrupt woke it. */
+struct waker_rec {
+	u32 tgid;
+	u32 tid;
+	s32 ustack; /* waker stacks, or negative: none */
+	s32 kstack;
+	u32 irq;    /* 1: raised in hard or soft interrupt context */
+	u32 valid;
+};
 
 /* A switch-out waiting for its switch-in. */
 struct start_rec {
@@ -77,6 +92,12 @@ struct start_rec {
 	 * ip == 0: nothing cached. */
 	u64 ip, sp, bp, sysnr, arg0;
 	s32 c_ustack, c_kstack;
+	/* The waker of the thread's current sleep (written by the waker). */
+	struct waker_rec waker;
+	/* As a waker: the last wake-up whose stacks were captured, for reuse. */
+	u64 w_ip, w_sp, w_bp, w_sysnr, w_arg0;
+	u32 w_target;
+	s32 w_ustack, w_kstack;
 };
 
 struct offcpu_key {
@@ -86,6 +107,13 @@ struct offcpu_key {
 	s32 kstack;
 	u32 state;  /* enum offcpu_state */
 	u32 pad;
+	struct waker_rec waker; /* who ended the interval (zero: unknown or off) */
+};
+
+struct wake_key {
+	u32 target_tgid;
+	u32 target_tid;
+	struct waker_rec waker; /* valid is always 1 */
 };
 
 struct offcpu_val {
@@ -141,6 +169,25 @@ struct {
 	__type(key, struct offcpu_key);
 	__type(value, struct offcpu_val);
 } offcpu SEC(".maps");
+
+/* Key: wake_key (target thread, waker thread and stacks). Value: number
+ * of wake-ups. Written by sched_waking, drained at the end. Size:
+ * --agg-entries. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct wake_key);
+	__type(value, u64);
+} wakeups SEC(".maps");
+
+/* Key: tid of a woken thread. Value: its waker, for the classic
+ * tracepoint programs, which cannot reach task storage of the target. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, struct waker_rec);
+} last_waker SEC(".maps");
 
 /* Key: tid. Value: tgid and the thread's name when first seen (updated on
  * rename), so threads that exit before the end keep their name. Size:
@@ -274,8 +321,8 @@ static __always_inline void capture(void *ctx, struct start_rec *s, bool kthread
 	s->ts = bpf_ktime_get_ns();
 }
 
-/* Adds one finished interval to the aggregation map. */
-static __always_inline void account(u32 tid, struct start_rec *s)
+/* Adds one finished interval to the aggregation map, with its waker. */
+static __always_inline void account(u32 tid, struct start_rec *s, struct waker_rec *w)
 {
 	u64 delta = bpf_ktime_get_ns() - s->ts;
 	if (delta < min_block_ns || delta > max_block_ns) {
@@ -289,6 +336,8 @@ static __always_inline void account(u32 tid, struct start_rec *s)
 		.kstack = s->kstack,
 		.state = s->state,
 	};
+	if (w && w->valid)
+		key.waker = *w;
 	struct offcpu_val *v = bpf_map_lookup_elem(&offcpu, &key);
 	if (!v) {
 		struct offcpu_val init = { .ns = delta, .count = 1 };
@@ -379,7 +428,8 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 	struct start_rec *s = bpf_task_storage_get(&task_starts, next, 0, 0);
 	if (s && s->pending) {
 		s->pending = 0;
-		account(ntid, s);
+		account(ntid, s, &s->waker);
+		s->waker.valid = 0;
 	} else if (is_target(next->tgid, ntid)) {
 		stat_add(STAT_NO_START, 1);
 	}
@@ -411,7 +461,10 @@ int offcpu_switch_tp(struct trace_event_raw_sched_switch *ctx)
 	if (s) {
 		struct start_rec copy = *s;
 		bpf_map_delete_elem(&starts, &ntid);
-		account(ntid, &copy);
+		struct waker_rec *w = want_wakeups ? bpf_map_lookup_elem(&last_waker, &ntid) : 0;
+		account(ntid, &copy, w);
+		if (w)
+			bpf_map_delete_elem(&last_waker, &ntid);
 	} else if (!filter_tgid && is_target(0, ntid)) {
 		stat_add(STAT_NO_START, 1);
 	}
@@ -475,5 +528,144 @@ int offcpu_rename_tp(struct trace_event_raw_task_rename *ctx)
 	struct thread_info *ti = bpf_map_lookup_elem(&threads, &tid);
 	if (ti)
 		bpf_probe_read_kernel_str(ti->comm, sizeof(ti->comm), ctx->newcomm);
+	return 0;
+}
+
+/* True in hard or soft interrupt context. An interrupt taken in kernel
+ * mode runs on the CPU's interrupt stack (x86-64), and so do the softirqs
+ * run at its exit: the tracepoint's argument array (ctx, in the kernel's
+ * own frame; the program's locals may be on a BPF private stack, Linux
+ * 6.14+) is then outside the task's stack. An interrupt taken in user mode
+ * stays on the task stack, but the task's saved registers are then
+ * user-mode ones without a syscall number (orig_ax is ~vector or -1).
+ * Softirqs run in task context (local_bh_enable, ksoftirqd) stay charged
+ * to that task. */
+static __always_inline bool in_interrupt_ctx(void *ctx)
+{
+	struct task_struct *cur = bpf_get_current_task_btf();
+	u64 base = (u64)BPF_CORE_READ(cur, stack);
+	u64 sp = (u64)ctx;
+	if (sp < base || sp >= base + thread_size)
+		return true;
+	if (cur->flags & PF_KTHREAD)
+		return false;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(cur);
+	if (!regs)
+		return false;
+	return (BPF_CORE_READ(regs, cs) & 3) && (s64)BPF_CORE_READ(regs, orig_ax) < 0;
+}
+
+static __always_inline void count_wakeup(u32 ttgid, u32 ttid, struct waker_rec *w)
+{
+	struct wake_key k = { .target_tgid = ttgid, .target_tid = ttid, .waker = *w };
+	u64 *n = bpf_map_lookup_elem(&wakeups, &k);
+	if (n) {
+		__sync_fetch_and_add(n, 1);
+		return;
+	}
+	u64 one = 1;
+	if (bpf_map_update_elem(&wakeups, &k, &one, BPF_NOEXIST)) {
+		n = bpf_map_lookup_elem(&wakeups, &k);
+		if (n)
+			__sync_fetch_and_add(n, 1);
+		else
+			stat_add(STAT_WAKE_FULL, 1);
+	}
+}
+
+/* Fills w with the current (waking) context: an interrupt, or the current
+ * thread with its stacks. ws is the waker's own start_rec for reusing its
+ * previous stacks when it wakes the same target from the same place. */
+static __always_inline void waker_context(void *ctx, struct waker_rec *w, bool irq,
+					  struct start_rec *ws, u32 target)
+{
+	w->valid = 1;
+	w->ustack = -1;
+	w->kstack = bpf_get_stackid(ctx, &stacks, 0);
+	if (w->kstack < 0)
+		stat_add(STAT_WAKER_STACK_LOST, 1);
+	if (irq) {
+		w->irq = 1;
+		return;
+	}
+	u64 id = bpf_get_current_pid_tgid();
+	w->tid = (u32)id;
+	w->tgid = id >> 32;
+	struct task_struct *cur = bpf_get_current_task_btf();
+	if (BPF_CORE_READ(cur, flags) & PF_KTHREAD)
+		return;
+	w->ustack = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+	if (w->ustack == -EEXIST || w->ustack == -12)
+		stat_add(STAT_WAKER_STACK_LOST, 1);
+}
+
+SEC("tp_btf/sched_waking")
+int BPF_PROG(offcpu_waking, struct task_struct *p)
+{
+	u32 ttid = p->pid, ttgid = p->tgid;
+	if (!want_wakeups || ttid == 0 || !is_target(ttgid, ttid))
+		return 0;
+	bool irq = in_interrupt_ctx(ctx);
+	struct waker_rec w = {};
+	struct start_rec *ws = 0;
+	if (!irq && reuse_stacks)
+		ws = bpf_task_storage_get(&task_starts, bpf_get_current_task_btf(), 0,
+					  BPF_LOCAL_STORAGE_GET_F_CREATE);
+	struct pt_regs *regs = 0;
+	if (ws)
+		regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	if (regs) {
+		u64 ip = BPF_CORE_READ(regs, ip), sp = BPF_CORE_READ(regs, sp);
+		u64 bp = BPF_CORE_READ(regs, bp), nr = BPF_CORE_READ(regs, orig_ax);
+		u64 a0 = BPF_CORE_READ(regs, di);
+		if ((s64)nr >= 0 && ws->w_ip == ip && ws->w_sp == sp && ws->w_bp == bp &&
+		    ws->w_sysnr == nr && ws->w_arg0 == a0 && ws->w_target == ttid) {
+			u64 id = bpf_get_current_pid_tgid();
+			w.valid = 1;
+			w.tid = (u32)id;
+			w.tgid = id >> 32;
+			w.ustack = ws->w_ustack;
+			w.kstack = ws->w_kstack;
+			stat_add(STAT_WAKES_REUSED, 1);
+		} else {
+			waker_context(ctx, &w, false, ws, ttid);
+			ws->w_ip = 0;
+			if ((s64)nr >= 0 && w.ustack >= 0 && w.kstack >= 0) {
+				ws->w_ip = ip;
+				ws->w_sp = sp;
+				ws->w_bp = bp;
+				ws->w_sysnr = nr;
+				ws->w_arg0 = a0;
+				ws->w_target = ttid;
+				ws->w_ustack = w.ustack;
+				ws->w_kstack = w.kstack;
+			}
+		}
+	} else {
+		waker_context(ctx, &w, irq, 0, ttid);
+	}
+	count_wakeup(ttgid, ttid, &w);
+	struct start_rec *ts = bpf_task_storage_get(&task_starts, p, 0, 0);
+	if (ts && ts->pending)
+		ts->waker = w;
+	return 0;
+}
+
+#define TRACE_FLAG_HARDIRQ 0x08
+#define TRACE_FLAG_SOFTIRQ 0x10
+#define TRACE_FLAG_NMI 0x40
+
+SEC("tracepoint/sched/sched_waking")
+int offcpu_waking_tp(struct trace_event_raw_sched_wakeup_template *ctx)
+{
+	u32 ttid = BPF_CORE_READ(ctx, pid);
+	if (!want_wakeups || ttid == 0 || !is_target(0, ttid) || filter_tgid)
+		return 0;
+	u8 flags = BPF_CORE_READ(ctx, common_flags);
+	bool irq = flags & (TRACE_FLAG_HARDIRQ | TRACE_FLAG_SOFTIRQ | TRACE_FLAG_NMI);
+	struct waker_rec w = {};
+	waker_context(ctx, &w, irq, 0, ttid);
+	count_wakeup(0, ttid, &w);
+	bpf_map_update_elem(&last_waker, &ttid, &w, BPF_ANY);
 	return 0;
 }

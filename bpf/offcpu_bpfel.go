@@ -21,23 +21,27 @@ type OffcpuOffcpuKey struct {
 	Kstack int32
 	State  uint32
 	Pad    uint32
+	Waker  OffcpuWakerRec
 }
 
 type OffcpuOffcpuStat uint32
 
 const (
-	OffcpuOffcpuStatSTAT_USTACK_LOST   OffcpuOffcpuStat = 0
-	OffcpuOffcpuStatSTAT_KSTACK_LOST   OffcpuOffcpuStat = 1
-	OffcpuOffcpuStatSTAT_USTACK_FAULT  OffcpuOffcpuStat = 2
-	OffcpuOffcpuStatSTAT_AGG_FULL      OffcpuOffcpuStat = 3
-	OffcpuOffcpuStatSTAT_AGG_FULL_NS   OffcpuOffcpuStat = 4
-	OffcpuOffcpuStatSTAT_START_FULL    OffcpuOffcpuStat = 5
-	OffcpuOffcpuStatSTAT_NO_START      OffcpuOffcpuStat = 6
-	OffcpuOffcpuStatSTAT_OUT_OF_RANGE  OffcpuOffcpuStat = 7
-	OffcpuOffcpuStatSTAT_THREADS_FULL  OffcpuOffcpuStat = 8
-	OffcpuOffcpuStatSTAT_EVENTS_LOST   OffcpuOffcpuStat = 9
-	OffcpuOffcpuStatSTAT_STACKS_REUSED OffcpuOffcpuStat = 10
-	OffcpuOffcpuStatSTAT_MAX           OffcpuOffcpuStat = 11
+	OffcpuOffcpuStatSTAT_USTACK_LOST      OffcpuOffcpuStat = 0
+	OffcpuOffcpuStatSTAT_KSTACK_LOST      OffcpuOffcpuStat = 1
+	OffcpuOffcpuStatSTAT_USTACK_FAULT     OffcpuOffcpuStat = 2
+	OffcpuOffcpuStatSTAT_AGG_FULL         OffcpuOffcpuStat = 3
+	OffcpuOffcpuStatSTAT_AGG_FULL_NS      OffcpuOffcpuStat = 4
+	OffcpuOffcpuStatSTAT_START_FULL       OffcpuOffcpuStat = 5
+	OffcpuOffcpuStatSTAT_NO_START         OffcpuOffcpuStat = 6
+	OffcpuOffcpuStatSTAT_OUT_OF_RANGE     OffcpuOffcpuStat = 7
+	OffcpuOffcpuStatSTAT_THREADS_FULL     OffcpuOffcpuStat = 8
+	OffcpuOffcpuStatSTAT_EVENTS_LOST      OffcpuOffcpuStat = 9
+	OffcpuOffcpuStatSTAT_STACKS_REUSED    OffcpuOffcpuStat = 10
+	OffcpuOffcpuStatSTAT_WAKE_FULL        OffcpuOffcpuStat = 11
+	OffcpuOffcpuStatSTAT_WAKER_STACK_LOST OffcpuOffcpuStat = 12
+	OffcpuOffcpuStatSTAT_WAKES_REUSED     OffcpuOffcpuStat = 13
+	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 14
 )
 
 type OffcpuOffcpuVal struct {
@@ -63,6 +67,16 @@ type OffcpuStartRec struct {
 	Arg0     uint64
 	C_ustack int32
 	C_kstack int32
+	Waker    OffcpuWakerRec
+	W_ip     uint64
+	W_sp     uint64
+	W_bp     uint64
+	W_sysnr  uint64
+	W_arg0   uint64
+	W_target uint32
+	W_ustack int32
+	W_kstack int32
+	_        [4]byte
 }
 
 type OffcpuThreadInfo struct {
@@ -71,10 +85,28 @@ type OffcpuThreadInfo struct {
 	Comm [16]int8
 }
 
+type OffcpuWakeKey struct {
+	_          structs.HostLayout
+	TargetTgid uint32
+	TargetTid  uint32
+	Waker      OffcpuWakerRec
+}
+
+type OffcpuWakerRec struct {
+	_      structs.HostLayout
+	Tgid   uint32
+	Tid    uint32
+	Ustack int32
+	Kstack int32
+	Irq    uint32
+	Valid  uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	OffcpuMapLastWaker         = "last_waker"
 	OffcpuMapOffcpu            = "offcpu"
 	OffcpuMapProcEvents        = "proc_events"
 	OffcpuMapProcs             = "procs"
@@ -85,6 +117,7 @@ const (
 	OffcpuMapTargetTids        = "target_tids"
 	OffcpuMapTaskStarts        = "task_starts"
 	OffcpuMapThreads           = "threads"
+	OffcpuMapWakeups           = "wakeups"
 	OffcpuProgOffcpuExec       = "offcpu_exec"
 	OffcpuProgOffcpuFork       = "offcpu_fork"
 	OffcpuProgOffcpuForkTp     = "offcpu_fork_tp"
@@ -92,6 +125,8 @@ const (
 	OffcpuProgOffcpuRenameTp   = "offcpu_rename_tp"
 	OffcpuProgOffcpuSwitch     = "offcpu_switch"
 	OffcpuProgOffcpuSwitchTp   = "offcpu_switch_tp"
+	OffcpuProgOffcpuWaking     = "offcpu_waking"
+	OffcpuProgOffcpuWakingTp   = "offcpu_waking_tp"
 	OffcpuVarFilterCgroup      = "filter_cgroup"
 	OffcpuVarFilterTgid        = "filter_tgid"
 	OffcpuVarFilterTid         = "filter_tid"
@@ -102,9 +137,11 @@ const (
 	OffcpuVarReuseStacks       = "reuse_stacks"
 	OffcpuVarStatCount         = "stat_count"
 	OffcpuVarStateMask         = "state_mask"
+	OffcpuVarThreadSize        = "thread_size"
 	OffcpuVarUserThreadsOnly   = "user_threads_only"
 	OffcpuVarWantKernelStacks  = "want_kernel_stacks"
 	OffcpuVarWantUserStacks    = "want_user_stacks"
+	OffcpuVarWantWakeups       = "want_wakeups"
 )
 
 // LoadOffcpu returns the embedded CollectionSpec for Offcpu.
@@ -156,12 +193,15 @@ type OffcpuProgramSpecs struct {
 	OffcpuRenameTp *ebpf.ProgramSpec `ebpf:"offcpu_rename_tp"`
 	OffcpuSwitch   *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
 	OffcpuSwitchTp *ebpf.ProgramSpec `ebpf:"offcpu_switch_tp"`
+	OffcpuWaking   *ebpf.ProgramSpec `ebpf:"offcpu_waking"`
+	OffcpuWakingTp *ebpf.ProgramSpec `ebpf:"offcpu_waking_tp"`
 }
 
 // OffcpuMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuMapSpecs struct {
+	LastWaker   *ebpf.MapSpec `ebpf:"last_waker"`
 	Offcpu      *ebpf.MapSpec `ebpf:"offcpu"`
 	ProcEvents  *ebpf.MapSpec `ebpf:"proc_events"`
 	Procs       *ebpf.MapSpec `ebpf:"procs"`
@@ -172,6 +212,7 @@ type OffcpuMapSpecs struct {
 	TargetTids  *ebpf.MapSpec `ebpf:"target_tids"`
 	TaskStarts  *ebpf.MapSpec `ebpf:"task_starts"`
 	Threads     *ebpf.MapSpec `ebpf:"threads"`
+	Wakeups     *ebpf.MapSpec `ebpf:"wakeups"`
 }
 
 // OffcpuVariableSpecs contains global variables before they are loaded into the kernel.
@@ -188,9 +229,11 @@ type OffcpuVariableSpecs struct {
 	ReuseStacks       *ebpf.VariableSpec `ebpf:"reuse_stacks"`
 	StatCount         *ebpf.VariableSpec `ebpf:"stat_count"`
 	StateMask         *ebpf.VariableSpec `ebpf:"state_mask"`
+	ThreadSize        *ebpf.VariableSpec `ebpf:"thread_size"`
 	UserThreadsOnly   *ebpf.VariableSpec `ebpf:"user_threads_only"`
 	WantKernelStacks  *ebpf.VariableSpec `ebpf:"want_kernel_stacks"`
 	WantUserStacks    *ebpf.VariableSpec `ebpf:"want_user_stacks"`
+	WantWakeups       *ebpf.VariableSpec `ebpf:"want_wakeups"`
 }
 
 // OffcpuObjects contains all objects after they have been loaded into the kernel.
@@ -213,6 +256,7 @@ func (o *OffcpuObjects) Close() error {
 //
 // It can be passed to LoadOffcpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuMaps struct {
+	LastWaker   *ebpf.Map `ebpf:"last_waker"`
 	Offcpu      *ebpf.Map `ebpf:"offcpu"`
 	ProcEvents  *ebpf.Map `ebpf:"proc_events"`
 	Procs       *ebpf.Map `ebpf:"procs"`
@@ -223,10 +267,12 @@ type OffcpuMaps struct {
 	TargetTids  *ebpf.Map `ebpf:"target_tids"`
 	TaskStarts  *ebpf.Map `ebpf:"task_starts"`
 	Threads     *ebpf.Map `ebpf:"threads"`
+	Wakeups     *ebpf.Map `ebpf:"wakeups"`
 }
 
 func (m *OffcpuMaps) Close() error {
 	return _OffcpuClose(
+		m.LastWaker,
 		m.Offcpu,
 		m.ProcEvents,
 		m.Procs,
@@ -237,6 +283,7 @@ func (m *OffcpuMaps) Close() error {
 		m.TargetTids,
 		m.TaskStarts,
 		m.Threads,
+		m.Wakeups,
 	)
 }
 
@@ -254,9 +301,11 @@ type OffcpuVariables struct {
 	ReuseStacks       *ebpf.Variable `ebpf:"reuse_stacks"`
 	StatCount         *ebpf.Variable `ebpf:"stat_count"`
 	StateMask         *ebpf.Variable `ebpf:"state_mask"`
+	ThreadSize        *ebpf.Variable `ebpf:"thread_size"`
 	UserThreadsOnly   *ebpf.Variable `ebpf:"user_threads_only"`
 	WantKernelStacks  *ebpf.Variable `ebpf:"want_kernel_stacks"`
 	WantUserStacks    *ebpf.Variable `ebpf:"want_user_stacks"`
+	WantWakeups       *ebpf.Variable `ebpf:"want_wakeups"`
 }
 
 // OffcpuPrograms contains all programs after they have been loaded into the kernel.
@@ -270,6 +319,8 @@ type OffcpuPrograms struct {
 	OffcpuRenameTp *ebpf.Program `ebpf:"offcpu_rename_tp"`
 	OffcpuSwitch   *ebpf.Program `ebpf:"offcpu_switch"`
 	OffcpuSwitchTp *ebpf.Program `ebpf:"offcpu_switch_tp"`
+	OffcpuWaking   *ebpf.Program `ebpf:"offcpu_waking"`
+	OffcpuWakingTp *ebpf.Program `ebpf:"offcpu_waking_tp"`
 }
 
 func (p *OffcpuPrograms) Close() error {
@@ -281,6 +332,8 @@ func (p *OffcpuPrograms) Close() error {
 		p.OffcpuRenameTp,
 		p.OffcpuSwitch,
 		p.OffcpuSwitchTp,
+		p.OffcpuWaking,
+		p.OffcpuWakingTp,
 	)
 }
 

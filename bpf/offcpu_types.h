@@ -15,10 +15,20 @@ typedef __s64 s64;
 
 struct task_struct {
 	unsigned int __state;
+	void *stack;
 	unsigned int flags;
 	int pid;
 	int tgid;
 	char comm[16];
+} __attribute__((preserve_access_index));
+
+/* /sys/kernel/tracing/events/sched/sched_waking/format */
+struct trace_event_raw_sched_wakeup_template {
+	unsigned short common_type;
+	unsigned char common_flags;
+	unsigned char common_preempt_count;
+	int common_pid;
+	int pid;
 } __attribute__((preserve_access_index));
 
 /* x86-64 user registers saved at kernel entry. */
@@ -27,6 +37,7 @@ struct pt_regs {
 	unsigned long di;
 	unsigned long orig_ax;
 	unsigned long ip;
+	unsigned long cs;
 	unsigned long sp;
 } __attribute__((preserve_access_index));
 

@@ -58,6 +58,9 @@ type buildError struct{ out string }
 
 func (e *buildError) Error() string { return e.out }
 
+// The wake-up and offwake profiles of the last runWorkload.
+var lastWakeups, lastOffwake *profile.Profile
+
 type wlResult struct {
 	Thread  string `json:"thread"`
 	TID     int    `json:"tid"`
@@ -89,6 +92,7 @@ func runWorkload(t *testing.T, opts Options, args ...string) (*profile.Profile, 
 	if err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
+	lastWakeups, lastOffwake = s.Wakeups(), s.Offwake()
 	var res []wlResult
 	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
 		t.Fatalf("workload output %q: %v", out.String(), err)
@@ -228,17 +232,17 @@ func TestRecordFilters(t *testing.T) {
 func TestRecordPID(t *testing.T) {
 	requireBPF(t)
 	bin := buildWorkload(t)
-	cmd := exec.Command(bin, "-rounds", "20", "-each", "25ms")
-	cmd.Stdout = nil
+	cmd := exec.Command(bin, "-rounds", "400", "-each", "10ms")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	s, err := Start(context.Background(), Options{PIDs: []int{cmd.Process.Pid}})
 	if err != nil {
-		cmd.Process.Kill()
 		t.Fatal(err)
 	}
-	cmd.Wait()
+	window := 500 * time.Millisecond
+	time.Sleep(window)
 	p, err := s.Stop()
 	if err != nil {
 		t.Fatal(err)
@@ -248,13 +252,13 @@ func TestRecordPID(t *testing.T) {
 		if smp.NumLabel[LabelPID][0] != int64(cmd.Process.Pid) {
 			t.Fatalf("sample of pid %d recorded with -p %d", smp.NumLabel[LabelPID][0], cmd.Process.Pid)
 		}
-		if stackHas(smp, "main.napLoop") {
+		if stackHas(smp, "main.napLoop", "do_nanosleep") {
 			napping += smp.Value[0]
 		}
 	}
-	// Attached while it runs, so the first sleeps are missed.
-	if napping < int64(200*time.Millisecond) || napping > int64(520*time.Millisecond) {
-		t.Errorf("napLoop blocked %v, want 200ms to 500ms", time.Duration(napping))
+	// napLoop sleeps all the time; the first and last sleeps are cut.
+	if napping < int64(window)*7/10 || napping > int64(s.Stats().Duration) {
+		t.Errorf("napLoop blocked %v in a %v recording", time.Duration(napping), s.Stats().Duration)
 	}
 }
 
@@ -270,5 +274,82 @@ func TestStartErrors(t *testing.T) {
 	_, err = Start(context.Background(), Options{Cgroup: "/nonexistent-cgroup-dir"})
 	if err == nil || !strings.Contains(err.Error(), "cgroup") {
 		t.Errorf("bad cgroup: err = %v", err)
+	}
+}
+
+func wakeupsOf(p *profile.Profile, tid int64, class string) (n int64, samples []*profile.Sample) {
+	for _, s := range p.Sample {
+		if s.NumLabel[LabelTargetTID][0] == tid && (class == "" || s.Label[LabelWakeupClass][0] == class) {
+			n += s.Value[0]
+			samples = append(samples, s)
+		}
+	}
+	return n, samples
+}
+
+func TestWakeups(t *testing.T) {
+	requireBPF(t)
+	const n = 100
+	_, res, st := runWorkload(t, Options{}, "-mode", "wake", "-rounds", "100")
+	tids := map[string]int64{}
+	for _, r := range res {
+		tids[r.Thread] = int64(r.TID)
+	}
+	// runWorkload returns the off-CPU profile; the session kept the others.
+	wp, off := lastWakeups, lastOffwake
+	if wp == nil || off == nil {
+		t.Fatal("no wake-up or offwake profile")
+	}
+
+	t.Run("eventfd", func(t *testing.T) {
+		got, samples := wakeupsOf(wp, tids["wl-loop"], "eventfd")
+		if got < n*99/100 || got > n*101/100 {
+			t.Errorf("eventfd wake-ups of the loop: %d, want %d within 1%%", got, n)
+		}
+		for _, s := range samples {
+			if !stackHas(s, "main.produceEvents") || s.Label[LabelThread][0] != "wl-producer" {
+				t.Errorf("eventfd waker %s without main.produceEvents in its stack", s.Label[LabelThread][0])
+			}
+		}
+	})
+
+	t.Run("futex-offwake", func(t *testing.T) {
+		var linked, waiting int64
+		for _, s := range off.Sample {
+			if s.NumLabel[LabelTID][0] != tids["wl-waiter"] || !stackHas(s, "main.waitLoop", "futex_wait") {
+				continue
+			}
+			waiting += s.Value[0]
+			if stackHas(s, "main.releaseLoop", "futex_wake") && s.Label[LabelWaker][0] == "wl-releaser" {
+				linked += s.Value[0]
+			}
+		}
+		if waiting == 0 || linked < waiting*95/100 {
+			t.Errorf("waiter blocked %v in futex_wait, %v of it linked to the releaser's stack", time.Duration(waiting), time.Duration(linked))
+		}
+	})
+
+	t.Run("interrupt", func(t *testing.T) {
+		_, samples := wakeupsOf(wp, tids["wl-sleeper"], "")
+		var irq int64
+		for _, s := range samples {
+			switch s.Label[LabelThread][0] {
+			case "wl-spinner":
+				// Futex wake-ups by the Go runtime on that thread are real.
+				if s.Label[LabelWakeupClass][0] == "timer" {
+					t.Errorf("%d timer wake-ups blamed on the unrelated spinning thread", s.Value[0])
+				}
+			case "[interrupt]", "[softirq]":
+				if s.Label[LabelWakeupClass][0] == "timer" {
+					irq += s.Value[0]
+				}
+			}
+		}
+		if irq < n*9/10 {
+			t.Errorf("%d of %d timer wake-ups attributed to [interrupt]", irq, n)
+		}
+	})
+	if st.Wakeups == 0 || st.WakeupsByClass["eventfd"] == 0 {
+		t.Errorf("stats: %d wake-ups, by class %v", st.Wakeups, st.WakeupsByClass)
 	}
 }

@@ -1,8 +1,10 @@
 package collector
 
 import (
+	"compress/gzip"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,10 +24,30 @@ type record struct {
 	kernel    []uint64
 	userErr   int32 // negative errno when no user stack was captured
 	kernelErr int32
+	waker     waker
+}
+
+// waker is who ended an interval or made a wake-up.
+type waker struct {
+	valid     bool
+	irq       bool
+	tgid, tid uint32
+	user      []uint64
+	kernel    []uint64
+	userID    int32 // stack ids, to group identical wakers
+	kernelID  int32
+}
+
+// wakeRecord is one wake-up aggregation entry.
+type wakeRecord struct {
+	tgid, tid uint32 // woken thread
+	count     uint64
+	waker     waker
 }
 
 type drained struct {
 	records []record
+	wakes   []wakeRecord
 	threads map[uint32]thread
 }
 
@@ -67,12 +89,23 @@ func (s *Session) drain() (*drained, error) {
 			userErr: min(key.Ustack, 0), kernelErr: min(key.Kstack, 0)}
 		r.user = getStack(key.Ustack)
 		r.kernel = getStack(key.Kstack)
+		r.waker = decodeWaker(key.Waker, getStack)
 		d.records = append(d.records, r)
 		s.stats.Intervals += val.Count
 		s.stats.OffCPU += durationNs(val.Ns)
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("reading the aggregation map: %w", err)
+	}
+	var wk bpf.OffcpuWakeKey
+	var n uint64
+	wit := s.coll.Maps[bpf.OffcpuMapWakeups].Iterate()
+	for wit.Next(&wk, &n) {
+		d.wakes = append(d.wakes, wakeRecord{tgid: wk.TargetTgid, tid: wk.TargetTid, count: n, waker: decodeWaker(wk.Waker, getStack)})
+		s.stats.Wakeups += n
+	}
+	if err := wit.Err(); err != nil {
+		return nil, fmt.Errorf("reading the wake-up map: %w", err)
 	}
 	s.stats.Keys = len(d.records)
 	s.stats.Stacks = len(cache)
@@ -132,7 +165,18 @@ func (s *Session) readStats() error {
 	s.stats.OutOfRange = get(bpf.OffcpuOffcpuStatSTAT_OUT_OF_RANGE)
 	s.stats.EventsLost = get(bpf.OffcpuOffcpuStatSTAT_EVENTS_LOST)
 	s.stats.StacksReused = get(bpf.OffcpuOffcpuStatSTAT_STACKS_REUSED)
+	s.stats.WakeFull = get(bpf.OffcpuOffcpuStatSTAT_WAKE_FULL)
+	s.stats.WakerStackLost = get(bpf.OffcpuOffcpuStatSTAT_WAKER_STACK_LOST)
+	s.stats.WakesReused = get(bpf.OffcpuOffcpuStatSTAT_WAKES_REUSED)
 	return nil
+}
+
+func decodeWaker(w bpf.OffcpuWakerRec, getStack func(int32) []uint64) waker {
+	if w.Valid == 0 {
+		return waker{}
+	}
+	return waker{valid: true, irq: w.Irq != 0, tgid: w.Tgid, tid: w.Tid,
+		user: getStack(w.Ustack), kernel: getStack(w.Kstack), userID: w.Ustack, kernelID: w.Kstack}
 }
 
 func cString(b []int8) string {
@@ -170,4 +214,30 @@ func cgroupIDOf(path string) (uint64, error) {
 		return 0, fmt.Errorf("%s is not on a cgroup v2 file system: give a directory under /sys/fs/cgroup", path)
 	}
 	return st.Ino, nil
+}
+
+func kernelRelease() string {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+func kasanEnabled(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var r io.Reader = f
+	if strings.HasSuffix(path, ".gz") {
+		gz, err := gzip.NewReader(f)
+		if err != nil {
+			return false
+		}
+		r = gz
+	}
+	b, err := io.ReadAll(r)
+	return err == nil && strings.Contains(string(b), "\nCONFIG_KASAN=y")
 }

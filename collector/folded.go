@@ -18,6 +18,62 @@ import (
 // nanoseconds into the microseconds bcc prints). Identical lines are
 // merged and lines are sorted, so the output is stable.
 func WriteFolded(w io.Writer, p *profile.Profile, sampleIndex int, div int64) error {
+	return writeFoldedBy(w, p, sampleIndex, div, FoldedStack)
+}
+
+// FoldedStack renders one sample as a folded line without its value.
+func FoldedStack(s *profile.Sample) string {
+	var user, kernel []string
+	// Locations are leaf first; folded frames are root first.
+	for i := len(s.Location) - 1; i >= 0; i-- {
+		l := s.Location[i]
+		for j := len(l.Line) - 1; j >= 0; j-- {
+			name := frameName(l.Line[j])
+			if l.Mapping != nil && l.Mapping.File == KernelMapping {
+				kernel = append(kernel, name)
+			} else {
+				user = append(user, name)
+			}
+		}
+	}
+	parts := []string{threadOf(s)}
+	parts = append(parts, user...)
+	if len(kernel) > 0 {
+		parts = append(parts, "-")
+		parts = append(parts, kernel...)
+	}
+	return strings.Join(parts, ";")
+}
+
+// WriteFoldedPlain writes "THREAD;frames root first VALUE" lines with
+// every frame in order, for profiles whose stacks carry their own
+// separators (the offwake view).
+func WriteFoldedPlain(w io.Writer, p *profile.Profile, sampleIndex int, div int64) error {
+	return writeFoldedBy(w, p, sampleIndex, div, func(s *profile.Sample) string {
+		parts := []string{threadOf(s)}
+		for i := len(s.Location) - 1; i >= 0; i-- {
+			l := s.Location[i]
+			for j := len(l.Line) - 1; j >= 0; j-- {
+				parts = append(parts, frameName(l.Line[j]))
+			}
+		}
+		return strings.Join(parts, ";")
+	})
+}
+
+// WriteWakeupsFolded writes the wake-up profile as
+// "TARGET_THREAD;WAKER_THREAD;waker user frames;-;waker kernel frames COUNT".
+func WriteWakeupsFolded(w io.Writer, p *profile.Profile) error {
+	return writeFoldedBy(w, p, 0, 1, func(s *profile.Sample) string {
+		target := "[unnamed]"
+		if t := s.Label[LabelTarget]; len(t) > 0 {
+			target = strings.ReplaceAll(t[0], ";", ":")
+		}
+		return target + ";" + FoldedStack(s)
+	})
+}
+
+func writeFoldedBy(w io.Writer, p *profile.Profile, sampleIndex int, div int64, line func(*profile.Sample) string) error {
 	if sampleIndex < 0 || sampleIndex >= len(p.SampleType) {
 		return fmt.Errorf("sample index %d out of range", sampleIndex)
 	}
@@ -26,7 +82,7 @@ func WriteFolded(w io.Writer, p *profile.Profile, sampleIndex int, div int64) er
 	}
 	sums := map[string]int64{}
 	for _, s := range p.Sample {
-		sums[FoldedStack(s)] += s.Value[sampleIndex]
+		sums[line(s)] += s.Value[sampleIndex]
 	}
 	keys := make([]string, 0, len(sums))
 	for k := range sums {
@@ -37,7 +93,7 @@ func WriteFolded(w io.Writer, p *profile.Profile, sampleIndex int, div int64) er
 	for _, k := range keys {
 		v := sums[k] / div
 		if v == 0 && sums[k] != 0 {
-			v = 1 // keep short waits visible instead of rounding them away
+			v = 1
 		}
 		if _, err := fmt.Fprintf(bw, "%s %d\n", k, v); err != nil {
 			return err
@@ -46,34 +102,16 @@ func WriteFolded(w io.Writer, p *profile.Profile, sampleIndex int, div int64) er
 	return bw.Flush()
 }
 
-// FoldedStack renders one sample as a folded line without its value.
-func FoldedStack(s *profile.Sample) string {
-	var user, kernel []string
-	// Locations are leaf first; folded frames are root first.
-	for i := len(s.Location) - 1; i >= 0; i-- {
-		l := s.Location[i]
-		for j := len(l.Line) - 1; j >= 0; j-- {
-			name := "[unknown]"
-			if l.Line[j].Function != nil {
-				name = l.Line[j].Function.Name
-			}
-			name = strings.ReplaceAll(name, ";", ":")
-			if l.Mapping != nil && l.Mapping.File == KernelMapping {
-				kernel = append(kernel, name)
-			} else {
-				user = append(user, name)
-			}
-		}
-	}
-	thread := "[unnamed]"
+func threadOf(s *profile.Sample) string {
 	if t := s.Label[LabelThread]; len(t) > 0 && t[0] != "" {
-		thread = t[0]
+		return strings.ReplaceAll(t[0], ";", ":")
 	}
-	parts := []string{strings.ReplaceAll(thread, ";", ":")}
-	parts = append(parts, user...)
-	if len(kernel) > 0 {
-		parts = append(parts, "-")
-		parts = append(parts, kernel...)
+	return "[unnamed]"
+}
+
+func frameName(l profile.Line) string {
+	if l.Function == nil {
+		return "[unknown]"
 	}
-	return strings.Join(parts, ";")
+	return strings.ReplaceAll(l.Function.Name, ";", ":")
 }

@@ -76,6 +76,8 @@ type Options struct {
 	// reusing a thread's previous stacks when it sleeps again in the same
 	// syscall from the same user instruction and stack pointers.
 	NoStackReuse bool
+	// NoWakeups skips sched_waking: no waker stacks, no offwake links.
+	NoWakeups bool
 	// FollowForks makes processes started by a target targets too.
 	FollowForks bool
 	// TargetsOnly starts with an empty target set filled by AddPID, as for

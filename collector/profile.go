@@ -2,7 +2,9 @@ package collector
 
 import (
 	"fmt"
+	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/google/pprof/profile"
@@ -33,78 +35,274 @@ type profBuilder struct {
 	markers map[string]*profile.Location
 }
 
-func (s *Session) buildProfile(d *drained) (*profile.Profile, error) {
-	// Snapshot live targets once more: covers execs and late mappings.
-	seen := map[uint32]bool{}
-	for _, r := range d.records {
-		if !seen[r.tgid] {
-			seen[r.tgid] = true
-			if processExists(int(r.tgid)) {
-				s.procs.snapshot(r.tgid)
-			}
-		}
-	}
+// Label keys of wake-up data.
+const (
+	LabelWaker       = "waker"        // waker thread name, [interrupt] or [softirq]
+	LabelWakerTID    = "waker_tid"    // numeric
+	LabelWakeupClass = "wakeup_class" // eventfd, futex, pipe/socket, timer, other
+	LabelTarget      = "target_thread"
+	LabelTargetTID   = "target_tid" // numeric
+)
+
+func newProfBuilder(sym *symbolizer, types ...*profile.ValueType) *profBuilder {
 	b := &profBuilder{
-		sym:     newSymbolizer(s.procs),
+		sym:     sym,
 		maps:    map[string]*profile.Mapping{},
 		locs:    map[[2]uint64]*profile.Location{},
 		funcs:   map[[2]string]*profile.Function{},
 		unknown: map[uint32]*profile.Mapping{},
 		markers: map[string]*profile.Location{},
 	}
-	p := &profile.Profile{
-		SampleType: []*profile.ValueType{
-			{Type: "off_cpu", Unit: "nanoseconds"},
-			{Type: "switches", Unit: "count"},
-		},
-		DefaultSampleType: "off_cpu",
-		PeriodType:        &profile.ValueType{Type: "off_cpu", Unit: "nanoseconds"},
-		Period:            1,
-		TimeNanos:         s.start.UnixNano(),
-		DurationNanos:     int64(s.stats.Duration),
-	}
-	b.p = p
+	b.p = &profile.Profile{SampleType: types, DefaultSampleType: types[0].Type,
+		PeriodType: &profile.ValueType{Type: types[0].Type, Unit: types[0].Unit}, Period: 1}
 	b.kmap = &profile.Mapping{ID: 1, File: KernelMapping, HasFunctions: true}
-	p.Mapping = append(p.Mapping, b.kmap)
+	b.p.Mapping = append(b.p.Mapping, b.kmap)
+	return b
+}
 
+// stack returns locations leaf first: kernel frames, then user frames.
+func (b *profBuilder) stack(pid uint32, kernel, user []uint64, userErr int32, kthread bool) []*profile.Location {
+	var locs []*profile.Location
+	for _, a := range kernel {
+		locs = append(locs, b.kernelLoc(a))
+	}
+	for _, a := range user {
+		locs = append(locs, b.userLoc(pid, a))
+	}
+	if len(user) == 0 && userErr < 0 && !kthread {
+		locs = append(locs, b.marker(fmt.Sprintf("[user stack: %s]", errnoName(userErr))))
+	}
+	return locs
+}
+
+func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile, err error) {
+	// Snapshot live processes once more: covers execs, late mappings and
+	// wakers outside the recorded set.
+	seen := map[uint32]bool{}
+	snap := func(tgid uint32) {
+		if tgid != 0 && !seen[tgid] {
+			seen[tgid] = true
+			if processExists(int(tgid)) {
+				s.procs.snapshot(tgid)
+			}
+		}
+	}
+	for _, r := range d.records {
+		snap(r.tgid)
+		snap(r.waker.tgid)
+	}
+	for _, w := range d.wakes {
+		snap(w.waker.tgid)
+	}
+	sym := newSymbolizer(s.procs)
+	names := &threadNames{d: d, procs: s.procs}
+
+	b := newProfBuilder(sym, &profile.ValueType{Type: "off_cpu", Unit: "nanoseconds"}, &profile.ValueType{Type: "switches", Unit: "count"})
 	sort.Slice(d.records, func(i, j int) bool { return d.records[i].ns > d.records[j].ns })
 	for _, r := range d.records {
 		th := d.threads[r.tid]
-		var locs []*profile.Location
-		for _, a := range trimKernel(r.kernel, b.sym.kern) {
-			locs = append(locs, b.kernelLoc(a))
-		}
-		for _, a := range r.user {
-			locs = append(locs, b.userLoc(r.tgid, a))
-		}
-		if len(r.user) == 0 && r.userErr < 0 && th.tgid != 0 && !isKernelThread(r) {
-			locs = append(locs, b.marker(fmt.Sprintf("[user stack: %s]", errnoName(r.userErr))))
-		}
-		proc := processName(d, r.tgid, b.sym.procs)
-		p.Sample = append(p.Sample, &profile.Sample{
-			Location: locs,
+		smp := &profile.Sample{
+			Location: b.stack(r.tgid, trimKernel(r.kernel, sym.kern), r.user, r.userErr, isKernelThread(r)),
 			Value:    []int64{int64(r.ns), int64(r.count)},
 			Label: map[string][]string{
 				LabelThread:  {th.comm},
-				LabelProcess: {proc},
+				LabelProcess: {processName(d, r.tgid, s.procs)},
 				LabelState:   {r.state.String()},
 			},
 			NumLabel: map[string][]int64{LabelTID: {int64(r.tid)}, LabelPID: {int64(r.tgid)}},
+		}
+		if r.waker.valid {
+			smp.Label[LabelWaker] = []string{names.waker(r.waker, sym.kern)}
+			smp.Label[LabelWakeupClass] = []string{classifyWakeup(r.waker.kernel, sym.kern)}
+			smp.NumLabel[LabelWakerTID] = []int64{int64(r.waker.tid)}
+		}
+		b.p.Sample = append(b.p.Sample, smp)
+	}
+	off = b.p
+	s.finishProfile(off)
+	if err := off.CheckValid(); err != nil {
+		return nil, nil, nil, fmt.Errorf("building the profile: %w", err)
+	}
+	if s.opts.NoWakeups {
+		return off, nil, nil, nil
+	}
+
+	// Wake-ups: the waker's stack, with the blocked time it ended.
+	type wkey struct {
+		target, tid uint32
+		uid, kid    int32
+		irq         bool
+	}
+	ended := map[wkey]int64{}
+	for _, r := range d.records {
+		if r.waker.valid {
+			ended[wkey{r.tid, r.waker.tid, r.waker.userID, r.waker.kernelID, r.waker.irq}] += int64(r.ns)
+		}
+	}
+	wb := newProfBuilder(sym, &profile.ValueType{Type: "wakeups", Unit: "count"}, &profile.ValueType{Type: "off_cpu", Unit: "nanoseconds"})
+	s.stats.WakeupsByClass = map[string]uint64{}
+	sort.Slice(d.wakes, func(i, j int) bool { return d.wakes[i].count > d.wakes[j].count })
+	for _, w := range d.wakes {
+		kernel := trimWaker(w.waker.kernel, sym.kern)
+		class := classifyWakeup(w.waker.kernel, sym.kern)
+		s.stats.WakeupsByClass[class] += w.count
+		wakerName := names.waker(w.waker, sym.kern)
+		user := w.waker.user
+		if w.waker.irq {
+			user = nil
+		}
+		target := names.thread(w.tgid, w.tid)
+		wb.p.Sample = append(wb.p.Sample, &profile.Sample{
+			Location: wb.stack(w.waker.tgid, kernel, user, 0, true),
+			Value:    []int64{int64(w.count), ended[wkey{w.tid, w.waker.tid, w.waker.userID, w.waker.kernelID, w.waker.irq}]},
+			Label: map[string][]string{
+				LabelThread:      {wakerName},
+				LabelTarget:      {target},
+				LabelWakeupClass: {class},
+				LabelProcess:     {processName(d, w.waker.tgid, s.procs)},
+			},
+			NumLabel: map[string][]int64{LabelTargetTID: {int64(w.tid)}, LabelWakerTID: {int64(w.waker.tid)}, LabelTID: {int64(w.waker.tid)}},
 		})
 	}
+	wake = wb.p
+	s.finishProfile(wake)
+	if err := wake.CheckValid(); err != nil {
+		return nil, nil, nil, fmt.Errorf("building the wake-up profile: %w", err)
+	}
+
+	// Offwake: blocked stack on top of the waker stack, in one sample.
+	ob := newProfBuilder(sym, &profile.ValueType{Type: "off_cpu", Unit: "nanoseconds"}, &profile.ValueType{Type: "switches", Unit: "count"})
+	for _, r := range d.records {
+		if !r.waker.valid {
+			continue
+		}
+		// Leaf first: waker thread, waker user frames root first... see
+		// Offwake's comment for the root-first reading.
+		var locs []*profile.Location
+		locs = append(locs, ob.marker(names.waker(r.waker, sym.kern)))
+		wuser := r.waker.user
+		if r.waker.irq {
+			wuser = nil
+		}
+		for i := len(wuser) - 1; i >= 0; i-- {
+			locs = append(locs, ob.userLoc(r.waker.tgid, wuser[i]))
+		}
+		if len(wuser) > 0 {
+			locs = append(locs, ob.marker("-"))
+		}
+		wk := trimWaker(r.waker.kernel, sym.kern)
+		for i := len(wk) - 1; i >= 0; i-- {
+			locs = append(locs, ob.kernelLoc(wk[i]))
+		}
+		locs = append(locs, ob.marker("--"))
+		target := ob.stack(r.tgid, trimKernel(r.kernel, sym.kern), nil, 0, true)
+		if user := ob.stack(r.tgid, nil, r.user, r.userErr, isKernelThread(r)); len(user) > 0 {
+			if len(target) > 0 {
+				target = append(target, ob.marker("-"))
+			}
+			target = append(target, user...)
+		}
+		locs = append(locs, target...)
+		ob.p.Sample = append(ob.p.Sample, &profile.Sample{
+			Location: locs,
+			Value:    []int64{int64(r.ns), int64(r.count)},
+			Label:    map[string][]string{LabelThread: {d.threads[r.tid].comm}, LabelWaker: {names.waker(r.waker, sym.kern)}},
+			NumLabel: map[string][]int64{LabelTID: {int64(r.tid)}, LabelWakerTID: {int64(r.waker.tid)}},
+		})
+	}
+	offwake = ob.p
+	s.finishProfile(offwake)
+	if err := offwake.CheckValid(); err != nil {
+		return nil, nil, nil, fmt.Errorf("building the offwake profile: %w", err)
+	}
+	return off, wake, offwake, nil
+}
+
+func (s *Session) finishProfile(p *profile.Profile) {
 	st := s.stats
+	p.TimeNanos = s.start.UnixNano()
+	p.DurationNanos = int64(st.Duration)
 	p.Comments = append(p.Comments,
-		fmt.Sprintf("offcpu record: attach=%s duration=%v intervals=%d off_cpu=%v keys=%d stacks=%d",
-			st.Attach, st.Duration.Round(time.Millisecond), st.Intervals, st.OffCPU.Round(time.Microsecond), st.Keys, st.Stacks),
-		fmt.Sprintf("losses: user_stack_lost=%d kernel_stack_lost=%d user_stack_fault=%d agg_full=%d (%v) start_full=%d events_lost=%d",
-			st.UserStackLost, st.KernelStackLost, st.UserStackFault, st.AggFull, st.AggFullTime, st.StartFull, st.EventsLost),
-		fmt.Sprintf("stacks_reused=%d (same syscall, argument and user registers as the thread's previous sleep)", st.StacksReused),
+		fmt.Sprintf("offcpu record: attach=%s duration=%v intervals=%d off_cpu=%v keys=%d stacks=%d wakeups=%d",
+			st.Attach, st.Duration.Round(time.Millisecond), st.Intervals, st.OffCPU.Round(time.Microsecond), st.Keys, st.Stacks, st.Wakeups),
+		fmt.Sprintf("losses: user_stack_lost=%d kernel_stack_lost=%d user_stack_fault=%d agg_full=%d (%v) start_full=%d events_lost=%d wake_full=%d waker_stack_lost=%d",
+			st.UserStackLost, st.KernelStackLost, st.UserStackFault, st.AggFull, st.AggFullTime, st.StartFull, st.EventsLost, st.WakeFull, st.WakerStackLost),
+		fmt.Sprintf("stacks_reused=%d wakes_reused=%d (same syscall, argument and user registers as the thread's previous sleep or wake-up)", st.StacksReused, st.WakesReused),
 		fmt.Sprintf("not measured: no_start=%d (blocked since before the start), out_of_range=%d (--min-block/--max-block)", st.NoStart, st.OutOfRange),
 	)
-	if err := p.CheckValid(); err != nil {
-		return nil, fmt.Errorf("building the profile: %w", err)
+}
+
+// threadNames names threads that may lie outside the recorded set.
+type threadNames struct {
+	d     *drained
+	procs *procTable
+}
+
+func (n *threadNames) thread(tgid, tid uint32) string {
+	if th, ok := n.d.threads[tid]; ok {
+		return th.comm
 	}
-	return p, nil
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/comm", tgid, tid)); err == nil {
+		c := strings.TrimSpace(string(b))
+		n.d.threads[tid] = thread{tgid: tgid, comm: c}
+		return c
+	}
+	if tid == 0 {
+		return "swapper"
+	}
+	return fmt.Sprintf("tid-%d", tid)
+}
+
+func (n *threadNames) waker(w waker, k *kernelSyms) string {
+	if w.irq {
+		for _, a := range w.kernel {
+			switch name := k.lookup(a); name {
+			case "handle_softirqs", "__do_softirq", "do_softirq", "net_rx_action", "run_timer_softirq":
+				return "[softirq]"
+			}
+		}
+		return "[interrupt]"
+	}
+	return n.thread(w.tgid, w.tid)
+}
+
+// classifyWakeup names the kernel path of a wake-up from its stack.
+func classifyWakeup(kernel []uint64, k *kernelSyms) string {
+	names := make([]string, len(kernel))
+	for i, a := range kernel {
+		names[i] = k.lookup(a)
+	}
+	has := func(subs ...string) bool {
+		for _, n := range names {
+			for _, s := range subs {
+				if strings.Contains(n, s) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	switch {
+	case has("eventfd"):
+		return "eventfd"
+	case has("futex"):
+		return "futex"
+	case has("hrtimer_wakeup", "timerfd", "process_timeout", "it_real_fn", "posix_timer"):
+		return "timer"
+	case has("pipe_", "sock_def", "unix_stream", "unix_dgram", "tcp_", "udp_", "sk_", "sock_"):
+		return "pipe/socket"
+	}
+	return "other"
+}
+
+// trimWaker drops the tracing frames above try_to_wake_up.
+func trimWaker(st []uint64, k *kernelSyms) []uint64 {
+	for i, a := range st {
+		if n := k.lookup(a); n == "try_to_wake_up" || n == "wake_up_new_task" || n == "wake_up_q" {
+			return st[i:]
+		}
+	}
+	return st
 }
 
 func isKernelThread(r record) bool { return len(r.user) == 0 && r.userErr == -1 }

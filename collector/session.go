@@ -43,6 +43,8 @@ type Session struct {
 	readerDone chan struct{}
 	stopOnce   sync.Once
 	prof       *profile.Profile
+	wakeProf   *profile.Profile
+	offwake    *profile.Profile
 	stats      Stats
 	stopErr    error
 }
@@ -67,6 +69,12 @@ type Stats struct {
 	EventsLost      uint64 // new-process notifications lost
 	StacksReused    uint64 // switch-outs that reused the thread's previous stacks
 
+	Wakeups        uint64            // wake-ups of recorded threads
+	WakeupsByClass map[string]uint64 // eventfd, futex, pipe/socket, timer, other
+	WakeFull       uint64            // wake-ups dropped: map full
+	WakerStackLost uint64            // waker stacks not stored
+	WakesReused    uint64            // wake-ups that reused the waker's previous stacks
+
 	Programs []ProgramStat // with Options.Stats
 }
 
@@ -81,7 +89,17 @@ type ProgramStat struct {
 // Lost reports the number of intervals or stacks that were not recorded
 // in full.
 func (s *Stats) Lost() uint64 {
-	return s.UserStackLost + s.KernelStackLost + s.AggFull + s.StartFull + s.EventsLost
+	return s.UserStackLost + s.KernelStackLost + s.AggFull + s.StartFull + s.EventsLost + s.WakeFull + s.WakerStackLost
+}
+
+// kernelThreadSize is THREAD_SIZE: 16 KiB on x86-64, 32 KiB with KASAN.
+func kernelThreadSize() uint64 {
+	for _, path := range []string{"/proc/config.gz", "/boot/config-" + kernelRelease()} {
+		if kasanEnabled(path) {
+			return 32768
+		}
+	}
+	return 16384
 }
 
 // Start loads and attaches the recorder. Recording runs until Stop; ctx
@@ -157,7 +175,6 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 	}
 	s.rd = rd
 	go s.readEvents()
-	s.start = time.Now()
 	return s, nil
 }
 
@@ -210,6 +227,8 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 		bpf.OffcpuVarWantKernelStacks:  !o.NoKernelStacks,
 		bpf.OffcpuVarWantUserStacks:    !o.NoUserStacks,
 		bpf.OffcpuVarReuseStacks:       !o.NoStackReuse,
+		bpf.OffcpuVarWantWakeups:       !o.NoWakeups,
+		bpf.OffcpuVarThreadSize:        kernelThreadSize(),
 	} {
 		if err := set(name, v); err != nil {
 			return fmt.Errorf("setting %s: %w", name, err)
@@ -219,14 +238,17 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 	spec.Maps[bpf.OffcpuMapThreads].MaxEntries = uint32(o.MaxThreads)
 	spec.Maps[bpf.OffcpuMapStacks].MaxEntries = uint32(o.StackEntries)
 	spec.Maps[bpf.OffcpuMapOffcpu].MaxEntries = uint32(o.AggEntries)
+	spec.Maps[bpf.OffcpuMapWakeups].MaxEntries = uint32(o.AggEntries)
+	spec.Maps[bpf.OffcpuMapLastWaker].MaxEntries = uint32(o.MaxThreads)
 
-	btfProgs := []string{bpf.OffcpuProgOffcpuSwitch, bpf.OffcpuProgOffcpuFork, bpf.OffcpuProgOffcpuExec, bpf.OffcpuProgOffcpuRename}
-	tpProgs := []string{bpf.OffcpuProgOffcpuSwitchTp, bpf.OffcpuProgOffcpuForkTp, bpf.OffcpuProgOffcpuRenameTp}
+	btfProgs := []string{bpf.OffcpuProgOffcpuSwitch, bpf.OffcpuProgOffcpuFork, bpf.OffcpuProgOffcpuExec, bpf.OffcpuProgOffcpuRename, bpf.OffcpuProgOffcpuWaking}
+	tpProgs := []string{bpf.OffcpuProgOffcpuSwitchTp, bpf.OffcpuProgOffcpuForkTp, bpf.OffcpuProgOffcpuRenameTp, bpf.OffcpuProgOffcpuWakingTp}
 	if btfMode {
 		for _, p := range tpProgs {
 			delete(spec.Programs, p)
 		}
 		delete(spec.Maps, bpf.OffcpuMapStarts)
+		delete(spec.Maps, bpf.OffcpuMapLastWaker)
 		s.attach = "tp_btf"
 	} else {
 		for _, p := range btfProgs {
@@ -236,6 +258,7 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 		s.attach = "tracepoint"
 	}
 	coll, err := ebpf.NewCollection(spec)
+	s.start = time.Now() // the window recorded starts when probes attach
 	if err != nil {
 		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
 			return errPermission
@@ -252,6 +275,9 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 	}
 	if btfMode {
 		for _, name := range btfProgs {
+			if name == bpf.OffcpuProgOffcpuWaking && o.NoWakeups {
+				continue
+			}
 			l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[name], AttachType: ebpf.AttachTraceRawTp})
 			if err != nil {
 				if name == bpf.OffcpuProgOffcpuRename || name == bpf.OffcpuProgOffcpuExec {
@@ -270,7 +296,11 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 		{bpf.OffcpuProgOffcpuSwitchTp, "sched", "sched_switch"},
 		{bpf.OffcpuProgOffcpuForkTp, "sched", "sched_process_fork"},
 		{bpf.OffcpuProgOffcpuRenameTp, "task", "task_rename"},
+		{bpf.OffcpuProgOffcpuWakingTp, "sched", "sched_waking"},
 	} {
+		if tp.prog == bpf.OffcpuProgOffcpuWakingTp && s.opts.NoWakeups {
+			continue
+		}
 		l, err := link.Tracepoint(tp.group, tp.name, coll.Programs[tp.prog], nil)
 		if err != nil {
 			return fmt.Errorf("attaching tracepoint %s:%s: %w", tp.group, tp.name, err)
@@ -350,13 +380,13 @@ func (s *Session) closeBPF() {
 // symbolized profile. It may be called more than once.
 func (s *Session) Stop() (*profile.Profile, error) {
 	s.stopOnce.Do(func() {
-		s.stats.Duration = time.Since(s.start)
 		s.stats.Attach = s.attach
 		// Detach first so that the maps no longer change while drained.
 		for _, l := range s.links {
 			l.Close()
 		}
 		s.links = nil
+		s.stats.Duration = time.Since(s.start)
 		if s.opts.Stats {
 			s.stats.Programs = s.programStats()
 			s.bpfOn.Close()
@@ -367,13 +397,25 @@ func (s *Session) Stop() (*profile.Profile, error) {
 		if err != nil {
 			s.stopErr = err
 		} else {
-			s.prof, s.stopErr = s.buildProfile(d)
+			s.prof, s.wakeProf, s.offwake, s.stopErr = s.buildProfiles(d)
 		}
 		s.closeBPF()
 		s.procs.close()
 	})
 	return s.prof, s.stopErr
 }
+
+// Wakeups returns, after Stop, the wake-up profile: waker stacks with
+// sample types wakeups/count and off_cpu/nanoseconds (the blocked time
+// those wake-ups ended), labelled with the woken thread. Nil with
+// NoWakeups.
+func (s *Session) Wakeups() *profile.Profile { return s.wakeProf }
+
+// Offwake returns, after Stop, each blocked stack with the waker stack
+// that ended it, as bcc offwaketime shows them: frames root first are
+// the blocked thread, its stack, "--", the waker stack leaf first and the
+// waker thread. Nil with NoWakeups.
+func (s *Session) Offwake() *profile.Profile { return s.offwake }
 
 // Stats returns the recording's statistics; complete after Stop.
 func (s *Session) Stats() Stats { return s.stats }

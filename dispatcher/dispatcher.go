@@ -71,8 +71,7 @@ func (c *Consumer) flowPermits(from *EventLoop, n int64) {
 		c.parked += n
 		return
 	}
-	c.permits.Add(n)
-	c.d.consumerFlow(from, c, n)
+	c.d.consumerFlow(from, c, n) // the variant adds n to the consumer's permits too
 }
 
 // Dispatcher is PersistentDispatcherMultipleConsumers, with the Key_Shared
@@ -141,12 +140,15 @@ func (d *Dispatcher) internalConsumerFlow(c *Consumer, n int64) {
 	d.readMoreEntriesAsync(nil)
 }
 
-// consumerFlowAccounted adds a Flow to the total under the consumer's own
-// lock while the dispatcher accounts it (candidate).
+// consumerFlowAccounted adds a Flow to the consumer's permits and, while
+// the dispatcher accounts the consumer, to the total, both under the
+// consumer's own lock, so the update is ordered with its removal
+// (candidate).
 //
 //go:noinline
 func (d *Dispatcher) consumerFlowAccounted(c *Consumer, n int64) {
 	c.flowMu.Lock()
+	c.permits.Add(n)
 	if c.accounted {
 		d.totalPermits.Add(n)
 	}

@@ -12,7 +12,8 @@ type Variant interface {
 	Name() string
 	Description() string
 	// ConsumerFlow applies a Flow of n permits that consumer c received on
-	// the IO loop from (ServerCnx.handleFlow → Consumer.flowPermits).
+	// the IO loop from (ServerCnx.handleFlow → Consumer.flowPermits): it
+	// adds them to the consumer's permits and to the dispatcher's total.
 	ConsumerFlow(d *Dispatcher, from *EventLoop, c *Consumer, n int64)
 	// AddConsumerAccounting and RemoveConsumerAccounting run under the
 	// dispatcher monitor when a consumer joins or leaves.
@@ -58,6 +59,7 @@ func (baseline) Description() string {
 }
 
 func (baseline) ConsumerFlow(d *Dispatcher, from *EventLoop, c *Consumer, n int64) {
+	c.permits.Add(n)
 	d.broker.executor().Execute(from, func() { d.internalConsumerFlow(c, n) })
 }
 

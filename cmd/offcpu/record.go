@@ -30,6 +30,10 @@ type recordFlags struct {
 	noUserStacks       bool
 	noKernelStacks     bool
 	noStackReuse       bool
+	noWakeups          bool
+	wakeupsOut         string
+	wakeupsFolded      string
+	offwakeFolded      string
 	duration           time.Duration
 	output             string
 	folded             string
@@ -76,6 +80,10 @@ written.`,
 	fl.BoolVar(&f.noUserStacks, "no-user-stacks", false, "do not capture user stacks")
 	fl.BoolVar(&f.noKernelStacks, "no-kernel-stacks", false, "do not capture kernel stacks")
 	fl.BoolVar(&f.noStackReuse, "no-stack-reuse", false, "walk both stacks at every switch-out (by default a thread sleeping again in the same syscall from the same place reuses its previous stacks)")
+	fl.BoolVar(&f.noWakeups, "no-wakeups", false, "do not record who woke each thread")
+	fl.StringVar(&f.wakeupsOut, "wakeups-output", "", "wake-up pprof file (default: -o with .wakeups.pb.gz)")
+	fl.StringVar(&f.wakeupsFolded, "wakeups-folded", "", "write wake-ups as TARGET;WAKER;waker user;-;waker kernel COUNT")
+	fl.StringVar(&f.offwakeFolded, "offwake-folded", "", "write blocked stacks with their waker stacks, as bcc offwaketime (µs)")
 	fl.DurationVarP(&f.duration, "duration", "d", 0, "stop after this long (0: until Ctrl-C or the command exits)")
 	fl.StringVarP(&f.output, "output", "o", "offcpu.pb.gz", "pprof output file (gzipped profile.proto)")
 	fl.StringVar(&f.folded, "folded", "", "also write folded stacks (µs) to this file")
@@ -97,16 +105,24 @@ func runRecord(stderr io.Writer, f *recordFlags, command []string) error {
 	if err := checkWritable(f.output); err != nil {
 		return err
 	}
-	if f.folded != "" {
-		if err := checkWritable(f.folded); err != nil {
-			return err
+	if f.noWakeups && (f.wakeupsOut != "" || f.wakeupsFolded != "" || f.offwakeFolded != "") {
+		return fmt.Errorf("--no-wakeups excludes --wakeups-output, --wakeups-folded and --offwake-folded")
+	}
+	if !f.noWakeups && f.wakeupsOut == "" {
+		f.wakeupsOut = strings.TrimSuffix(strings.TrimSuffix(f.output, ".gz"), ".pb") + ".wakeups.pb.gz"
+	}
+	for _, p := range []string{f.folded, f.wakeupsOut, f.wakeupsFolded, f.offwakeFolded} {
+		if p != "" {
+			if err := checkWritable(p); err != nil {
+				return err
+			}
 		}
 	}
 	opts := collector.Options{
 		PIDs: f.pids, TIDs: f.tids, Cgroup: f.cgroup,
 		MinBlock: f.minBlock, MaxBlock: f.maxBlock, StateMask: mask,
 		UserThreadsOnly: f.userOnly, KernelThreadsOnly: f.kernelOnly,
-		NoUserStacks: f.noUserStacks, NoKernelStacks: f.noKernelStacks, NoStackReuse: f.noStackReuse,
+		NoUserStacks: f.noUserStacks, NoKernelStacks: f.noKernelStacks, NoStackReuse: f.noStackReuse, NoWakeups: f.noWakeups,
 		FollowForks: f.follow, TargetsOnly: len(command) > 0,
 		MaxThreads: f.maxThreads, StackEntries: f.stackEntries, AggEntries: f.aggEntries,
 		ForceTracepoint: f.tracepoint, Stats: f.stats,
@@ -160,8 +176,23 @@ func runRecord(stderr io.Writer, f *recordFlags, command []string) error {
 		return err
 	}
 	if f.folded != "" {
-		if err := writeFoldedFile(f.folded, prof); err != nil {
+		if err := writeFile(f.folded, func(w io.Writer) error { return collector.WriteFolded(w, prof, 0, 1000) }); err != nil {
 			return err
+		}
+	}
+	if wp := sess.Wakeups(); wp != nil {
+		if err := writeProfile(f.wakeupsOut, wp); err != nil {
+			return err
+		}
+		if f.wakeupsFolded != "" {
+			if err := writeFile(f.wakeupsFolded, func(w io.Writer) error { return collector.WriteWakeupsFolded(w, wp) }); err != nil {
+				return err
+			}
+		}
+		if f.offwakeFolded != "" {
+			if err := writeFile(f.offwakeFolded, func(w io.Writer) error { return collector.WriteFoldedPlain(w, sess.Offwake(), 0, 1000) }); err != nil {
+				return err
+			}
 		}
 	}
 	if !f.quiet {
@@ -253,14 +284,14 @@ func writeProfile(path string, p *profile.Profile) error {
 	return fh.Close()
 }
 
-func writeFoldedFile(path string, p *profile.Profile) error {
+func writeFile(path string, write func(io.Writer) error) error {
 	fh, err := os.Create(path)
 	if err != nil {
-		return fmt.Errorf("writing folded stacks: %w", err)
+		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	if err := collector.WriteFolded(fh, p, 0, 1000); err != nil {
+	if err := write(fh); err != nil {
 		fh.Close()
-		return fmt.Errorf("writing folded stacks %s: %w", path, err)
+		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return fh.Close()
 }
@@ -300,6 +331,14 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 		}
 		tw.Flush()
 	}
+	if st.Wakeups > 0 {
+		var classes []string
+		for c, n := range st.WakeupsByClass {
+			classes = append(classes, fmt.Sprintf("%s %d", c, n))
+		}
+		sort.Strings(classes)
+		fmt.Fprintf(w, "wake-ups: %d (%s)\n", st.Wakeups, strings.Join(classes, ", "))
+	}
 	if st.StacksReused > 0 {
 		fmt.Fprintf(w, "stacks reused: %d switch-outs (same syscall and user registers as the thread's last sleep)\n", st.StacksReused)
 	}
@@ -311,9 +350,11 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 	for _, ps := range st.Programs {
 		fmt.Fprintf(w, "bpf %s: %d runs, mean %d ns per run\n", ps.Name, ps.Runs, ps.MeanCost.Nanoseconds())
 	}
-	fmt.Fprintf(w, "offcpu: wrote %s", f.output)
-	if f.folded != "" {
-		fmt.Fprintf(w, " and %s", f.folded)
+	written := []string{f.output}
+	for _, p := range []string{f.folded, f.wakeupsOut, f.wakeupsFolded, f.offwakeFolded} {
+		if p != "" {
+			written = append(written, p)
+		}
 	}
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, "offcpu: wrote %s\n", strings.Join(written, ", "))
 }

@@ -6,9 +6,12 @@ package main
 import (
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -18,6 +21,7 @@ import (
 var (
 	rounds = flag.Int("rounds", 10, "blocking calls per thread")
 	each   = flag.Duration("each", 50*time.Millisecond, "length of each blocking call")
+	mode   = flag.String("mode", "block", "block: sleepers; wake: wakers and woken threads")
 )
 
 type result struct {
@@ -47,10 +51,14 @@ func main() {
 			mu.Unlock()
 		}()
 	}
-	run("wl-nanosleep", false, napLoop)
-	run("wl-futex", false, futexLoop)
-	run("wl-epoll", false, epollLoop)
-	run("wl-exiting", true, exitingLoop)
+	if *mode == "wake" {
+		runWake(run)
+	} else {
+		run("wl-nanosleep", false, napLoop)
+		run("wl-futex", false, futexLoop)
+		run("wl-epoll", false, epollLoop)
+		run("wl-exiting", true, exitingLoop)
+	}
 	wg.Wait()
 	json.NewEncoder(os.Stdout).Encode(results)
 }
@@ -94,3 +102,107 @@ func exitingLoop() {
 }
 
 const futexWaitPrivate = 0 | 128 // FUTEX_WAIT | FUTEX_PRIVATE_FLAG
+
+// runWake starts pairs of wakers and woken threads: an event loop asleep
+// in epoll_wait on an eventfd that a producer writes while it sleeps; a
+// futex waiter and its releaser; a timer sleeper sharing CPU 0 with a
+// thread that only spins.
+func runWake(run func(string, bool, func())) {
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		panic(err)
+	}
+	var loopDone, sleeperDone atomic.Bool
+	var word atomic.Uint32
+	run("wl-loop", false, func() { loopTID.Store(int32(unix.Gettid())); eventLoop(efd, *rounds) })
+	run("wl-producer", false, func() { produceEvents(efd, *rounds) })
+	run("wl-waiter", false, func() { waitLoop(&word, *rounds) })
+	run("wl-releaser", false, func() { releaseLoop(&word, *rounds) })
+	run("wl-sleeper", false, func() { pinCPU0(); timerSleeps(*rounds); sleeperDone.Store(true) })
+	run("wl-spinner", false, func() { pinCPU0(); spin(&sleeperDone) })
+	_ = loopDone
+}
+
+func pinCPU0() {
+	var set unix.CPUSet
+	set.Set(0)
+	unix.SchedSetaffinity(0, &set)
+}
+
+//go:noinline
+func eventLoop(efd, n int) {
+	ep, _ := unix.EpollCreate1(0)
+	defer unix.Close(ep)
+	unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, efd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(efd)})
+	events := make([]unix.EpollEvent, 1)
+	buf := make([]byte, 8)
+	for consumed.Load() < int32(n) {
+		if k, _ := unix.EpollWait(ep, events, 2000); k == 0 {
+			return // producer gone
+		}
+		unix.Read(efd, buf)
+		consumed.Add(1)
+	}
+}
+
+var loopTID, consumed atomic.Int32
+
+// produceEvents writes the eventfd each time the loop has taken the last
+// event and sleeps again (state S in /proc), so every write wakes it.
+//
+//go:noinline
+func produceEvents(efd, n int) {
+	one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
+	for i := 0; i < n; i++ {
+		for consumed.Load() < int32(i) || !sleeping(loopTID.Load()) {
+			time.Sleep(200 * time.Microsecond)
+		}
+		unix.Write(efd, one)
+	}
+}
+
+func sleeping(tid int32) bool {
+	if tid == 0 {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/stat", tid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && i+2 < len(b) && b[i+2] == 'S'
+}
+
+//go:noinline
+func waitLoop(word *atomic.Uint32, n int) {
+	for i := 0; i < n; i++ {
+		for word.Load() == uint32(i) {
+			unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWaitPrivate, uintptr(i), 0, 0, 0)
+		}
+	}
+}
+
+//go:noinline
+func releaseLoop(word *atomic.Uint32, n int) {
+	for i := 0; i < n; i++ {
+		time.Sleep(5 * time.Millisecond)
+		word.Add(1)
+		unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWakePrivate, 1, 0, 0, 0)
+	}
+}
+
+//go:noinline
+func timerSleeps(n int) {
+	ts := unix.NsecToTimespec(int64(2 * time.Millisecond))
+	for i := 0; i < n; i++ {
+		unix.Nanosleep(&ts, nil)
+	}
+}
+
+//go:noinline
+func spin(done *atomic.Bool) {
+	for !done.Load() {
+	}
+}
+
+const futexWakePrivate = 1 | 128 // FUTEX_WAKE | FUTEX_PRIVATE_FLAG
