@@ -45,6 +45,7 @@ enum offcpu_stat {
 	STAT_WAKE_FULL,        /* wake-up aggregation map full: wake-up dropped */
 	STAT_WAKER_STACK_LOST, /* waker stack not stored */
 	STAT_WAKES_REUSED,     /* wake-ups that reused the waker's previous stack ids */
+	STAT_CPU_FULL,         /* on-CPU samples dropped: map full */
 	STAT_MAX,
 };
 
@@ -188,6 +189,22 @@ struct {
 	__type(key, u32);
 	__type(value, struct waker_rec);
 } last_waker SEC(".maps");
+
+struct cpu_key {
+	u32 tgid;
+	u32 tid;
+	s32 ustack;
+	s32 kstack;
+};
+
+/* Key: cpu_key (thread and on-CPU stacks). Value: number of samples taken
+ * by the perf-event program at --cpu-hz. Size: --agg-entries. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct cpu_key);
+	__type(value, u64);
+} cpu_samples SEC(".maps");
 
 /* Key: tid. Value: tgid and the thread's name when first seen (updated on
  * rename), so threads that exit before the end keep their name. Size:
@@ -667,5 +684,41 @@ int offcpu_waking_tp(struct trace_event_raw_sched_wakeup_template *ctx)
 	waker_context(ctx, &w, irq, 0, ttid);
 	count_wakeup(0, ttid, &w);
 	bpf_map_update_elem(&last_waker, &ttid, &w, BPF_ANY);
+	return 0;
+}
+
+/* On-CPU sampling: a perf event per CPU at --cpu-hz runs this. */
+SEC("perf_event")
+int offcpu_cpu_sample(void *ctx) /* struct bpf_perf_event_data, only passed on */
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tid = (u32)id, tgid = id >> 32;
+	if (tid == 0 || !is_target(tgid, tid))
+		return 0;
+	if (filter_cgroup && bpf_get_current_cgroup_id() != filter_cgroup)
+		return 0;
+	struct task_struct *cur = bpf_get_current_task_btf();
+	bool kthread = BPF_CORE_READ(cur, flags) & PF_KTHREAD;
+	if ((user_threads_only && kthread) || (kernel_threads_only && !kthread))
+		return 0;
+	announce(tgid, tid);
+	struct cpu_key k = { .tgid = tgid, .tid = tid, .ustack = -1, .kstack = -1 };
+	if (want_kernel_stacks)
+		k.kstack = bpf_get_stackid(ctx, &stacks, 0);
+	if (want_user_stacks && !kthread)
+		k.ustack = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+	u64 *n = bpf_map_lookup_elem(&cpu_samples, &k);
+	if (n) {
+		__sync_fetch_and_add(n, 1);
+		return 0;
+	}
+	u64 one = 1;
+	if (bpf_map_update_elem(&cpu_samples, &k, &one, BPF_NOEXIST)) {
+		n = bpf_map_lookup_elem(&cpu_samples, &k);
+		if (n)
+			__sync_fetch_and_add(n, 1);
+		else
+			stat_add(STAT_CPU_FULL, 1);
+	}
 	return 0;
 }

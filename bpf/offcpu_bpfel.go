@@ -13,6 +13,14 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type OffcpuCpuKey struct {
+	_      structs.HostLayout
+	Tgid   uint32
+	Tid    uint32
+	Ustack int32
+	Kstack int32
+}
+
 type OffcpuOffcpuKey struct {
 	_      structs.HostLayout
 	Tgid   uint32
@@ -41,7 +49,8 @@ const (
 	OffcpuOffcpuStatSTAT_WAKE_FULL        OffcpuOffcpuStat = 11
 	OffcpuOffcpuStatSTAT_WAKER_STACK_LOST OffcpuOffcpuStat = 12
 	OffcpuOffcpuStatSTAT_WAKES_REUSED     OffcpuOffcpuStat = 13
-	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 14
+	OffcpuOffcpuStatSTAT_CPU_FULL         OffcpuOffcpuStat = 14
+	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 15
 )
 
 type OffcpuOffcpuVal struct {
@@ -106,6 +115,7 @@ type OffcpuWakerRec struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	OffcpuMapCpuSamples        = "cpu_samples"
 	OffcpuMapLastWaker         = "last_waker"
 	OffcpuMapOffcpu            = "offcpu"
 	OffcpuMapProcEvents        = "proc_events"
@@ -118,6 +128,7 @@ const (
 	OffcpuMapTaskStarts        = "task_starts"
 	OffcpuMapThreads           = "threads"
 	OffcpuMapWakeups           = "wakeups"
+	OffcpuProgOffcpuCpuSample  = "offcpu_cpu_sample"
 	OffcpuProgOffcpuExec       = "offcpu_exec"
 	OffcpuProgOffcpuFork       = "offcpu_fork"
 	OffcpuProgOffcpuForkTp     = "offcpu_fork_tp"
@@ -186,21 +197,23 @@ type OffcpuSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuProgramSpecs struct {
-	OffcpuExec     *ebpf.ProgramSpec `ebpf:"offcpu_exec"`
-	OffcpuFork     *ebpf.ProgramSpec `ebpf:"offcpu_fork"`
-	OffcpuForkTp   *ebpf.ProgramSpec `ebpf:"offcpu_fork_tp"`
-	OffcpuRename   *ebpf.ProgramSpec `ebpf:"offcpu_rename"`
-	OffcpuRenameTp *ebpf.ProgramSpec `ebpf:"offcpu_rename_tp"`
-	OffcpuSwitch   *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
-	OffcpuSwitchTp *ebpf.ProgramSpec `ebpf:"offcpu_switch_tp"`
-	OffcpuWaking   *ebpf.ProgramSpec `ebpf:"offcpu_waking"`
-	OffcpuWakingTp *ebpf.ProgramSpec `ebpf:"offcpu_waking_tp"`
+	OffcpuCpuSample *ebpf.ProgramSpec `ebpf:"offcpu_cpu_sample"`
+	OffcpuExec      *ebpf.ProgramSpec `ebpf:"offcpu_exec"`
+	OffcpuFork      *ebpf.ProgramSpec `ebpf:"offcpu_fork"`
+	OffcpuForkTp    *ebpf.ProgramSpec `ebpf:"offcpu_fork_tp"`
+	OffcpuRename    *ebpf.ProgramSpec `ebpf:"offcpu_rename"`
+	OffcpuRenameTp  *ebpf.ProgramSpec `ebpf:"offcpu_rename_tp"`
+	OffcpuSwitch    *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
+	OffcpuSwitchTp  *ebpf.ProgramSpec `ebpf:"offcpu_switch_tp"`
+	OffcpuWaking    *ebpf.ProgramSpec `ebpf:"offcpu_waking"`
+	OffcpuWakingTp  *ebpf.ProgramSpec `ebpf:"offcpu_waking_tp"`
 }
 
 // OffcpuMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuMapSpecs struct {
+	CpuSamples  *ebpf.MapSpec `ebpf:"cpu_samples"`
 	LastWaker   *ebpf.MapSpec `ebpf:"last_waker"`
 	Offcpu      *ebpf.MapSpec `ebpf:"offcpu"`
 	ProcEvents  *ebpf.MapSpec `ebpf:"proc_events"`
@@ -256,6 +269,7 @@ func (o *OffcpuObjects) Close() error {
 //
 // It can be passed to LoadOffcpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuMaps struct {
+	CpuSamples  *ebpf.Map `ebpf:"cpu_samples"`
 	LastWaker   *ebpf.Map `ebpf:"last_waker"`
 	Offcpu      *ebpf.Map `ebpf:"offcpu"`
 	ProcEvents  *ebpf.Map `ebpf:"proc_events"`
@@ -272,6 +286,7 @@ type OffcpuMaps struct {
 
 func (m *OffcpuMaps) Close() error {
 	return _OffcpuClose(
+		m.CpuSamples,
 		m.LastWaker,
 		m.Offcpu,
 		m.ProcEvents,
@@ -312,19 +327,21 @@ type OffcpuVariables struct {
 //
 // It can be passed to LoadOffcpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuPrograms struct {
-	OffcpuExec     *ebpf.Program `ebpf:"offcpu_exec"`
-	OffcpuFork     *ebpf.Program `ebpf:"offcpu_fork"`
-	OffcpuForkTp   *ebpf.Program `ebpf:"offcpu_fork_tp"`
-	OffcpuRename   *ebpf.Program `ebpf:"offcpu_rename"`
-	OffcpuRenameTp *ebpf.Program `ebpf:"offcpu_rename_tp"`
-	OffcpuSwitch   *ebpf.Program `ebpf:"offcpu_switch"`
-	OffcpuSwitchTp *ebpf.Program `ebpf:"offcpu_switch_tp"`
-	OffcpuWaking   *ebpf.Program `ebpf:"offcpu_waking"`
-	OffcpuWakingTp *ebpf.Program `ebpf:"offcpu_waking_tp"`
+	OffcpuCpuSample *ebpf.Program `ebpf:"offcpu_cpu_sample"`
+	OffcpuExec      *ebpf.Program `ebpf:"offcpu_exec"`
+	OffcpuFork      *ebpf.Program `ebpf:"offcpu_fork"`
+	OffcpuForkTp    *ebpf.Program `ebpf:"offcpu_fork_tp"`
+	OffcpuRename    *ebpf.Program `ebpf:"offcpu_rename"`
+	OffcpuRenameTp  *ebpf.Program `ebpf:"offcpu_rename_tp"`
+	OffcpuSwitch    *ebpf.Program `ebpf:"offcpu_switch"`
+	OffcpuSwitchTp  *ebpf.Program `ebpf:"offcpu_switch_tp"`
+	OffcpuWaking    *ebpf.Program `ebpf:"offcpu_waking"`
+	OffcpuWakingTp  *ebpf.Program `ebpf:"offcpu_waking_tp"`
 }
 
 func (p *OffcpuPrograms) Close() error {
 	return _OffcpuClose(
+		p.OffcpuCpuSample,
 		p.OffcpuExec,
 		p.OffcpuFork,
 		p.OffcpuForkTp,

@@ -38,6 +38,13 @@ type waker struct {
 	kernelID  int32
 }
 
+// cpuRecord is one on-CPU sample aggregation entry.
+type cpuRecord struct {
+	tgid, tid    uint32
+	count        uint64
+	user, kernel []uint64
+}
+
 // wakeRecord is one wake-up aggregation entry.
 type wakeRecord struct {
 	tgid, tid uint32 // woken thread
@@ -48,6 +55,7 @@ type wakeRecord struct {
 type drained struct {
 	records []record
 	wakes   []wakeRecord
+	cpu     []cpuRecord
 	threads map[uint32]thread
 }
 
@@ -106,6 +114,15 @@ func (s *Session) drain() (*drained, error) {
 	}
 	if err := wit.Err(); err != nil {
 		return nil, fmt.Errorf("reading the wake-up map: %w", err)
+	}
+	var ck bpf.OffcpuCpuKey
+	cit := s.coll.Maps[bpf.OffcpuMapCpuSamples].Iterate()
+	for cit.Next(&ck, &n) {
+		d.cpu = append(d.cpu, cpuRecord{tgid: ck.Tgid, tid: ck.Tid, count: n, user: getStack(ck.Ustack), kernel: getStack(ck.Kstack)})
+		s.stats.CPUSamples += n
+	}
+	if err := cit.Err(); err != nil {
+		return nil, fmt.Errorf("reading the on-CPU sample map: %w", err)
 	}
 	s.stats.Keys = len(d.records)
 	s.stats.Stacks = len(cache)
@@ -168,6 +185,7 @@ func (s *Session) readStats() error {
 	s.stats.WakeFull = get(bpf.OffcpuOffcpuStatSTAT_WAKE_FULL)
 	s.stats.WakerStackLost = get(bpf.OffcpuOffcpuStatSTAT_WAKER_STACK_LOST)
 	s.stats.WakesReused = get(bpf.OffcpuOffcpuStatSTAT_WAKES_REUSED)
+	s.stats.CPUFull = get(bpf.OffcpuOffcpuStatSTAT_CPU_FULL)
 	return nil
 }
 

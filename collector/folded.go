@@ -85,15 +85,17 @@ func writeFoldedBy(w io.Writer, p *profile.Profile, sampleIndex int, div int64, 
 		sums[line(s)] += s.Value[sampleIndex]
 	}
 	keys := make([]string, 0, len(sums))
-	for k := range sums {
-		keys = append(keys, k)
+	for k, v := range sums {
+		if v != 0 { // samples of another type (on-CPU beside off-CPU)
+			keys = append(keys, k)
+		}
 	}
 	sort.Strings(keys)
 	bw := bufio.NewWriter(w)
 	for _, k := range keys {
 		v := sums[k] / div
-		if v == 0 && sums[k] != 0 {
-			v = 1
+		if v == 0 {
+			v = 1 // keep short waits visible instead of rounding them away
 		}
 		if _, err := fmt.Fprintf(bw, "%s %d\n", k, v); err != nil {
 			return err

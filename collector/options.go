@@ -76,6 +76,9 @@ type Options struct {
 	// reusing a thread's previous stacks when it sleeps again in the same
 	// syscall from the same user instruction and stack pointers.
 	NoStackReuse bool
+	// CPUHz samples on-CPU stacks this many times a second per CPU into
+	// the same profile (sample type cpu/nanoseconds); 0 turns it off.
+	CPUHz int
 	// NoWakeups skips sched_waking: no waker stacks, no offwake links.
 	NoWakeups bool
 	// FollowForks makes processes started by a target targets too.
@@ -123,6 +126,9 @@ func (o *Options) validate() error {
 	}
 	if o.MinBlock < 0 || o.MaxBlock < 0 {
 		return fmt.Errorf("block-time bounds must not be negative")
+	}
+	if o.CPUHz < 0 || o.CPUHz > 10000 {
+		return fmt.Errorf("--cpu-hz %d out of range (0 to 10000)", o.CPUHz)
 	}
 	for _, n := range []int{o.MaxThreads, o.StackEntries, o.AggEntries} {
 		if n < 0 || n > 1<<24 {

@@ -97,13 +97,14 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 	sym := newSymbolizer(s.procs)
 	names := &threadNames{d: d, procs: s.procs}
 
-	b := newProfBuilder(sym, &profile.ValueType{Type: "off_cpu", Unit: "nanoseconds"}, &profile.ValueType{Type: "switches", Unit: "count"})
+	b := newProfBuilder(sym, &profile.ValueType{Type: "off_cpu", Unit: "nanoseconds"}, &profile.ValueType{Type: "switches", Unit: "count"},
+		&profile.ValueType{Type: "cpu", Unit: "nanoseconds"})
 	sort.Slice(d.records, func(i, j int) bool { return d.records[i].ns > d.records[j].ns })
 	for _, r := range d.records {
 		th := d.threads[r.tid]
 		smp := &profile.Sample{
 			Location: b.stack(r.tgid, trimKernel(r.kernel, sym.kern), r.user, r.userErr, isKernelThread(r)),
-			Value:    []int64{int64(r.ns), int64(r.count)},
+			Value:    []int64{int64(r.ns), int64(r.count), 0},
 			Label: map[string][]string{
 				LabelThread:  {th.comm},
 				LabelProcess: {processName(d, r.tgid, s.procs)},
@@ -117,6 +118,21 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 			smp.NumLabel[LabelWakerTID] = []int64{int64(r.waker.tid)}
 		}
 		b.p.Sample = append(b.p.Sample, smp)
+	}
+	if s.opts.CPUHz > 0 {
+		period := int64(time.Second) / int64(s.opts.CPUHz)
+		for _, c := range d.cpu {
+			b.p.Sample = append(b.p.Sample, &profile.Sample{
+				Location: b.stack(c.tgid, trimKernel(c.kernel, sym.kern), c.user, 0, true),
+				Value:    []int64{0, 0, int64(c.count) * period},
+				Label: map[string][]string{
+					LabelThread:  {names.thread(c.tgid, c.tid)},
+					LabelProcess: {processName(d, c.tgid, s.procs)},
+					LabelState:   {"on-cpu"},
+				},
+				NumLabel: map[string][]int64{LabelTID: {int64(c.tid)}, LabelPID: {int64(c.tgid)}},
+			})
+		}
 	}
 	off = b.p
 	s.finishProfile(off)

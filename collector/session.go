@@ -16,8 +16,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -75,6 +78,9 @@ type Stats struct {
 	WakerStackLost uint64            // waker stacks not stored
 	WakesReused    uint64            // wake-ups that reused the waker's previous stacks
 
+	CPUSamples uint64 // on-CPU samples (Options.CPUHz)
+	CPUFull    uint64 // on-CPU samples dropped: map full
+
 	Programs []ProgramStat // with Options.Stats
 }
 
@@ -89,7 +95,65 @@ type ProgramStat struct {
 // Lost reports the number of intervals or stacks that were not recorded
 // in full.
 func (s *Stats) Lost() uint64 {
-	return s.UserStackLost + s.KernelStackLost + s.AggFull + s.StartFull + s.EventsLost + s.WakeFull + s.WakerStackLost
+	return s.UserStackLost + s.KernelStackLost + s.AggFull + s.StartFull + s.EventsLost + s.WakeFull + s.WakerStackLost + s.CPUFull
+}
+
+// attachCPUSampling opens a CPU-clock perf event per online CPU at
+// Options.CPUHz and runs the sampling program on each.
+func (s *Session) attachCPUSampling() error {
+	if s.opts.CPUHz == 0 {
+		return nil
+	}
+	cpus, err := onlineCPUs()
+	if err != nil {
+		return err
+	}
+	for _, cpu := range cpus {
+		attr := unix.PerfEventAttr{
+			Type:   unix.PERF_TYPE_SOFTWARE,
+			Config: unix.PERF_COUNT_SW_CPU_CLOCK,
+			Size:   uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
+			Sample: uint64(s.opts.CPUHz),
+			Bits:   unix.PerfBitFreq,
+		}
+		fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
+		if err != nil {
+			return fmt.Errorf("opening a CPU-clock perf event on CPU %d: %w (use --cpu-hz 0 to skip on-CPU samples)", cpu, err)
+		}
+		l, err := link.AttachRawLink(link.RawLinkOptions{Target: fd, Program: s.coll.Programs[bpf.OffcpuProgOffcpuCpuSample], Attach: ebpf.AttachPerfEvent})
+		unix.Close(fd) // the link holds the event
+		if err != nil {
+			return fmt.Errorf("attaching the on-CPU sampler on CPU %d: %w", cpu, err)
+		}
+		s.links = append(s.links, l)
+	}
+	return nil
+}
+
+// onlineCPUs parses /sys/devices/system/cpu/online ("0-3,5").
+func onlineCPUs() ([]int, error) {
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return nil, fmt.Errorf("reading online CPUs: %w", err)
+	}
+	var cpus []int
+	for _, part := range strings.Split(strings.TrimSpace(string(b)), ",") {
+		lo, hi, found := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return nil, fmt.Errorf("parsing online CPUs %q: %w", b, err)
+		}
+		z := a
+		if found {
+			if z, err = strconv.Atoi(hi); err != nil {
+				return nil, fmt.Errorf("parsing online CPUs %q: %w", b, err)
+			}
+		}
+		for c := a; c <= z; c++ {
+			cpus = append(cpus, c)
+		}
+	}
+	return cpus, nil
 }
 
 // kernelThreadSize is THREAD_SIZE: 16 KiB on x86-64, 32 KiB with KASAN.
@@ -239,6 +303,7 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 	spec.Maps[bpf.OffcpuMapStacks].MaxEntries = uint32(o.StackEntries)
 	spec.Maps[bpf.OffcpuMapOffcpu].MaxEntries = uint32(o.AggEntries)
 	spec.Maps[bpf.OffcpuMapWakeups].MaxEntries = uint32(o.AggEntries)
+	spec.Maps[bpf.OffcpuMapCpuSamples].MaxEntries = uint32(o.AggEntries)
 	spec.Maps[bpf.OffcpuMapLastWaker].MaxEntries = uint32(o.MaxThreads)
 
 	btfProgs := []string{bpf.OffcpuProgOffcpuSwitch, bpf.OffcpuProgOffcpuFork, bpf.OffcpuProgOffcpuExec, bpf.OffcpuProgOffcpuRename, bpf.OffcpuProgOffcpuWaking}
@@ -271,6 +336,9 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 	}
 	s.coll = coll
 	if err := s.fillTargets(); err != nil {
+		return err
+	}
+	if err := s.attachCPUSampling(); err != nil {
 		return err
 	}
 	if btfMode {

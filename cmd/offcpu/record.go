@@ -31,6 +31,8 @@ type recordFlags struct {
 	noKernelStacks     bool
 	noStackReuse       bool
 	noWakeups          bool
+	cpuHz              int
+	cpuFolded          string
 	wakeupsOut         string
 	wakeupsFolded      string
 	offwakeFolded      string
@@ -80,6 +82,8 @@ written.`,
 	fl.BoolVar(&f.noUserStacks, "no-user-stacks", false, "do not capture user stacks")
 	fl.BoolVar(&f.noKernelStacks, "no-kernel-stacks", false, "do not capture kernel stacks")
 	fl.BoolVar(&f.noStackReuse, "no-stack-reuse", false, "walk both stacks at every switch-out (by default a thread sleeping again in the same syscall from the same place reuses its previous stacks)")
+	fl.IntVar(&f.cpuHz, "cpu-hz", 99, "also sample on-CPU stacks this often per CPU (sample type cpu/nanoseconds; 0: off)")
+	fl.StringVar(&f.cpuFolded, "cpu-folded", "", "write on-CPU samples as folded stacks (µs)")
 	fl.BoolVar(&f.noWakeups, "no-wakeups", false, "do not record who woke each thread")
 	fl.StringVar(&f.wakeupsOut, "wakeups-output", "", "wake-up pprof file (default: -o with .wakeups.pb.gz)")
 	fl.StringVar(&f.wakeupsFolded, "wakeups-folded", "", "write wake-ups as TARGET;WAKER;waker user;-;waker kernel COUNT")
@@ -111,7 +115,10 @@ func runRecord(stderr io.Writer, f *recordFlags, command []string) error {
 	if !f.noWakeups && f.wakeupsOut == "" {
 		f.wakeupsOut = strings.TrimSuffix(strings.TrimSuffix(f.output, ".gz"), ".pb") + ".wakeups.pb.gz"
 	}
-	for _, p := range []string{f.folded, f.wakeupsOut, f.wakeupsFolded, f.offwakeFolded} {
+	if f.cpuFolded != "" && f.cpuHz == 0 {
+		return fmt.Errorf("--cpu-folded needs --cpu-hz above 0")
+	}
+	for _, p := range []string{f.folded, f.wakeupsOut, f.wakeupsFolded, f.offwakeFolded, f.cpuFolded} {
 		if p != "" {
 			if err := checkWritable(p); err != nil {
 				return err
@@ -122,7 +129,7 @@ func runRecord(stderr io.Writer, f *recordFlags, command []string) error {
 		PIDs: f.pids, TIDs: f.tids, Cgroup: f.cgroup,
 		MinBlock: f.minBlock, MaxBlock: f.maxBlock, StateMask: mask,
 		UserThreadsOnly: f.userOnly, KernelThreadsOnly: f.kernelOnly,
-		NoUserStacks: f.noUserStacks, NoKernelStacks: f.noKernelStacks, NoStackReuse: f.noStackReuse, NoWakeups: f.noWakeups,
+		NoUserStacks: f.noUserStacks, NoKernelStacks: f.noKernelStacks, NoStackReuse: f.noStackReuse, NoWakeups: f.noWakeups, CPUHz: f.cpuHz,
 		FollowForks: f.follow, TargetsOnly: len(command) > 0,
 		MaxThreads: f.maxThreads, StackEntries: f.stackEntries, AggEntries: f.aggEntries,
 		ForceTracepoint: f.tracepoint, Stats: f.stats,
@@ -177,6 +184,11 @@ func runRecord(stderr io.Writer, f *recordFlags, command []string) error {
 	}
 	if f.folded != "" {
 		if err := writeFile(f.folded, func(w io.Writer) error { return collector.WriteFolded(w, prof, 0, 1000) }); err != nil {
+			return err
+		}
+	}
+	if f.cpuFolded != "" {
+		if err := writeFile(f.cpuFolded, func(w io.Writer) error { return collector.WriteFolded(w, prof, 2, 1000) }); err != nil {
 			return err
 		}
 	}
@@ -306,6 +318,9 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 	}
 	byThread := map[string]*agg{}
 	for _, s := range p.Sample {
+		if s.Value[0] == 0 && s.Value[1] == 0 {
+			continue // on-CPU sample
+		}
 		key := fmt.Sprintf("%s (tid %d)", s.Label[collector.LabelThread][0], s.NumLabel[collector.LabelTID][0])
 		a := byThread[key]
 		if a == nil {
@@ -331,6 +346,9 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 		}
 		tw.Flush()
 	}
+	if st.CPUSamples > 0 {
+		fmt.Fprintf(w, "on-CPU samples: %d at %d Hz per CPU\n", st.CPUSamples, f.cpuHz)
+	}
 	if st.Wakeups > 0 {
 		var classes []string
 		for c, n := range st.WakeupsByClass {
@@ -351,7 +369,7 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 		fmt.Fprintf(w, "bpf %s: %d runs, mean %d ns per run\n", ps.Name, ps.Runs, ps.MeanCost.Nanoseconds())
 	}
 	written := []string{f.output}
-	for _, p := range []string{f.folded, f.wakeupsOut, f.wakeupsFolded, f.offwakeFolded} {
+	for _, p := range []string{f.folded, f.wakeupsOut, f.wakeupsFolded, f.offwakeFolded, f.cpuFolded} {
 		if p != "" {
 			written = append(written, p)
 		}

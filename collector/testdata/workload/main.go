@@ -63,20 +63,33 @@ func main() {
 	json.NewEncoder(os.Stdout).Encode(results)
 }
 
+// untilDeadline repeats a blocking call that a signal may cut short
+// (Go preempts with SIGURG) until d has passed.
+func untilDeadline(d time.Duration, call func(left time.Duration)) {
+	end := time.Now().Add(d)
+	for left := d; left > 0; left = time.Until(end) {
+		call(left)
+	}
+}
+
 //go:noinline
 func napLoop() {
-	ts := unix.NsecToTimespec(int64(*each))
 	for i := 0; i < *rounds; i++ {
-		unix.Nanosleep(&ts, nil)
+		untilDeadline(*each, func(left time.Duration) {
+			ts := unix.NsecToTimespec(int64(left))
+			unix.Nanosleep(&ts, nil)
+		})
 	}
 }
 
 //go:noinline
 func futexLoop() {
 	var word uint32
-	ts := unix.NsecToTimespec(int64(*each))
 	for i := 0; i < *rounds; i++ {
-		unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(&word)), futexWaitPrivate, 0, uintptr(unsafe.Pointer(&ts)), 0, 0)
+		untilDeadline(*each, func(left time.Duration) {
+			ts := unix.NsecToTimespec(int64(left))
+			unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(&word)), futexWaitPrivate, 0, uintptr(unsafe.Pointer(&ts)), 0, 0)
+		})
 	}
 }
 
@@ -89,15 +102,19 @@ func epollLoop() {
 	defer unix.Close(ep)
 	events := make([]unix.EpollEvent, 1)
 	for i := 0; i < *rounds; i++ {
-		unix.EpollWait(ep, events, int(*each/time.Millisecond))
+		untilDeadline(*each, func(left time.Duration) {
+			unix.EpollWait(ep, events, int((left+time.Millisecond-1)/time.Millisecond))
+		})
 	}
 }
 
 //go:noinline
 func exitingLoop() {
-	ts := unix.NsecToTimespec(int64(*each))
 	for i := 0; i < *rounds/2; i++ {
-		unix.Nanosleep(&ts, nil)
+		untilDeadline(*each, func(left time.Duration) {
+			ts := unix.NsecToTimespec(int64(left))
+			unix.Nanosleep(&ts, nil)
+		})
 	}
 }
 
