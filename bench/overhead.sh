@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Cost of recording off-CPU stacks system-wide, side by side in one run:
-# (a) nothing, (b) libbpf-tools offcputime, (c) offcpu record.
+# (a) nothing, (b) libbpf-tools offcputime, (c) offcpu record without
+# wake-ups, (d) libbpf-tools wakeuptime, (e) offcpu record with wake-ups
+# (its default; on-CPU sampling off in both offcpu runs).
 # A C ping-pong pinned to one CPU makes ~2 context switches per round.
 # Reports ns per sched_switch program run (kernel bpf_stats) and the
 # workload's slowdown. Needs root. Usage: bench/overhead.sh [ROUNDS] [REPEATS]
@@ -13,6 +15,8 @@ mkdir -p "$OUT"
 gcc -O2 -pthread -o "$OUT/pingpong" bench/pingpong.c
 go build -o "$OUT/offcpu" ./cmd/offcpu
 OFFCPUTIME=$(command -v offcputime || echo /usr/sbin/offcputime)
+WAKEUPTIME=$(command -v wakeuptime || echo /usr/sbin/wakeuptime)
+[ -x "$WAKEUPTIME" ] || WAKEUPTIME=""
 [ -x "$OFFCPUTIME" ] || { echo "libbpf-tools offcputime not found: apt-get install libbpf-tools" >&2; OFFCPUTIME=""; }
 
 workload() { taskset -c 0 "$OUT/pingpong" "$ROUNDS"; }
@@ -28,41 +32,64 @@ for p in json.load(sys.stdin):
 print(f"{ns/cnt if cnt else 0:.0f} {cnt}")' "$1"
 }
 
-declare -a base tool ours tool_cost ours_cost
+declare -a base tool ours wtool wours tool_cost ours_cost wtool_cost wours_switch wours_wake
+# run_tool CMD... : starts a libbpf-tools recorder, runs the workload, prints
+# "WALL COST" for programs named $PAT.
+run_tool() {
+	sysctl -qw kernel.bpf_stats_enabled=1
+	"$@" > "$OUT/tool.txt" 2>/dev/null &
+	local tp=$!
+	sleep 2
+	local w; w=$(workload)
+	local c; c=$(prog_cost "$PAT")
+	kill -INT $tp 2>/dev/null || true; wait $tp || true
+	sysctl -qw kernel.bpf_stats_enabled=0
+	echo "$w ${c%% *}"
+}
+# run_ours FLAGS... : prints "WALL SWITCH_NS SWITCH_RUNS WAKING_NS WAKING_RUNS".
+run_ours() {
+	"$OUT/offcpu" record -o "$OUT/offcpu.pb.gz" --stats --cpu-hz 0 "$@" > /dev/null 2> "$OUT/offcpu.log" &
+	local op=$!
+	sleep 2
+	local w; w=$(workload)
+	kill -INT $op 2>/dev/null || true; wait $op || true
+	local sw wk
+	sw=$(awk '/bpf offcpu_switch:/ {print $6, $3}' "$OUT/offcpu.log")
+	wk=$(awk '/bpf offcpu_waking:/ {print $6, $3}' "$OUT/offcpu.log")
+	echo "$w ${sw:-0 0} ${wk:-0 0}"
+}
 for i in $(seq "$REPEATS"); do
 	base+=("$(workload)")
-
 	if [ -n "$OFFCPUTIME" ]; then
-		sysctl -qw kernel.bpf_stats_enabled=1
-		"$OFFCPUTIME" 600 > "$OUT/offcputime.txt" 2>/dev/null &
-		tp=$!
-		sleep 2
-		tool+=("$(workload)")
-		tool_cost+=("$(prog_cost sched_switch)")
-		kill -INT $tp 2>/dev/null || true; wait $tp || true
-		sysctl -qw kernel.bpf_stats_enabled=0
+		PAT=sched_switch; r=$(run_tool "$OFFCPUTIME" 600); tool+=("${r%% *}"); tool_cost+=("${r##* }")
 	fi
-
-	"$OUT/offcpu" record -o "$OUT/offcpu.pb.gz" --stats > /dev/null 2> "$OUT/offcpu.log" &
-	op=$!
-	sleep 2
-	ours+=("$(workload)")
-	kill -INT $op 2>/dev/null || true; wait $op || true
-	ours_cost+=("$(awk '/bpf offcpu_switch:/ {print $6, $3}' "$OUT/offcpu.log")")
+	r=($(run_ours --no-wakeups)); ours+=("${r[0]}"); ours_cost+=("${r[1]}")
+	if [ -n "$WAKEUPTIME" ]; then
+		PAT=sched_wakeup; r=$(run_tool "$WAKEUPTIME" 600); wtool+=("${r%% *}"); wtool_cost+=("${r##* }")
+	fi
+	r=($(run_ours)); wours+=("${r[0]}")
+	# Total BPF time per context switch: switch runs plus waking runs.
+	wours_switch+=("$(awk -v a="${r[1]}" -v n="${r[2]}" -v b="${r[3]}" -v m="${r[4]}" 'BEGIN {printf "%.0f", n ? (a*n + b*m)/n : 0}')")
+	wours_wake+=("${r[3]}")
 done
 
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-b=$(median "${base[@]}")
-o=$(median "${ours[@]}")
-oc=$(median "$(for c in "${ours_cost[@]}"; do echo "${c%% *}"; done)")
-echo "workload: $ROUNDS round trips, pinned to CPU 0, $REPEATS runs each, medians"
-printf '%-28s %12s %10s %14s\n' recorder "wall (ms)" slowdown "ns/switch run"
 ms() { awk -v x="$1" 'BEGIN {printf "%.1f", x/1e6}'; }
 pct() { awk -v x="$1" -v b="$2" 'BEGIN {printf "%.1f%%", (x-b)*100/b}'; }
-printf '%-28s %12s %10s %14s\n' "none" "$(ms "$b")" "-" "-"
+b=$(median "${base[@]}")
+echo "workload: $ROUNDS round trips, pinned to CPU 0, $REPEATS runs each, medians"
+printf '%-34s %10s %9s %16s\n' recorder "wall (ms)" slowdown "ns per run"
+printf '%-34s %10s %9s %16s\n' "none" "$(ms "$b")" "-" "-"
 if [ ${#tool[@]} -gt 0 ]; then
 	t=$(median "${tool[@]}")
-	tc=$(median "$(for c in "${tool_cost[@]}"; do echo "${c%% *}"; done)")
-	printf '%-28s %12s %10s %14s\n' "libbpf-tools offcputime" "$(ms "$t")" "$(pct "$t" "$b")" "$tc"
+	printf '%-34s %10s %9s %16s\n' "libbpf-tools offcputime" "$(ms "$t")" "$(pct "$t" "$b")" "$(median "${tool_cost[@]}") /switch"
 fi
-printf '%-28s %12s %10s %14s\n' "offcpu record" "$(ms "$o")" "$(pct "$o" "$b")" "$oc"
+o=$(median "${ours[@]}")
+printf '%-34s %10s %9s %16s\n' "offcpu record --no-wakeups" "$(ms "$o")" "$(pct "$o" "$b")" "$(median "${ours_cost[@]}") /switch"
+if [ ${#wtool[@]} -gt 0 ]; then
+	t=$(median "${wtool[@]}")
+	printf '%-34s %10s %9s %16s\n' "libbpf-tools wakeuptime" "$(ms "$t")" "$(pct "$t" "$b")" "$(median "${wtool_cost[@]}") /wakeup"
+fi
+o=$(median "${wours[@]}")
+printf '%-34s %10s %9s %16s\n' "offcpu record (wake-ups)" "$(ms "$o")" "$(pct "$o" "$b")" "$(median "${wours_wake[@]}") /waking"
+printf '%-34s %10s %9s %16s\n' "  total per switch with wake-ups" "" "" "$(median "${wours_switch[@]}") /switch"

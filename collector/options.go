@@ -89,7 +89,7 @@ type Options struct {
 
 	// Map sizes; 0 picks the default.
 	MaxThreads   int // remembered switch-outs and thread names (default 65536)
-	StackEntries int // distinct stacks (default 16384)
+	StackEntries int // distinct stacks (default 32768)
 	AggEntries   int // distinct (thread, stacks, state) keys (default 65536)
 
 	// ForceTracepoint uses the classic sched:sched_switch tracepoint even
@@ -106,7 +106,7 @@ func (o *Options) withDefaults() Options {
 		c.MaxThreads = 65536
 	}
 	if c.StackEntries == 0 {
-		c.StackEntries = 16384
+		c.StackEntries = 32768
 	}
 	if c.AggEntries == 0 {
 		c.AggEntries = 65536

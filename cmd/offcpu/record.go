@@ -92,7 +92,7 @@ written.`,
 	fl.StringVarP(&f.output, "output", "o", "offcpu.pb.gz", "pprof output file (gzipped profile.proto)")
 	fl.StringVar(&f.folded, "folded", "", "also write folded stacks (µs) to this file")
 	fl.IntVar(&f.maxThreads, "max-threads", 65536, "threads tracked at once (BPF map size)")
-	fl.IntVar(&f.stackEntries, "stack-entries", 16384, "distinct stacks kept (BPF stack map size)")
+	fl.IntVar(&f.stackEntries, "stack-entries", 32768, "distinct stacks kept (BPF stack map size; a stack map has no chaining, so keep it well above the stacks expected)")
 	fl.IntVar(&f.aggEntries, "agg-entries", 65536, "distinct (thread, stack, state) keys kept (BPF map size)")
 	fl.BoolVar(&f.stats, "stats", false, "print the mean cost of each BPF program run (enables kernel.bpf_stats_enabled while recording)")
 	fl.BoolVar(&f.follow, "follow-forks", true, "also record processes that the targets start")
