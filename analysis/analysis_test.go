@@ -1,0 +1,262 @@
+package analysis
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/pprof/profile"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// fixture writes an offcpu-shaped profile: a broker loop blocked on the
+// monitor inside internalConsumerFlow, an idle loop, a preempted thread,
+// an executor waiting for work, and a wake-up profile.
+func fixture(t *testing.T, dir string) (offPath, wakePath string) {
+	t.Helper()
+	kmap := &profile.Mapping{ID: 1, File: "[kernel.kallsyms]"}
+	umap := &profile.Mapping{ID: 2, File: "/usr/bin/broker"}
+	p := &profile.Profile{
+		SampleType: []*profile.ValueType{{Type: "off_cpu", Unit: "nanoseconds"}, {Type: "switches", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
+		Mapping:    []*profile.Mapping{kmap, umap},
+	}
+	funcs := map[string]*profile.Function{}
+	loc := func(name string, kernel bool) *profile.Location {
+		f := funcs[name]
+		if f == nil {
+			f = &profile.Function{ID: uint64(len(p.Function) + 1), Name: name}
+			funcs[name] = f
+			p.Function = append(p.Function, f)
+		}
+		m := umap
+		if kernel {
+			m = kmap
+		}
+		l := &profile.Location{ID: uint64(len(p.Location) + 1), Mapping: m, Address: uint64(len(p.Location) + 1), Line: []profile.Line{{Function: f}}}
+		p.Location = append(p.Location, l)
+		return l
+	}
+	// stack takes frames root first, "k:" marks kernel frames.
+	add := func(thread, state string, ns, cpu int64, frames ...string) {
+		var locs []*profile.Location
+		for i := len(frames) - 1; i >= 0; i-- {
+			name := frames[i]
+			locs = append(locs, loc(strings.TrimPrefix(name, "k:"), strings.HasPrefix(name, "k:")))
+		}
+		p.Sample = append(p.Sample, &profile.Sample{Location: locs, Value: []int64{ns, 1, cpu},
+			Label: map[string][]string{"thread": {thread}, "state": {state}}})
+	}
+	d := "github.com/offcpu/offcpu/dispatcher."
+	add("broker-io-0", "sleeping", 3_000_000_000, 0, "runtime.goexit", d+"(*EventLoop).run", d+"baseline.ConsumerFlow.func1", d+"(*Dispatcher).internalConsumerFlow", d+"(*Monitor).Enter", d+"(*Monitor).enterSlow", d+"futexWait", "k:do_syscall_64", "k:futex_wait", "k:schedule")
+	add("broker-io-1", "sleeping", 1_000_000_000, 0, "runtime.goexit", d+"(*EventLoop).run", d+"(*Dispatcher).readMoreEntries", d+"(*Monitor).Enter", d+"(*Monitor).enterSlow", d+"futexWait", "k:futex_wait", "k:schedule")
+	add("broker-io-1", "sleeping", 5_000_000_000, 0, "runtime.goexit", d+"(*EventLoop).run", d+"epollWait", "golang.org/x/sys/unix.EpollWait", "k:do_epoll_wait", "k:schedule")
+	add("broker-io-2", "preempted", 2_000_000_000, 0, "runtime.goexit", d+"(*EventLoop).run", d+"(*conn).OnReadable", "k:schedule")
+	add("topic-worker-0", "sleeping", 4_000_000_000, 0, "runtime.goexit", d+"(*Executor).run", d+"(*BlockingQueue[go.shape.func()]).Take", d+"(*Notifier).Wait", d+"futexWait", "k:futex_wait", "k:schedule")
+	add("client-io-0", "sleeping", 500_000_000, 0, "runtime.goexit", d+"(*Client).runProducer", "time.Sleep", "k:do_nanosleep", "k:schedule")
+	add("broker-io-0", "on-cpu", 0, 700_000_000, "runtime.goexit", d+"(*EventLoop).wakeup", d+"eventfdWrite", "k:eventfd_write")
+	offPath = filepath.Join(dir, "offcpu.pb.gz")
+	writeProfile(t, offPath, p)
+
+	w := &profile.Profile{
+		SampleType: []*profile.ValueType{{Type: "wakeups", Unit: "count"}, {Type: "off_cpu", Unit: "nanoseconds"}},
+		Mapping:    []*profile.Mapping{kmap, umap},
+	}
+	funcs = map[string]*profile.Function{}
+	p2 := p
+	p = w
+	addW := func(waker, target, class string, n int64, frames ...string) {
+		var locs []*profile.Location
+		for i := len(frames) - 1; i >= 0; i-- {
+			name := frames[i]
+			locs = append(locs, loc(strings.TrimPrefix(name, "k:"), strings.HasPrefix(name, "k:")))
+		}
+		w.Sample = append(w.Sample, &profile.Sample{Location: locs, Value: []int64{n, n * 1000},
+			Label: map[string][]string{"thread": {waker}, "target_thread": {target}, "wakeup_class": {class}}})
+	}
+	addW("topic-worker-0", "broker-io-2", "eventfd", 300, d+"(*Dispatcher).sendMessagesToConsumer", d+"(*EventLoop).Execute", d+"(*EventLoop).wakeup", d+"eventfdWrite", "k:eventfd_write", "k:try_to_wake_up")
+	addW("ml-worker", "topic-worker-0", "futex", 200, d+"(*Dispatcher).readEntriesComplete", d+"(*Executor).Execute", d+"futexWake", "k:futex_wake", "k:try_to_wake_up")
+	addW("[interrupt]", "client-io-0", "timer", 50, "k:hrtimer_wakeup", "k:try_to_wake_up")
+	p = p2
+	wakePath = filepath.Join(dir, "offcpu.wakeups.pb.gz")
+	writeProfile(t, wakePath, w)
+	return offPath, wakePath
+}
+
+func writeProfile(t *testing.T, path string, p *profile.Profile) {
+	t.Helper()
+	if err := p.CheckValid(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := p.Write(f); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs:\n%s", path, got)
+	}
+}
+
+func TestAnalyzeFixture(t *testing.T) {
+	dir := t.TempDir()
+	off, wake := fixture(t, dir)
+	rules, err := LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Load(Microseconds, off, wake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := Analyze(d, rules, Options{Threads: regexp.MustCompile(`^(broker-io|ml-worker|topic-worker)`), Messages: 1000})
+	rep.Sources = []string{"offcpu.pb.gz", "offcpu.wakeups.pb.gz"}
+
+	// Checked by hand: blocked with an application frame are the two
+	// monitor waits (3 s + 1 s); the idle loop, the executor and the
+	// preempted thread are not.
+	if rep.TotalOffCPUNs != 15e9 || rep.AppBlockedNs != 4e9 {
+		t.Errorf("total %d app %d, want 15e9 and 4e9", rep.TotalOffCPUNs, rep.AppBlockedNs)
+	}
+	cat := map[string]CategoryResult{}
+	for _, c := range rep.Categories {
+		cat[c.Name] = c
+	}
+	if cat["monitor-wait"].Share != 1 || cat["flow-handling"].AppNs != 3e9 || cat["flow-handling"].Share != 0.75 {
+		t.Errorf("monitor-wait %+v flow-handling %+v", cat["monitor-wait"], cat["flow-handling"])
+	}
+	if cat["event-loop-idle"].Ns != 5e9 || cat["queue-wait"].Ns != 4e9 || cat["preempted"].Ns != 2e9 {
+		t.Errorf("idle %d queue %d preempted %d", cat["event-loop-idle"].Ns, cat["queue-wait"].Ns, cat["preempted"].Ns)
+	}
+	if rep.Wakeups.Total != 500 || rep.Wakeups.ByClass["eventfd"] != 300 || rep.Wakeups.EventfdPerMessage != 0.3 {
+		t.Errorf("wake-ups %+v", rep.Wakeups)
+	}
+	var buf bytes.Buffer
+	if err := rep.Write(&buf, "json"); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "analyze.json", buf.Bytes())
+	buf.Reset()
+	rep.Write(&buf, "markdown")
+	golden(t, "analyze.md", buf.Bytes())
+	if err := rep.Write(&buf, "yaml"); err == nil {
+		t.Error("unknown format accepted")
+	}
+}
+
+func TestRulesErrors(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"categories:\n  - name: a\nrules:\n  - category: b\n    frames: [x]\n", `rules.yaml:4: unknown category "b"`},
+		{"categories:\n  - name: a\nrules:\n  - category: a\n    frames:\n      - ok\n      - 'bad(('\n", `rules.yaml:7: bad regexp "bad(("`},
+		{"categories: [\n", "rules.yaml: "},
+		{"categories:\n  - name: a\nrules:\n  - category: a\n", "rules.yaml:4: rule for a matches everything"},
+		{"categories:\n  - name: a\nrules:\n  - category: a\n    states: [dozing]\n", `rules.yaml:5: unknown state "dozing"`},
+		{"categorie:\n  - name: a\n", "rules.yaml: "},
+	} {
+		_, err := ParseRules("rules.yaml", []byte(tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: err = %v, want %q", tc.yaml, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "\n") {
+			t.Errorf("multi-line error: %q", err)
+		}
+	}
+	if _, err := ParseRules("default", DefaultRules()); err != nil {
+		t.Errorf("built-in rules: %v", err)
+	}
+}
+
+func TestLoadCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	off, _ := fixture(t, dir)
+	b, _ := os.ReadFile(off)
+	cases := map[string][]byte{
+		"truncated.pb.gz": b[:len(b)/2],
+		"garbage.pb.gz":   append([]byte{0x1f, 0x8b}, bytes.Repeat([]byte{0xff}, 100)...),
+		"binary":          {0, 1, 2, 3},
+		"novalue.folded":  []byte("a;b;c\n"),
+		"badvalue.folded": []byte("a;b;c x12\n"),
+	}
+	for name, data := range cases {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, data, 0o644)
+		if _, err := Load(Microseconds, p); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: err = %v", name, err)
+		}
+	}
+	if _, err := Load(Microseconds, filepath.Join(dir, "missing")); err == nil {
+		t.Error("missing file accepted")
+	}
+}
+
+func TestLoadFolded(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "x.folded")
+	os.WriteFile(p, []byte(""+
+		"broker-io-1;main;loop;-;do_epoll_wait;schedule 2000\n"+
+		"java/lang/Thread.run;Worker.run;Object.wait 30\n"+
+		"t;a;--;b;w 5\n"), 0o644)
+	d, err := Load(Microseconds, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Stacks) != 2 {
+		t.Fatalf("%d stacks, want 2 (offwake lines skipped)", len(d.Stacks))
+	}
+	a, b := d.Stacks[0], d.Stacks[1]
+	if a.Thread != "broker-io-1" || a.Value != 2e6 || !a.Frames[2].Kernel || a.Frames[1].Kernel {
+		t.Errorf("bcc line: %+v", a)
+	}
+	if b.Thread != "" || len(b.Frames) != 3 || b.Value != 30000 {
+		t.Errorf("collapsed line: %+v", b)
+	}
+	js, _ := json.Marshal(d.Stacks[0].Frames)
+	if !strings.Contains(string(js), "do_epoll_wait") {
+		t.Error(string(js))
+	}
+}
+
+func TestGoBlockProfile(t *testing.T) {
+	// A Go block profile: contentions/count, delay/nanoseconds, no threads.
+	fn := &profile.Function{ID: 1, Name: "sync.(*Mutex).Lock"}
+	fn2 := &profile.Function{ID: 2, Name: "main.handler"}
+	m := &profile.Mapping{ID: 1, File: "/bin/app"}
+	l1 := &profile.Location{ID: 1, Mapping: m, Line: []profile.Line{{Function: fn}}}
+	l2 := &profile.Location{ID: 2, Mapping: m, Line: []profile.Line{{Function: fn2}}}
+	p := &profile.Profile{SampleType: []*profile.ValueType{{Type: "contentions", Unit: "count"}, {Type: "delay", Unit: "nanoseconds"}},
+		Mapping: []*profile.Mapping{m}, Function: []*profile.Function{fn, fn2}, Location: []*profile.Location{l1, l2},
+		Sample: []*profile.Sample{{Location: []*profile.Location{l1, l2}, Value: []int64{3, 900}}}}
+	path := filepath.Join(t.TempDir(), "block.pb.gz")
+	writeProfile(t, path, p)
+	d, err := Load(Microseconds, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, _ := LoadRules("")
+	rep := Analyze(d, rules, Options{})
+	if rep.TotalOffCPUNs != 900 || rep.AppBlockedNs != 900 || rep.Categories[1].Name != "monitor-wait" || rep.Categories[1].AppNs != 900 {
+		t.Errorf("block profile: total %d app %d %+v", rep.TotalOffCPUNs, rep.AppBlockedNs, rep.Categories[1])
+	}
+}

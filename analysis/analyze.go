@@ -1,0 +1,411 @@
+package analysis
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"regexp"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Options narrows an analysis.
+type Options struct {
+	// Threads keeps only stacks whose thread (for wake-ups: the woken
+	// thread) matches, such as ^(broker-io|ml-worker|topic-worker).
+	Threads *regexp.Regexp
+	// Messages, when known, gives wake-ups per message.
+	Messages int64
+	// Top is the number of stacks and functions listed (default 10).
+	Top int
+}
+
+// CategoryResult is one category's blocked time.
+type CategoryResult struct {
+	Name        string  `json:"name"`
+	Description string  `json:"description"`
+	Ns          int64   `json:"ns"`       // all off-CPU time in the category
+	AppNs       int64   `json:"app_ns"`   // of it, with an application frame
+	Share       float64 `json:"share"`    // AppNs / app_blocked_ns
+	FirstNs     int64   `json:"first_ns"` // app time whose first matching rule is this one
+}
+
+// GroupResult is one thread group (names with digits collapsed).
+type GroupResult struct {
+	Name         string           `json:"name"`
+	OffCPUNs     int64            `json:"offcpu_ns"`
+	AppBlockedNs int64            `json:"app_blocked_ns"`
+	CPUNs        int64            `json:"cpu_ns,omitempty"`
+	Categories   map[string]int64 `json:"categories"` // app ns per category
+}
+
+// Count is a name with a count or a time.
+type Count struct {
+	Name  string `json:"name"`
+	Value int64  `json:"value"`
+}
+
+// TargetWakeups are the wake-ups of one woken thread group.
+type TargetWakeups struct {
+	Group   string           `json:"group"`
+	Total   int64            `json:"total"`
+	ByClass map[string]int64 `json:"by_class"`
+}
+
+// WakeupResult summarizes wake-ups.
+type WakeupResult struct {
+	Total             int64            `json:"total"`
+	ByClass           map[string]int64 `json:"by_class"`
+	ByWakerFunction   []Count          `json:"by_waker_function"`
+	ByTargetGroup     []TargetWakeups  `json:"by_target_group"`
+	PerMessage        float64          `json:"per_message,omitempty"`
+	EventfdPerMessage float64          `json:"eventfd_per_message,omitempty"`
+}
+
+// TopStack is one of the stacks with the most app-blocked time.
+type TopStack struct {
+	Thread     string   `json:"thread"`
+	Ns         int64    `json:"ns"`
+	Categories []string `json:"categories"`
+	Stack      string   `json:"stack"` // folded, root first
+}
+
+// Report is what offcpu analyze prints.
+type Report struct {
+	Sources         []string         `json:"sources"`
+	ThreadFilter    string           `json:"thread_filter,omitempty"`
+	TotalOffCPUNs   int64            `json:"total_offcpu_ns"`
+	AppBlockedNs    int64            `json:"app_blocked_ns"`
+	CPUNs           int64            `json:"cpu_ns"`
+	Categories      []CategoryResult `json:"categories"`
+	ThreadGroups    []GroupResult    `json:"thread_groups"`
+	Wakeups         WakeupResult     `json:"wakeups"`
+	TopStacks       []TopStack       `json:"top_stacks"`
+	TopAppFunctions []Count          `json:"top_app_functions"` // innermost app frame, app-blocked ns
+	FunctionsCum    map[string]int64 `json:"-"`                 // app-blocked ns per function anywhere in the stack
+	FunctionsFlat   map[string]int64 `json:"-"`                 // per innermost app frame
+	WakerFunctions  map[string]int64 `json:"-"`
+	Messages        int64            `json:"messages,omitempty"`
+	Statements      []string         `json:"statements"`
+}
+
+var digits = regexp.MustCompile(`\d+`)
+
+// ThreadGroup collapses the digits of a thread name: broker-io-3 → broker-io-N.
+func ThreadGroup(name string) string {
+	if name == "" {
+		return "[unnamed]"
+	}
+	return digits.ReplaceAllString(name, "N")
+}
+
+// Analyze attributes the data's blocked time to the rules' categories.
+func Analyze(d *Data, r *Rules, o Options) *Report {
+	if o.Top == 0 {
+		o.Top = 10
+	}
+	rep := &Report{Sources: d.Sources, Messages: o.Messages, FunctionsCum: map[string]int64{}, FunctionsFlat: map[string]int64{}, WakerFunctions: map[string]int64{}}
+	if o.Threads != nil {
+		rep.ThreadFilter = o.Threads.String()
+	}
+	cats := map[string]*CategoryResult{}
+	for _, c := range r.Categories {
+		cats[c.Name] = &CategoryResult{Name: c.Name, Description: c.Description}
+	}
+	groups := map[string]*GroupResult{}
+	group := func(name string) *GroupResult {
+		g := groups[ThreadGroup(name)]
+		if g == nil {
+			g = &GroupResult{Name: ThreadGroup(name), Categories: map[string]int64{}}
+			groups[g.Name] = g
+		}
+		return g
+	}
+	rep.Wakeups.ByClass = map[string]int64{}
+	targets := map[string]*TargetWakeups{}
+	var top []TopStack
+	for i := range d.Stacks {
+		s := &d.Stacks[i]
+		switch s.Kind {
+		case KindWakeup:
+			if o.Threads != nil && !o.Threads.MatchString(s.Target) {
+				continue
+			}
+			rep.Wakeups.Total += s.Value
+			rep.Wakeups.ByClass[s.Class] += s.Value
+			fn := r.InnermostApp(s)
+			if fn == "" {
+				fn = "[" + ThreadGroup(s.Thread) + "]"
+			}
+			rep.WakerFunctions[fn] += s.Value
+			tg := targets[ThreadGroup(s.Target)]
+			if tg == nil {
+				tg = &TargetWakeups{Group: ThreadGroup(s.Target), ByClass: map[string]int64{}}
+				targets[tg.Group] = tg
+			}
+			tg.Total += s.Value
+			tg.ByClass[s.Class] += s.Value
+			continue
+		case KindCPU:
+			if o.Threads == nil || o.Threads.MatchString(s.Thread) {
+				rep.CPUNs += s.Value
+				group(s.Thread).CPUNs += s.Value
+			}
+			continue
+		}
+		if o.Threads != nil && !o.Threads.MatchString(s.Thread) {
+			continue
+		}
+		rep.TotalOffCPUNs += s.Value
+		g := group(s.Thread)
+		g.OffCPUNs += s.Value
+		cs := r.Categorize(s)
+		inner := r.InnermostApp(s)
+		app := inner != "" && s.State != "preempted" // runnable is not blocked
+		for _, c := range cs {
+			if cats[c] != nil {
+				cats[c].Ns += s.Value
+			}
+		}
+		if !app {
+			continue
+		}
+		rep.AppBlockedNs += s.Value
+		g.AppBlockedNs += s.Value
+		for _, c := range cs {
+			if cats[c] != nil {
+				cats[c].AppNs += s.Value
+			}
+			g.Categories[c] += s.Value
+		}
+		if cats[cs[0]] != nil {
+			cats[cs[0]].FirstNs += s.Value
+		}
+		rep.FunctionsFlat[inner] += s.Value
+		seen := map[string]bool{}
+		for _, f := range s.Frames {
+			if r.IsApp(f) && !seen[f.Name] {
+				seen[f.Name] = true
+				rep.FunctionsCum[f.Name] += s.Value
+			}
+		}
+		top = append(top, TopStack{Thread: s.Thread, Ns: s.Value, Categories: cs, Stack: foldedOf(s)})
+	}
+	for _, c := range r.Categories {
+		cr := *cats[c.Name]
+		if rep.AppBlockedNs > 0 {
+			cr.Share = float64(cr.AppNs) / float64(rep.AppBlockedNs)
+		}
+		rep.Categories = append(rep.Categories, cr)
+	}
+	for _, g := range groups {
+		rep.ThreadGroups = append(rep.ThreadGroups, *g)
+	}
+	sort.Slice(rep.ThreadGroups, func(i, j int) bool { return rep.ThreadGroups[i].OffCPUNs > rep.ThreadGroups[j].OffCPUNs })
+	for _, t := range targets {
+		rep.Wakeups.ByTargetGroup = append(rep.Wakeups.ByTargetGroup, *t)
+	}
+	sort.Slice(rep.Wakeups.ByTargetGroup, func(i, j int) bool { return rep.Wakeups.ByTargetGroup[i].Total > rep.Wakeups.ByTargetGroup[j].Total })
+	rep.Wakeups.ByWakerFunction = topCounts(rep.WakerFunctions, o.Top)
+	rep.TopAppFunctions = topCounts(rep.FunctionsFlat, o.Top)
+	sort.Slice(top, func(i, j int) bool { return top[i].Ns > top[j].Ns })
+	if len(top) > o.Top {
+		top = top[:o.Top]
+	}
+	rep.TopStacks = top
+	if o.Messages > 0 {
+		rep.Wakeups.PerMessage = float64(rep.Wakeups.Total) / float64(o.Messages)
+		rep.Wakeups.EventfdPerMessage = float64(rep.Wakeups.ByClass["eventfd"]) / float64(o.Messages)
+	}
+	rep.Statements = statements(rep)
+	return rep
+}
+
+func foldedOf(s *Stack) string {
+	parts := []string{}
+	if s.Thread != "" {
+		parts = append(parts, s.Thread)
+	}
+	kernel := false
+	for _, f := range s.Frames {
+		if f.Kernel && !kernel {
+			parts = append(parts, "-")
+			kernel = true
+		}
+		parts = append(parts, f.Name)
+	}
+	return strings.Join(parts, ";")
+}
+
+func topCounts(m map[string]int64, n int) []Count {
+	var out []Count
+	for k, v := range m {
+		out = append(out, Count{k, v})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Value != out[j].Value {
+			return out[i].Value > out[j].Value
+		}
+		return out[i].Name < out[j].Name
+	})
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
+}
+
+// ShortFunc drops a Go import path: github.com/x/y/pkg.(*T).m → pkg.(*T).m.
+func ShortFunc(name string) string {
+	if i := strings.LastIndexByte(name, '/'); i >= 0 && !strings.ContainsAny(name[:i], " <") {
+		return name[i+1:]
+	}
+	return name
+}
+
+// Secs renders nanoseconds as seconds with sensible precision.
+func Secs(ns int64) string {
+	d := time.Duration(ns)
+	switch {
+	case d >= 10*time.Second:
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	case d >= time.Second:
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.1f ms", float64(d)/1e6)
+	}
+	return fmt.Sprintf("%.0f µs", float64(d)/1e3)
+}
+
+func statements(rep *Report) []string {
+	var out []string
+	if rep.AppBlockedNs == 0 {
+		return []string{fmt.Sprintf("No blocked time with an application frame (%s off-CPU in all).", Secs(rep.TotalOffCPUNs))}
+	}
+	// The largest category by app time, other than "other".
+	var best *CategoryResult
+	for i := range rep.Categories {
+		c := &rep.Categories[i]
+		if c.Name != "other" && c.AppNs > 0 && (best == nil || c.AppNs > best.AppNs) {
+			best = c
+		}
+	}
+	if best != nil {
+		where := ""
+		var bestGroup string
+		var bestNs int64
+		for _, g := range rep.ThreadGroups {
+			if g.Categories[best.Name] > bestNs {
+				bestGroup, bestNs = g.Name, g.Categories[best.Name]
+			}
+		}
+		if bestGroup != "" {
+			where = fmt.Sprintf(" %s threads", bestGroup)
+		}
+		fn := ""
+		if len(rep.TopAppFunctions) > 0 {
+			fn = fmt.Sprintf(" (the most blocked application function: %s, %s)", ShortFunc(rep.TopAppFunctions[0].Name), Secs(rep.TopAppFunctions[0].Value))
+		}
+		out = append(out, fmt.Sprintf("%s is %.0f%% of the blocked time with an application frame (%s of %s), mostly%s%s.",
+			best.Name, 100*best.Share, Secs(best.AppNs), Secs(rep.AppBlockedNs), where, fn))
+	}
+	out = append(out, fmt.Sprintf("Blocked time with an application frame: %s of %s off-CPU.", Secs(rep.AppBlockedNs), Secs(rep.TotalOffCPUNs)))
+	if rep.Wakeups.Total > 0 {
+		s := fmt.Sprintf("Wake-ups: %d, of them %d through an eventfd", rep.Wakeups.Total, rep.Wakeups.ByClass["eventfd"])
+		if rep.Messages > 0 {
+			s += fmt.Sprintf(" (%.3f eventfd wake-ups per message)", rep.Wakeups.EventfdPerMessage)
+		}
+		out = append(out, s+".")
+	}
+	return out
+}
+
+// Write renders the report as text, json or markdown.
+func (rep *Report) Write(w io.Writer, format string) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	case "markdown", "md":
+		return rep.writeMarkdown(w)
+	case "text", "":
+		return rep.writeText(w)
+	}
+	return fmt.Errorf("unknown format %q: use text, json or markdown", format)
+}
+
+func pct(a, b int64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(a)/float64(b))
+}
+
+func (rep *Report) writeText(w io.Writer) error {
+	fmt.Fprintf(w, "off-CPU %s, with an application frame %s", Secs(rep.TotalOffCPUNs), Secs(rep.AppBlockedNs))
+	if rep.ThreadFilter != "" {
+		fmt.Fprintf(w, " (threads matching %s)", rep.ThreadFilter)
+	}
+	fmt.Fprintln(w)
+	for _, s := range rep.Statements {
+		fmt.Fprintln(w, "  "+s)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\ncategory\tall\twith app frame\tshare\tfirst match\t")
+	for _, c := range rep.Categories {
+		if c.Ns == 0 && c.AppNs == 0 {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", c.Name, Secs(c.Ns), Secs(c.AppNs), pct(c.AppNs, rep.AppBlockedNs), pct(c.FirstNs, rep.AppBlockedNs))
+	}
+	fmt.Fprintln(tw, "\nthread group\toff-CPU\twith app frame\ton-CPU\t")
+	for _, g := range rep.ThreadGroups {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", g.Name, Secs(g.OffCPUNs), Secs(g.AppBlockedNs), Secs(g.CPUNs))
+	}
+	if rep.Wakeups.Total > 0 {
+		fmt.Fprintln(tw, "\nwoken group\twake-ups\teventfd\tfutex\tpipe/socket\ttimer\tother\t")
+		for _, t := range rep.Wakeups.ByTargetGroup {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", t.Group, t.Total, t.ByClass["eventfd"], t.ByClass["futex"], t.ByClass["pipe/socket"], t.ByClass["timer"], t.ByClass["other"])
+		}
+		fmt.Fprintln(tw, "\nwaker function\twake-ups\t")
+		for _, c := range rep.Wakeups.ByWakerFunction {
+			fmt.Fprintf(tw, "%s\t%d\t\n", ShortFunc(c.Name), c.Value)
+		}
+	}
+	fmt.Fprintln(tw, "\napplication function (innermost)\tblocked\t")
+	for _, c := range rep.TopAppFunctions {
+		fmt.Fprintf(tw, "%s\t%s\t\n", ShortFunc(c.Name), Secs(c.Value))
+	}
+	return tw.Flush()
+}
+
+func (rep *Report) writeMarkdown(w io.Writer) error {
+	fmt.Fprintf(w, "Off-CPU time: %s; blocked time with an application frame: %s", Secs(rep.TotalOffCPUNs), Secs(rep.AppBlockedNs))
+	if rep.ThreadFilter != "" {
+		fmt.Fprintf(w, " (threads matching `%s`)", rep.ThreadFilter)
+	}
+	fmt.Fprint(w, ".\n\n")
+	for _, s := range rep.Statements {
+		fmt.Fprintf(w, "- %s\n", s)
+	}
+	fmt.Fprint(w, "\n| category | off-CPU | with an application frame | share | first match |\n|---|---:|---:|---:|---:|\n")
+	for _, c := range rep.Categories {
+		if c.Ns == 0 && c.AppNs == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", c.Name, Secs(c.Ns), Secs(c.AppNs), pct(c.AppNs, rep.AppBlockedNs), pct(c.FirstNs, rep.AppBlockedNs))
+	}
+	fmt.Fprint(w, "\n| thread group | off-CPU | with an application frame | on-CPU |\n|---|---:|---:|---:|\n")
+	for _, g := range rep.ThreadGroups {
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", g.Name, Secs(g.OffCPUNs), Secs(g.AppBlockedNs), Secs(g.CPUNs))
+	}
+	if rep.Wakeups.Total > 0 {
+		fmt.Fprint(w, "\n| woken group | wake-ups | eventfd | futex | pipe/socket | timer | other |\n|---|---:|---:|---:|---:|---:|---:|\n")
+		for _, t := range rep.Wakeups.ByTargetGroup {
+			fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %d | %d |\n", t.Group, t.Total, t.ByClass["eventfd"], t.ByClass["futex"], t.ByClass["pipe/socket"], t.ByClass["timer"], t.ByClass["other"])
+		}
+	}
+	return nil
+}

@@ -1,0 +1,231 @@
+// Package analysis attributes off-CPU time to causes with ordered rules,
+// summarizes wake-ups, and compares a baseline with a candidate.
+package analysis
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/google/pprof/profile"
+)
+
+// Kinds of stacks.
+const (
+	KindOffCPU = "offcpu" // value: nanoseconds blocked
+	KindWakeup = "wakeup" // value: wake-ups; the stack is the waker's
+	KindCPU    = "cpu"    // value: nanoseconds on CPU
+)
+
+// Frame is one function, root-first order in Stack.Frames.
+type Frame struct {
+	Name   string
+	Kernel bool
+}
+
+// Stack is one aggregated stack of a profile.
+type Stack struct {
+	Kind   string
+	Thread string // thread name ("" when the source has none)
+	Frames []Frame
+	Value  int64 // ns (offcpu, cpu) or count (wakeup)
+	Count  int64 // switches (offcpu)
+	Ended  int64 // wakeup: blocked ns the wake-ups ended
+	State  string
+	Class  string // wakeup class
+	Target string // wakeup: the woken thread
+	Waker  string // offcpu: the waker thread
+}
+
+// Data is what one or more profiles hold.
+type Data struct {
+	Stacks  []Stack
+	Sources []string
+}
+
+// FoldedUnit is the unit of folded-stack values.
+type FoldedUnit int64
+
+const (
+	Microseconds FoldedUnit = 1000 // bcc offcputime -f
+	Nanoseconds  FoldedUnit = 1
+)
+
+// Load reads offcpu pprof files, other pprof profiles with a time sample
+// type (Go block and mutex profiles), and folded stacks, and merges them.
+func Load(unit FoldedUnit, paths ...string) (*Data, error) {
+	d := &Data{}
+	for _, p := range paths {
+		if err := d.loadFile(p, unit); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+func (d *Data) loadFile(path string, unit FoldedUnit) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", path, err)
+	}
+	d.Sources = append(d.Sources, path)
+	if isPprof(b) {
+		p, err := profile.ParseData(b)
+		if err != nil {
+			return fmt.Errorf("%s is not a valid pprof profile (%v): check the file is complete", path, err)
+		}
+		return d.addProfile(path, p)
+	}
+	if bytes.IndexByte(b, 0) >= 0 {
+		return fmt.Errorf("%s is neither a pprof profile nor folded stacks", path)
+	}
+	return d.addFolded(path, b, unit)
+}
+
+func isPprof(b []byte) bool {
+	if len(b) >= 2 && b[0] == 0x1f && b[1] == 0x8b {
+		return true // gzip: pprof files are gzipped protobuf
+	}
+	// Raw protobuf: the first field is a sample_type (field 1, bytes).
+	return len(b) > 0 && b[0] == 0x0a
+}
+
+func typeIndex(p *profile.Profile, typ, unit string) int {
+	for i, st := range p.SampleType {
+		if st.Type == typ && (unit == "" || st.Unit == unit) {
+			return i
+		}
+	}
+	return -1
+}
+
+func (d *Data) addProfile(path string, p *profile.Profile) error {
+	label := func(s *profile.Sample, k string) string {
+		if v := s.Label[k]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	wakeIdx, offIdx, cntIdx := typeIndex(p, "wakeups", "count"), typeIndex(p, "off_cpu", "nanoseconds"), typeIndex(p, "switches", "count")
+	cpuIdx := typeIndex(p, "cpu", "nanoseconds")
+	if wakeIdx >= 0 {
+		for _, s := range p.Sample {
+			st := Stack{Kind: KindWakeup, Thread: label(s, "thread"), Frames: frames(s), Value: s.Value[wakeIdx],
+				Class: label(s, "wakeup_class"), Target: label(s, "target_thread")}
+			if offIdx >= 0 {
+				st.Ended = s.Value[offIdx]
+			}
+			d.Stacks = append(d.Stacks, st)
+		}
+		return nil
+	}
+	if offIdx < 0 {
+		// Any pprof with a time sample type: Go block and mutex profiles
+		// ("delay"), or the first nanoseconds type.
+		offIdx = typeIndex(p, "delay", "nanoseconds")
+		for i, st := range p.SampleType {
+			if offIdx < 0 && st.Unit == "nanoseconds" {
+				offIdx = i
+			}
+		}
+		cntIdx = typeIndex(p, "contentions", "count")
+		cpuIdx = -1
+	}
+	if offIdx < 0 {
+		return fmt.Errorf("%s has no time sample type (off_cpu/nanoseconds, delay/nanoseconds): not an off-CPU profile", path)
+	}
+	for _, s := range p.Sample {
+		fr := frames(s)
+		th := label(s, "thread")
+		if v := s.Value[offIdx]; v != 0 {
+			st := Stack{Kind: KindOffCPU, Thread: th, Frames: fr, Value: v, State: label(s, "state"), Waker: label(s, "waker"),
+				Class: label(s, "wakeup_class")}
+			if cntIdx >= 0 {
+				st.Count = s.Value[cntIdx]
+			}
+			d.Stacks = append(d.Stacks, st)
+		}
+		if cpuIdx >= 0 && s.Value[cpuIdx] != 0 {
+			d.Stacks = append(d.Stacks, Stack{Kind: KindCPU, Thread: th, Frames: fr, Value: s.Value[cpuIdx]})
+		}
+	}
+	return nil
+}
+
+// frames returns a sample's frames root first, inlined ones expanded.
+func frames(s *profile.Sample) []Frame {
+	var out []Frame
+	for i := len(s.Location) - 1; i >= 0; i-- {
+		l := s.Location[i]
+		kernel := l.Mapping != nil && l.Mapping.File == "[kernel.kallsyms]"
+		for j := len(l.Line) - 1; j >= 0; j-- {
+			name := "[unknown]"
+			if l.Line[j].Function != nil {
+				name = l.Line[j].Function.Name
+			}
+			out = append(out, Frame{Name: name, Kernel: kernel})
+		}
+		if len(l.Line) == 0 {
+			out = append(out, Frame{Name: fmt.Sprintf("0x%x", l.Address), Kernel: kernel})
+		}
+	}
+	return out
+}
+
+// addFolded reads "frame;frame;... VALUE" lines. bcc's offcputime -f
+// puts the thread first and a "-" between user and kernel frames; lines
+// without "-" (async-profiler collapsed) have no thread.
+func (d *Data) addFolded(path string, b []byte, unit FoldedUnit) error {
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		sp := strings.LastIndexByte(line, ' ')
+		if sp < 0 {
+			return fmt.Errorf("%s:%d: no value at the end of the line: not folded stacks", path, n)
+		}
+		v, err := strconv.ParseInt(line[sp+1:], 10, 64)
+		if err != nil {
+			return fmt.Errorf("%s:%d: value %q is not a number: not folded stacks", path, n, line[sp+1:])
+		}
+		parts := strings.Split(line[:sp], ";")
+		if contains(parts, "--") {
+			continue // offwake lines: blocked and waker stacks together
+		}
+		st := Stack{Kind: KindOffCPU, Value: v * int64(unit), Count: 1}
+		kernel := false
+		if contains(parts, "-") {
+			st.Thread, parts = parts[0], parts[1:]
+		}
+		for _, p := range parts {
+			if p == "-" {
+				kernel = true
+				continue
+			}
+			st.Frames = append(st.Frames, Frame{Name: p, Kernel: kernel})
+		}
+		d.Stacks = append(d.Stacks, st)
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("reading %s: %w", path, err)
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+

@@ -1,0 +1,273 @@
+package analysis
+
+import (
+	_ "embed"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/parser"
+)
+
+//go:embed default_rules.yaml
+var defaultRules []byte
+
+// DefaultRules returns the built-in rules file's text.
+func DefaultRules() []byte { return append([]byte(nil), defaultRules...) }
+
+type rulesFile struct {
+	Categories []struct {
+		Name        string `yaml:"name"`
+		Description string `yaml:"description"`
+	} `yaml:"categories"`
+	Rules []struct {
+		Category     string   `yaml:"category"`
+		Frames       []string `yaml:"frames"`
+		AllFrames    []string `yaml:"all_frames"`
+		InnermostApp string   `yaml:"innermost_app"`
+		Threads      string   `yaml:"threads"`
+		Kernel       bool     `yaml:"kernel"`
+		Kinds        []string `yaml:"kinds"`
+		States       []string `yaml:"states"`
+	} `yaml:"rules"`
+	Application struct {
+		Not []string `yaml:"not"`
+	} `yaml:"application"`
+}
+
+// Category is one cause of blocked time.
+type Category struct {
+	Name        string
+	Description string
+}
+
+// Rules attributes stacks to categories.
+type Rules struct {
+	Categories []Category
+	rules      []rule
+	notApp     []*regexp.Regexp
+}
+
+type rule struct {
+	category     string
+	frames       []*regexp.Regexp
+	allFrames    []*regexp.Regexp
+	innermostApp *regexp.Regexp
+	threads      *regexp.Regexp
+	kernel       bool
+	kinds        map[string]bool
+	states       map[string]bool
+}
+
+// LoadRules reads a rules file; "" means the built-in rules.
+func LoadRules(path string) (*Rules, error) {
+	if path == "" {
+		return ParseRules("default rules", defaultRules)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading rules: %w", err)
+	}
+	return ParseRules(path, b)
+}
+
+// ParseRules parses a rules file; errors name the file, line and reason.
+func ParseRules(name string, b []byte) (*Rules, error) {
+	var f rulesFile
+	if err := yaml.UnmarshalWithOptions(b, &f, yaml.Strict()); err != nil {
+		return nil, fmt.Errorf("%s: %s", name, oneLine(yaml.FormatError(err, false, false)))
+	}
+	file, err := parser.ParseBytes(b, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s", name, oneLine(err.Error()))
+	}
+	at := func(path string) string {
+		p, err := yaml.PathString(path)
+		if err != nil {
+			return name
+		}
+		n, err := p.FilterFile(file)
+		if err != nil || n == nil {
+			return name
+		}
+		return fmt.Sprintf("%s:%d", name, n.GetToken().Position.Line)
+	}
+	compile := func(path, expr string) (*regexp.Regexp, error) {
+		re, err := regexp.Compile(expr)
+		if err != nil {
+			return nil, fmt.Errorf("%s: bad regexp %q: %v", at(path), expr, strings.TrimPrefix(err.Error(), "error parsing regexp: "))
+		}
+		return re, nil
+	}
+	r := &Rules{}
+	known := map[string]bool{}
+	for i, c := range f.Categories {
+		if c.Name == "" {
+			return nil, fmt.Errorf("%s: category without a name", at(fmt.Sprintf("$.categories[%d]", i)))
+		}
+		known[c.Name] = true
+		r.Categories = append(r.Categories, Category{Name: c.Name, Description: c.Description})
+	}
+	if !known["other"] {
+		r.Categories = append(r.Categories, Category{Name: "other", Description: "matched by no rule"})
+		known["other"] = true
+	}
+	for i, fr := range f.Rules {
+		base := fmt.Sprintf("$.rules[%d]", i)
+		if !known[fr.Category] {
+			return nil, fmt.Errorf("%s: unknown category %q: declare it under categories", at(base+".category"), fr.Category)
+		}
+		ru := rule{category: fr.Category, kernel: fr.Kernel, kinds: map[string]bool{}}
+		for j, e := range fr.Frames {
+			re, err := compile(fmt.Sprintf("%s.frames[%d]", base, j), e)
+			if err != nil {
+				return nil, err
+			}
+			ru.frames = append(ru.frames, re)
+		}
+		for j, e := range fr.AllFrames {
+			re, err := compile(fmt.Sprintf("%s.all_frames[%d]", base, j), e)
+			if err != nil {
+				return nil, err
+			}
+			ru.allFrames = append(ru.allFrames, re)
+		}
+		if fr.InnermostApp != "" {
+			if ru.innermostApp, err = compile(base+".innermost_app", fr.InnermostApp); err != nil {
+				return nil, err
+			}
+		}
+		if fr.Threads != "" {
+			if ru.threads, err = compile(base+".threads", fr.Threads); err != nil {
+				return nil, err
+			}
+		}
+		if len(fr.Kinds) == 0 {
+			ru.kinds[KindOffCPU] = true
+		}
+		for j, k := range fr.Kinds {
+			if k != KindOffCPU && k != KindWakeup && k != KindCPU {
+				return nil, fmt.Errorf("%s: unknown kind %q (offcpu, wakeup or cpu)", at(fmt.Sprintf("%s.kinds[%d]", base, j)), k)
+			}
+			ru.kinds[k] = true
+		}
+		for j, st := range fr.States {
+			switch st {
+			case "sleeping", "uninterruptible", "preempted", "other":
+			default:
+				return nil, fmt.Errorf("%s: unknown state %q (sleeping, uninterruptible, preempted, other)", at(fmt.Sprintf("%s.states[%d]", base, j)), st)
+			}
+			if ru.states == nil {
+				ru.states = map[string]bool{}
+			}
+			ru.states[st] = true
+		}
+		if len(ru.frames) == 0 && len(ru.allFrames) == 0 && ru.innermostApp == nil && ru.threads == nil && ru.states == nil {
+			return nil, fmt.Errorf("%s: rule for %s matches everything: give frames, all_frames, innermost_app, threads or states", at(base), fr.Category)
+		}
+		r.rules = append(r.rules, ru)
+	}
+	for j, e := range f.Application.Not {
+		re, err := compile(fmt.Sprintf("$.application.not[%d]", j), e)
+		if err != nil {
+			return nil, err
+		}
+		r.notApp = append(r.notApp, re)
+	}
+	return r, nil
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// IsApp reports whether a frame is application code.
+func (r *Rules) IsApp(f Frame) bool {
+	if f.Kernel {
+		return false
+	}
+	for _, re := range r.notApp {
+		if re.MatchString(f.Name) {
+			return false
+		}
+	}
+	return true
+}
+
+// InnermostApp returns the leafmost application frame, or "".
+func (r *Rules) InnermostApp(s *Stack) string {
+	for i := len(s.Frames) - 1; i >= 0; i-- {
+		if r.IsApp(s.Frames[i]) {
+			return s.Frames[i].Name
+		}
+	}
+	return ""
+}
+
+// Categorize returns every category whose rule matches, in rule order,
+// or ["other"].
+func (r *Rules) Categorize(s *Stack) []string {
+	var out []string
+	seen := map[string]bool{}
+	inner := r.InnermostApp(s)
+	for _, ru := range r.rules {
+		if seen[ru.category] || !ru.matches(s, inner) {
+			continue
+		}
+		seen[ru.category] = true
+		out = append(out, ru.category)
+	}
+	if len(out) == 0 {
+		out = []string{"other"}
+	}
+	return out
+}
+
+func (ru *rule) matches(s *Stack, inner string) bool {
+	if !ru.kinds[s.Kind] {
+		return false
+	}
+	if ru.threads != nil && !ru.threads.MatchString(s.Thread) {
+		return false
+	}
+	if ru.states != nil && !ru.states[s.State] {
+		return false
+	}
+	if ru.innermostApp != nil && !ru.innermostApp.MatchString(inner) {
+		return false
+	}
+	frameOK := func(f Frame) bool { return !ru.kernel || f.Kernel }
+	if len(ru.frames) > 0 {
+		hit := false
+		for _, f := range s.Frames {
+			if !frameOK(f) {
+				continue
+			}
+			for _, re := range ru.frames {
+				if re.MatchString(f.Name) {
+					hit = true
+					break
+				}
+			}
+			if hit {
+				break
+			}
+		}
+		if !hit {
+			return false
+		}
+	}
+	for _, re := range ru.allFrames {
+		hit := false
+		for _, f := range s.Frames {
+			if frameOK(f) && re.MatchString(f.Name) {
+				hit = true
+				break
+			}
+		}
+		if !hit {
+			return false
+		}
+	}
+	return true
+}

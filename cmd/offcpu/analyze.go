@@ -1,0 +1,147 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/spf13/cobra"
+
+	"github.com/offcpu/offcpu/analysis"
+)
+
+type analyzeFlags struct {
+	rules      string
+	printRules bool
+	format     string
+	threads    string
+	messages   int64
+	metrics    string
+	top        int
+	foldedNs   bool
+}
+
+func newAnalyzeCmd() *cobra.Command {
+	f := &analyzeFlags{}
+	cmd := &cobra.Command{
+		Use:   "analyze [flags] PROFILE...",
+		Short: "Attribute blocked time to causes (monitor waits, Flow handling, event loops, I/O, timers, runtime)",
+		Long: `Reads offcpu pprof files (off-CPU, on-CPU and wake-up samples), any pprof with a
+time sample type (Go block and mutex profiles) and folded stacks (bcc
+offcputime -f, async-profiler collapsed), merges them, and attributes the
+blocked time to categories by ordered rules (--rules FILE; the built-in
+rules are printed by --print-rules). A directory stands for the profiles
+in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
+		Example: `  offcpu analyze run.pb.gz run.wakeups.pb.gz
+  offcpu analyze --threads '^(broker-io|ml-worker|topic-worker)' --format markdown bench-out/baseline-1
+  offcpu analyze --print-rules > rules.yaml`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.printRules {
+				_, err := cmd.OutOrStdout().Write(analysis.DefaultRules())
+				return err
+			}
+			if len(args) == 0 {
+				return fmt.Errorf("give at least one profile, folded-stack file or run directory")
+			}
+			rep, err := analyzeFiles(f, args)
+			if err != nil {
+				return err
+			}
+			return rep.Write(cmd.OutOrStdout(), f.format)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.rules, "rules", "", "rules file (YAML; default: the built-in rules)")
+	fl.BoolVar(&f.printRules, "print-rules", false, "print the built-in rules and exit")
+	fl.StringVar(&f.format, "format", "text", "text, json or markdown")
+	fl.StringVar(&f.threads, "threads", "", "only threads whose name matches this regexp")
+	fl.Int64Var(&f.messages, "messages", 0, "messages the run moved, for wake-ups per message (read from metrics.json in a run directory)")
+	fl.StringVar(&f.metrics, "metrics", "", "metrics JSON with a published count, for wake-ups per message")
+	fl.IntVar(&f.top, "top", 10, "stacks and functions to list")
+	fl.BoolVar(&f.foldedNs, "folded-ns", false, "folded-stack values are nanoseconds (default: microseconds, as bcc writes)")
+	return cmd
+}
+
+func analyzeFiles(f *analyzeFlags, args []string) (*analysis.Report, error) {
+	rules, err := analysis.LoadRules(f.rules)
+	if err != nil {
+		return nil, err
+	}
+	var re *regexp.Regexp
+	if f.threads != "" {
+		if re, err = regexp.Compile(f.threads); err != nil {
+			return nil, fmt.Errorf("--threads: %v", err)
+		}
+	}
+	files, metrics, err := expandRuns(args)
+	if err != nil {
+		return nil, err
+	}
+	if f.metrics != "" {
+		metrics = append(metrics, f.metrics)
+	}
+	messages := f.messages
+	if messages == 0 {
+		for _, m := range metrics {
+			messages += publishedIn(m)
+		}
+	}
+	unit := analysis.Microseconds
+	if f.foldedNs {
+		unit = analysis.Nanoseconds
+	}
+	data, err := analysis.Load(unit, files...)
+	if err != nil {
+		return nil, err
+	}
+	return analysis.Analyze(data, rules, analysis.Options{Threads: re, Messages: messages, Top: f.top}), nil
+}
+
+// expandRuns turns run directories into their profiles and metrics files.
+func expandRuns(args []string) (files, metrics []string, err error) {
+	for _, a := range args {
+		st, err := os.Stat(a)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", a, err)
+		}
+		if !st.IsDir() {
+			files = append(files, a)
+			continue
+		}
+		found := false
+		for _, name := range []string{"offcpu.pb.gz", "offcpu.wakeups.pb.gz"} {
+			if _, err := os.Stat(filepath.Join(a, name)); err == nil {
+				files = append(files, filepath.Join(a, name))
+				found = true
+			}
+		}
+		if m := filepath.Join(a, "metrics.json"); fileExists(m) {
+			metrics = append(metrics, m)
+		}
+		if !found {
+			return nil, nil, fmt.Errorf("%s holds no offcpu.pb.gz: not a profiled run directory", a)
+		}
+	}
+	return files, metrics, nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+func publishedIn(path string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	var m struct {
+		Published int64 `json:"published"`
+	}
+	if json.Unmarshal(b, &m) != nil {
+		return 0
+	}
+	return m.Published
+}
