@@ -228,4 +228,3 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
-

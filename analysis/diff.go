@@ -1,0 +1,563 @@
+package analysis
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"golang.org/x/perf/benchmath"
+)
+
+// Run is one benchmark run: its metrics and profiles.
+type Run struct {
+	Name     string             `json:"name"`
+	Metrics  map[string]float64 `json:"metrics"`
+	Profiles []string           `json:"profiles,omitempty"`
+	Failed   bool               `json:"failed,omitempty"`
+}
+
+// Side is the baseline or the candidate: one or more runs.
+type Side struct {
+	Name string `json:"name"`
+	Runs []Run  `json:"runs"`
+}
+
+// LoadSide reads run directories (metrics.json and offcpu*.pb.gz, as
+// offcpu bench writes them), metrics JSON files and profile files.
+// A run whose metrics say "failed": true is kept but not compared.
+func LoadSide(name string, paths []string) (*Side, error) {
+	s := &Side{Name: name}
+	var loose []string
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		switch {
+		case st.IsDir():
+			r := Run{Name: filepath.Base(p)}
+			if m := filepath.Join(p, "metrics.json"); fileExists(m) {
+				if r.Metrics, r.Failed, err = readMetrics(m); err != nil {
+					return nil, err
+				}
+			}
+			for _, f := range []string{"offcpu.pb.gz", "offcpu.wakeups.pb.gz"} {
+				if fileExists(filepath.Join(p, f)) {
+					r.Profiles = append(r.Profiles, filepath.Join(p, f))
+				}
+			}
+			if r.Metrics == nil && r.Profiles == nil {
+				return nil, fmt.Errorf("%s holds neither metrics.json nor offcpu.pb.gz", p)
+			}
+			s.Runs = append(s.Runs, r)
+		case strings.HasSuffix(p, ".json"):
+			m, failed, err := readMetrics(p)
+			if err != nil {
+				return nil, err
+			}
+			s.Runs = append(s.Runs, Run{Name: filepath.Base(p), Metrics: m, Failed: failed})
+		default:
+			loose = append(loose, p)
+		}
+	}
+	if len(loose) > 0 {
+		s.Runs = append(s.Runs, Run{Name: "profiles", Profiles: loose})
+	}
+	if len(s.Runs) == 0 {
+		return nil, fmt.Errorf("%s: no runs given", name)
+	}
+	return s, nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// readMetrics keeps the numeric top-level fields of a metrics file.
+func readMetrics(path string) (map[string]float64, bool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, false, fmt.Errorf("reading metrics: %w", err)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, false, fmt.Errorf("%s is not a JSON object of metrics: %v", path, err)
+	}
+	m := map[string]float64{}
+	failed := false
+	for k, v := range raw {
+		switch x := v.(type) {
+		case float64:
+			m[k] = x
+		case bool:
+			if k == "failed" {
+				failed = x
+			}
+		}
+	}
+	return m, failed, nil
+}
+
+// MetricDiff compares one metric over the runs of both sides.
+type MetricDiff struct {
+	Name       string    `json:"name"`
+	Base       []float64 `json:"base"`
+	Cand       []float64 `json:"candidate"`
+	BaseMean   float64   `json:"base_mean"`
+	CandMean   float64   `json:"candidate_mean"`
+	ChangePct  float64   `json:"change_pct"`
+	BaseMin    float64   `json:"base_min"`
+	BaseMax    float64   `json:"base_max"`
+	CandMin    float64   `json:"candidate_min"`
+	CandMax    float64   `json:"candidate_max"`
+	P          float64   `json:"p"` // Mann-Whitney U (benchmath), two-sided
+	Alpha      float64   `json:"alpha"`
+	Separation string    `json:"separation,omitempty"` // "above" or "below": every candidate run vs every baseline run
+}
+
+// ValueDiff is a profile quantity on both sides.
+type ValueDiff struct {
+	Name      string  `json:"name"`
+	Base      int64   `json:"base"`
+	Cand      int64   `json:"candidate"`
+	ChangePct float64 `json:"change_pct"`
+}
+
+// DiffReport is what offcpu diff prints.
+type DiffReport struct {
+	Base, Cand       *Side
+	Metrics          []MetricDiff `json:"metrics"`
+	BaseReport       *Report      `json:"base_profile,omitempty"`
+	CandReport       *Report      `json:"candidate_profile,omitempty"`
+	Categories       []ValueDiff  `json:"categories"`   // app-blocked ns per category
+	ThreadGroups     []ValueDiff  `json:"thread_groups"` // app-blocked ns per group
+	FunctionsFlat    []ValueDiff  `json:"functions_flat"`
+	FunctionsCum     []ValueDiff  `json:"functions_cumulative"`
+	WakerFunctions   []ValueDiff  `json:"waker_functions"`
+	EventfdPerMsg    [2]float64   `json:"eventfd_wakeups_per_message"`
+	Statements       []string     `json:"statements"`
+	BaseProfiledRuns int          `json:"base_profiled_runs"`
+	CandProfiledRuns int          `json:"candidate_profiled_runs"`
+}
+
+// Diff compares two sides. Profile quantities are per profiled run.
+func Diff(base, cand *Side, r *Rules, o Options) (*DiffReport, error) {
+	dr := &DiffReport{Base: base, Cand: cand}
+	dr.Metrics = diffMetrics(base, cand)
+	var err error
+	if dr.BaseReport, dr.BaseProfiledRuns, err = sideProfile(base, r, o); err != nil {
+		return nil, err
+	}
+	if dr.CandReport, dr.CandProfiledRuns, err = sideProfile(cand, r, o); err != nil {
+		return nil, err
+	}
+	if dr.BaseReport != nil && dr.CandReport != nil {
+		b, c := dr.BaseReport, dr.CandReport
+		bn, cn := int64(dr.BaseProfiledRuns), int64(dr.CandProfiledRuns)
+		for i := range b.Categories {
+			dr.Categories = append(dr.Categories, valueDiff(b.Categories[i].Name, b.Categories[i].AppNs/bn, c.Categories[i].AppNs/cn))
+		}
+		dr.ThreadGroups = mapDiff(groupApp(b), groupApp(c), bn, cn, 0)
+		dr.FunctionsFlat = mapDiff(b.FunctionsFlat, c.FunctionsFlat, bn, cn, 10)
+		dr.FunctionsCum = mapDiff(b.FunctionsCum, c.FunctionsCum, bn, cn, 10)
+		dr.WakerFunctions = mapDiff(b.WakerFunctions, c.WakerFunctions, bn, cn, 10)
+		dr.EventfdPerMsg = [2]float64{b.Wakeups.EventfdPerMessage, c.Wakeups.EventfdPerMessage}
+	}
+	dr.Statements = diffStatements(dr)
+	return dr, nil
+}
+
+func groupApp(r *Report) map[string]int64 {
+	m := map[string]int64{}
+	for _, g := range r.ThreadGroups {
+		m[g.Name] = g.AppBlockedNs
+	}
+	return m
+}
+
+func valueDiff(name string, b, c int64) ValueDiff {
+	v := ValueDiff{Name: name, Base: b, Cand: c}
+	if b != 0 {
+		v.ChangePct = 100 * float64(c-b) / float64(b)
+	} else if c != 0 {
+		v.ChangePct = math.Inf(1)
+	}
+	return v
+}
+
+// mapDiff lists the keys whose value changed most (top n; 0: all).
+func mapDiff(b, c map[string]int64, bn, cn int64, n int) []ValueDiff {
+	keys := map[string]bool{}
+	for k := range b {
+		keys[k] = true
+	}
+	for k := range c {
+		keys[k] = true
+	}
+	var out []ValueDiff
+	for k := range keys {
+		out = append(out, valueDiff(k, b[k]/bn, c[k]/cn))
+	}
+	sort.Slice(out, func(i, j int) bool {
+		di, dj := abs(out[i].Cand-out[i].Base), abs(out[j].Cand-out[j].Base)
+		if di != dj {
+			return di > dj
+		}
+		return out[i].Name < out[j].Name
+	})
+	if n > 0 && len(out) > n {
+		out = out[:n]
+	}
+	return out
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+func sideProfile(s *Side, r *Rules, o Options) (*Report, int, error) {
+	var files []string
+	runs := 0
+	var messages int64
+	for _, run := range s.Runs {
+		if run.Failed || len(run.Profiles) == 0 {
+			continue
+		}
+		runs++
+		files = append(files, run.Profiles...)
+		messages += int64(run.Metrics["published"])
+	}
+	if runs == 0 {
+		return nil, 0, nil
+	}
+	d, err := Load(Microseconds, files...)
+	if err != nil {
+		return nil, 0, err
+	}
+	if o.Messages == 0 {
+		o.Messages = messages
+	}
+	o.Top = 1 << 30 // keep every function for the diff
+	return Analyze(d, r, o), runs, nil
+}
+
+// KeyMetrics are compared first, in this order, when present.
+var KeyMetrics = []string{"publish_rate", "publish_p50_ms", "publish_p99_ms", "e2e_p50_ms", "e2e_p99_ms",
+	"backlog", "cpu_per_msg_us", "broker_cpu_s", "broker_wakeups_per_msg", "monitor_waits", "entries_per_read", "wall_s", "cpu_s"}
+
+var skipMetrics = map[string]bool{"pid": true, "duration_s": true, "published": true, "delivered": true, "lost": true,
+	"duplicates": true, "order_violations": true, "invalid": true}
+
+func diffMetrics(base, cand *Side) []MetricDiff {
+	names := map[string]bool{}
+	for _, run := range append(append([]Run{}, base.Runs...), cand.Runs...) {
+		for k := range run.Metrics {
+			if !skipMetrics[k] {
+				names[k] = true
+			}
+		}
+	}
+	var order []string
+	for _, k := range KeyMetrics {
+		if names[k] {
+			order = append(order, k)
+			delete(names, k)
+		}
+	}
+	var rest []string
+	for k := range names {
+		rest = append(rest, k)
+	}
+	sort.Strings(rest)
+	order = append(order, rest...)
+	var out []MetricDiff
+	for _, name := range order {
+		b, c := values(base, name), values(cand, name)
+		if len(b) == 0 || len(c) == 0 {
+			continue
+		}
+		out = append(out, compare(name, b, c))
+	}
+	return out
+}
+
+func values(s *Side, name string) []float64 {
+	var out []float64
+	for _, r := range s.Runs {
+		if v, ok := r.Metrics[name]; ok && !r.Failed {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func compare(name string, b, c []float64) MetricDiff {
+	md := MetricDiff{Name: name, Base: b, Cand: c, BaseMean: mean(b), CandMean: mean(c)}
+	md.BaseMin, md.BaseMax = minMax(b)
+	md.CandMin, md.CandMax = minMax(c)
+	if md.BaseMean != 0 {
+		md.ChangePct = 100 * (md.CandMean - md.BaseMean) / md.BaseMean
+	}
+	th := benchmath.DefaultThresholds
+	cmp := benchmath.AssumeNothing.Compare(benchmath.NewSample(b, &th), benchmath.NewSample(c, &th))
+	md.P, md.Alpha = cmp.P, cmp.Alpha
+	switch {
+	case len(b) < 2 || len(c) < 2: // one run proves nothing
+	case md.CandMin > md.BaseMax:
+		md.Separation = "above"
+	case md.CandMax < md.BaseMin:
+		md.Separation = "below"
+	}
+	return md
+}
+
+func mean(v []float64) float64 {
+	s := 0.0
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}
+
+func minMax(v []float64) (float64, float64) {
+	lo, hi := v[0], v[0]
+	for _, x := range v {
+		lo, hi = math.Min(lo, x), math.Max(hi, x)
+	}
+	return lo, hi
+}
+
+func diffStatements(dr *DiffReport) []string {
+	var out []string
+	for _, m := range dr.Metrics {
+		if m.Separation == "" {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s: %+.1f%% (%s → %s), with every candidate run %s every baseline run (p=%.3f).",
+			m.Name, m.ChangePct, num(m.BaseMean), num(m.CandMean), m.Separation, m.P))
+	}
+	b, c := dr.BaseReport, dr.CandReport
+	if b == nil || c == nil {
+		return out
+	}
+	// The category that dominates the baseline's app-blocked time.
+	var top *CategoryResult
+	for i := range b.Categories {
+		x := &b.Categories[i]
+		if x.Name != "other" && x.Name != "preempted" && x.AppNs > 0 && (top == nil || x.FirstNs > top.FirstNs) {
+			top = x
+		}
+	}
+	bn, cn := int64(dr.BaseProfiledRuns), int64(dr.CandProfiledRuns)
+	if top != nil {
+		var cs CategoryResult
+		for _, x := range c.Categories {
+			if x.Name == top.Name {
+				cs = x
+			}
+		}
+		fn := ""
+		if len(b.TopAppFunctions) > 0 {
+			fn = " in " + ShortFunc(b.TopAppFunctions[0].Name)
+		}
+		out = append(out, fmt.Sprintf("In the baseline, %s%s is %.0f%% of the blocked time with an application frame; with the candidate it is %.0f%% (%s → %s per profiled run).",
+			top.Name, fn, 100*top.Share, 100*cs.Share, Secs(top.AppNs/bn), Secs(cs.AppNs/cn)))
+	}
+	out = append(out, fmt.Sprintf("Blocked time with an application frame: %s → %s per profiled run.", Secs(b.AppBlockedNs/bn), Secs(c.AppBlockedNs/cn)))
+	if len(dr.FunctionsFlat) > 0 {
+		f := dr.FunctionsFlat[0]
+		out = append(out, fmt.Sprintf("Largest change in blocked time by innermost application function: %s, %s → %s.", ShortFunc(f.Name), Secs(f.Base), Secs(f.Cand)))
+	}
+	if b.Wakeups.Total > 0 || c.Wakeups.Total > 0 {
+		s := fmt.Sprintf("Eventfd wake-ups: %d → %d per profiled run", b.Wakeups.ByClass["eventfd"]/bn, c.Wakeups.ByClass["eventfd"]/cn)
+		if dr.EventfdPerMsg[0] > 0 || dr.EventfdPerMsg[1] > 0 {
+			s += fmt.Sprintf(" (%.4f → %.4f per message)", dr.EventfdPerMsg[0], dr.EventfdPerMsg[1])
+		}
+		out = append(out, s+".")
+	}
+	return out
+}
+
+func num(x float64) string {
+	switch {
+	case math.Abs(x) >= 1000:
+		return strconv.FormatFloat(x, 'f', 0, 64)
+	case math.Abs(x) >= 10:
+		return strconv.FormatFloat(x, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(x, 'f', 3, 64)
+}
+
+// FailOn is a --fail-on condition such as "monitor-wait>+10%".
+type FailOn struct {
+	Name    string
+	Greater bool
+	Pct     float64
+}
+
+var failOnRE = regexp.MustCompile(`^\s*([\w./-]+)\s*([<>])\s*([+-]?\d+(?:\.\d+)?)%\s*$`)
+
+// ParseFailOn parses conditions separated by commas.
+func ParseFailOn(exprs []string) ([]FailOn, error) {
+	var out []FailOn
+	for _, list := range exprs {
+		for _, e := range strings.Split(list, ",") {
+			m := failOnRE.FindStringSubmatch(e)
+			if m == nil {
+				return nil, fmt.Errorf("--fail-on %q: write NAME>+PCT%% or NAME<-PCT%% (a metric or a category), e.g. monitor-wait>+10%%", e)
+			}
+			pct, _ := strconv.ParseFloat(m[3], 64)
+			out = append(out, FailOn{Name: m[1], Greater: m[2] == ">", Pct: pct})
+		}
+	}
+	return out, nil
+}
+
+// Check returns the conditions that hold, as sentences.
+func (dr *DiffReport) Check(conds []FailOn) ([]string, error) {
+	var hit []string
+	for _, c := range conds {
+		change, ok := dr.change(c.Name)
+		if !ok {
+			return nil, fmt.Errorf("--fail-on: %s is neither a metric nor a category of these runs", c.Name)
+		}
+		if (c.Greater && change > c.Pct) || (!c.Greater && change < c.Pct) {
+			op := ">"
+			if !c.Greater {
+				op = "<"
+			}
+			hit = append(hit, fmt.Sprintf("%s changed %+.1f%% (%s %+.1f%%)", c.Name, change, op, c.Pct))
+		}
+	}
+	return hit, nil
+}
+
+func (dr *DiffReport) change(name string) (float64, bool) {
+	for _, m := range dr.Metrics {
+		if m.Name == name {
+			return m.ChangePct, true
+		}
+	}
+	for _, c := range dr.Categories {
+		if c.Name == name {
+			return c.ChangePct, true
+		}
+	}
+	return 0, false
+}
+
+// Write renders the diff as text, json or markdown.
+func (dr *DiffReport) Write(w io.Writer, format string) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(dr)
+	case "markdown", "md":
+		return dr.writeMarkdown(w)
+	case "text", "":
+		return dr.writeText(w)
+	}
+	return fmt.Errorf("unknown format %q: use text, json or markdown", format)
+}
+
+func runs(v []float64) string {
+	var s []string
+	for _, x := range v {
+		s = append(s, num(x))
+	}
+	return strings.Join(s, ", ")
+}
+
+func changeStr(v ValueDiff) string {
+	if math.IsInf(v.ChangePct, 1) {
+		return "new"
+	}
+	return fmt.Sprintf("%+.1f%%", v.ChangePct)
+}
+
+func (dr *DiffReport) writeText(w io.Writer) error {
+	for _, s := range dr.Statements {
+		fmt.Fprintln(w, s)
+	}
+	fmt.Fprintln(w)
+	for _, m := range dr.Metrics {
+		sep := ""
+		if m.Separation != "" {
+			sep = " every candidate run " + m.Separation
+		}
+		fmt.Fprintf(w, "%-24s base [%s]  cand [%s]  %+.1f%%  p=%.3f%s\n", m.Name, runs(m.Base), runs(m.Cand), m.ChangePct, m.P, sep)
+	}
+	if len(dr.Categories) > 0 {
+		fmt.Fprintln(w, "\nblocked time with an application frame, per profiled run:")
+		for _, c := range dr.Categories {
+			if c.Base != 0 || c.Cand != 0 {
+				fmt.Fprintf(w, "  %-20s %10s → %-10s %s\n", c.Name, Secs(c.Base), Secs(c.Cand), changeStr(c))
+			}
+		}
+		fmt.Fprintln(w, "functions (innermost application frame):")
+		for _, f := range dr.FunctionsFlat {
+			fmt.Fprintf(w, "  %-60s %10s → %-10s %s\n", ShortFunc(f.Name), Secs(f.Base), Secs(f.Cand), changeStr(f))
+		}
+		if len(dr.WakerFunctions) > 0 {
+			fmt.Fprintln(w, "wake-ups by waker function:")
+			for _, f := range dr.WakerFunctions {
+				fmt.Fprintf(w, "  %-60s %10d → %-10d %s\n", ShortFunc(f.Name), f.Base, f.Cand, changeStr(f))
+			}
+		}
+	}
+	return nil
+}
+
+func (dr *DiffReport) writeMarkdown(w io.Writer) error {
+	fmt.Fprintf(w, "### Measurements\n\n")
+	for _, s := range dr.Statements {
+		fmt.Fprintf(w, "- %s\n", s)
+	}
+	if len(dr.Metrics) > 0 {
+		fmt.Fprintf(w, "\n| metric | %s (each run) | %s (each run) | change | %s min–max | %s min–max | p (U test) |\n|---|---|---|---:|---|---|---:|\n",
+			dr.Base.Name, dr.Cand.Name, dr.Base.Name, dr.Cand.Name)
+		for _, m := range dr.Metrics {
+			fmt.Fprintf(w, "| %s | %s | %s | %+.1f%% | %s–%s | %s–%s | %.3f |\n", m.Name, runs(m.Base), runs(m.Cand), m.ChangePct,
+				num(m.BaseMin), num(m.BaseMax), num(m.CandMin), num(m.CandMax), m.P)
+		}
+	}
+	if len(dr.Categories) > 0 {
+		fmt.Fprintf(w, "\nBlocked time with an application frame, per profiled run:\n\n| category | %s | %s | change |\n|---|---:|---:|---:|\n", dr.Base.Name, dr.Cand.Name)
+		for _, c := range dr.Categories {
+			if c.Base != 0 || c.Cand != 0 {
+				fmt.Fprintf(w, "| %s | %s | %s | %s |\n", c.Name, Secs(c.Base), Secs(c.Cand), changeStr(c))
+			}
+		}
+		fmt.Fprintf(w, "\n| thread group | %s | %s | change |\n|---|---:|---:|---:|\n", dr.Base.Name, dr.Cand.Name)
+		for _, g := range dr.ThreadGroups {
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", g.Name, Secs(g.Base), Secs(g.Cand), changeStr(g))
+		}
+		fmt.Fprintf(w, "\nFunctions whose blocked time changed most (innermost application frame):\n\n| function | %s | %s | change |\n|---|---:|---:|---:|\n", dr.Base.Name, dr.Cand.Name)
+		for _, f := range dr.FunctionsFlat {
+			fmt.Fprintf(w, "| `%s` | %s | %s | %s |\n", ShortFunc(f.Name), Secs(f.Base), Secs(f.Cand), changeStr(f))
+		}
+		fmt.Fprintf(w, "\nCumulative (anywhere in the stack):\n\n| function | %s | %s | change |\n|---|---:|---:|---:|\n", dr.Base.Name, dr.Cand.Name)
+		for _, f := range dr.FunctionsCum {
+			fmt.Fprintf(w, "| `%s` | %s | %s | %s |\n", ShortFunc(f.Name), Secs(f.Base), Secs(f.Cand), changeStr(f))
+		}
+		if len(dr.WakerFunctions) > 0 {
+			fmt.Fprintf(w, "\nWake-ups by waker function, per profiled run:\n\n| waker function | %s | %s | change |\n|---|---:|---:|---:|\n", dr.Base.Name, dr.Cand.Name)
+			for _, f := range dr.WakerFunctions {
+				fmt.Fprintf(w, "| `%s` | %d | %d | %s |\n", ShortFunc(f.Name), f.Base, f.Cand, changeStr(f))
+			}
+		}
+	}
+	return nil
+}
