@@ -21,6 +21,16 @@ type Run struct {
 	Metrics  map[string]float64 `json:"metrics"`
 	Profiles []string           `json:"profiles,omitempty"`
 	Failed   bool               `json:"failed,omitempty"`
+	// Profiled runs are perturbed by the recorder: their metrics are
+	// compared only when a side has no unprofiled run.
+	Profiled bool `json:"profiled,omitempty"`
+}
+
+// RunInfo is a run directory's run.json, written by offcpu bench.
+type RunInfo struct {
+	Profiled bool   `json:"profiled"`
+	Failed   bool   `json:"failed"`
+	Error    string `json:"error,omitempty"`
 }
 
 // Side is the baseline or the candidate: one or more runs.
@@ -47,6 +57,13 @@ func LoadSide(name string, paths []string) (*Side, error) {
 				if r.Metrics, r.Failed, err = readMetrics(m); err != nil {
 					return nil, err
 				}
+			}
+			if b, err := os.ReadFile(filepath.Join(p, "run.json")); err == nil {
+				var info RunInfo
+				if err := json.Unmarshal(b, &info); err != nil {
+					return nil, fmt.Errorf("%s/run.json: %v", p, err)
+				}
+				r.Profiled, r.Failed = info.Profiled, r.Failed || info.Failed
 			}
 			for _, f := range []string{"offcpu.pb.gz", "offcpu.wakeups.pb.gz"} {
 				if fileExists(filepath.Join(p, f)) {
@@ -129,6 +146,7 @@ type ValueDiff struct {
 	Base      int64   `json:"base"`
 	Cand      int64   `json:"candidate"`
 	ChangePct float64 `json:"change_pct"`
+	New       bool    `json:"new,omitempty"` // zero in the baseline: no percentage
 }
 
 // DiffReport is what offcpu diff prints.
@@ -137,7 +155,7 @@ type DiffReport struct {
 	Metrics          []MetricDiff `json:"metrics"`
 	BaseReport       *Report      `json:"base_profile,omitempty"`
 	CandReport       *Report      `json:"candidate_profile,omitempty"`
-	Categories       []ValueDiff  `json:"categories"`   // app-blocked ns per category
+	Categories       []ValueDiff  `json:"categories"`    // app-blocked ns per category
 	ThreadGroups     []ValueDiff  `json:"thread_groups"` // app-blocked ns per group
 	FunctionsFlat    []ValueDiff  `json:"functions_flat"`
 	FunctionsCum     []ValueDiff  `json:"functions_cumulative"`
@@ -188,7 +206,7 @@ func valueDiff(name string, b, c int64) ValueDiff {
 	if b != 0 {
 		v.ChangePct = 100 * float64(c-b) / float64(b)
 	} else if c != 0 {
-		v.ChangePct = math.Inf(1)
+		v.New = true
 	}
 	return v
 }
@@ -293,13 +311,20 @@ func diffMetrics(base, cand *Side) []MetricDiff {
 }
 
 func values(s *Side, name string) []float64 {
-	var out []float64
+	var plain, profiled []float64
 	for _, r := range s.Runs {
 		if v, ok := r.Metrics[name]; ok && !r.Failed {
-			out = append(out, v)
+			if r.Profiled {
+				profiled = append(profiled, v)
+			} else {
+				plain = append(plain, v)
+			}
 		}
 	}
-	return out
+	if len(plain) > 0 {
+		return plain
+	}
+	return profiled
 }
 
 func compare(name string, b, c []float64) MetricDiff {
@@ -451,6 +476,9 @@ func (dr *DiffReport) change(name string) (float64, bool) {
 	}
 	for _, c := range dr.Categories {
 		if c.Name == name {
+			if c.New {
+				return math.MaxFloat64, true
+			}
 			return c.ChangePct, true
 		}
 	}
@@ -481,7 +509,7 @@ func runs(v []float64) string {
 }
 
 func changeStr(v ValueDiff) string {
-	if math.IsInf(v.ChangePct, 1) {
+	if v.New {
 		return "new"
 	}
 	return fmt.Sprintf("%+.1f%%", v.ChangePct)

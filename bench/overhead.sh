@@ -12,7 +12,7 @@ ROUNDS=${1:-400000}
 REPEATS=${2:-3}
 OUT=bench/out
 mkdir -p "$OUT"
-gcc -O2 -pthread -o "$OUT/pingpong" bench/pingpong.c
+gcc -O2 -pthread -o "$OUT/pingpong" bench/c/pingpong.c
 go build -o "$OUT/offcpu" ./cmd/offcpu
 OFFCPUTIME=$(command -v offcputime || echo /usr/sbin/offcputime)
 WAKEUPTIME=$(command -v wakeuptime || echo /usr/sbin/wakeuptime)

@@ -14,6 +14,6 @@ folded stacks that go tool pprof, flamegraph.pl and speedscope read.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRecordCmd(), newDispatchCmd(), newAnalyzeCmd(), newDiffCmd())
+	root.AddCommand(newRecordCmd(), newDispatchCmd(), newAnalyzeCmd(), newDiffCmd(), newBenchCmd(), newFlamegraphCmd())
 	return root
 }

@@ -1,0 +1,186 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("OFFCPU_REQUIRE_BPF") == "1" {
+		t.Fatal("OFFCPU_REQUIRE_BPF=1 but not running as root")
+	}
+	t.Skip("profiled runs need root")
+}
+
+func buildOffcpu(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "offcpu")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/offcpu").CombinedOutput(); err != nil {
+		t.Fatalf("building offcpu: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func readJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+func TestBenchBundled(t *testing.T) {
+	requireRoot(t)
+	out := t.TempDir()
+	res, err := Run(context.Background(), Config{
+		Scenario: "key-shared-500x20", Variants: []string{"baseline", "candidate"},
+		Runs: 2, ProfiledRuns: 1, Messages: 5000, Rate: -1, Out: out,
+		CooldownIdle: 90, CooldownMax: 2 * time.Second, Executable: buildOffcpu(t), CPUHz: 99,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"baseline-1", "candidate-1", "baseline-2", "candidate-2", "baseline-profiled-1", "candidate-profiled-1"} {
+		for _, f := range []string{"metrics.json", "run.json", "run.log"} {
+			if _, err := os.Stat(filepath.Join(out, "runs", name, f)); err != nil {
+				t.Errorf("missing %s/%s", name, f)
+			}
+		}
+		if strings.Contains(name, "profiled") {
+			for _, f := range []string{"offcpu.pb.gz", "offcpu.wakeups.pb.gz", "offcpu.folded"} {
+				if _, err := os.Stat(filepath.Join(out, "runs", name, f)); err != nil {
+					t.Errorf("missing %s/%s", name, f)
+				}
+			}
+		}
+	}
+	for _, f := range []string{"report.md", "report.json", "baseline.svg", "candidate.svg", "diff.svg"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Errorf("missing %s", f)
+		}
+	}
+	var rep struct {
+		Runs []RunRecord `json:"runs"`
+		Diff struct {
+			Metrics []struct {
+				Name string    `json:"name"`
+				Base []float64 `json:"base"`
+				Cand []float64 `json:"candidate"`
+			} `json:"metrics"`
+		} `json:"diff"`
+	}
+	readJSON(t, filepath.Join(out, "report.json"), &rep)
+	if len(rep.Runs) != 6 || len(res.Runs) != 6 {
+		t.Fatalf("report.json holds %d runs, want 6", len(rep.Runs))
+	}
+	for _, r := range rep.Runs {
+		if r.Failed {
+			t.Errorf("run %s failed: %s", r.Name, r.Error)
+		}
+	}
+	// The report's numbers are the unprofiled runs' own numbers, in order.
+	var want []float64
+	for _, name := range []string{"baseline-1", "baseline-2"} {
+		var m map[string]any
+		readJSON(t, filepath.Join(out, "runs", name, "metrics.json"), &m)
+		want = append(want, m["publish_rate"].(float64))
+	}
+	found := false
+	for _, m := range rep.Diff.Metrics {
+		if m.Name == "publish_rate" {
+			found = true
+			if len(m.Base) != 2 || m.Base[0] != want[0] || m.Base[1] != want[1] {
+				t.Errorf("report publish_rate %v, runs say %v", m.Base, want)
+			}
+		}
+	}
+	if !found {
+		t.Error("no publish_rate in the report")
+	}
+	md, _ := os.ReadFile(filepath.Join(out, "report.md"))
+	for _, want := range []string{"## Measurements", "Setup: Linux", "interleaved", "Every run delivered all messages", "| publish_rate |", "Off-CPU attribution: baseline", "Wake-ups per message", "diff.svg"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+}
+
+func TestBenchCommands(t *testing.T) {
+	out := t.TempDir()
+	res, err := Run(context.Background(), Config{
+		Variants: []string{"old", "new"}, Runs: 2, Out: out, Rate: -1, CooldownIdle: 0,
+		BaselineCmd:  `echo '{"score": 10, "note": "x"}' > "$OFFCPU_METRICS"`,
+		CandidateCmd: `n=$(ls "$(dirname "$OFFCPU_METRICS")"/.. | grep -c new); if [ "$n" -ge 2 ]; then exit 7; fi; echo '{"score": 12}' > "$OFFCPU_METRICS"`,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Runs) != 4 {
+		t.Fatalf("%d runs, want 4", len(res.Runs))
+	}
+	var failed int
+	for _, r := range res.Runs {
+		if _, ok := r.Metrics["wall_s"]; !ok {
+			t.Errorf("%s: no wall_s", r.Name)
+		}
+		if _, ok := r.Metrics["cpu_s"]; !ok {
+			t.Errorf("%s: no cpu_s", r.Name)
+		}
+		if r.Failed {
+			failed++
+			if !strings.Contains(r.Error, "exit status 7") {
+				t.Errorf("%s: error %q", r.Name, r.Error)
+			}
+		}
+	}
+	if failed != 1 {
+		t.Errorf("%d failed runs, want 1 (the second candidate run)", failed)
+	}
+	var score *struct {
+		Base, Cand []float64
+	}
+	for _, m := range res.Diff.Metrics {
+		if m.Name == "score" {
+			score = &struct{ Base, Cand []float64 }{m.Base, m.Cand}
+		}
+	}
+	if score == nil || len(score.Base) != 2 || score.Base[0] != 10 || len(score.Cand) != 1 || score.Cand[0] != 12 {
+		t.Errorf("score: %+v (the failed run must be left out)", score)
+	}
+	md, _ := os.ReadFile(filepath.Join(out, "report.md"))
+	if !strings.Contains(string(md), "new-2` failed and is excluded from the statistics") {
+		t.Errorf("report.md does not report the failed run:\n%s", md)
+	}
+}
+
+func TestBenchConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Variants: []string{"baseline"}, Runs: 1}, "two different names"},
+		{Config{Variants: []string{"a", "b"}, Runs: 1, BaselineCmd: "true"}, "both --baseline-cmd"},
+		{Config{Variants: []string{"baseline", "nosuch"}, Runs: 1, Scenario: "key-shared-500x20"}, `unknown variant "nosuch"`},
+		{Config{Variants: []string{"baseline", "candidate"}, Runs: 1, Scenario: "nosuch"}, `unknown scenario "nosuch"`},
+		{Config{Variants: []string{"baseline", "candidate"}, Scenario: "key-shared-500x20"}, "not both 0"},
+	} {
+		tc.cfg.Out = t.TempDir()
+		_, err := Run(context.Background(), tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: err = %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+}

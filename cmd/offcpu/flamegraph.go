@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/offcpu/offcpu/flamegraph"
+)
+
+func newFlamegraphCmd() *cobra.Command {
+	var o flamegraph.Options
+	var out, sampleType, diff string
+	var normalize bool
+	cmd := &cobra.Command{
+		Use:   "flamegraph [flags] PROFILE|FOLDED...",
+		Short: "Draw an interactive (or differential) flame graph as SVG or HTML",
+		Long: `Reads offcpu pprof files, any pprof profile and folded stacks (bcc, async-profiler,
+offcpu's own offwake output) and writes a self-contained interactive flame
+graph: click to zoom, Reset Zoom, Search (regexp, with the matched share), and
+tooltips with the value in ms and %. -o FILE.html adds a table of the top
+functions. --diff BASE colours each frame by its change from BASE (red grew,
+blue shrank); widths are the profile's.`,
+		Example: `  offcpu flamegraph -o offcpu.svg offcpu.pb.gz
+  offcpu flamegraph --sample-type wakeups -o wakeups.svg offcpu.wakeups.pb.gz
+  offcpu flamegraph --diff base.pb.gz --normalize -o diff.svg cand.pb.gz
+  offcpu flamegraph -o offwake.html offwake.folded`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			t, err := flamegraph.Load(sampleType, args...)
+			if err != nil {
+				return err
+			}
+			if diff != "" {
+				b, err := flamegraph.Load(sampleType, diff)
+				if err != nil {
+					return err
+				}
+				t.SetBase(b, normalize)
+				o.Diff = true
+			}
+			if o.Palette == "" {
+				o.Palette = map[string]string{"cpu": "cpu", "wakeups": "wakeup", "wakeup": "wakeup"}[sampleType]
+			}
+			o.HTML = strings.HasSuffix(out, ".html")
+			if o.Title == "" {
+				o.Title = map[bool]string{true: "Differential flame graph", false: "Off-CPU time"}[o.Diff]
+				switch o.Palette {
+				case "cpu":
+					o.Title = "On-CPU time"
+				case "wakeup":
+					o.Title = "Wake-ups"
+				}
+			}
+			w := cmd.OutOrStdout()
+			if out != "" && out != "-" {
+				f, err := os.Create(out)
+				if err != nil {
+					return fmt.Errorf("writing flame graph: %w", err)
+				}
+				defer f.Close()
+				w = f
+			}
+			return flamegraph.Write(w, t, o)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&out, "output", "o", "", "output file, .svg or .html (default: SVG on stdout)")
+	fl.StringVar(&sampleType, "sample-type", "off_cpu", "pprof sample type: off_cpu, cpu or wakeups")
+	fl.StringVar(&o.Title, "title", "", "title")
+	fl.BoolVar(&o.Inverted, "inverted", false, "icicle graph: roots at the top")
+	fl.Float64Var(&o.MinWidth, "min-width", 0.1, "merge frames narrower than this many pixels")
+	fl.IntVar(&o.Width, "width", 1200, "width in pixels")
+	fl.StringVar(&o.Palette, "palette", "", "offcpu (blue), wakeup or cpu (warm); default from --sample-type")
+	fl.StringVar(&diff, "diff", "", "base profile: colour frames by the change from it")
+	fl.BoolVar(&normalize, "normalize", false, "with --diff, scale the base to the profile's total first")
+	return cmd
+}

@@ -1,0 +1,268 @@
+// Package flamegraph renders interactive and differential flame graphs
+// (SVG, or HTML with a table of top functions) from offcpu profiles, any
+// pprof profile and folded stacks.
+//
+// Stacks are merged the way flamegraph.pl does: sorted, then walked once,
+// a frame opening where a stack's prefix departs from the previous one
+// and closing where it ends. No tree is built, so large inputs are fast.
+package flamegraph
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/offcpu/offcpu/analysis"
+)
+
+// Line is one stack, frames root first separated by ';'. Base is its
+// value in the base profile of a differential graph.
+type Line struct {
+	Stack []byte
+	Value int64
+	Base  int64
+}
+
+// Profile is a set of stacks to draw.
+type Profile struct {
+	Lines []Line
+	Unit  string // "ns", "us" or "count"
+	diff  bool
+}
+
+// ParseFolded reads "frame;frame;... VALUE" lines, keeping every frame
+// (thread names, "-" and "--" separators included). Frames after "-"
+// (and the waker's, after "--") are drawn as kernel frames. The lines
+// keep referring to b.
+func ParseFolded(b []byte, unit string) (*Profile, error) {
+	p := &Profile{Unit: unit, Lines: make([]Line, 0, bytes.Count(b, []byte{'\n'})+1)}
+	line := 0
+	for len(b) > 0 {
+		line++
+		end := bytes.IndexByte(b, '\n')
+		var l []byte
+		if end < 0 {
+			l, b = b, nil
+		} else {
+			l, b = b[:end], b[end+1:]
+		}
+		l = bytes.TrimRight(l, "\r ")
+		if len(l) == 0 || l[0] == '#' {
+			continue
+		}
+		sp := bytes.LastIndexByte(l, ' ')
+		if sp < 0 {
+			return nil, fmt.Errorf("line %d: no value at the end: not folded stacks", line)
+		}
+		v, err := strconv.ParseInt(string(l[sp+1:]), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: value %q is not a number: not folded stacks", line, l[sp+1:])
+		}
+		if v > 0 {
+			p.Lines = append(p.Lines, Line{Stack: l[:sp], Value: v})
+		}
+	}
+	return p, nil
+}
+
+// FromData takes one kind of stack (analysis.KindOffCPU, KindCPU or
+// KindWakeup) with the thread name as the root frame and "-" between
+// user and kernel frames; wake-ups are rooted at the woken thread, then
+// the waker.
+func FromData(d *analysis.Data, kind string) *Profile {
+	unit := "ns"
+	if kind == analysis.KindWakeup {
+		unit = "count"
+	}
+	p := &Profile{Unit: unit}
+	var sb strings.Builder
+	for _, s := range d.Stacks {
+		if s.Kind != kind || s.Value <= 0 {
+			continue
+		}
+		sb.Reset()
+		if kind == analysis.KindWakeup && s.Target != "" {
+			sb.WriteString(clean(s.Target))
+			sb.WriteByte(';')
+		}
+		if s.Thread != "" {
+			sb.WriteString(clean(s.Thread))
+		} else {
+			sb.WriteString("[all]")
+		}
+		kernel := false
+		for _, f := range s.Frames {
+			if f.Kernel && !kernel && f.Name != "-" {
+				sb.WriteString(";-")
+				kernel = true
+			}
+			sb.WriteByte(';')
+			sb.WriteString(clean(f.Name))
+		}
+		p.Lines = append(p.Lines, Line{Stack: []byte(sb.String()), Value: s.Value})
+	}
+	return p
+}
+
+func clean(s string) string { return strings.ReplaceAll(s, ";", ":") }
+
+// Load reads profiles or folded stacks. sampleType picks a pprof sample
+// type: off_cpu (default), cpu or wakeups.
+func Load(sampleType string, paths ...string) (*Profile, error) {
+	kind := analysis.KindOffCPU
+	switch sampleType {
+	case "", "off_cpu", "offcpu":
+	case "cpu":
+		kind = analysis.KindCPU
+	case "wakeups", "wakeup":
+		kind = analysis.KindWakeup
+	default:
+		return nil, fmt.Errorf("--sample-type %q: use off_cpu, cpu or wakeups", sampleType)
+	}
+	out := &Profile{}
+	var pprofs []string
+	for _, path := range paths {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", path, err)
+		}
+		if len(b) > 1 && ((b[0] == 0x1f && b[1] == 0x8b) || b[0] == 0x0a) {
+			pprofs = append(pprofs, path)
+			continue
+		}
+		if bytes.IndexByte(b, 0) >= 0 {
+			return nil, fmt.Errorf("%s is neither a pprof profile nor folded stacks", path)
+		}
+		p, err := ParseFolded(b, "us")
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if err := out.merge(p); err != nil {
+			return nil, err
+		}
+	}
+	if len(pprofs) > 0 {
+		d, err := analysis.Load(analysis.Microseconds, pprofs...)
+		if err != nil {
+			return nil, err
+		}
+		p := FromData(d, kind)
+		if len(p.Lines) == 0 {
+			return nil, fmt.Errorf("no %s samples in %s", sampleType, strings.Join(pprofs, ", "))
+		}
+		if err := out.merge(p); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (p *Profile) merge(q *Profile) error {
+	if p.Unit != "" && p.Unit != q.Unit {
+		return fmt.Errorf("cannot merge folded stacks (µs) with pprof profiles (%s): give one kind", q.Unit)
+	}
+	p.Unit = q.Unit
+	p.Lines = append(p.Lines, q.Lines...)
+	return nil
+}
+
+// SetBase makes p a differential profile against base: each frame is
+// coloured by the change of its value. With normalize, base values are
+// scaled so both totals match.
+func (p *Profile) SetBase(base *Profile, normalize bool) {
+	var total, btotal int64
+	for _, l := range p.Lines {
+		total += l.Value
+	}
+	for _, l := range base.Lines {
+		btotal += l.Value
+	}
+	scale := 1.0
+	if normalize && btotal > 0 {
+		scale = float64(total) / float64(btotal)
+	}
+	for _, l := range base.Lines {
+		p.Lines = append(p.Lines, Line{Stack: l.Stack, Base: int64(float64(l.Value) * scale)})
+	}
+	p.diff = true
+}
+
+// sorted sorts the stacks in place, as flamegraph.pl does, so siblings
+// are drawn in name order, and merges identical ones.
+func (p *Profile) sorted() []Line {
+	lines := p.Lines
+	if !slices.IsSortedFunc(lines, compareLines) {
+		lines = sortLines(lines)
+	}
+	out := lines[:0]
+	for _, l := range lines {
+		if n := len(out); n > 0 && bytes.Equal(out[n-1].Stack, l.Stack) {
+			out[n-1].Value += l.Value
+			out[n-1].Base += l.Base
+			continue
+		}
+		out = append(out, l)
+	}
+	p.Lines = out
+	return out
+}
+
+// TopFunctions sums the leaf (self) values by function, largest first.
+func (p *Profile) TopFunctions(n int) []analysis.Count {
+	m := map[string]int64{}
+	for _, l := range p.Lines {
+		leaf := l.Stack
+		if i := bytes.LastIndexByte(leaf, ';'); i >= 0 {
+			leaf = leaf[i+1:]
+		}
+		m[string(leaf)] += l.Value
+	}
+	var out []analysis.Count
+	for k, v := range m {
+		if v > 0 {
+			out = append(out, analysis.Count{Name: k, Value: v})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Value != out[j].Value {
+			return out[i].Value > out[j].Value
+		}
+		return out[i].Name < out[j].Name
+	})
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
+}
+
+func compareLines(a, b Line) int { return bytes.Compare(a.Stack, b.Stack) }
+
+// sortLines sorts large inputs as two halves in parallel, then merges.
+func sortLines(lines []Line) []Line {
+	if len(lines) < 20000 || runtime.GOMAXPROCS(0) < 2 {
+		slices.SortFunc(lines, compareLines)
+		return lines
+	}
+	half := len(lines) / 2
+	a, b := lines[:half], lines[half:]
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); slices.SortFunc(a, compareLines) }()
+	slices.SortFunc(b, compareLines)
+	wg.Wait()
+	out := make([]Line, 0, len(lines))
+	for len(a) > 0 && len(b) > 0 {
+		if compareLines(a[0], b[0]) <= 0 {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return append(append(out, a...), b...)
+}
