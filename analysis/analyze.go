@@ -208,8 +208,8 @@ func Analyze(d *Data, r *Rules, o Options) *Report {
 		rep.Wakeups.ByTargetGroup = append(rep.Wakeups.ByTargetGroup, *t)
 	}
 	sort.Slice(rep.Wakeups.ByTargetGroup, func(i, j int) bool { return rep.Wakeups.ByTargetGroup[i].Total > rep.Wakeups.ByTargetGroup[j].Total })
-	rep.Wakeups.ByWakerFunction = topCounts(rep.WakerFunctions, o.Top)
-	rep.TopAppFunctions = topCounts(rep.FunctionsFlat, o.Top)
+	rep.Wakeups.ByWakerFunction = TopCounts(rep.WakerFunctions, o.Top)
+	rep.TopAppFunctions = TopCounts(rep.FunctionsFlat, o.Top)
 	sort.Slice(top, func(i, j int) bool { return top[i].Ns > top[j].Ns })
 	if len(top) > o.Top {
 		top = top[:o.Top]
@@ -239,7 +239,8 @@ func foldedOf(s *Stack) string {
 	return strings.Join(parts, ";")
 }
 
-func topCounts(m map[string]int64, n int) []Count {
+// TopCounts returns the n largest values of m, largest first (ties by name).
+func TopCounts(m map[string]int64, n int) []Count {
 	var out []Count
 	for k, v := range m {
 		out = append(out, Count{k, v})
@@ -323,15 +324,20 @@ func statements(rep *Report) []string {
 
 // Write renders the report as text, json or markdown.
 func (rep *Report) Write(w io.Writer, format string) error {
+	return write(w, format, rep, rep.writeText, rep.writeMarkdown)
+}
+
+// write renders v in one of the output formats.
+func write(w io.Writer, format string, v any, text, markdown func(io.Writer) error) error {
 	switch format {
 	case "json":
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return enc.Encode(v)
 	case "markdown", "md":
-		return rep.writeMarkdown(w)
+		return markdown(w)
 	case "text", "":
-		return rep.writeText(w)
+		return text(w)
 	}
 	return fmt.Errorf("unknown format %q: use text, json or markdown", format)
 }

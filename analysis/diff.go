@@ -385,6 +385,17 @@ func diffStatements(dr *DiffReport) []string {
 		}
 	}
 	bn, cn := int64(dr.BaseProfiledRuns), int64(dr.CandProfiledRuns)
+	share := func(ns, total int64) float64 {
+		if total == 0 {
+			return 0
+		}
+		return 100 * float64(ns) / float64(total)
+	}
+	if len(dr.FunctionsFlat) > 0 {
+		f := dr.FunctionsFlat[0]
+		out = append(out, fmt.Sprintf("In the baseline, threads blocked in %s are %.0f%% of the blocked time with an application frame (%s per profiled run); with the candidate, %.0f%% (%s).",
+			ShortFunc(f.Name), share(f.Base, b.AppBlockedNs/bn), Secs(f.Base), share(f.Cand, c.AppBlockedNs/cn), Secs(f.Cand)))
+	}
 	if top != nil {
 		var cs CategoryResult
 		for _, x := range c.Categories {
@@ -392,18 +403,10 @@ func diffStatements(dr *DiffReport) []string {
 				cs = x
 			}
 		}
-		fn := ""
-		if len(b.TopAppFunctions) > 0 {
-			fn = " in " + ShortFunc(b.TopAppFunctions[0].Name)
-		}
-		out = append(out, fmt.Sprintf("In the baseline, %s%s is %.0f%% of the blocked time with an application frame; with the candidate it is %.0f%% (%s → %s per profiled run).",
-			top.Name, fn, 100*top.Share, 100*cs.Share, Secs(top.AppNs/bn), Secs(cs.AppNs/cn)))
+		out = append(out, fmt.Sprintf("%s, the largest cause in the baseline: %.0f%% → %.0f%% of the blocked time with an application frame (%s → %s per profiled run).",
+			top.Name, 100*top.Share, 100*cs.Share, Secs(top.AppNs/bn), Secs(cs.AppNs/cn)))
 	}
 	out = append(out, fmt.Sprintf("Blocked time with an application frame: %s → %s per profiled run.", Secs(b.AppBlockedNs/bn), Secs(c.AppBlockedNs/cn)))
-	if len(dr.FunctionsFlat) > 0 {
-		f := dr.FunctionsFlat[0]
-		out = append(out, fmt.Sprintf("Largest change in blocked time by innermost application function: %s, %s → %s.", ShortFunc(f.Name), Secs(f.Base), Secs(f.Cand)))
-	}
 	if b.Wakeups.Total > 0 || c.Wakeups.Total > 0 {
 		s := fmt.Sprintf("Eventfd wake-ups: %d → %d per profiled run", b.Wakeups.ByClass["eventfd"]/bn, c.Wakeups.ByClass["eventfd"]/cn)
 		if dr.EventfdPerMsg[0] > 0 || dr.EventfdPerMsg[1] > 0 {
@@ -487,17 +490,7 @@ func (dr *DiffReport) change(name string) (float64, bool) {
 
 // Write renders the diff as text, json or markdown.
 func (dr *DiffReport) Write(w io.Writer, format string) error {
-	switch format {
-	case "json":
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(dr)
-	case "markdown", "md":
-		return dr.writeMarkdown(w)
-	case "text", "":
-		return dr.writeText(w)
-	}
-	return fmt.Errorf("unknown format %q: use text, json or markdown", format)
+	return write(w, format, dr, dr.writeText, dr.writeMarkdown)
 }
 
 func runs(v []float64) string {

@@ -9,18 +9,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/offcpu/offcpu/internal/testenv"
 )
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("OFFCPU_REQUIRE_BPF") == "1" {
-		t.Fatal("OFFCPU_REQUIRE_BPF=1 but not running as root")
-	}
-	t.Skip("profiled runs need root")
-}
+var requireRoot = testenv.RequireRoot
 
 func buildOffcpu(t *testing.T) string {
 	t.Helper()

@@ -572,22 +572,29 @@ static __always_inline bool in_interrupt_ctx(void *ctx)
 	return (BPF_CORE_READ(regs, cs) & 3) && (s64)BPF_CORE_READ(regs, orig_ax) < 0;
 }
 
-static __always_inline void count_wakeup(u32 ttgid, u32 ttid, struct waker_rec *w)
+/* Adds one to a u64 counter map entry, creating it; a full map is
+ * counted under stat. */
+static __always_inline void count_one(void *map, void *key, u32 stat)
 {
-	struct wake_key k = { .target_tgid = ttgid, .target_tid = ttid, .waker = *w };
-	u64 *n = bpf_map_lookup_elem(&wakeups, &k);
+	u64 *n = bpf_map_lookup_elem(map, key);
 	if (n) {
 		__sync_fetch_and_add(n, 1);
 		return;
 	}
 	u64 one = 1;
-	if (bpf_map_update_elem(&wakeups, &k, &one, BPF_NOEXIST)) {
-		n = bpf_map_lookup_elem(&wakeups, &k);
+	if (bpf_map_update_elem(map, key, &one, BPF_NOEXIST)) {
+		n = bpf_map_lookup_elem(map, key); /* lost a race on insert */
 		if (n)
 			__sync_fetch_and_add(n, 1);
 		else
-			stat_add(STAT_WAKE_FULL, 1);
+			stat_add(stat, 1);
 	}
+}
+
+static __always_inline void count_wakeup(u32 ttgid, u32 ttid, struct waker_rec *w)
+{
+	struct wake_key k = { .target_tgid = ttgid, .target_tid = ttid, .waker = *w };
+	count_one(&wakeups, &k, STAT_WAKE_FULL);
 }
 
 /* Fills w with the current (waking) context: an interrupt, or the current
@@ -707,18 +714,6 @@ int offcpu_cpu_sample(void *ctx) /* struct bpf_perf_event_data, only passed on *
 		k.kstack = bpf_get_stackid(ctx, &stacks, 0);
 	if (want_user_stacks && !kthread)
 		k.ustack = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
-	u64 *n = bpf_map_lookup_elem(&cpu_samples, &k);
-	if (n) {
-		__sync_fetch_and_add(n, 1);
-		return 0;
-	}
-	u64 one = 1;
-	if (bpf_map_update_elem(&cpu_samples, &k, &one, BPF_NOEXIST)) {
-		n = bpf_map_lookup_elem(&cpu_samples, &k);
-		if (n)
-			__sync_fetch_and_add(n, 1);
-		else
-			stat_add(STAT_CPU_FULL, 1);
-	}
+	count_one(&cpu_samples, &k, STAT_CPU_FULL);
 	return 0;
 }

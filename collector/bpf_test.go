@@ -13,20 +13,11 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/internal/testenv"
 )
 
-// requireBPF skips a test that needs root, unless OFFCPU_REQUIRE_BPF=1
-// says this machine must run it (CI does).
-func requireBPF(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("OFFCPU_REQUIRE_BPF") == "1" {
-		t.Fatal("OFFCPU_REQUIRE_BPF=1 but not running as root: run the tests as root")
-	}
-	t.Skip("needs root for eBPF (set OFFCPU_REQUIRE_BPF=1 to make this a failure)")
-}
+var requireBPF = testenv.RequireRoot
 
 var (
 	workloadOnce sync.Once

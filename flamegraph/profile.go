@@ -13,7 +13,6 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -221,24 +220,11 @@ func (p *Profile) TopFunctions(n int) []analysis.Count {
 		if i := bytes.LastIndexByte(leaf, ';'); i >= 0 {
 			leaf = leaf[i+1:]
 		}
-		m[string(leaf)] += l.Value
-	}
-	var out []analysis.Count
-	for k, v := range m {
-		if v > 0 {
-			out = append(out, analysis.Count{Name: k, Value: v})
+		if l.Value > 0 {
+			m[string(leaf)] += l.Value
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Value != out[j].Value {
-			return out[i].Value > out[j].Value
-		}
-		return out[i].Name < out[j].Name
-	})
-	if len(out) > n {
-		out = out[:n]
-	}
-	return out
+	return analysis.TopCounts(m, n)
 }
 
 func compareLines(a, b Line) int { return bytes.Compare(a.Stack, b.Stack) }

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/internal/testenv"
 )
 
 func run(t *testing.T, args ...string) (string, error) {
@@ -22,16 +24,7 @@ func run(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("OFFCPU_REQUIRE_BPF") == "1" {
-		t.Fatal("OFFCPU_REQUIRE_BPF=1 but not running as root")
-	}
-	t.Skip("needs root for eBPF")
-}
+var requireRoot = testenv.RequireRoot
 
 func TestRecordBadInput(t *testing.T) {
 	dir := t.TempDir()
