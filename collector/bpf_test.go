@@ -253,6 +253,16 @@ func TestRecordPID(t *testing.T) {
 	}
 }
 
+func TestStartWithoutBTF(t *testing.T) {
+	requireBPF(t)
+	defer func(p string) { vmlinuxBTF = p }(vmlinuxBTF)
+	vmlinuxBTF = "/nonexistent/vmlinux"
+	_, err := Start(context.Background(), Options{})
+	if err == nil || !strings.Contains(err.Error(), "CONFIG_DEBUG_INFO_BTF=y") {
+		t.Errorf("err = %v, want the BTF fix named", err)
+	}
+}
+
 func TestStartErrors(t *testing.T) {
 	_, err := Start(context.Background(), Options{PIDs: []int{1 << 30}})
 	if err == nil || !strings.Contains(err.Error(), "not found") {

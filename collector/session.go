@@ -186,8 +186,8 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 	if err := checkPrivileges(); err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
-		return nil, fmt.Errorf("kernel BTF not found at /sys/kernel/btf/vmlinux: use a kernel built with CONFIG_DEBUG_INFO_BTF=y")
+	if _, err := os.Stat(vmlinuxBTF); err != nil {
+		return nil, fmt.Errorf("kernel BTF not found at %s: use a kernel built with CONFIG_DEBUG_INFO_BTF=y", vmlinuxBTF)
 	}
 	var cgroupID uint64
 	if opts.Cgroup != "" {
@@ -241,6 +241,9 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 	go s.readEvents()
 	return s, nil
 }
+
+// vmlinuxBTF is where the kernel publishes its BTF (a variable for tests).
+var vmlinuxBTF = "/sys/kernel/btf/vmlinux"
 
 var errPermission = errors.New("permission denied: run as root, or grant CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE")
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -104,7 +105,7 @@ func expandRuns(args []string) (files, metrics []string, err error) {
 	for _, a := range args {
 		st, err := os.Stat(a)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", a, err)
+			return nil, nil, fmt.Errorf("%s: %v", a, errors.Unwrap(err))
 		}
 		if !st.IsDir() {
 			files = append(files, a)

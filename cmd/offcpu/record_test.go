@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/pprof/profile"
@@ -105,5 +107,33 @@ func TestRecordExitStatus(t *testing.T) {
 	}
 	if _, err := os.Stat(out); err != nil {
 		t.Errorf("profile not written when the command failed: %v", err)
+	}
+}
+
+// Without privileges, record fails with one line naming the fix.
+func TestRecordWithoutPrivileges(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to start a child as nobody")
+	}
+	dir, err := os.MkdirTemp("", "offcpu-nobody") // t.TempDir's parent is private
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o777)
+	bin := filepath.Join(dir, "offcpu")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "record", "-d", "1s", "-o", filepath.Join(dir, "x.pb.gz"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+		t.Fatalf("record as nobody: err %v, output %s", err, out)
+	}
+	msg := strings.TrimSpace(string(out))
+	if !strings.Contains(msg, "run as root, or grant CAP_BPF") || strings.Count(msg, "\n") != 0 || strings.Contains(msg, "panic") {
+		t.Errorf("output %q, want one line naming the fix", msg)
 	}
 }

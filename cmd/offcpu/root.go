@@ -8,9 +8,14 @@ func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "offcpu",
 		Short: "eBPF off-CPU and wake-up profiler",
-		Long: `offcpu records where threads block, for how long and with which user and
-kernel stacks, aggregated in the kernel, and writes pprof profiles and
-folded stacks that go tool pprof, flamegraph.pl and speedscope read.`,
+		Long: `offcpu records where threads block and who wakes them (eBPF, aggregated in the
+kernel), attributes the blocked time to causes, and compares a baseline with
+a candidate: interleaved runs, statistics, attribution and flame graphs.
+Profiles are pprof files (go tool pprof) and folded stacks (flamegraph.pl,
+speedscope).
+
+Start with 'sudo offcpu bench': the whole method on the bundled broker
+dispatch core, written as a Measurements report.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
