@@ -71,7 +71,13 @@ func markdown(cfg *Config, res *Result) string {
 	fmt.Fprintf(&b, "Setup: %s. %s and %s interleaved run by run (A B A B ...): %d unprofiled and %d profiled run(s) per side (profiled runs under `offcpu record` with wake-ups and on-CPU samples at %d Hz). Cool-down before each run: %s.\n\n",
 		res.Setup, cfg.Variants[0], cfg.Variants[1], cfg.Runs, cfg.ProfiledRuns, cfg.CPUHz, res.Cooldown)
 	if res.Interrupted {
-		fmt.Fprintf(&b, "**Interrupted**: %d of the planned runs finished; this report covers them.\n\n", len(res.Runs))
+		finished := 0
+		for _, r := range res.Runs {
+			if !r.Failed {
+				finished++
+			}
+		}
+		fmt.Fprintf(&b, "**Interrupted**: %d of the %d planned runs finished; this report covers them.\n\n", finished, 2*(cfg.Runs+cfg.ProfiledRuns))
 	}
 	var failed []string
 	for _, r := range res.Runs {

@@ -107,7 +107,7 @@ struct offcpu_key {
 	s32 ustack; /* id in stacks; negative: no stack (-errno) */
 	s32 kstack;
 	u32 state;  /* enum offcpu_state */
-	u32 pad;
+	u32 open;   /* 1: still blocked when recording stopped */
 	struct waker_rec waker; /* who ended the interval (zero: unknown or off) */
 };
 
@@ -338,8 +338,9 @@ static __always_inline void capture(void *ctx, struct start_rec *s, bool kthread
 	s->ts = bpf_ktime_get_ns();
 }
 
-/* Adds one finished interval to the aggregation map, with its waker. */
-static __always_inline void account(u32 tid, struct start_rec *s, struct waker_rec *w)
+/* Adds one interval to the aggregation map, with its waker; open marks
+ * one still running when recording stops. */
+static __always_inline void account_interval(u32 tid, struct start_rec *s, struct waker_rec *w, u32 open)
 {
 	u64 delta = bpf_ktime_get_ns() - s->ts;
 	if (delta < min_block_ns || delta > max_block_ns) {
@@ -352,6 +353,7 @@ static __always_inline void account(u32 tid, struct start_rec *s, struct waker_r
 		.ustack = s->ustack,
 		.kstack = s->kstack,
 		.state = s->state,
+		.open = open,
 	};
 	if (w && w->valid)
 		key.waker = *w;
@@ -408,6 +410,11 @@ static __always_inline void capture_sleep(void *ctx, struct start_rec *s, struct
 	s->arg0 = a0;
 	s->c_ustack = s->ustack;
 	s->c_kstack = s->kstack;
+}
+
+static __always_inline void account(u32 tid, struct start_rec *s, struct waker_rec *w)
+{
+	account_interval(tid, s, w, 0);
 }
 
 SEC("tp_btf/sched_switch")
@@ -715,5 +722,22 @@ int offcpu_cpu_sample(void *ctx) /* struct bpf_perf_event_data, only passed on *
 	if (want_user_stacks && !kthread)
 		k.ustack = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
 	count_one(&cpu_samples, &k, STAT_CPU_FULL);
+	return 0;
+}
+
+/* Run once when recording stops: accounts the intervals of threads still
+ * off-CPU, so a thread blocked until the end (a deadlock, a long wait) is
+ * not lost. */
+SEC("iter/task")
+int offcpu_flush_open(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	if (!task)
+		return 0;
+	struct start_rec *s = bpf_task_storage_get(&task_starts, task, 0, 0);
+	if (!s || !s->pending)
+		return 0;
+	s->pending = 0;
+	account_interval(task->pid, s, 0, 1);
 	return 0;
 }

@@ -28,7 +28,7 @@ type OffcpuOffcpuKey struct {
 	Ustack int32
 	Kstack int32
 	State  uint32
-	Pad    uint32
+	Open   uint32
 	Waker  OffcpuWakerRec
 }
 
@@ -130,6 +130,7 @@ const (
 	OffcpuMapWakeups           = "wakeups"
 	OffcpuProgOffcpuCpuSample  = "offcpu_cpu_sample"
 	OffcpuProgOffcpuExec       = "offcpu_exec"
+	OffcpuProgOffcpuFlushOpen  = "offcpu_flush_open"
 	OffcpuProgOffcpuFork       = "offcpu_fork"
 	OffcpuProgOffcpuForkTp     = "offcpu_fork_tp"
 	OffcpuProgOffcpuRename     = "offcpu_rename"
@@ -199,6 +200,7 @@ type OffcpuSpecs struct {
 type OffcpuProgramSpecs struct {
 	OffcpuCpuSample *ebpf.ProgramSpec `ebpf:"offcpu_cpu_sample"`
 	OffcpuExec      *ebpf.ProgramSpec `ebpf:"offcpu_exec"`
+	OffcpuFlushOpen *ebpf.ProgramSpec `ebpf:"offcpu_flush_open"`
 	OffcpuFork      *ebpf.ProgramSpec `ebpf:"offcpu_fork"`
 	OffcpuForkTp    *ebpf.ProgramSpec `ebpf:"offcpu_fork_tp"`
 	OffcpuRename    *ebpf.ProgramSpec `ebpf:"offcpu_rename"`
@@ -329,6 +331,7 @@ type OffcpuVariables struct {
 type OffcpuPrograms struct {
 	OffcpuCpuSample *ebpf.Program `ebpf:"offcpu_cpu_sample"`
 	OffcpuExec      *ebpf.Program `ebpf:"offcpu_exec"`
+	OffcpuFlushOpen *ebpf.Program `ebpf:"offcpu_flush_open"`
 	OffcpuFork      *ebpf.Program `ebpf:"offcpu_fork"`
 	OffcpuForkTp    *ebpf.Program `ebpf:"offcpu_fork_tp"`
 	OffcpuRename    *ebpf.Program `ebpf:"offcpu_rename"`
@@ -343,6 +346,7 @@ func (p *OffcpuPrograms) Close() error {
 	return _OffcpuClose(
 		p.OffcpuCpuSample,
 		p.OffcpuExec,
+		p.OffcpuFlushOpen,
 		p.OffcpuFork,
 		p.OffcpuForkTp,
 		p.OffcpuRename,

@@ -66,3 +66,10 @@ struct trace_event_raw_task_rename {
 	int pid;
 	char newcomm[16];
 } __attribute__((preserve_access_index));
+
+/* Context of iter/task programs. */
+struct bpf_iter_meta;
+struct bpf_iter__task {
+	struct bpf_iter_meta *meta;
+	struct task_struct *task;
+} __attribute__((preserve_access_index));

@@ -383,3 +383,37 @@ func TestCPUSamples(t *testing.T) {
 	}
 	t.Logf("main.spin: %v on CPU, %v off CPU while preempted", time.Duration(spinNs), time.Duration(offInSpin))
 }
+
+// A thread still blocked when recording stops is counted up to the end,
+// labelled open, with its stack.
+func TestOpenIntervalsAtStop(t *testing.T) {
+	requireBPF(t)
+	for _, tp := range []bool{false, true} {
+		s, err := Start(context.Background(), Options{TargetsOnly: true, ForceTracepoint: tp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(buildWorkload(t), "-rounds", "1", "-each", "3s")
+		if err := s.StartCommand(cmd); err != nil {
+			s.Stop()
+			t.Fatal(err)
+		}
+		time.Sleep(600 * time.Millisecond)
+		p, err := s.Stop()
+		cmd.Process.Kill()
+		cmd.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var open int64
+		for _, smp := range p.Sample {
+			if len(smp.Label[LabelInterval]) > 0 && smp.Label[LabelThread][0] == "wl-nanosleep" && stackHas(smp, "main.napLoop", "do_nanosleep") {
+				open += smp.Value[0]
+			}
+		}
+		st := s.Stats()
+		if open < int64(400*time.Millisecond) || open > int64(st.Duration) || st.OpenIntervals == 0 {
+			t.Errorf("%s: open nanosleep interval %v in a %v recording (%d open)", st.Attach, time.Duration(open), st.Duration, st.OpenIntervals)
+		}
+	}
+}

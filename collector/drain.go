@@ -25,6 +25,7 @@ type record struct {
 	userErr   int32 // negative errno when no user stack was captured
 	kernelErr int32
 	waker     waker
+	open      bool // still off-CPU when recording stopped
 }
 
 // waker is who ended an interval or made a wake-up.
@@ -98,12 +99,20 @@ func (s *Session) drain() (*drained, error) {
 		r.user = getStack(key.Ustack)
 		r.kernel = getStack(key.Kstack)
 		r.waker = decodeWaker(key.Waker, getStack)
+		r.open = key.Open != 0
+		if r.open {
+			s.stats.OpenIntervals += val.Count
+			s.stats.OpenTime += durationNs(val.Ns)
+		}
 		d.records = append(d.records, r)
 		s.stats.Intervals += val.Count
 		s.stats.OffCPU += durationNs(val.Ns)
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("reading the aggregation map: %w", err)
+	}
+	if !s.flushIter {
+		s.drainOpenStarts(d, getStack)
 	}
 	var wk bpf.OffcpuWakeKey
 	var n uint64
@@ -258,4 +267,35 @@ func kasanEnabled(path string) bool {
 	}
 	b, err := io.ReadAll(r)
 	return err == nil && strings.Contains(string(b), "\nCONFIG_KASAN=y")
+}
+
+// drainOpenStarts accounts the intervals still open in the classic
+// tracepoint mode's starts map, up to now (bpf_ktime_get_ns is
+// CLOCK_MONOTONIC).
+func (s *Session) drainOpenStarts(d *drained, getStack func(int32) []uint64) {
+	m, ok := s.coll.Maps[bpf.OffcpuMapStarts]
+	if !ok {
+		return
+	}
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	now := uint64(ts.Nano())
+	var tid uint32
+	var st bpf.OffcpuStartRec
+	it := m.Iterate()
+	for it.Next(&tid, &st) {
+		if st.Pending == 0 || st.Ts > now {
+			continue
+		}
+		ns := now - st.Ts
+		if ns < uint64(s.opts.MinBlock) || (s.opts.MaxBlock > 0 && ns > uint64(s.opts.MaxBlock)) {
+			continue
+		}
+		d.records = append(d.records, record{tgid: st.Tgid, tid: tid, state: State(st.State), ns: ns, count: 1,
+			user: getStack(st.Ustack), kernel: getStack(st.Kstack), userErr: min(st.Ustack, 0), kernelErr: min(st.Kstack, 0), open: true})
+		s.stats.Intervals++
+		s.stats.OffCPU += durationNs(ns)
+		s.stats.OpenIntervals++
+		s.stats.OpenTime += durationNs(ns)
+	}
 }

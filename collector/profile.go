@@ -42,6 +42,7 @@ const (
 	LabelWakeupClass = "wakeup_class" // eventfd, futex, pipe/socket, timer, other
 	LabelTarget      = "target_thread"
 	LabelTargetTID   = "target_tid" // numeric
+	LabelInterval    = "interval"   // "open": still blocked when recording stopped
 )
 
 func newProfBuilder(sym *symbolizer, types ...*profile.ValueType) *profBuilder {
@@ -111,6 +112,9 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 				LabelState:   {r.state.String()},
 			},
 			NumLabel: map[string][]int64{LabelTID: {int64(r.tid)}, LabelPID: {int64(r.tgid)}},
+		}
+		if r.open {
+			smp.Label[LabelInterval] = []string{"open"}
 		}
 		if r.waker.valid {
 			smp.Label[LabelWaker] = []string{names.waker(r.waker, sym.kern)}
@@ -244,6 +248,7 @@ func (s *Session) finishProfile(p *profile.Profile) {
 		fmt.Sprintf("losses: user_stack_lost=%d kernel_stack_lost=%d user_stack_fault=%d agg_full=%d (%v) start_full=%d events_lost=%d wake_full=%d waker_stack_lost=%d",
 			st.UserStackLost, st.KernelStackLost, st.UserStackFault, st.AggFull, st.AggFullTime, st.StartFull, st.EventsLost, st.WakeFull, st.WakerStackLost),
 		fmt.Sprintf("stacks_reused=%d wakes_reused=%d (same syscall, argument and user registers as the thread's previous sleep or wake-up)", st.StacksReused, st.WakesReused),
+		fmt.Sprintf("open_intervals=%d (%v): threads still off-CPU at the end, counted up to the end", st.OpenIntervals, st.OpenTime.Round(time.Microsecond)),
 		fmt.Sprintf("not measured: no_start=%d (blocked since before the start), out_of_range=%d (--min-block/--max-block)", st.NoStart, st.OutOfRange),
 	)
 }

@@ -41,7 +41,10 @@ type Session struct {
 	procs  *procTable
 	attach string
 	start  time.Time
-	bpfOn  io.Closer
+	// flushIter: open intervals are flushed by the iter/task program
+	// (tp_btf); otherwise read from the starts map.
+	flushIter bool
+	bpfOn     io.Closer
 
 	readerDone chan struct{}
 	stopOnce   sync.Once
@@ -77,6 +80,9 @@ type Stats struct {
 	WakeFull       uint64            // wake-ups dropped: map full
 	WakerStackLost uint64            // waker stacks not stored
 	WakesReused    uint64            // wake-ups that reused the waker's previous stacks
+
+	OpenIntervals uint64        // threads still off-CPU at the end: counted up to the end
+	OpenTime      time.Duration // their off-CPU time so far
 
 	CPUSamples uint64 // on-CPU samples (Options.CPUHz)
 	CPUFull    uint64 // on-CPU samples dropped: map full
@@ -315,6 +321,7 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 		for _, p := range tpProgs {
 			delete(spec.Programs, p)
 		}
+		s.flushIter = true
 		delete(spec.Maps, bpf.OffcpuMapStarts)
 		delete(spec.Maps, bpf.OffcpuMapLastWaker)
 		s.attach = "tp_btf"
@@ -322,6 +329,7 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 		for _, p := range btfProgs {
 			delete(spec.Programs, p)
 		}
+		delete(spec.Programs, bpf.OffcpuProgOffcpuFlushOpen)
 		delete(spec.Maps, bpf.OffcpuMapTaskStarts)
 		s.attach = "tracepoint"
 	}
@@ -452,6 +460,11 @@ func (s *Session) closeBPF() {
 func (s *Session) Stop() (*profile.Profile, error) {
 	s.stopOnce.Do(func() {
 		s.stats.Attach = s.attach
+		if s.flushIter {
+			if err := s.flushOpen(); err != nil {
+				s.stopErr = err
+			}
+		}
 		// Detach first so that the maps no longer change while drained.
 		for _, l := range s.links {
 			l.Close()
@@ -465,8 +478,8 @@ func (s *Session) Stop() (*profile.Profile, error) {
 		s.rd.Close()
 		<-s.readerDone
 		d, err := s.drain()
-		if err != nil {
-			s.stopErr = err
+		if err != nil || s.stopErr != nil {
+			s.stopErr = errors.Join(s.stopErr, err)
 		} else {
 			s.prof, s.wakeProf, s.offwake, s.stopErr = s.buildProfiles(d)
 		}
@@ -487,6 +500,23 @@ func (s *Session) Wakeups() *profile.Profile { return s.wakeProf }
 // the blocked thread, its stack, "--", the waker stack leaf first and the
 // waker thread. Nil with NoWakeups.
 func (s *Session) Offwake() *profile.Profile { return s.offwake }
+
+// flushOpen runs the iter/task program once: every thread still off-CPU
+// gets its interval so far accounted, flagged open.
+func (s *Session) flushOpen() error {
+	it, err := link.AttachIter(link.IterOptions{Program: s.coll.Programs[bpf.OffcpuProgOffcpuFlushOpen]})
+	if err != nil {
+		return fmt.Errorf("attaching the open-interval iterator: %w", err)
+	}
+	defer it.Close()
+	rd, err := it.Open()
+	if err != nil {
+		return fmt.Errorf("running the open-interval iterator: %w", err)
+	}
+	defer rd.Close()
+	_, err = io.Copy(io.Discard, rd)
+	return err
+}
 
 // Stats returns the recording's statistics; complete after Stop.
 func (s *Session) Stats() Stats { return s.stats }

@@ -346,6 +346,9 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 		}
 		tw.Flush()
 	}
+	if st.OpenIntervals > 0 {
+		fmt.Fprintf(w, "still blocked at the end: %d threads, %v so far (included, label interval=open)\n", st.OpenIntervals, st.OpenTime.Round(time.Millisecond))
+	}
 	if st.CPUSamples > 0 {
 		fmt.Fprintf(w, "on-CPU samples: %d at %d Hz per CPU\n", st.CPUSamples, f.cpuHz)
 	}
