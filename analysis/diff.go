@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -335,7 +336,9 @@ func compare(name string, b, c []float64) MetricDiff {
 		md.ChangePct = 100 * (md.CandMean - md.BaseMean) / md.BaseMean
 	}
 	th := benchmath.DefaultThresholds
-	cmp := benchmath.AssumeNothing.Compare(benchmath.NewSample(b, &th), benchmath.NewSample(c, &th))
+	// NewSample sorts its input in place: give it copies, so the report
+	// lists runs in their order.
+	cmp := benchmath.AssumeNothing.Compare(benchmath.NewSample(slices.Clone(b), &th), benchmath.NewSample(slices.Clone(c), &th))
 	md.P, md.Alpha = cmp.P, cmp.Alpha
 	switch {
 	case len(b) < 2 || len(c) < 2: // one run proves nothing

@@ -25,7 +25,7 @@ func writeRun(t *testing.T, dir string, metrics map[string]any, withProfile bool
 func TestDiffStatistics(t *testing.T) {
 	dir := t.TempDir()
 	var bp, cp []string
-	for i, v := range []float64{100, 102, 101} {
+	for i, v := range []float64{102, 100, 101} { // not sorted: the report keeps run order
 		bp = append(bp, writeRun(t, filepath.Join(dir, "b", string(rune('1'+i))), map[string]any{"publish_rate": v, "published": 1000, "pid": 7}, i == 0))
 	}
 	for i, v := range []float64{90, 91, 92} {
@@ -57,6 +57,9 @@ func TestDiffStatistics(t *testing.T) {
 	}
 	if m.BaseMin != 100 || m.BaseMax != 102 || m.CandMin != 90 || m.CandMax != 92 {
 		t.Errorf("ranges %+v", m)
+	}
+	if m.Base[0] != 102 || m.Base[1] != 100 || m.Base[2] != 101 {
+		t.Errorf("runs reordered: %v, want 102, 100, 101", m.Base)
 	}
 	if !strings.Contains(strings.Join(dr.Statements, "\n"), "every candidate run below every baseline run") {
 		t.Errorf("statements %q", dr.Statements)
