@@ -199,14 +199,15 @@ func newClient(b *Broker, cfg clientConfig, subTypes []SubType) (*Client, error)
 		cl.subs = append(cl.subs, s)
 	}
 	for i := 0; i < cfg.consumerThreads; i++ {
-		ct := &consumerThread{name: fmt.Sprintf("client-consumer-%d", i), q: NewBlockingQueue[delivery]()}
+		// Thread names hold 15 bytes: keep the number visible.
+		ct := &consumerThread{name: fmt.Sprintf("client-cons-%d", i), q: NewBlockingQueue[delivery]()}
 		for range subTypes {
 			ct.e2e = append(ct.e2e, newHist())
 		}
 		cl.consThr = append(cl.consThr, ct)
 	}
 	for i := 0; i < cfg.producerThreads; i++ {
-		cl.prodThr = append(cl.prodThr, &producerThread{name: fmt.Sprintf("client-producer-%d", i),
+		cl.prodThr = append(cl.prodThr, &producerThread{name: fmt.Sprintf("client-prod-%d", i),
 			rng: rand.New(rand.NewPCG(uint64(i)+1, 42))})
 	}
 	// Producers, each on its own connection.

@@ -109,22 +109,24 @@ func IsBrokerThread(comm string) bool {
 	return strings.HasPrefix(comm, "broker-io-") || comm == "ml-worker" || strings.HasPrefix(comm, "topic-worker-")
 }
 
-// threadCPU returns the CPU seconds of this process's broker threads and
-// of the whole process.
+// threadCPU returns the CPU seconds of this process's broker threads
+// (alive for the whole run) and of the whole process, from
+// /proc/self/stat, which keeps the time of threads that have exited
+// (producers end when they are done).
 func threadCPU() (broker, total float64) {
+	if p, err := procfs.Self(); err == nil {
+		if st, err := p.Stat(); err == nil {
+			total = st.CPUTime()
+		}
+	}
 	threads, err := procfs.AllThreads(os.Getpid())
 	if err != nil {
-		return 0, 0
+		return 0, total
 	}
 	for _, t := range threads {
 		st, err := t.Stat()
-		if err != nil {
-			continue
-		}
-		cpu := st.CPUTime()
-		total += cpu
-		if IsBrokerThread(st.Comm) {
-			broker += cpu
+		if err == nil && IsBrokerThread(st.Comm) {
+			broker += st.CPUTime()
 		}
 	}
 	return broker, total
