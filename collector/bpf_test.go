@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -415,5 +416,50 @@ func TestOpenIntervalsAtStop(t *testing.T) {
 		if open < int64(400*time.Millisecond) || open > int64(st.Duration) || st.OpenIntervals == 0 {
 			t.Errorf("%s: open nanosleep interval %v in a %v recording (%d open)", st.Attach, time.Duration(open), st.Duration, st.OpenIntervals)
 		}
+	}
+}
+
+// A process in another mount namespace, whose binary path does not exist
+// in ours, is symbolized through its mapped files (/proc/PID/map_files,
+// /proc/PID/root).
+func TestOtherMountNamespace(t *testing.T) {
+	requireBPF(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare not installed")
+	}
+	bin := buildWorkload(t)
+	hidden := "/offcpu-test-ns-" + strings.ReplaceAll(t.Name(), "/", "-")
+	script := fmt.Sprintf("mkdir -p %[1]s && mount -t tmpfs none %[1]s && cp %[2]s %[1]s/wl && exec %[1]s/wl -rounds 4 -each 50ms", hidden, bin)
+	s, err := Start(context.Background(), Options{TargetsOnly: true, FollowForks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := s.StartCommand(cmd); err != nil {
+		s.Stop()
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	p, serr := s.Stop()
+	os.Remove(hidden) // the directory was made in our namespace too; the mount was not
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	if err != nil {
+		t.Fatalf("workload in a new mount namespace: %v\n%s", err, out.String())
+	}
+	if _, err := os.Stat(hidden + "/wl"); err == nil {
+		t.Fatal("the binary is visible in our namespace: the test proves nothing")
+	}
+	found := false
+	for _, smp := range p.Sample {
+		if stackHas(smp, "main.napLoop", "do_nanosleep") {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("main.napLoop not symbolized for a process in another mount namespace")
 	}
 }
