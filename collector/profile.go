@@ -249,6 +249,11 @@ func (s *Session) finishProfile(p *profile.Profile) {
 			st.UserStackLost, st.KernelStackLost, st.UserStackFault, st.AggFull, st.AggFullTime, st.StartFull, st.EventsLost, st.WakeFull, st.WakerStackLost),
 		fmt.Sprintf("stacks_reused=%d wakes_reused=%d (same syscall, argument and user registers as the thread's previous sleep or wake-up)", st.StacksReused, st.WakesReused),
 		fmt.Sprintf("open_intervals=%d (%v): threads still off-CPU at the end, counted up to the end", st.OpenIntervals, st.OpenTime.Round(time.Microsecond)),
+	)
+	for _, w := range st.Warnings {
+		p.Comments = append(p.Comments, "warning: "+w)
+	}
+	p.Comments = append(p.Comments,
 		fmt.Sprintf("not measured: no_start=%d (blocked since before the start), out_of_range=%d (--min-block/--max-block)", st.NoStart, st.OutOfRange),
 	)
 }

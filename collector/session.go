@@ -81,6 +81,8 @@ type Stats struct {
 	WakerStackLost uint64            // waker stacks not stored
 	WakesReused    uint64            // wake-ups that reused the waker's previous stacks
 
+	Warnings []string // problems that cost part of the data, not all of it
+
 	OpenIntervals uint64        // threads still off-CPU at the end: counted up to the end
 	OpenTime      time.Duration // their off-CPU time so far
 
@@ -461,8 +463,9 @@ func (s *Session) Stop() (*profile.Profile, error) {
 	s.stopOnce.Do(func() {
 		s.stats.Attach = s.attach
 		if s.flushIter {
+			// A failure here costs only the open intervals: keep going.
 			if err := s.flushOpen(); err != nil {
-				s.stopErr = err
+				s.stats.Warnings = append(s.stats.Warnings, fmt.Sprintf("open intervals not counted: %v", err))
 			}
 		}
 		// Detach first so that the maps no longer change while drained.
@@ -478,8 +481,8 @@ func (s *Session) Stop() (*profile.Profile, error) {
 		s.rd.Close()
 		<-s.readerDone
 		d, err := s.drain()
-		if err != nil || s.stopErr != nil {
-			s.stopErr = errors.Join(s.stopErr, err)
+		if err != nil {
+			s.stopErr = err
 		} else {
 			s.prof, s.wakeProf, s.offwake, s.stopErr = s.buildProfiles(d)
 		}

@@ -346,6 +346,9 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 		}
 		tw.Flush()
 	}
+	for _, warn := range st.Warnings {
+		fmt.Fprintf(w, "offcpu: warning: %s\n", warn)
+	}
 	if st.OpenIntervals > 0 {
 		fmt.Fprintf(w, "still blocked at the end: %d threads, %v so far (included, label interval=open)\n", st.OpenIntervals, st.OpenTime.Round(time.Millisecond))
 	}
