@@ -37,7 +37,7 @@ enum offcpu_stat {
 	STAT_AGG_FULL,         /* aggregation map full: interval dropped */
 	STAT_AGG_FULL_NS,      /* off-CPU ns of those dropped intervals */
 	STAT_START_FULL,       /* no room to remember a switch-out */
-	STAT_NO_START,         /* switch-in of a target with no switch-out seen */
+	STAT_NO_START,         /* switch-in of a target blocked since before the start */
 	STAT_OUT_OF_RANGE,     /* interval outside --min-block/--max-block (filter, not a loss) */
 	STAT_THREADS_FULL,     /* thread-name map full: name taken from /proc later */
 	STAT_EVENTS_LOST,      /* new-process notification lost (ring buffer full) */
@@ -67,6 +67,10 @@ const volatile bool want_user_stacks = true;
 const volatile bool reuse_stacks = true;   /* see capture_sleep() */
 const volatile bool want_wakeups = false;  /* record wakers and link them to intervals */
 const volatile u64 thread_size = 16384;    /* kernel stack size (THREAD_SIZE) */
+
+/* Written by user space once the programs are attached: the start of the
+ * recorded window (bpf_ktime_get_ns clock). 0 until then. */
+u64 rec_start_ns = 0;
 
 /* Who woke a thread. tid 0 with irq set: an interrupt woke it. */
 struct waker_rec {
@@ -205,6 +209,39 @@ struct {
 	__type(key, struct cpu_key);
 	__type(value, u64);
 } cpu_samples SEC(".maps");
+
+#define PRESTART_DEPTH 40
+
+/* A thread blocked since before the recording started: its time from the
+ * start of the window and its kernel stack (its user stack cannot be read
+ * from another task's context). */
+struct prestart_val {
+	u64 ns;    /* off-CPU time inside the window */
+	u32 tgid;
+	u32 state; /* enum offcpu_state, or 4: unknown */
+	u32 whole; /* 1: still blocked when recording stopped */
+	u32 kthread;
+	u64 kstack[PRESTART_DEPTH]; /* kernel return addresses, leaf first, 0-terminated */
+};
+
+/* Key: tid. Value: prestart_val. Written at a target's first switch-in
+ * with no switch-out seen, and at Stop for targets that never switched.
+ * Size: --max-threads, allocated on use. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, struct prestart_val);
+} prestart SEC(".maps");
+
+/* Scratch space for a prestart_val, too large for the BPF stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct prestart_val);
+} prestart_scratch SEC(".maps");
 
 /* Key: tid. Value: tgid and the thread's name when first seen (updated on
  * rename), so threads that exit before the end keep their name. Size:
@@ -417,6 +454,37 @@ static __always_inline void account(u32 tid, struct start_rec *s, struct waker_r
 	account_interval(tid, s, w, 0);
 }
 
+/* Accounts a thread blocked since before the start of the window, with its
+ * kernel stack; whole: it is still blocked at the end. */
+static __always_inline void account_prestart(struct task_struct *t, u32 state, u32 whole)
+{
+	u64 start = rec_start_ns, now = bpf_ktime_get_ns();
+	if (!start || now <= start)
+		return;
+	/* The filters apply; an unknown state passes only an unfiltered one. */
+	if (state >= 4 ? state_mask != 0xf : !(state_mask & (1u << state)))
+		return;
+	if (now - start < min_block_ns || now - start > max_block_ns) {
+		stat_add(STAT_OUT_OF_RANGE, 1);
+		return;
+	}
+	u32 zero = 0, tid = t->pid;
+	struct prestart_val *v = bpf_map_lookup_elem(&prestart_scratch, &zero);
+	if (!v)
+		return;
+	v->ns = now - start;
+	v->tgid = t->tgid;
+	v->state = state;
+	v->whole = whole;
+	v->kthread = (t->flags & PF_KTHREAD) != 0;
+	/* The helper zero-fills what the stack does not use. */
+	v->kstack[0] = 0;
+	if (want_kernel_stacks && bpf_get_task_stack(t, v->kstack, sizeof(v->kstack), 0) < 0)
+		v->kstack[0] = 0;
+	if (bpf_map_update_elem(&prestart, &tid, v, BPF_NOEXIST) == 0)
+		stat_add(STAT_NO_START, 1);
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 	     struct task_struct *next, unsigned int prev_state)
@@ -454,8 +522,12 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 		s->pending = 0;
 		account(ntid, s, &s->waker);
 		s->waker.valid = 0;
-	} else if (is_target(next->tgid, ntid)) {
-		stat_add(STAT_NO_START, 1);
+	} else if (!s && is_target(next->tgid, ntid) &&
+		   !((next->flags & PF_KTHREAD) ? user_threads_only : kernel_threads_only)) {
+		/* First switch-in, no switch-out seen: off-CPU since before
+		 * the start. The record created here marks it counted. */
+		account_prestart(next, 4, 0);
+		bpf_task_storage_get(&task_starts, next, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	}
 	return 0;
 }
@@ -735,9 +807,18 @@ int offcpu_flush_open(struct bpf_iter__task *ctx)
 	if (!task)
 		return 0;
 	struct start_rec *s = bpf_task_storage_get(&task_starts, task, 0, 0);
-	if (!s || !s->pending)
+	if (s && s->pending) {
+		s->pending = 0;
+		account_interval(task->pid, s, 0, 1);
 		return 0;
-	s->pending = 0;
-	account_interval(task->pid, s, 0, 1);
+	}
+	/* Never switched during the recording: blocked for all of it. Only
+	 * for -p/--tid targets (system-wide this would list every idle
+	 * thread of the machine). */
+	if (!s && (filter_tgid || filter_tid) && task->pid && is_target(task->tgid, task->pid)) {
+		unsigned int st = task->__state;
+		if (st != 0)
+			account_prestart(task, classify(false, st), 1);
+	}
 	return 0;
 }

@@ -59,6 +59,16 @@ type OffcpuOffcpuVal struct {
 	Count uint64
 }
 
+type OffcpuPrestartVal struct {
+	_       structs.HostLayout
+	Ns      uint64
+	Tgid    uint32
+	State   uint32
+	Whole   uint32
+	Kthread uint32
+	Kstack  [40]uint64
+}
+
 type OffcpuStartRec struct {
 	_        structs.HostLayout
 	Ts       uint64
@@ -118,6 +128,8 @@ const (
 	OffcpuMapCpuSamples        = "cpu_samples"
 	OffcpuMapLastWaker         = "last_waker"
 	OffcpuMapOffcpu            = "offcpu"
+	OffcpuMapPrestart          = "prestart"
+	OffcpuMapPrestartScratch   = "prestart_scratch"
 	OffcpuMapProcEvents        = "proc_events"
 	OffcpuMapProcs             = "procs"
 	OffcpuMapStacks            = "stacks"
@@ -146,6 +158,7 @@ const (
 	OffcpuVarKernelThreadsOnly = "kernel_threads_only"
 	OffcpuVarMaxBlockNs        = "max_block_ns"
 	OffcpuVarMinBlockNs        = "min_block_ns"
+	OffcpuVarRecStartNs        = "rec_start_ns"
 	OffcpuVarReuseStacks       = "reuse_stacks"
 	OffcpuVarStatCount         = "stat_count"
 	OffcpuVarStateMask         = "state_mask"
@@ -215,19 +228,21 @@ type OffcpuProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuMapSpecs struct {
-	CpuSamples  *ebpf.MapSpec `ebpf:"cpu_samples"`
-	LastWaker   *ebpf.MapSpec `ebpf:"last_waker"`
-	Offcpu      *ebpf.MapSpec `ebpf:"offcpu"`
-	ProcEvents  *ebpf.MapSpec `ebpf:"proc_events"`
-	Procs       *ebpf.MapSpec `ebpf:"procs"`
-	Stacks      *ebpf.MapSpec `ebpf:"stacks"`
-	Starts      *ebpf.MapSpec `ebpf:"starts"`
-	Stats       *ebpf.MapSpec `ebpf:"stats"`
-	TargetTgids *ebpf.MapSpec `ebpf:"target_tgids"`
-	TargetTids  *ebpf.MapSpec `ebpf:"target_tids"`
-	TaskStarts  *ebpf.MapSpec `ebpf:"task_starts"`
-	Threads     *ebpf.MapSpec `ebpf:"threads"`
-	Wakeups     *ebpf.MapSpec `ebpf:"wakeups"`
+	CpuSamples      *ebpf.MapSpec `ebpf:"cpu_samples"`
+	LastWaker       *ebpf.MapSpec `ebpf:"last_waker"`
+	Offcpu          *ebpf.MapSpec `ebpf:"offcpu"`
+	Prestart        *ebpf.MapSpec `ebpf:"prestart"`
+	PrestartScratch *ebpf.MapSpec `ebpf:"prestart_scratch"`
+	ProcEvents      *ebpf.MapSpec `ebpf:"proc_events"`
+	Procs           *ebpf.MapSpec `ebpf:"procs"`
+	Stacks          *ebpf.MapSpec `ebpf:"stacks"`
+	Starts          *ebpf.MapSpec `ebpf:"starts"`
+	Stats           *ebpf.MapSpec `ebpf:"stats"`
+	TargetTgids     *ebpf.MapSpec `ebpf:"target_tgids"`
+	TargetTids      *ebpf.MapSpec `ebpf:"target_tids"`
+	TaskStarts      *ebpf.MapSpec `ebpf:"task_starts"`
+	Threads         *ebpf.MapSpec `ebpf:"threads"`
+	Wakeups         *ebpf.MapSpec `ebpf:"wakeups"`
 }
 
 // OffcpuVariableSpecs contains global variables before they are loaded into the kernel.
@@ -241,6 +256,7 @@ type OffcpuVariableSpecs struct {
 	KernelThreadsOnly *ebpf.VariableSpec `ebpf:"kernel_threads_only"`
 	MaxBlockNs        *ebpf.VariableSpec `ebpf:"max_block_ns"`
 	MinBlockNs        *ebpf.VariableSpec `ebpf:"min_block_ns"`
+	RecStartNs        *ebpf.VariableSpec `ebpf:"rec_start_ns"`
 	ReuseStacks       *ebpf.VariableSpec `ebpf:"reuse_stacks"`
 	StatCount         *ebpf.VariableSpec `ebpf:"stat_count"`
 	StateMask         *ebpf.VariableSpec `ebpf:"state_mask"`
@@ -271,19 +287,21 @@ func (o *OffcpuObjects) Close() error {
 //
 // It can be passed to LoadOffcpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuMaps struct {
-	CpuSamples  *ebpf.Map `ebpf:"cpu_samples"`
-	LastWaker   *ebpf.Map `ebpf:"last_waker"`
-	Offcpu      *ebpf.Map `ebpf:"offcpu"`
-	ProcEvents  *ebpf.Map `ebpf:"proc_events"`
-	Procs       *ebpf.Map `ebpf:"procs"`
-	Stacks      *ebpf.Map `ebpf:"stacks"`
-	Starts      *ebpf.Map `ebpf:"starts"`
-	Stats       *ebpf.Map `ebpf:"stats"`
-	TargetTgids *ebpf.Map `ebpf:"target_tgids"`
-	TargetTids  *ebpf.Map `ebpf:"target_tids"`
-	TaskStarts  *ebpf.Map `ebpf:"task_starts"`
-	Threads     *ebpf.Map `ebpf:"threads"`
-	Wakeups     *ebpf.Map `ebpf:"wakeups"`
+	CpuSamples      *ebpf.Map `ebpf:"cpu_samples"`
+	LastWaker       *ebpf.Map `ebpf:"last_waker"`
+	Offcpu          *ebpf.Map `ebpf:"offcpu"`
+	Prestart        *ebpf.Map `ebpf:"prestart"`
+	PrestartScratch *ebpf.Map `ebpf:"prestart_scratch"`
+	ProcEvents      *ebpf.Map `ebpf:"proc_events"`
+	Procs           *ebpf.Map `ebpf:"procs"`
+	Stacks          *ebpf.Map `ebpf:"stacks"`
+	Starts          *ebpf.Map `ebpf:"starts"`
+	Stats           *ebpf.Map `ebpf:"stats"`
+	TargetTgids     *ebpf.Map `ebpf:"target_tgids"`
+	TargetTids      *ebpf.Map `ebpf:"target_tids"`
+	TaskStarts      *ebpf.Map `ebpf:"task_starts"`
+	Threads         *ebpf.Map `ebpf:"threads"`
+	Wakeups         *ebpf.Map `ebpf:"wakeups"`
 }
 
 func (m *OffcpuMaps) Close() error {
@@ -291,6 +309,8 @@ func (m *OffcpuMaps) Close() error {
 		m.CpuSamples,
 		m.LastWaker,
 		m.Offcpu,
+		m.Prestart,
+		m.PrestartScratch,
 		m.ProcEvents,
 		m.Procs,
 		m.Stacks,
@@ -315,6 +335,7 @@ type OffcpuVariables struct {
 	KernelThreadsOnly *ebpf.Variable `ebpf:"kernel_threads_only"`
 	MaxBlockNs        *ebpf.Variable `ebpf:"max_block_ns"`
 	MinBlockNs        *ebpf.Variable `ebpf:"min_block_ns"`
+	RecStartNs        *ebpf.Variable `ebpf:"rec_start_ns"`
 	ReuseStacks       *ebpf.Variable `ebpf:"reuse_stacks"`
 	StatCount         *ebpf.Variable `ebpf:"stat_count"`
 	StateMask         *ebpf.Variable `ebpf:"state_mask"`

@@ -163,8 +163,13 @@ func TestRecordWorkload(t *testing.T) {
 	if st.Attach != "tp_btf" {
 		t.Errorf("attach = %s, want tp_btf on this kernel", st.Attach)
 	}
-	if st.Lost() != 0 {
-		t.Errorf("losses on a small workload: %+v", st)
+	// A stack map hashes without chaining: two stacks meeting in one
+	// bucket lose the second (birthday odds, about n²/2N). Counted, and
+	// rare at this size.
+	if st.Lost() > st.Intervals/50 {
+		t.Errorf("%d losses in %d intervals: %+v", st.Lost(), st.Intervals, st)
+	} else if st.Lost() > 0 {
+		t.Logf("%d stacks lost to stack-map collisions (counted)", st.Lost())
 	}
 	checkWorkload(t, p, res, 50*time.Millisecond, 10)
 	var buf bytes.Buffer
@@ -375,8 +380,9 @@ func TestCPUSamples(t *testing.T) {
 			offInSpin += s.Value[0]
 		}
 	}
-	// The spinner runs about half of the sleeper's 200ms on CPU 0.
-	if spinNs < int64(40*time.Millisecond) || st.CPUSamples == 0 {
+	// The spinner shares CPU 0 with the sleeper and, under load, with
+	// others: require samples that name it, not an amount.
+	if spinNs < int64(5*time.Second/499) || st.CPUSamples == 0 {
 		t.Errorf("on-CPU time in main.spin: %v (%d samples in all)", time.Duration(spinNs), st.CPUSamples)
 	}
 	if p.SampleType[2].Type != "cpu" || p.SampleType[2].Unit != "nanoseconds" {
@@ -461,5 +467,46 @@ func TestOtherMountNamespace(t *testing.T) {
 	}
 	if !found {
 		t.Error("main.napLoop not symbolized for a process in another mount namespace")
+	}
+}
+
+// Threads blocked since before the start are counted from the start with
+// their kernel stacks: one woken during the recording, one blocked for
+// all of it.
+func TestBlockedBeforeStart(t *testing.T) {
+	requireBPF(t)
+	wl := exec.Command(buildWorkload(t), "-rounds", "1", "-each", "2s")
+	sl := exec.Command("sleep", "30")
+	for _, c := range []*exec.Cmd{wl, sl} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer sl.Process.Kill()
+	time.Sleep(250 * time.Millisecond) // both are asleep now
+	s, err := Start(context.Background(), Options{PIDs: []int{wl.Process.Pid, sl.Process.Pid}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl.Wait()
+	time.Sleep(100 * time.Millisecond)
+	p, err := s.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := map[string]int64{}
+	for _, smp := range p.Sample {
+		if iv := smp.Label[LabelInterval]; len(iv) > 0 && stackHas(smp, "hrtimer_nanosleep") {
+			sum[smp.Label[LabelThread][0]+"/"+iv[0]] += smp.Value[0]
+		}
+	}
+	window := int64(s.Stats().Duration)
+	// The workload's sleep ends well into the window (2s, attached after
+	// 250ms plus the time Start takes).
+	if v := sum["wl-nanosleep/before-start"]; v < int64(300*time.Millisecond) || v > int64(2*time.Second) {
+		t.Errorf("woken during the recording: %v blocked since the start (all: %v)", time.Duration(v), sum)
+	}
+	if v := sum["sleep/whole"]; v < window*9/10 || v > window {
+		t.Errorf("blocked for the whole %v recording: %v (all: %v)", time.Duration(window), time.Duration(v), sum)
 	}
 }

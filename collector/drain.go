@@ -26,6 +26,8 @@ type record struct {
 	kernelErr int32
 	waker     waker
 	open      bool // still off-CPU when recording stopped
+	prestart  bool // blocked since before the start: kernel stack only
+	kthread   bool // known to be a kernel thread (prestart records)
 }
 
 // waker is who ended an interval or made a wake-up.
@@ -113,6 +115,8 @@ func (s *Session) drain() (*drained, error) {
 	}
 	if !s.flushIter {
 		s.drainOpenStarts(d, getStack)
+	} else if err := s.drainPrestart(d); err != nil {
+		return nil, err
 	}
 	var wk bpf.OffcpuWakeKey
 	var n uint64
@@ -298,4 +302,36 @@ func (s *Session) drainOpenStarts(d *drained, getStack func(int32) []uint64) {
 		s.stats.OpenIntervals++
 		s.stats.OpenTime += durationNs(ns)
 	}
+}
+
+// drainPrestart reads the threads blocked since before the start.
+func (s *Session) drainPrestart(d *drained) error {
+	m, ok := s.coll.Maps[bpf.OffcpuMapPrestart]
+	if !ok {
+		return nil
+	}
+	var tid uint32
+	var v bpf.OffcpuPrestartVal
+	it := m.Iterate()
+	for it.Next(&tid, &v) {
+		var kernel []uint64
+		for _, ip := range v.Kstack {
+			if ip == 0 {
+				break
+			}
+			kernel = append(kernel, ip)
+		}
+		d.records = append(d.records, record{tgid: v.Tgid, tid: tid, state: State(v.State), ns: v.Ns, count: 1,
+			kernel: kernel, userErr: -1, open: v.Whole != 0, prestart: true, kthread: v.Kthread != 0})
+		s.stats.Intervals++
+		s.stats.OffCPU += durationNs(v.Ns)
+		if v.Whole != 0 {
+			s.stats.OpenIntervals++
+			s.stats.OpenTime += durationNs(v.Ns)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading the blocked-before-start map: %w", err)
+	}
+	return nil
 }

@@ -14,9 +14,10 @@ const (
 	StateUninterruptible State = 1 // D: usually disk or a kernel lock
 	StatePreempted       State = 2 // R: runnable, waiting for a CPU
 	StateOther           State = 3 // stopped, traced, exiting
+	StateUnknown         State = 4 // blocked since before the start, woken during it
 )
 
-var stateNames = []string{"sleeping", "uninterruptible", "preempted", "other"}
+var stateNames = []string{"sleeping", "uninterruptible", "preempted", "other", "unknown"}
 
 func (s State) String() string {
 	if int(s) < len(stateNames) {
@@ -35,7 +36,7 @@ func ParseStates(names []string) (uint32, error) {
 				continue
 			}
 			found := false
-			for i, name := range stateNames {
+			for i, name := range stateNames[:4] {
 				if n == name || (len(n) == 1 && strings.EqualFold(n, []string{"S", "D", "R", "O"}[i])) {
 					mask |= 1 << i
 					found = true

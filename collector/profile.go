@@ -42,7 +42,7 @@ const (
 	LabelWakeupClass = "wakeup_class" // eventfd, futex, pipe/socket, timer, other
 	LabelTarget      = "target_thread"
 	LabelTargetTID   = "target_tid" // numeric
-	LabelInterval    = "interval"   // "open": still blocked when recording stopped
+	LabelInterval    = "interval"   // "open": still blocked at the end; "before-start", "whole": blocked since before the start
 )
 
 func newProfBuilder(sym *symbolizer, types ...*profile.ValueType) *profBuilder {
@@ -103,8 +103,12 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 	sort.Slice(d.records, func(i, j int) bool { return d.records[i].ns > d.records[j].ns })
 	for _, r := range d.records {
 		th := d.threads[r.tid]
+		locs := b.stack(r.tgid, trimKernel(r.kernel, sym.kern), r.user, r.userErr, isKernelThread(r))
+		if r.prestart && !r.kthread {
+			locs = append(locs, b.marker("[user stack: blocked since before the recording]"))
+		}
 		smp := &profile.Sample{
-			Location: b.stack(r.tgid, trimKernel(r.kernel, sym.kern), r.user, r.userErr, isKernelThread(r)),
+			Location: locs,
 			Value:    []int64{int64(r.ns), int64(r.count), 0},
 			Label: map[string][]string{
 				LabelThread:  {th.comm},
@@ -113,7 +117,12 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 			},
 			NumLabel: map[string][]int64{LabelTID: {int64(r.tid)}, LabelPID: {int64(r.tgid)}},
 		}
-		if r.open {
+		switch {
+		case r.prestart && r.open:
+			smp.Label[LabelInterval] = []string{"whole"}
+		case r.prestart:
+			smp.Label[LabelInterval] = []string{"before-start"}
+		case r.open:
 			smp.Label[LabelInterval] = []string{"open"}
 		}
 		if r.waker.valid {
@@ -254,7 +263,7 @@ func (s *Session) finishProfile(p *profile.Profile) {
 		p.Comments = append(p.Comments, "warning: "+w)
 	}
 	p.Comments = append(p.Comments,
-		fmt.Sprintf("not measured: no_start=%d (blocked since before the start), out_of_range=%d (--min-block/--max-block)", st.NoStart, st.OutOfRange),
+		fmt.Sprintf("before_start=%d: threads blocked since before the start, counted from the start with kernel stacks only; not measured: out_of_range=%d (--min-block/--max-block)", st.NoStart, st.OutOfRange),
 	)
 }
 

@@ -70,7 +70,7 @@ type Stats struct {
 	AggFull         uint64 // intervals dropped: aggregation map full
 	AggFullTime     time.Duration
 	StartFull       uint64 // switch-outs not remembered
-	NoStart         uint64 // switch-ins with no switch-out seen (blocked since before the start)
+	NoStart         uint64 // threads blocked since before the start (counted from the start, kernel stack only)
 	OutOfRange      uint64 // intervals outside --min-block/--max-block (filtered)
 	EventsLost      uint64 // new-process notifications lost
 	StacksReused    uint64 // switch-outs that reused the thread's previous stacks
@@ -239,6 +239,10 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 	}
 	for _, p := range opts.PIDs {
 		s.procs.snapshot(uint32(p))
+	}
+	if err := s.markWindowStart(); err != nil {
+		s.closeBPF()
+		return nil, err
 	}
 	rd, err := ringbuf.NewReader(s.coll.Maps[bpf.OffcpuMapProcEvents])
 	if err != nil {
@@ -503,6 +507,21 @@ func (s *Session) Wakeups() *profile.Profile { return s.wakeProf }
 // the blocked thread, its stack, "--", the waker stack leaf first and the
 // waker thread. Nil with NoWakeups.
 func (s *Session) Offwake() *profile.Profile { return s.offwake }
+
+// markWindowStart tells the programs when the recorded window began, for
+// threads blocked since before it.
+func (s *Session) markWindowStart() error {
+	v, ok := s.coll.Variables[bpf.OffcpuVarRecStartNs]
+	if !ok {
+		return nil // classic tracepoints: not used
+	}
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	if err := v.Set(uint64(ts.Nano())); err != nil {
+		return fmt.Errorf("setting the start of the recorded window: %w", err)
+	}
+	return nil
+}
 
 // flushOpen runs the iter/task program once: every thread still off-CPU
 // gets its interval so far accounted, flagged open.

@@ -366,8 +366,11 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 	if st.StacksReused > 0 {
 		fmt.Fprintf(w, "stacks reused: %d switch-outs (same syscall and user registers as the thread's last sleep)\n", st.StacksReused)
 	}
-	fmt.Fprintf(w, "losses: %d (user stacks %d, kernel stacks %d, aggregation full %d, starts %d, events %d); unreadable user stacks %d; not measured: %d blocked since before the start, %d outside the block bounds\n",
-		st.Lost(), st.UserStackLost, st.KernelStackLost, st.AggFull, st.StartFull, st.EventsLost, st.UserStackFault, st.NoStart, st.OutOfRange)
+	if st.NoStart > 0 {
+		fmt.Fprintf(w, "blocked since before the start: %d threads (counted from the start, kernel stacks only; label interval=before-start or whole)\n", st.NoStart)
+	}
+	fmt.Fprintf(w, "losses: %d (user stacks %d, kernel stacks %d, aggregation full %d, starts %d, events %d); unreadable user stacks %d; %d intervals outside the block bounds\n",
+		st.Lost(), st.UserStackLost, st.KernelStackLost, st.AggFull, st.StartFull, st.EventsLost, st.UserStackFault, st.OutOfRange)
 	if st.Lost() > 0 {
 		fmt.Fprintln(w, "offcpu: some data was lost: raise --stack-entries or --agg-entries")
 	}
