@@ -81,7 +81,6 @@ func (s *subState) record(entryID uint64, b body) {
 type clientConfig struct {
 	producers       int
 	producerThreads int
-	consumers       int // per subscription
 	consumerThreads int
 	ioThreads       int
 	receiverQueue   int

@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"encoding/binary"
-	"errors"
 	"hash/crc32"
 )
 
@@ -21,8 +20,6 @@ const (
 // A message body as published and delivered: producerID u32, seq u64,
 // key index u32, publish time ns i64, payload, crc32 of everything before.
 const bodyHeader = 4 + 8 + 4 + 8
-
-var errShort = errors.New("short frame")
 
 func appendFrame(dst []byte, typ byte, parts ...[]byte) []byte {
 	n := 1
@@ -87,15 +84,6 @@ func (r *frameReader) next() (typ byte, body []byte, ok bool) {
 	typ, body = r.buf[4], r.buf[5:4+n]
 	r.buf = r.buf[4+n:]
 	return typ, body, true
-}
-
-// compact moves unread bytes to the front before the next read.
-func (r *frameReader) compact(scratch []byte) []byte {
-	if len(r.buf) == 0 {
-		return scratch[:0]
-	}
-	n := copy(scratch, r.buf)
-	return scratch[:n]
 }
 
 func u32(b []byte, off int) uint32 { return binary.BigEndian.Uint32(b[off:]) }
