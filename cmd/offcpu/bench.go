@@ -19,6 +19,7 @@ import (
 func newBenchCmd() *cobra.Command {
 	var cfg bench.Config
 	var variants, rules string
+	var failOn []string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Run a baseline and a candidate interleaved, profile them, and write the Measurements report",
@@ -39,15 +40,17 @@ $OFFCPU_METRICS; offcpu adds wall_s and cpu_s.`,
   offcpu bench --profiled-runs 0 --baseline-cmd './old --bench' --candidate-cmd './new --bench'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			conds, err := analysis.ParseFailOn(failOn)
+			if err != nil {
+				return err
+			}
 			cfg.Variants = strings.Split(variants, ",")
 			if !cmd.Flags().Changed("messages") && cmd.Flags().Changed("duration") {
 				cfg.Messages = 0
 			}
-			r, err := analysis.LoadRules(rules)
-			if err != nil {
+			if cfg.Rules, err = analysis.LoadRules(rules); err != nil {
 				return err
 			}
-			cfg.Rules = r
 			stderr := cmd.ErrOrStderr()
 			cfg.Progress = stderr
 			if f, ok := stderr.(*os.File); ok {
@@ -69,7 +72,19 @@ $OFFCPU_METRICS; offcpu adds wall_s and cpu_s.`,
 			if res.Interrupted {
 				return &exitError{code: 130, msg: fmt.Sprintf("interrupted: the report covers %d finished runs", len(res.Runs))}
 			}
-			return err
+			if err != nil {
+				return err
+			}
+			if len(conds) > 0 && res.Diff != nil {
+				hit, err := res.Diff.Check(conds)
+				if err != nil {
+					return err
+				}
+				if len(hit) > 0 {
+					return &exitError{code: 3, msg: "fail-on: " + strings.Join(hit, "; ")}
+				}
+			}
+			return nil
 		},
 	}
 	fl := cmd.Flags()
@@ -89,5 +104,6 @@ $OFFCPU_METRICS; offcpu adds wall_s and cpu_s.`,
 	fl.StringVar(&cfg.Threads, "threads", "", "analyze only threads matching this regexp (default for the bundled core: broker threads)")
 	fl.IntVar(&cfg.CPUHz, "cpu-hz", 99, "on-CPU sampling rate in profiled runs")
 	fl.StringVar(&rules, "rules", "", "attribution rules file (default: built in)")
+	fl.StringArrayVar(&failOn, "fail-on", nil, "after the report, exit with status 3 when a condition holds, e.g. publish_rate<-3% or monitor-wait>+10%")
 	return cmd
 }

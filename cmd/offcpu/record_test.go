@@ -137,3 +137,21 @@ func TestRecordWithoutPrivileges(t *testing.T) {
 		t.Errorf("output %q, want one line naming the fix", msg)
 	}
 }
+
+func TestBenchFailOn(t *testing.T) {
+	out := t.TempDir()
+	args := []string{"bench", "--out", out, "--runs", "2", "--profiled-runs", "0", "--cooldown-idle", "0",
+		"--baseline-cmd", `echo '{"score": 100}' > "$OFFCPU_METRICS"`,
+		"--candidate-cmd", `echo '{"score": 90}' > "$OFFCPU_METRICS"`}
+	_, err := run(t, append(args, "--fail-on", "score<-5%")...)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != 3 || !strings.Contains(ee.msg, "score changed -10.0%") {
+		t.Errorf("score<-5%% on a 10%% drop: err = %v", err)
+	}
+	if _, err := run(t, append(args, "--fail-on", "score<-20%")...); err != nil {
+		t.Errorf("score<-20%% on a 10%% drop: err = %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "report.md")); err != nil {
+		t.Errorf("no report written: %v", err)
+	}
+}
