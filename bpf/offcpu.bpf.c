@@ -31,8 +31,8 @@ enum offcpu_state {
 
 /* Every loss and every filtered event is counted; indexes of stats. */
 enum offcpu_stat {
-	STAT_USTACK_LOST = 0,  /* user stack not captured (collision or full map) */
-	STAT_KSTACK_LOST,      /* kernel stack not captured */
+	STAT_USTACK_LOST = 0,  /* user stack not stored: stack map full */
+	STAT_KSTACK_LOST,      /* kernel stack not stored: stack map full */
 	STAT_USTACK_FAULT,     /* user stack unreadable (no frame to walk) */
 	STAT_AGG_FULL,         /* aggregation map full: interval dropped */
 	STAT_AGG_FULL_NS,      /* off-CPU ns of those dropped intervals */
@@ -76,8 +76,8 @@ u64 rec_start_ns = 0;
 struct waker_rec {
 	u32 tgid;
 	u32 tid;
-	s32 ustack; /* waker stacks, or negative: none */
-	s32 kstack;
+	s64 ustack; /* waker stacks (ids in stacks), or negative: none */
+	s64 kstack;
 	u32 irq;    /* 1: raised in hard or soft interrupt context */
 	u32 valid;
 };
@@ -85,8 +85,8 @@ struct waker_rec {
 /* A switch-out waiting for its switch-in. */
 struct start_rec {
 	u64 ts;      /* bpf_ktime_get_ns() at switch-out */
-	s32 ustack;  /* stack id in stacks, or negative errno */
-	s32 kstack;
+	s64 ustack;  /* stack id in stacks, or negative errno */
+	s64 kstack;
 	u32 tgid;
 	u8 state;    /* enum offcpu_state */
 	u8 pending;  /* 1 while the thread is off-CPU */
@@ -96,20 +96,20 @@ struct start_rec {
 	 * syscall and its first argument, and the stack ids (tp_btf only).
 	 * ip == 0: nothing cached. */
 	u64 ip, sp, bp, sysnr, arg0;
-	s32 c_ustack, c_kstack;
+	s64 c_ustack, c_kstack;
 	/* The waker of the thread's current sleep (written by the waker). */
 	struct waker_rec waker;
 	/* As a waker: the last wake-up whose stacks were captured, for reuse. */
 	u64 w_ip, w_sp, w_bp, w_sysnr, w_arg0;
 	u32 w_target;
-	s32 w_ustack, w_kstack;
+	s64 w_ustack, w_kstack;
 };
 
 struct offcpu_key {
 	u32 tgid;
 	u32 tid;
-	s32 ustack; /* id in stacks; negative: no stack (-errno) */
-	s32 kstack;
+	s64 ustack; /* id in stacks; negative: no stack (-errno) */
+	s64 kstack;
 	u32 state;  /* enum offcpu_state */
 	u32 open;   /* 1: still blocked when recording stopped */
 	struct waker_rec waker; /* who ended the interval (zero: unknown or off) */
@@ -155,16 +155,29 @@ struct {
 	__type(value, struct start_rec);
 } task_starts SEC(".maps");
 
-/* Key: stack id. Value: up to 127 instruction pointers, leaf first.
- * Written by bpf_get_stackid (no BPF_F_REUSE_STACKID: an id, once given,
- * always means the same stack). Read by user space at drain. Size:
- * --stack-entries. */
+struct stack_buf {
+	u64 ips[PERF_MAX_STACK_DEPTH]; /* leaf first, zero-filled after the last */
+};
+
+/* Key: stack id, a 64-bit hash of the addresses (positive). Value: the
+ * stack. A plain hash map rather than a stack-trace map: a stack-trace
+ * map has no chaining, so two stacks meeting in one bucket lose the
+ * second; here only a full map loses a stack. Written by get_stack_id,
+ * read by user space at drain. Size: --stack-entries. */
 struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
-	__uint(key_size, sizeof(u32));
-	__uint(value_size, PERF_MAX_STACK_DEPTH * sizeof(u64));
+	__type(key, s64);
+	__type(value, struct stack_buf);
 } stacks SEC(".maps");
+
+/* One stack buffer per CPU: too large for the BPF stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct stack_buf);
+} stack_scratch SEC(".maps");
 
 /* Key: offcpu_key. Value: offcpu_val (ns and count). Written at switch-in,
  * drained by user space at the end. Size: --agg-entries. */
@@ -197,8 +210,8 @@ struct {
 struct cpu_key {
 	u32 tgid;
 	u32 tid;
-	s32 ustack;
-	s32 kstack;
+	s64 ustack;
+	s64 kstack;
 };
 
 /* Key: cpu_key (thread and on-CPU stacks). Value: number of samples taken
@@ -299,6 +312,36 @@ static __always_inline void stat_add(u32 idx, u64 n)
 		*v += n;
 }
 
+/* Captures the current stack (flags: 0 or BPF_F_USER_STACK) and returns
+ * its id, or a negative errno: -ENOMEM when the map is full (counted
+ * under lost), other errors when there is no stack to walk. */
+static __always_inline s64 get_stack_id(void *ctx, u64 flags, u32 lost)
+{
+	u32 zero = 0;
+	struct stack_buf *b = bpf_map_lookup_elem(&stack_scratch, &zero);
+	if (!b)
+		return -1;
+	long n = bpf_get_stack(ctx, b->ips, sizeof(b->ips), flags);
+	if (n <= 0)
+		return n < 0 ? n : -61; /* ENODATA */
+	u64 h = 14695981039346656037ULL; /* FNV-1a over the addresses */
+	for (int i = 0; i < PERF_MAX_STACK_DEPTH; i++) {
+		u64 ip = b->ips[i];
+		if (!ip)
+			break;
+		h = (h ^ ip) * 1099511628211ULL;
+	}
+	s64 id = (s64)((h >> 1) | 1);
+	if (!bpf_map_lookup_elem(&stacks, &id)) {
+		long err = bpf_map_update_elem(&stacks, &id, b, BPF_NOEXIST);
+		if (err && err != -EEXIST) {
+			stat_add(lost, 1);
+			return -12; /* ENOMEM */
+		}
+	}
+	return id;
+}
+
 static __always_inline bool is_target(u32 tgid, u32 tid)
 {
 	if (!filter_tgid && !filter_tid)
@@ -360,16 +403,11 @@ static __always_inline void capture(void *ctx, struct start_rec *s, bool kthread
 {
 	s->kstack = -1;
 	s->ustack = -1;
-	if (want_kernel_stacks) {
-		s->kstack = bpf_get_stackid(ctx, &stacks, 0);
-		if (s->kstack < 0)
-			stat_add(STAT_KSTACK_LOST, 1);
-	}
+	if (want_kernel_stacks)
+		s->kstack = get_stack_id(ctx, 0, STAT_KSTACK_LOST);
 	if (want_user_stacks && !kthread) {
-		s->ustack = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
-		if (s->ustack == -EEXIST || s->ustack == -12 /* ENOMEM */)
-			stat_add(STAT_USTACK_LOST, 1);
-		else if (s->ustack < 0)
+		s->ustack = get_stack_id(ctx, BPF_F_USER_STACK, STAT_USTACK_LOST);
+		if (s->ustack < 0 && s->ustack != -12)
 			stat_add(STAT_USTACK_FAULT, 1);
 	}
 	s->ts = bpf_ktime_get_ns();
@@ -415,7 +453,7 @@ static __always_inline void account_interval(u32 tid, struct start_rec *s, struc
  * argument, from the same user instruction with the same stack and frame
  * pointers is blocking at the same place: its previous stack ids are
  * reused instead of walking both stacks again, the largest cost of a
- * switch. Stack ids never change meaning (no BPF_F_REUSE_STACKID), so a
+ * switch. A stack id is a hash of its addresses and is never replaced, so a
  * reused id stays valid. Preemptions are always captured: they can stop
  * a thread anywhere. */
 static __always_inline void capture_sleep(void *ctx, struct start_rec *s, struct task_struct *prev)
@@ -684,9 +722,7 @@ static __always_inline void waker_context(void *ctx, struct waker_rec *w, bool i
 {
 	w->valid = 1;
 	w->ustack = -1;
-	w->kstack = bpf_get_stackid(ctx, &stacks, 0);
-	if (w->kstack < 0)
-		stat_add(STAT_WAKER_STACK_LOST, 1);
+	w->kstack = get_stack_id(ctx, 0, STAT_WAKER_STACK_LOST);
 	if (irq) {
 		w->irq = 1;
 		return;
@@ -697,9 +733,7 @@ static __always_inline void waker_context(void *ctx, struct waker_rec *w, bool i
 	struct task_struct *cur = bpf_get_current_task_btf();
 	if (BPF_CORE_READ(cur, flags) & PF_KTHREAD)
 		return;
-	w->ustack = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
-	if (w->ustack == -EEXIST || w->ustack == -12)
-		stat_add(STAT_WAKER_STACK_LOST, 1);
+	w->ustack = get_stack_id(ctx, BPF_F_USER_STACK, STAT_WAKER_STACK_LOST);
 }
 
 SEC("tp_btf/sched_waking")
@@ -790,9 +824,9 @@ int offcpu_cpu_sample(void *ctx) /* struct bpf_perf_event_data, only passed on *
 	announce(tgid, tid);
 	struct cpu_key k = { .tgid = tgid, .tid = tid, .ustack = -1, .kstack = -1 };
 	if (want_kernel_stacks)
-		k.kstack = bpf_get_stackid(ctx, &stacks, 0);
+		k.kstack = get_stack_id(ctx, 0, STAT_KSTACK_LOST);
 	if (want_user_stacks && !kthread)
-		k.ustack = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+		k.ustack = get_stack_id(ctx, BPF_F_USER_STACK, STAT_USTACK_LOST);
 	count_one(&cpu_samples, &k, STAT_CPU_FULL);
 	return 0;
 }

@@ -17,16 +17,16 @@ type OffcpuCpuKey struct {
 	_      structs.HostLayout
 	Tgid   uint32
 	Tid    uint32
-	Ustack int32
-	Kstack int32
+	Ustack int64
+	Kstack int64
 }
 
 type OffcpuOffcpuKey struct {
 	_      structs.HostLayout
 	Tgid   uint32
 	Tid    uint32
-	Ustack int32
-	Kstack int32
+	Ustack int64
+	Kstack int64
 	State  uint32
 	Open   uint32
 	Waker  OffcpuWakerRec
@@ -69,11 +69,16 @@ type OffcpuPrestartVal struct {
 	Kstack  [40]uint64
 }
 
+type OffcpuStackBuf struct {
+	_   structs.HostLayout
+	Ips [127]uint64
+}
+
 type OffcpuStartRec struct {
 	_        structs.HostLayout
 	Ts       uint64
-	Ustack   int32
-	Kstack   int32
+	Ustack   int64
+	Kstack   int64
 	Tgid     uint32
 	State    uint8
 	Pending  uint8
@@ -84,8 +89,8 @@ type OffcpuStartRec struct {
 	Bp       uint64
 	Sysnr    uint64
 	Arg0     uint64
-	C_ustack int32
-	C_kstack int32
+	C_ustack int64
+	C_kstack int64
 	Waker    OffcpuWakerRec
 	W_ip     uint64
 	W_sp     uint64
@@ -93,9 +98,9 @@ type OffcpuStartRec struct {
 	W_sysnr  uint64
 	W_arg0   uint64
 	W_target uint32
-	W_ustack int32
-	W_kstack int32
 	_        [4]byte
+	W_ustack int64
+	W_kstack int64
 }
 
 type OffcpuThreadInfo struct {
@@ -115,8 +120,8 @@ type OffcpuWakerRec struct {
 	_      structs.HostLayout
 	Tgid   uint32
 	Tid    uint32
-	Ustack int32
-	Kstack int32
+	Ustack int64
+	Kstack int64
 	Irq    uint32
 	Valid  uint32
 }
@@ -132,6 +137,7 @@ const (
 	OffcpuMapPrestartScratch   = "prestart_scratch"
 	OffcpuMapProcEvents        = "proc_events"
 	OffcpuMapProcs             = "procs"
+	OffcpuMapStackScratch      = "stack_scratch"
 	OffcpuMapStacks            = "stacks"
 	OffcpuMapStarts            = "starts"
 	OffcpuMapStats             = "stats"
@@ -235,6 +241,7 @@ type OffcpuMapSpecs struct {
 	PrestartScratch *ebpf.MapSpec `ebpf:"prestart_scratch"`
 	ProcEvents      *ebpf.MapSpec `ebpf:"proc_events"`
 	Procs           *ebpf.MapSpec `ebpf:"procs"`
+	StackScratch    *ebpf.MapSpec `ebpf:"stack_scratch"`
 	Stacks          *ebpf.MapSpec `ebpf:"stacks"`
 	Starts          *ebpf.MapSpec `ebpf:"starts"`
 	Stats           *ebpf.MapSpec `ebpf:"stats"`
@@ -294,6 +301,7 @@ type OffcpuMaps struct {
 	PrestartScratch *ebpf.Map `ebpf:"prestart_scratch"`
 	ProcEvents      *ebpf.Map `ebpf:"proc_events"`
 	Procs           *ebpf.Map `ebpf:"procs"`
+	StackScratch    *ebpf.Map `ebpf:"stack_scratch"`
 	Stacks          *ebpf.Map `ebpf:"stacks"`
 	Starts          *ebpf.Map `ebpf:"starts"`
 	Stats           *ebpf.Map `ebpf:"stats"`
@@ -313,6 +321,7 @@ func (m *OffcpuMaps) Close() error {
 		m.PrestartScratch,
 		m.ProcEvents,
 		m.Procs,
+		m.StackScratch,
 		m.Stacks,
 		m.Starts,
 		m.Stats,

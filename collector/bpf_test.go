@@ -163,13 +163,10 @@ func TestRecordWorkload(t *testing.T) {
 	if st.Attach != "tp_btf" {
 		t.Errorf("attach = %s, want tp_btf on this kernel", st.Attach)
 	}
-	// A stack map hashes without chaining: two stacks meeting in one
-	// bucket lose the second (birthday odds, about n²/2N). Counted, and
-	// rare at this size.
-	if st.Lost() > st.Intervals/50 {
-		t.Errorf("%d losses in %d intervals: %+v", st.Lost(), st.Intervals, st)
-	} else if st.Lost() > 0 {
-		t.Logf("%d stacks lost to stack-map collisions (counted)", st.Lost())
+	// Stacks are stored by a 64-bit hash in a plain hash map: nothing is
+	// lost while it has room.
+	if st.Lost() != 0 {
+		t.Errorf("losses on a small workload: %+v", st)
 	}
 	checkWorkload(t, p, res, 50*time.Millisecond, 10)
 	var buf bytes.Buffer

@@ -22,8 +22,8 @@ type record struct {
 	ns, count uint64
 	user      []uint64
 	kernel    []uint64
-	userErr   int32 // negative errno when no user stack was captured
-	kernelErr int32
+	userErr   int64 // negative errno when no user stack was captured
+	kernelErr int64
 	waker     waker
 	open      bool // still off-CPU when recording stopped
 	prestart  bool // blocked since before the start: kernel stack only
@@ -37,8 +37,8 @@ type waker struct {
 	tgid, tid uint32
 	user      []uint64
 	kernel    []uint64
-	userID    int32 // stack ids, to group identical wakers
-	kernelID  int32
+	userID    int64 // stack ids, to group identical wakers
+	kernelID  int64
 }
 
 // cpuRecord is one on-CPU sample aggregation entry.
@@ -70,18 +70,18 @@ type thread struct {
 func (s *Session) drain() (*drained, error) {
 	d := &drained{threads: map[uint32]thread{}}
 	stacks := s.coll.Maps[bpf.OffcpuMapStacks]
-	cache := map[int32][]uint64{}
-	getStack := func(id int32) []uint64 {
-		if id < 0 {
+	cache := map[int64][]uint64{}
+	getStack := func(id int64) []uint64 {
+		if id <= 0 {
 			return nil
 		}
 		if st, ok := cache[id]; ok {
 			return st
 		}
-		var raw [127]uint64
+		var raw bpf.OffcpuStackBuf
 		var st []uint64
-		if err := stacks.Lookup(uint32(id), &raw); err == nil {
-			for _, ip := range raw {
+		if err := stacks.Lookup(id, &raw); err == nil {
+			for _, ip := range raw.Ips {
 				if ip == 0 {
 					break
 				}
@@ -202,7 +202,7 @@ func (s *Session) readStats() error {
 	return nil
 }
 
-func decodeWaker(w bpf.OffcpuWakerRec, getStack func(int32) []uint64) waker {
+func decodeWaker(w bpf.OffcpuWakerRec, getStack func(int64) []uint64) waker {
 	if w.Valid == 0 {
 		return waker{}
 	}
@@ -276,7 +276,7 @@ func kasanEnabled(path string) bool {
 // drainOpenStarts accounts the intervals still open in the classic
 // tracepoint mode's starts map, up to now (bpf_ktime_get_ns is
 // CLOCK_MONOTONIC).
-func (s *Session) drainOpenStarts(d *drained, getStack func(int32) []uint64) {
+func (s *Session) drainOpenStarts(d *drained, getStack func(int64) []uint64) {
 	m, ok := s.coll.Maps[bpf.OffcpuMapStarts]
 	if !ok {
 		return

@@ -62,7 +62,7 @@ func newProfBuilder(sym *symbolizer, types ...*profile.ValueType) *profBuilder {
 }
 
 // stack returns locations leaf first: kernel frames, then user frames.
-func (b *profBuilder) stack(pid uint32, kernel, user []uint64, userErr int32, kthread bool) []*profile.Location {
+func (b *profBuilder) stack(pid uint32, kernel, user []uint64, userErr int64, kthread bool) []*profile.Location {
 	var locs []*profile.Location
 	for _, a := range kernel {
 		locs = append(locs, b.kernelLoc(a))
@@ -159,7 +159,7 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 	// Wake-ups: the waker's stack, with the blocked time it ended.
 	type wkey struct {
 		target, tid uint32
-		uid, kid    int32
+		uid, kid    int64
 		irq         bool
 	}
 	ended := map[wkey]int64{}
@@ -342,7 +342,7 @@ func trimWaker(st []uint64, k *kernelSyms) []uint64 {
 
 func isKernelThread(r record) bool { return len(r.user) == 0 && r.userErr == -1 }
 
-func errnoName(e int32) string {
+func errnoName(e int64) string {
 	if e == 0 {
 		return "none"
 	}
