@@ -16,8 +16,7 @@ func writeRun(t *testing.T, dir string, metrics map[string]any, withProfile bool
 	b, _ := json.Marshal(metrics)
 	os.WriteFile(filepath.Join(dir, "metrics.json"), b, 0o644)
 	if withProfile {
-		off, wake := fixture(t, dir)
-		_, _ = off, wake
+		fixture(t, dir) // writes offcpu.pb.gz and offcpu.wakeups.pb.gz into dir
 	}
 	return dir
 }

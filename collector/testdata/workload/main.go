@@ -129,7 +129,7 @@ func runWake(run func(string, bool, func())) {
 	if err != nil {
 		panic(err)
 	}
-	var loopDone, sleeperDone atomic.Bool
+	var sleeperDone atomic.Bool
 	var word atomic.Uint32
 	run("wl-loop", false, func() { loopTID.Store(int32(unix.Gettid())); eventLoop(efd, *rounds) })
 	run("wl-producer", false, func() { produceEvents(efd, *rounds) })
@@ -137,7 +137,6 @@ func runWake(run func(string, bool, func())) {
 	run("wl-releaser", false, func() { releaseLoop(&word, *rounds) })
 	run("wl-sleeper", false, func() { pinCPU0(); timerSleeps(*rounds); sleeperDone.Store(true) })
 	run("wl-spinner", false, func() { pinCPU0(); spin(&sleeperDone) })
-	_ = loopDone
 }
 
 func pinCPU0() {
