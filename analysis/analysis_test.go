@@ -260,3 +260,25 @@ func TestGoBlockProfile(t *testing.T) {
 		t.Errorf("block profile: total %d app %d %+v", rep.TotalOffCPUNs, rep.AppBlockedNs, rep.Categories[1])
 	}
 }
+
+func TestAppFramesByModule(t *testing.T) {
+	rules, err := LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		f    Frame
+		want bool
+	}{
+		{Frame{Name: "clock_nanosleep", Module: "libc.so.6"}, false},
+		{Frame{Name: "_dl_runtime_resolve", Module: "ld-linux-x86-64.so.2"}, false},
+		{Frame{Name: "ObjectMonitor::EnterI", Module: "libjvm.so"}, false},
+		{Frame{Name: "handle_request", Module: "server"}, true},
+		{Frame{Name: "handle_request", Module: "libcustom.so"}, true},
+		{Frame{Name: "schedule", Kernel: true}, false},
+	} {
+		if got := rules.IsApp(tc.f); got != tc.want {
+			t.Errorf("IsApp(%+v) = %v, want %v", tc.f, got, tc.want)
+		}
+	}
+}

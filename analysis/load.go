@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -24,6 +25,7 @@ const (
 type Frame struct {
 	Name   string
 	Kernel bool
+	Module string // base name of the mapped file, when the profile says
 }
 
 // Stack is one aggregated stack of a profile.
@@ -161,15 +163,19 @@ func frames(s *profile.Sample) []Frame {
 	for i := len(s.Location) - 1; i >= 0; i-- {
 		l := s.Location[i]
 		kernel := l.Mapping != nil && l.Mapping.File == "[kernel.kallsyms]"
+		module := ""
+		if l.Mapping != nil && !kernel {
+			module = filepath.Base(l.Mapping.File)
+		}
 		for j := len(l.Line) - 1; j >= 0; j-- {
 			name := "[unknown]"
 			if l.Line[j].Function != nil {
 				name = l.Line[j].Function.Name
 			}
-			out = append(out, Frame{Name: name, Kernel: kernel})
+			out = append(out, Frame{Name: name, Kernel: kernel, Module: module})
 		}
 		if len(l.Line) == 0 {
-			out = append(out, Frame{Name: fmt.Sprintf("0x%x", l.Address), Kernel: kernel})
+			out = append(out, Frame{Name: fmt.Sprintf("0x%x", l.Address), Kernel: kernel, Module: module})
 		}
 	}
 	return out

@@ -33,7 +33,8 @@ type rulesFile struct {
 		States       []string `yaml:"states"`
 	} `yaml:"rules"`
 	Application struct {
-		Not []string `yaml:"not"`
+		Not        []string `yaml:"not"`
+		NotModules []string `yaml:"not_modules"`
 	} `yaml:"application"`
 }
 
@@ -48,6 +49,7 @@ type Rules struct {
 	Categories []Category
 	rules      []rule
 	notApp     []*regexp.Regexp
+	notModules []*regexp.Regexp
 }
 
 type rule struct {
@@ -176,6 +178,13 @@ func ParseRules(name string, b []byte) (*Rules, error) {
 		}
 		r.notApp = append(r.notApp, re)
 	}
+	for j, e := range f.Application.NotModules {
+		re, err := compile(fmt.Sprintf("$.application.not_modules[%d]", j), e)
+		if err != nil {
+			return nil, err
+		}
+		r.notModules = append(r.notModules, re)
+	}
 	return r, nil
 }
 
@@ -185,6 +194,13 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 func (r *Rules) IsApp(f Frame) bool {
 	if f.Kernel {
 		return false
+	}
+	if f.Module != "" {
+		for _, re := range r.notModules {
+			if re.MatchString(f.Module) {
+				return false
+			}
+		}
 	}
 	for _, re := range r.notApp {
 		if re.MatchString(f.Name) {
