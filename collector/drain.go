@@ -274,16 +274,13 @@ func kasanEnabled(path string) bool {
 }
 
 // drainOpenStarts accounts the intervals still open in the classic
-// tracepoint mode's starts map, up to now (bpf_ktime_get_ns is
-// CLOCK_MONOTONIC).
+// tracepoint mode's starts map, up to the moment recording stopped.
 func (s *Session) drainOpenStarts(d *drained, getStack func(int64) []uint64) {
 	m, ok := s.coll.Maps[bpf.OffcpuMapStarts]
 	if !ok {
 		return
 	}
-	var ts unix.Timespec
-	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	now := uint64(ts.Nano())
+	now := s.stopMono
 	var tid uint32
 	var st bpf.OffcpuStartRec
 	it := m.Iterate()

@@ -44,6 +44,7 @@ type Session struct {
 	// flushIter: open intervals are flushed by the iter/task program
 	// (tp_btf); otherwise read from the starts map.
 	flushIter bool
+	stopMono  uint64 // CLOCK_MONOTONIC ns when the probes were detached
 	bpfOn     io.Closer
 
 	readerDone chan struct{}
@@ -477,6 +478,7 @@ func (s *Session) Stop() (*profile.Profile, error) {
 			l.Close()
 		}
 		s.links = nil
+		s.stopMono = monotonicNow() // before Duration, so no interval outlasts it
 		s.stats.Duration = time.Since(s.start)
 		if s.opts.Stats {
 			s.stats.Programs = s.programStats()
@@ -515,9 +517,7 @@ func (s *Session) markWindowStart() error {
 	if !ok {
 		return nil // classic tracepoints: not used
 	}
-	var ts unix.Timespec
-	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	if err := v.Set(uint64(ts.Nano())); err != nil {
+	if err := v.Set(monotonicNow()); err != nil {
 		return fmt.Errorf("setting the start of the recorded window: %w", err)
 	}
 	return nil
@@ -557,4 +557,11 @@ func (s *Session) programStats() []ProgramStat {
 		out = append(out, ps)
 	}
 	return out
+}
+
+// monotonicNow is CLOCK_MONOTONIC in ns, the clock of bpf_ktime_get_ns.
+func monotonicNow() uint64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
 }

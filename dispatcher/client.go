@@ -151,13 +151,12 @@ type Client struct {
 	subs      []*subState
 	nextID    atomic.Uint32
 
-	toPublish  atomic.Int64 // messages left to publish (message mode)
-	deadline   time.Time    // end of publishing (duration mode)
-	published  atomic.Int64 // receipts
-	stopPub    atomic.Bool
-	pubDone    sync.WaitGroup
-	pubStarted time.Time
-	pubEnded   atomic.Int64 // unix ns of the last receipt
+	toPublish atomic.Int64 // messages left to publish (message mode)
+	deadline  time.Time    // end of publishing (duration mode)
+	published atomic.Int64 // receipts
+	stopPub   atomic.Bool
+	pubDone   sync.WaitGroup
+	pubEnded  atomic.Int64 // unix ns of the last receipt
 
 	consDone sync.WaitGroup
 	stopOnce sync.Once

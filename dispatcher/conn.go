@@ -9,10 +9,9 @@ import (
 // Executor is a single-threaded executor (the managed-ledger executor,
 // a topic worker): tasks queue in a BlockingQueue and run in order.
 type Executor struct {
-	name  string
-	q     *BlockingQueue[func()]
-	done  chan struct{}
-	Tasks uint64 // tasks run, read after Shutdown
+	name string
+	q    *BlockingQueue[func()]
+	done chan struct{}
 }
 
 func NewExecutor(name string) *Executor {
@@ -31,7 +30,6 @@ func (e *Executor) run() {
 		if task == nil {
 			return
 		}
-		e.Tasks++
 		task()
 	}
 }

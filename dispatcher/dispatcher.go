@@ -105,7 +105,6 @@ type Dispatcher struct {
 
 	Acked       atomic.Uint64 // distinct acknowledgements
 	Redelivered atomic.Uint64
-	SentEntries atomic.Uint64
 	FlowTasks   atomic.Uint64 // internalConsumerFlow runs (baseline)
 }
 
@@ -428,7 +427,6 @@ func (d *Dispatcher) sendTo(c *Consumer, entries []*Entry, redelivery bool) {
 	}
 	c.permits.Add(-n)
 	d.totalPermits.Add(-n)
-	d.SentEntries.Add(uint64(n))
 	d.sendMessagesToConsumer(c, entries, redelivery)
 }
 

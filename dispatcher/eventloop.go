@@ -43,10 +43,7 @@ type EventLoop struct {
 	done       chan struct{}
 
 	// Counters, read by the run report.
-	Wakeups  atomic.Uint64 // eventfd writes by other threads
-	Sleeps   atomic.Uint64 // epoll_wait calls that could block
-	TasksRun atomic.Uint64
-	IOEvents atomic.Uint64
+	Wakeups atomic.Uint64 // eventfd writes by other threads
 }
 
 // NewEventLoop creates a loop; Start runs it on a thread named name.
@@ -174,7 +171,6 @@ func (l *EventLoop) run() {
 			l.nextWakeup.Store(deadline)
 			if !l.tasks.nonEmpty() && !l.stopped.Load() {
 				l.armTimer(deadline)
-				l.Sleeps.Add(1)
 				n = epollWait(l.epfd, events)
 			} else {
 				n = epollWaitNow(l.epfd, events)
@@ -237,7 +233,6 @@ func (l *EventLoop) processReady(events []unix.EpollEvent) {
 			unix.Read(l.tfd, buf[:])
 			l.armed = 0
 		default:
-			l.IOEvents.Add(1)
 			h := l.handlers[ev.Fd]
 			if h == nil {
 				continue
@@ -270,7 +265,6 @@ func (l *EventLoop) runAllTasks(budget int64) bool {
 			break
 		}
 	}
-	l.TasksRun.Add(uint64(ran))
 	return ran > 0
 }
 

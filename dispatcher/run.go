@@ -198,7 +198,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	cpu0, proc0 := threadCPU()
 	start := time.Now()
-	cl.pubStarted = start
 	if sc.Messages > 0 {
 		cl.toPublish.Store(sc.Messages)
 	} else {

@@ -76,13 +76,7 @@ $OFFCPU_METRICS; offcpu adds wall_s and cpu_s.`,
 				return err
 			}
 			if len(conds) > 0 && res.Diff != nil {
-				hit, err := res.Diff.Check(conds)
-				if err != nil {
-					return err
-				}
-				if len(hit) > 0 {
-					return &exitError{code: 3, msg: "fail-on: " + strings.Join(hit, "; ")}
-				}
+				return checkFailOn(res.Diff, conds)
 			}
 			return nil
 		},

@@ -75,14 +75,7 @@ comma-separated) exits with status 3 when a condition holds.`,
 			if err := dr.Write(cmd.OutOrStdout(), f.format); err != nil {
 				return err
 			}
-			hit, err := dr.Check(conds)
-			if err != nil {
-				return err
-			}
-			if len(hit) > 0 {
-				return &exitError{code: 3, msg: "fail-on: " + strings.Join(hit, "; ")}
-			}
-			return nil
+			return checkFailOn(dr, conds)
 		},
 	}
 	fl := cmd.Flags()
@@ -135,4 +128,16 @@ func expandRunDir(p string) []string {
 		return []string{p}
 	}
 	return out
+}
+
+// checkFailOn returns exit status 3 when a --fail-on condition holds.
+func checkFailOn(dr *analysis.DiffReport, conds []analysis.FailOn) error {
+	hit, err := dr.Check(conds)
+	if err != nil {
+		return err
+	}
+	if len(hit) > 0 {
+		return &exitError{code: 3, msg: "fail-on: " + strings.Join(hit, "; ")}
+	}
+	return nil
 }
