@@ -1,0 +1,374 @@
+package unwind
+
+import (
+	"bytes"
+	"debug/elf"
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Kind says how the BPF unwinder finds the caller's frame at a pc.
+type Kind uint8
+
+// Values shared with bpf/offcpu.bpf.c (enum unwind_kind).
+const (
+	KindRSP  Kind = iota // CFA = rsp + CFAOffset
+	KindRBP              // CFA = rbp + CFAOffset
+	KindEnd              // return address undefined: the outermost frame (thread start)
+	KindNone             // no usable rule: fall back to frame pointers
+	KindPLT              // PLT stub: CFA = rsp + 8, + 8 more when (pc & 15) >= RBPOffset
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindRSP:
+		return "rsp"
+	case KindRBP:
+		return "rbp"
+	case KindEnd:
+		return "end"
+	case KindNone:
+		return "none"
+	case KindPLT:
+		return "plt"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Row holds from PC up to the next row's PC. The return address is always
+// at CFA-8; the caller's rbp is at CFA + 8*RBPOffset, or unchanged when
+// RBPOffset is 0.
+type Row struct {
+	PC        uint64 // ELF virtual address
+	Kind      Kind
+	CFAOffset int16
+	RBPOffset int8
+}
+
+// Table is a file's unwind rows, sorted by PC.
+type Table struct {
+	Rows []Row
+	// FDEs counts the functions described; FramedFDEs those that ever
+	// move the stack pointer (the others are leaves: they make no call, so
+	// they are never an outer frame); FramePointerFDEs those that set up a
+	// classic rbp frame (CFA = rbp+16, rbp saved at CFA-16).
+	FDEs, FramedFDEs, FramePointerFDEs int
+}
+
+// FramePointers reports whether frame pointers alone walk this file's
+// code: no unwind information at all (nothing better is possible), or
+// nearly every function that has a frame keeps rbp in it. Startup code
+// and assembly helpers without one are tolerated.
+func (t *Table) FramePointers() bool {
+	return t.FramedFDEs == 0 || float64(t.FramePointerFDEs) >= 0.9*float64(t.FramedFDEs)
+}
+
+// Lookup returns the row covering pc, or a KindNone row.
+func (t *Table) Lookup(pc uint64) Row {
+	i := sort.Search(len(t.Rows), func(i int) bool { return t.Rows[i].PC > pc })
+	if i == 0 {
+		return Row{PC: pc, Kind: KindNone}
+	}
+	return t.Rows[i-1]
+}
+
+// FromELF builds the table of an ELF file from its .eh_frame. A file
+// without one gives an empty table.
+func FromELF(ef *elf.File) (*Table, error) {
+	if ef.Machine != elf.EM_X86_64 {
+		return nil, fmt.Errorf("unwind tables are built for x86-64 only, not %v", ef.Machine)
+	}
+	sec := ef.Section(".eh_frame")
+	if sec == nil || sec.Type == elf.SHT_NOBITS {
+		return &Table{}, nil
+	}
+	data, err := sec.Data()
+	if err != nil {
+		return nil, fmt.Errorf("reading .eh_frame: %w", err)
+	}
+	fdes, err := parseEhFrame(data, sec.Addr)
+	if err != nil {
+		return nil, fmt.Errorf(".eh_frame: %w", err)
+	}
+	return build(fdes)
+}
+
+type ruleKind uint8
+
+const (
+	ruleSame ruleKind = iota
+	ruleOffset
+	ruleUndefined
+	ruleOther // register, expression: not followed
+)
+
+type rule struct {
+	kind ruleKind
+	off  int64
+}
+
+type cfaState struct {
+	reg     uint64
+	off     int64
+	expr    []byte // non-nil: DW_CFA_def_cfa_expression
+	rbp, ra rule
+}
+
+// pltExpr is the CFA expression of glibc/binutils PLT stubs:
+// rsp + 8 + ((rip & 15) >= N) << 3, with N at index 6 (DW_OP_lit10/11).
+var pltExpr = []byte{0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, 0x00, 0x2a, 0x33, 0x24, 0x22}
+
+func isPLT(e []byte) (int8, bool) {
+	if len(e) != len(pltExpr) || e[6] < 0x30 || e[6] > 0x4f {
+		return 0, false
+	}
+	for i := range e {
+		if i != 6 && e[i] != pltExpr[i] {
+			return 0, false
+		}
+	}
+	return int8(e[6] - 0x30), true
+}
+
+func (s *cfaState) row(pc uint64) Row {
+	r := Row{PC: pc, Kind: KindNone}
+	if s.ra.kind == ruleUndefined {
+		r.Kind = KindEnd
+		return r
+	}
+	if s.ra.kind != ruleOffset || s.ra.off != -8 {
+		return r
+	}
+	if s.expr != nil {
+		if n, ok := isPLT(s.expr); ok {
+			r.Kind, r.CFAOffset, r.RBPOffset = KindPLT, 8, n
+		}
+		return r
+	}
+	if s.off < math.MinInt16 || s.off > math.MaxInt16 {
+		return r
+	}
+	switch s.rbp.kind {
+	case ruleSame:
+	case ruleOffset:
+		if s.rbp.off%8 != 0 || s.rbp.off/8 < math.MinInt8 || s.rbp.off/8 > math.MaxInt8 || s.rbp.off == 0 {
+			return r
+		}
+		r.RBPOffset = int8(s.rbp.off / 8)
+	default:
+		return r
+	}
+	switch s.reg {
+	case regRSP:
+		r.Kind = KindRSP
+	case regRBP:
+		r.Kind = KindRBP
+	default:
+		return r
+	}
+	r.CFAOffset = int16(s.off)
+	return r
+}
+
+// run executes a CFI program from state s, calling emit before each
+// advance of the location. initial is the CIE's state (for restore).
+func run(c *cie, prog []byte, loc uint64, s *cfaState, initial *cfaState, emit func(uint64, *cfaState)) (uint64, error) {
+	r := &reader{b: prog}
+	var stack []cfaState
+	setReg := func(reg uint64, ru rule) {
+		switch reg {
+		case regRBP:
+			s.rbp = ru
+		case c.raReg:
+			s.ra = ru
+		}
+	}
+	restore := func(reg uint64) {
+		if initial == nil {
+			setReg(reg, rule{})
+			return
+		}
+		switch reg {
+		case regRBP:
+			s.rbp = initial.rbp
+		case c.raReg:
+			s.ra = initial.ra
+		}
+	}
+	advance := func(delta uint64) {
+		if emit != nil {
+			emit(loc, s)
+		}
+		loc += delta * c.codeAlign
+	}
+	for r.off < len(prog) && r.err == nil {
+		op := r.u8()
+		switch op >> 6 {
+		case 1: // DW_CFA_advance_loc
+			advance(uint64(op & 0x3f))
+			continue
+		case 2: // DW_CFA_offset
+			setReg(uint64(op&0x3f), rule{ruleOffset, int64(r.uleb()) * c.dataAlign})
+			continue
+		case 3: // DW_CFA_restore
+			restore(uint64(op & 0x3f))
+			continue
+		}
+		switch op {
+		case 0x00: // nop
+		case 0x01: // set_loc
+			nl := r.pointer(c.fdeEnc, 0)
+			if emit != nil {
+				emit(loc, s)
+			}
+			loc = nl
+		case 0x02:
+			advance(uint64(r.u8()))
+		case 0x03:
+			advance(uint64(r.u16()))
+		case 0x04:
+			advance(uint64(r.u32()))
+		case 0x05: // offset_extended
+			reg := r.uleb()
+			setReg(reg, rule{ruleOffset, int64(r.uleb()) * c.dataAlign})
+		case 0x06: // restore_extended
+			restore(r.uleb())
+		case 0x07: // undefined
+			setReg(r.uleb(), rule{kind: ruleUndefined})
+		case 0x08: // same_value
+			setReg(r.uleb(), rule{kind: ruleSame})
+		case 0x09: // register
+			reg := r.uleb()
+			r.uleb()
+			setReg(reg, rule{kind: ruleOther})
+		case 0x0a: // remember_state
+			stack = append(stack, *s)
+		case 0x0b: // restore_state
+			if len(stack) == 0 {
+				return loc, fmt.Errorf("restore_state with nothing remembered")
+			}
+			*s = stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+		case 0x0c: // def_cfa
+			s.reg = r.uleb()
+			s.off = int64(r.uleb())
+			s.expr = nil
+		case 0x0d: // def_cfa_register
+			s.reg = r.uleb()
+			s.expr = nil
+		case 0x0e: // def_cfa_offset
+			s.off = int64(r.uleb())
+		case 0x0f: // def_cfa_expression
+			s.expr = bytes.Clone(r.bytes(int(r.uleb())))
+		case 0x10: // expression
+			reg := r.uleb()
+			r.bytes(int(r.uleb()))
+			setReg(reg, rule{kind: ruleOther})
+		case 0x11: // offset_extended_sf
+			reg := r.uleb()
+			setReg(reg, rule{ruleOffset, r.sleb() * c.dataAlign})
+		case 0x12: // def_cfa_sf
+			s.reg = r.uleb()
+			s.off = r.sleb() * c.dataAlign
+			s.expr = nil
+		case 0x13: // def_cfa_offset_sf
+			s.off = r.sleb() * c.dataAlign
+		case 0x14: // val_offset
+			reg := r.uleb()
+			r.uleb()
+			setReg(reg, rule{kind: ruleOther})
+		case 0x15: // val_offset_sf
+			reg := r.uleb()
+			r.sleb()
+			setReg(reg, rule{kind: ruleOther})
+		case 0x16: // val_expression
+			reg := r.uleb()
+			r.bytes(int(r.uleb()))
+			setReg(reg, rule{kind: ruleOther})
+		case 0x2e: // GNU_args_size
+			r.uleb()
+		case 0x2f: // GNU_negative_offset_extended
+			reg := r.uleb()
+			setReg(reg, rule{ruleOffset, -int64(r.uleb()) * c.dataAlign})
+		default:
+			return loc, fmt.Errorf("unknown CFA instruction %#x", op)
+		}
+	}
+	return loc, r.err
+}
+
+func build(fdes []fde) (*Table, error) {
+	sort.Slice(fdes, func(i, j int) bool { return fdes[i].begin < fdes[j].begin })
+	t := &Table{}
+	add := func(r Row) {
+		n := len(t.Rows)
+		if n > 0 && t.Rows[n-1].PC >= r.PC {
+			// A later FDE (or row) starting here wins; overlaps keep the newer.
+			for n > 0 && t.Rows[n-1].PC >= r.PC {
+				n--
+			}
+			t.Rows = t.Rows[:n]
+		}
+		if n > 0 {
+			p := t.Rows[n-1]
+			if p.Kind == r.Kind && p.CFAOffset == r.CFAOffset && p.RBPOffset == r.RBPOffset {
+				return
+			}
+		}
+		t.Rows = append(t.Rows, r)
+	}
+	var bad int
+	var firstErr error
+	for i := range fdes {
+		f := &fdes[i]
+		c := f.cie
+		var init cfaState
+		if _, err := run(c, c.initial, 0, &init, nil, nil); err != nil {
+			bad++
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		s := init
+		fp, framed := false, false
+		end := f.begin + f.size
+		emit := func(loc uint64, st *cfaState) {
+			if loc >= end {
+				return
+			}
+			r := st.row(loc)
+			if r.Kind == KindRBP && r.CFAOffset == 16 && r.RBPOffset == -2 {
+				fp = true
+			}
+			if r.Kind != KindEnd && (r.Kind != KindRSP || r.CFAOffset != 8) {
+				framed = true
+			}
+			add(r)
+		}
+		loc, err := run(c, f.program, f.begin, &s, &init, emit)
+		if err != nil {
+			bad++
+			if firstErr == nil {
+				firstErr = err
+			}
+			add(Row{PC: f.begin, Kind: KindNone})
+			add(Row{PC: end, Kind: KindNone})
+			continue
+		}
+		emit(loc, &s)
+		add(Row{PC: end, Kind: KindNone})
+		t.FDEs++
+		if framed {
+			t.FramedFDEs++
+		}
+		if fp {
+			t.FramePointerFDEs++
+		}
+	}
+	if bad > 0 && t.FDEs == 0 {
+		return nil, fmt.Errorf("no usable FDE (%d bad, first: %v)", bad, firstErr)
+	}
+	return t, nil
+}

@@ -1,0 +1,204 @@
+package unwind
+
+import (
+	"bufio"
+	"bytes"
+	"debug/elf"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// readelfRows checks every row readelf's own CFI interpreter prints for a
+// file against the table built here.
+func checkAgainstReadelf(t *testing.T, path string) {
+	t.Helper()
+	if _, err := exec.LookPath("readelf"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("readelf not found: apt-get install binutils")
+		}
+		t.Skip("readelf not found: apt-get install binutils")
+	}
+	ef, err := elf.Open(path)
+	if err != nil {
+		t.Skipf("%s: %v", path, err)
+	}
+	defer ef.Close()
+	tab, err := FromELF(ef)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	// readelf exits 1 over unrelated warnings (a missing debug link).
+	out, err := exec.Command("readelf", "--debug-dump=frames-interp", path).Output()
+	if len(out) == 0 {
+		t.Fatalf("readelf: %v", err)
+	}
+	var cols []string
+	inFDE := false
+	checked, mismatches := 0, 0
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) >= 4 && f[3] == "FDE":
+			inFDE = true
+			cols = nil
+		case len(f) >= 4 && f[3] == "CIE":
+			inFDE = false
+		case len(f) > 0 && f[0] == "LOC":
+			cols = f
+		case inFDE && cols != nil && len(f) == len(cols):
+			loc, err := strconv.ParseUint(f[0], 16, 64)
+			if err != nil {
+				continue
+			}
+			want, exact := expectRow(cols, f)
+			got := tab.Lookup(loc)
+			checked++
+			ok := got.Kind == want.Kind && got.CFAOffset == want.CFAOffset && got.RBPOffset == want.RBPOffset
+			if !exact {
+				ok = got.Kind == KindPLT || got.Kind == KindNone
+			}
+			if !ok {
+				mismatches++
+				if mismatches <= 5 {
+					t.Errorf("%s at %#x: readelf %v, table %v/%d/%d", path, loc, f[1:], got.Kind, got.CFAOffset, got.RBPOffset)
+				}
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("%s: only %d rows compared", path, checked)
+	}
+	if mismatches > 0 {
+		t.Fatalf("%s: %d of %d rows differ from readelf", path, mismatches, checked)
+	}
+	t.Logf("%s: %d rows agree with readelf (%d FDEs, %d with rbp frames)", path, checked, tab.FDEs, tab.FramePointerFDEs)
+}
+
+// expectRow converts one readelf row to the row this package should hold;
+// exact is false for CFA expressions (PLT or none).
+func expectRow(cols, f []string) (Row, bool) {
+	val := map[string]string{}
+	for i, c := range cols {
+		val[c] = f[i]
+	}
+	none := Row{Kind: KindNone}
+	switch ra := val["ra"]; {
+	case ra == "u":
+		return Row{Kind: KindEnd}, true
+	case ra != "c-8":
+		return none, true
+	}
+	cfa := val["CFA"]
+	if cfa == "exp" {
+		return none, false
+	}
+	var r Row
+	switch {
+	case strings.HasPrefix(cfa, "rsp+"):
+		r.Kind = KindRSP
+	case strings.HasPrefix(cfa, "rbp+"):
+		r.Kind = KindRBP
+	default:
+		return none, true
+	}
+	off, err := strconv.Atoi(cfa[4:])
+	if err != nil || off > 32767 {
+		return none, true
+	}
+	r.CFAOffset = int16(off)
+	switch rbp, ok := val["rbp"]; {
+	case !ok || rbp == "u" || rbp == "s":
+	case strings.HasPrefix(rbp, "c-"):
+		n, err := strconv.Atoi(rbp[2:])
+		if err != nil || n%8 != 0 || n/8 > 128 {
+			return none, true
+		}
+		r.RBPOffset = int8(-n / 8)
+	default:
+		return none, true
+	}
+	return r, true
+}
+
+func TestTableMatchesReadelfLibc(t *testing.T) {
+	checkAgainstReadelf(t, "/lib/x86_64-linux-gnu/libc.so.6")
+}
+
+func TestTableMatchesReadelfLoader(t *testing.T) {
+	checkAgainstReadelf(t, "/lib64/ld-linux-x86-64.so.2")
+}
+
+func TestTableMatchesReadelfCompiled(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not found")
+	}
+	dir := t.TempDir()
+	src := dir + "/p.c"
+	os.WriteFile(src, []byte(`
+#include <stdio.h>
+#include <string.h>
+__attribute__((noinline)) int deep(char *b, int n) { char buf[70000]; memset(buf, n, sizeof buf); return buf[n] + b[0]; }
+__attribute__((noinline)) int mid(int n) { char b[64]; snprintf(b, sizeof b, "%d", n); return deep(b, n) + 1; }
+int main(int argc, char **argv) { (void)argv; return mid(argc); }
+`), 0o644)
+	for _, flags := range [][]string{{"-O2", "-fomit-frame-pointer"}, {"-O0", "-fno-omit-frame-pointer"}} {
+		bin := dir + "/p" + flags[0]
+		args := append(append([]string{}, flags...), "-o", bin, src)
+		if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+			t.Fatalf("gcc: %v\n%s", err, out)
+		}
+		checkAgainstReadelf(t, bin)
+	}
+}
+
+func TestFramePointerDetection(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not found")
+	}
+	dir := t.TempDir()
+	src := dir + "/f.c"
+	var b strings.Builder
+	for i := 0; i < 20; i++ {
+		b.WriteString("__attribute__((noinline)) int f" + strconv.Itoa(i) + "(int x) { volatile int a[8]; a[x&7] = x; return a[(x+1)&7] + " + strconv.Itoa(i) + "; }\n")
+	}
+	b.WriteString("int main(int c, char **v) { (void)v; return f0(c) + f19(c); }\n")
+	os.WriteFile(src, []byte(b.String()), 0o644)
+	for _, tc := range []struct {
+		flag string
+		fp   bool
+	}{{"-fno-omit-frame-pointer", true}, {"-fomit-frame-pointer", false}} {
+		bin := dir + "/f" + tc.flag
+		if out, err := exec.Command("gcc", "-O2", tc.flag, "-o", bin, src).CombinedOutput(); err != nil {
+			t.Fatalf("gcc: %v\n%s", err, out)
+		}
+		ef, err := elf.Open(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tab, err := FromELF(ef)
+		ef.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tab.FramePointers(); got != tc.fp {
+			t.Errorf("%s: FramePointers() = %v (%d of %d framed FDEs with rbp frames), want %v", tc.flag, got, tab.FramePointerFDEs, tab.FramedFDEs, tc.fp)
+		}
+	}
+}
+
+func TestCorruptEhFrame(t *testing.T) {
+	for _, data := range [][]byte{
+		{0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0},          // length past the end
+		{8, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0},          // CIE version 9
+		{8, 0, 0, 0, 0x40, 0, 0, 0, 0, 0, 0, 0, 0, 0}, // FDE pointing before the section
+	} {
+		if _, err := parseEhFrame(data, 0); err == nil {
+			t.Errorf("%x: no error", data)
+		}
+	}
+}
