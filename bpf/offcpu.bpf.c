@@ -46,6 +46,10 @@ enum offcpu_stat {
 	STAT_WAKER_STACK_LOST, /* waker stack not stored */
 	STAT_WAKES_REUSED,     /* wake-ups that reused the waker's previous stack ids */
 	STAT_CPU_FULL,         /* on-CPU samples dropped: map full */
+	STAT_DWARF_STACKS,     /* user stacks walked with unwind tables */
+	STAT_DWARF_FRAMES,     /* frames those walks found through unwind rows */
+	STAT_DWARF_END,        /* walks that reached an outermost frame (thread start) */
+	STAT_DWARF_DEPTH,      /* walks cut at the maximum depth */
 	STAT_MAX,
 };
 
@@ -71,6 +75,10 @@ const volatile u64 thread_size = 16384;    /* kernel stack size (THREAD_SIZE) */
 /* Written by user space once the programs are attached: the start of the
  * recorded window (bpf_ktime_get_ns clock). 0 until then. */
 u64 rec_start_ns = 0;
+
+/* Bumped by user space whenever unwind tables change, so a cached stack
+ * walked before a process's tables were loaded is not reused. */
+u32 unwind_gen = 0;
 
 /* Who woke a thread. tid 0 with irq set: an interrupt woke it. */
 struct waker_rec {
@@ -103,6 +111,7 @@ struct start_rec {
 	u64 w_ip, w_sp, w_bp, w_sysnr, w_arg0;
 	u32 w_target;
 	s64 w_ustack, w_kstack;
+	u32 gen, w_gen; /* unwind_gen when the cached stacks were walked */
 };
 
 struct offcpu_key {
@@ -178,6 +187,61 @@ struct {
 	__type(key, u32);
 	__type(value, struct stack_buf);
 } stack_scratch SEC(".maps");
+
+/* How the unwinder finds the caller at a pc (collector/unwind.Kind). */
+enum unwind_kind {
+	UNWIND_RSP = 0, /* CFA = rsp + cfa_off */
+	UNWIND_RBP,     /* CFA = rbp + cfa_off */
+	UNWIND_END,     /* outermost frame: the thread's start */
+	UNWIND_NONE,    /* no rule: follow the frame pointer */
+	UNWIND_PLT,     /* PLT stub: CFA = rsp + 8, + 8 when (pc & 15) >= rbp_off */
+};
+
+/* One row of a file's unwind table, valid up to the next row's pc. The
+ * return address is at CFA - 8. */
+struct unwind_row {
+	u32 pc;      /* ELF virtual address */
+	s16 cfa_off;
+	u8 kind;     /* enum unwind_kind */
+	s8 rbp_off;  /* caller's rbp at CFA + 8 * rbp_off; 0: rbp unchanged */
+};
+
+#define UNWIND_MAX_MAPS 64
+
+struct unwind_map {
+	u64 start, end;   /* executable mapping [start, end) */
+	u64 bias;         /* ELF virtual address = pc - bias */
+	u32 first, count; /* its file's rows in unwind_rows */
+};
+
+/* A process whose code needs unwind tables: its mappings that have them,
+ * sorted by start. Mappings absent here are walked by frame pointers. */
+struct unwind_proc {
+	u32 n;
+	u32 pad;
+	struct unwind_map maps[UNWIND_MAX_MAPS];
+};
+
+/* Index: row number. Value: unwind_row. The rows of every file loaded so
+ * far, one contiguous sorted run per file, written by user space from the
+ * file's .eh_frame. Size: --unwind-rows. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct unwind_row);
+} unwind_rows SEC(".maps");
+
+/* Key: tgid. Value: unwind_proc. Written by user space when it sees a
+ * process mapping code without frame pointers; a process absent here has
+ * its user stacks walked by the kernel's frame-pointer walker. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, struct unwind_proc);
+} unwind_procs SEC(".maps");
 
 /* Key: offcpu_key. Value: offcpu_val (ns and count). Written at switch-in,
  * drained by user space at the end. Size: --agg-entries. */
@@ -312,18 +376,11 @@ static __always_inline void stat_add(u32 idx, u64 n)
 		*v += n;
 }
 
-/* Captures the current stack (flags: 0 or BPF_F_USER_STACK) and returns
- * its id, or a negative errno: -ENOMEM when the map is full (counted
- * under lost), other errors when there is no stack to walk. */
-static __always_inline s64 get_stack_id(void *ctx, u64 flags, u32 lost)
+/* Stores the stack in b (leaf first, 0-terminated unless full) under its
+ * hash and returns the id, or -ENOMEM when the map is full (counted under
+ * lost). */
+static __always_inline s64 store_stack(struct stack_buf *b, u32 lost)
 {
-	u32 zero = 0;
-	struct stack_buf *b = bpf_map_lookup_elem(&stack_scratch, &zero);
-	if (!b)
-		return -1;
-	long n = bpf_get_stack(ctx, b->ips, sizeof(b->ips), flags);
-	if (n <= 0)
-		return n < 0 ? n : -61; /* ENODATA */
 	u64 h = 14695981039346656037ULL; /* FNV-1a over the addresses */
 	for (int i = 0; i < PERF_MAX_STACK_DEPTH; i++) {
 		u64 ip = b->ips[i];
@@ -340,6 +397,194 @@ static __always_inline s64 get_stack_id(void *ctx, u64 flags, u32 lost)
 		}
 	}
 	return id;
+}
+
+/* Captures the current stack (flags: 0 or BPF_F_USER_STACK) and returns
+ * its id, or a negative errno: -ENOMEM when the map is full (counted
+ * under lost), other errors when there is no stack to walk. */
+static __always_inline s64 get_stack_id(void *ctx, u64 flags, u32 lost)
+{
+	u32 zero = 0;
+	struct stack_buf *b = bpf_map_lookup_elem(&stack_scratch, &zero);
+	if (!b)
+		return -1;
+	long n = bpf_get_stack(ctx, b->ips, sizeof(b->ips), flags);
+	if (n <= 0)
+		return n < 0 ? n : -61; /* ENODATA */
+	return store_stack(b, lost);
+}
+
+/* The walk's state. It lives in a per-CPU map value, not on the BPF stack:
+ * the verifier tracks stack scalars exactly, so every frame and every
+ * search step would be verified apart; values loaded from a map are
+ * unknown to it, and one pass over the loop bodies suffices. */
+struct unwind_state {
+	u64 pc, sp, bp;
+	u32 n;     /* frames stored */
+	u32 dwarf; /* frames found through rows */
+	u32 end;   /* reached the outermost frame */
+	u32 lo, hi; /* binary search bounds */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct unwind_state);
+} unwind_scratch SEC(".maps");
+
+struct unwind_ctx {
+	struct unwind_state *u;
+	struct unwind_proc *proc;
+	struct stack_buf *buf;
+};
+
+/* Finds the row for pc in the process's tables; 0 if pc is in a mapping
+ * walked by frame pointers. */
+static __always_inline struct unwind_row *find_row(struct unwind_proc *p, struct unwind_state *u, u64 pc)
+{
+	u32 n = p->n;
+	if (n > UNWIND_MAX_MAPS)
+		return 0;
+	/* First mapping starting above pc. */
+	u->lo = 0;
+	u->hi = n;
+	for (int i = 0; i < 7; i++) {
+		u32 lo = u->lo, hi = u->hi;
+		if (lo >= hi)
+			break;
+		u32 mid = ((lo + hi) / 2) & (UNWIND_MAX_MAPS - 1);
+		if (p->maps[mid].start <= pc)
+			u->lo = mid + 1;
+		else
+			u->hi = mid;
+	}
+	u32 lo = u->lo;
+	if (lo == 0)
+		return 0;
+	struct unwind_map *m = &p->maps[(lo - 1) & (UNWIND_MAX_MAPS - 1)];
+	if (pc >= m->end || m->count == 0)
+		return 0;
+	u64 va = pc - m->bias;
+	if (va > 0xffffffffULL)
+		return 0;
+	/* First row starting above va. */
+	u32 first = m->first;
+	u->lo = first;
+	u->hi = first + m->count;
+	for (int i = 0; i < 25; i++) {
+		u32 l = u->lo, h = u->hi;
+		if (l >= h)
+			break;
+		u32 mid = l + (h - l) / 2;
+		struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &mid);
+		if (!r)
+			return 0;
+		if (r->pc <= (u32)va)
+			u->lo = mid + 1;
+		else
+			u->hi = mid;
+	}
+	u32 idx = u->lo;
+	if (idx <= first)
+		return 0;
+	idx--;
+	return bpf_map_lookup_elem(&unwind_rows, &idx);
+}
+
+/* One frame: records pc, then finds the caller's pc, sp and bp, by the
+ * unwind row when the code has one, else by the frame pointer. */
+static long unwind_step(u64 i, struct unwind_ctx *c)
+{
+	struct unwind_state *u = c->u;
+	u64 pc = u->pc, sp = u->sp, bp = u->bp;
+	u32 n = u->n;
+	if (!pc || n >= PERF_MAX_STACK_DEPTH)
+		return 1;
+	c->buf->ips[n] = pc;
+	u->n = n + 1;
+	/* A return address points after the call: look up the call itself. */
+	struct unwind_row *r = find_row(c->proc, u, n ? pc - 1 : pc);
+	u8 kind = r ? r->kind : UNWIND_NONE;
+	u64 cfa = 0;
+	switch (kind) {
+	case UNWIND_RSP:
+		cfa = sp + r->cfa_off;
+		break;
+	case UNWIND_RBP:
+		cfa = bp + r->cfa_off;
+		break;
+	case UNWIND_PLT:
+		cfa = sp + 8 + ((pc & 15) >= (u64)r->rbp_off ? 8 : 0);
+		break;
+	case UNWIND_END:
+		u->end = 1;
+		return 1;
+	default: {
+		/* Frame pointer: [bp] is the caller's bp, [bp + 8] the return address. */
+		u64 frame[2];
+		if (!bp || bp < sp || bpf_probe_read_user(frame, sizeof(frame), (void *)bp))
+			return 1;
+		u->pc = frame[1];
+		u->sp = bp + 16;
+		u->bp = frame[0];
+		return 0;
+	}
+	}
+	if (cfa <= sp)
+		return 1; /* no progress: corrupt stack or wrong row */
+	u64 ra;
+	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)))
+		return 1;
+	if (kind != UNWIND_PLT && r->rbp_off &&
+	    bpf_probe_read_user(&bp, sizeof(bp), (void *)(cfa + 8 * (s64)r->rbp_off)))
+		return 1;
+	u->dwarf++;
+	u->pc = ra;
+	u->sp = cfa;
+	u->bp = bp;
+	return 0;
+}
+
+/* The current thread's user stack id. Processes with unwind tables are
+ * walked here through .eh_frame rows (code built without frame pointers);
+ * the others by the kernel's frame-pointer walker. */
+static __always_inline s64 user_stack_id(void *ctx, u32 lost)
+{
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	if (!p)
+		return get_stack_id(ctx, BPF_F_USER_STACK, lost);
+	u32 zero = 0;
+	struct stack_buf *b = bpf_map_lookup_elem(&stack_scratch, &zero);
+	if (!b)
+		return -1;
+	struct unwind_state *u = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	if (!u)
+		return -1;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	if (!regs)
+		return -61;
+	u->pc = BPF_CORE_READ(regs, ip);
+	u->sp = BPF_CORE_READ(regs, sp);
+	u->bp = BPF_CORE_READ(regs, bp);
+	u->n = 0;
+	u->dwarf = 0;
+	u->end = 0;
+	struct unwind_ctx c = { .u = u, .proc = p, .buf = b };
+	bpf_loop(PERF_MAX_STACK_DEPTH, unwind_step, &c, 0);
+	u32 n = u->n;
+	if (n == 0)
+		return -61; /* ENODATA */
+	if (n < PERF_MAX_STACK_DEPTH)
+		b->ips[n] = 0;
+	else
+		stat_add(STAT_DWARF_DEPTH, 1);
+	stat_add(STAT_DWARF_STACKS, 1);
+	stat_add(STAT_DWARF_FRAMES, u->dwarf);
+	if (u->end)
+		stat_add(STAT_DWARF_END, 1);
+	return store_stack(b, lost);
 }
 
 static __always_inline bool is_target(u32 tgid, u32 tid)
@@ -406,7 +651,7 @@ static __always_inline void capture(void *ctx, struct start_rec *s, bool kthread
 	if (want_kernel_stacks)
 		s->kstack = get_stack_id(ctx, 0, STAT_KSTACK_LOST);
 	if (want_user_stacks && !kthread) {
-		s->ustack = get_stack_id(ctx, BPF_F_USER_STACK, STAT_USTACK_LOST);
+		s->ustack = user_stack_id(ctx, STAT_USTACK_LOST);
 		if (s->ustack < 0 && s->ustack != -12)
 			stat_add(STAT_USTACK_FAULT, 1);
 	}
@@ -467,7 +712,9 @@ static __always_inline void capture_sleep(void *ctx, struct start_rec *s, struct
 		nr = BPF_CORE_READ(regs, orig_ax);
 		a0 = BPF_CORE_READ(regs, di);
 	}
-	if (ip && s->ip == ip && s->sp == sp && s->bp == bp && s->sysnr == nr && s->arg0 == a0) {
+	u32 gen = unwind_gen;
+	if (ip && s->ip == ip && s->sp == sp && s->bp == bp && s->sysnr == nr && s->arg0 == a0 &&
+	    s->gen == gen) {
 		s->ustack = s->c_ustack;
 		s->kstack = s->c_kstack;
 		s->ts = bpf_ktime_get_ns();
@@ -485,6 +732,7 @@ static __always_inline void capture_sleep(void *ctx, struct start_rec *s, struct
 	s->arg0 = a0;
 	s->c_ustack = s->ustack;
 	s->c_kstack = s->kstack;
+	s->gen = gen;
 }
 
 static __always_inline void account(u32 tid, struct start_rec *s, struct waker_rec *w)
@@ -733,7 +981,7 @@ static __always_inline void waker_context(void *ctx, struct waker_rec *w, bool i
 	struct task_struct *cur = bpf_get_current_task_btf();
 	if (BPF_CORE_READ(cur, flags) & PF_KTHREAD)
 		return;
-	w->ustack = get_stack_id(ctx, BPF_F_USER_STACK, STAT_WAKER_STACK_LOST);
+	w->ustack = user_stack_id(ctx, STAT_WAKER_STACK_LOST);
 }
 
 SEC("tp_btf/sched_waking")
@@ -755,8 +1003,10 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 		u64 ip = BPF_CORE_READ(regs, ip), sp = BPF_CORE_READ(regs, sp);
 		u64 bp = BPF_CORE_READ(regs, bp), nr = BPF_CORE_READ(regs, orig_ax);
 		u64 a0 = BPF_CORE_READ(regs, di);
+		u32 gen = unwind_gen;
 		if ((s64)nr >= 0 && ws->w_ip == ip && ws->w_sp == sp && ws->w_bp == bp &&
-		    ws->w_sysnr == nr && ws->w_arg0 == a0 && ws->w_target == ttid) {
+		    ws->w_sysnr == nr && ws->w_arg0 == a0 && ws->w_target == ttid &&
+		    ws->w_gen == gen) {
 			u64 id = bpf_get_current_pid_tgid();
 			w.valid = 1;
 			w.tid = (u32)id;
@@ -776,6 +1026,7 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 				ws->w_target = ttid;
 				ws->w_ustack = w.ustack;
 				ws->w_kstack = w.kstack;
+				ws->w_gen = gen;
 			}
 		}
 	} else {
@@ -798,7 +1049,7 @@ int offcpu_waking_tp(struct trace_event_raw_sched_wakeup_template *ctx)
 	u32 ttid = BPF_CORE_READ(ctx, pid);
 	if (!want_wakeups || ttid == 0 || !is_target(0, ttid) || filter_tgid)
 		return 0;
-	u8 flags = BPF_CORE_READ(ctx, common_flags);
+	u8 flags = BPF_CORE_READ(ctx, ent.flags);
 	bool irq = flags & (TRACE_FLAG_HARDIRQ | TRACE_FLAG_SOFTIRQ | TRACE_FLAG_NMI);
 	struct waker_rec w = {};
 	waker_context(ctx, &w, irq, 0, ttid);
@@ -826,7 +1077,7 @@ int offcpu_cpu_sample(void *ctx) /* struct bpf_perf_event_data, only passed on *
 	if (want_kernel_stacks)
 		k.kstack = get_stack_id(ctx, 0, STAT_KSTACK_LOST);
 	if (want_user_stacks && !kthread)
-		k.ustack = get_stack_id(ctx, BPF_F_USER_STACK, STAT_USTACK_LOST);
+		k.ustack = user_stack_id(ctx, STAT_USTACK_LOST);
 	count_one(&cpu_samples, &k, STAT_CPU_FULL);
 	return 0;
 }

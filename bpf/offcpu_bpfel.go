@@ -50,7 +50,11 @@ const (
 	OffcpuOffcpuStatSTAT_WAKER_STACK_LOST OffcpuOffcpuStat = 12
 	OffcpuOffcpuStatSTAT_WAKES_REUSED     OffcpuOffcpuStat = 13
 	OffcpuOffcpuStatSTAT_CPU_FULL         OffcpuOffcpuStat = 14
-	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 15
+	OffcpuOffcpuStatSTAT_DWARF_STACKS     OffcpuOffcpuStat = 15
+	OffcpuOffcpuStatSTAT_DWARF_FRAMES     OffcpuOffcpuStat = 16
+	OffcpuOffcpuStatSTAT_DWARF_END        OffcpuOffcpuStat = 17
+	OffcpuOffcpuStatSTAT_DWARF_DEPTH      OffcpuOffcpuStat = 18
+	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 19
 )
 
 type OffcpuOffcpuVal struct {
@@ -101,12 +105,51 @@ type OffcpuStartRec struct {
 	_        [4]byte
 	W_ustack int64
 	W_kstack int64
+	Gen      uint32
+	W_gen    uint32
 }
 
 type OffcpuThreadInfo struct {
 	_    structs.HostLayout
 	Tgid uint32
 	Comm [16]int8
+}
+
+type OffcpuUnwindMap struct {
+	_     structs.HostLayout
+	Start uint64
+	End   uint64
+	Bias  uint64
+	First uint32
+	Count uint32
+}
+
+type OffcpuUnwindProc struct {
+	_    structs.HostLayout
+	N    uint32
+	Pad  uint32
+	Maps [64]OffcpuUnwindMap
+}
+
+type OffcpuUnwindRow struct {
+	_      structs.HostLayout
+	Pc     uint32
+	CfaOff int16
+	Kind   uint8
+	RbpOff int8
+}
+
+type OffcpuUnwindState struct {
+	_     structs.HostLayout
+	Pc    uint64
+	Sp    uint64
+	Bp    uint64
+	N     uint32
+	Dwarf uint32
+	End   uint32
+	Lo    uint32
+	Hi    uint32
+	_     [4]byte
 }
 
 type OffcpuWakeKey struct {
@@ -145,6 +188,9 @@ const (
 	OffcpuMapTargetTids        = "target_tids"
 	OffcpuMapTaskStarts        = "task_starts"
 	OffcpuMapThreads           = "threads"
+	OffcpuMapUnwindProcs       = "unwind_procs"
+	OffcpuMapUnwindRows        = "unwind_rows"
+	OffcpuMapUnwindScratch     = "unwind_scratch"
 	OffcpuMapWakeups           = "wakeups"
 	OffcpuProgOffcpuCpuSample  = "offcpu_cpu_sample"
 	OffcpuProgOffcpuExec       = "offcpu_exec"
@@ -169,6 +215,7 @@ const (
 	OffcpuVarStatCount         = "stat_count"
 	OffcpuVarStateMask         = "state_mask"
 	OffcpuVarThreadSize        = "thread_size"
+	OffcpuVarUnwindGen         = "unwind_gen"
 	OffcpuVarUserThreadsOnly   = "user_threads_only"
 	OffcpuVarWantKernelStacks  = "want_kernel_stacks"
 	OffcpuVarWantUserStacks    = "want_user_stacks"
@@ -249,6 +296,9 @@ type OffcpuMapSpecs struct {
 	TargetTids      *ebpf.MapSpec `ebpf:"target_tids"`
 	TaskStarts      *ebpf.MapSpec `ebpf:"task_starts"`
 	Threads         *ebpf.MapSpec `ebpf:"threads"`
+	UnwindProcs     *ebpf.MapSpec `ebpf:"unwind_procs"`
+	UnwindRows      *ebpf.MapSpec `ebpf:"unwind_rows"`
+	UnwindScratch   *ebpf.MapSpec `ebpf:"unwind_scratch"`
 	Wakeups         *ebpf.MapSpec `ebpf:"wakeups"`
 }
 
@@ -268,6 +318,7 @@ type OffcpuVariableSpecs struct {
 	StatCount         *ebpf.VariableSpec `ebpf:"stat_count"`
 	StateMask         *ebpf.VariableSpec `ebpf:"state_mask"`
 	ThreadSize        *ebpf.VariableSpec `ebpf:"thread_size"`
+	UnwindGen         *ebpf.VariableSpec `ebpf:"unwind_gen"`
 	UserThreadsOnly   *ebpf.VariableSpec `ebpf:"user_threads_only"`
 	WantKernelStacks  *ebpf.VariableSpec `ebpf:"want_kernel_stacks"`
 	WantUserStacks    *ebpf.VariableSpec `ebpf:"want_user_stacks"`
@@ -309,6 +360,9 @@ type OffcpuMaps struct {
 	TargetTids      *ebpf.Map `ebpf:"target_tids"`
 	TaskStarts      *ebpf.Map `ebpf:"task_starts"`
 	Threads         *ebpf.Map `ebpf:"threads"`
+	UnwindProcs     *ebpf.Map `ebpf:"unwind_procs"`
+	UnwindRows      *ebpf.Map `ebpf:"unwind_rows"`
+	UnwindScratch   *ebpf.Map `ebpf:"unwind_scratch"`
 	Wakeups         *ebpf.Map `ebpf:"wakeups"`
 }
 
@@ -329,6 +383,9 @@ func (m *OffcpuMaps) Close() error {
 		m.TargetTids,
 		m.TaskStarts,
 		m.Threads,
+		m.UnwindProcs,
+		m.UnwindRows,
+		m.UnwindScratch,
 		m.Wakeups,
 	)
 }
@@ -349,6 +406,7 @@ type OffcpuVariables struct {
 	StatCount         *ebpf.Variable `ebpf:"stat_count"`
 	StateMask         *ebpf.Variable `ebpf:"state_mask"`
 	ThreadSize        *ebpf.Variable `ebpf:"thread_size"`
+	UnwindGen         *ebpf.Variable `ebpf:"unwind_gen"`
 	UserThreadsOnly   *ebpf.Variable `ebpf:"user_threads_only"`
 	WantKernelStacks  *ebpf.Variable `ebpf:"want_kernel_stacks"`
 	WantUserStacks    *ebpf.Variable `ebpf:"want_user_stacks"`

@@ -9,6 +9,8 @@
 
 typedef __u8 u8;
 typedef __u32 u32;
+typedef __s8 s8;
+typedef __s16 s16;
 typedef __s32 s32;
 typedef __u64 u64;
 typedef __s64 s64;
@@ -22,12 +24,17 @@ struct task_struct {
 	char comm[16];
 } __attribute__((preserve_access_index));
 
+/* The common fields of every classic tracepoint record. */
+struct trace_entry {
+	unsigned short type;
+	unsigned char flags;
+	unsigned char preempt_count;
+	int pid;
+} __attribute__((preserve_access_index));
+
 /* /sys/kernel/tracing/events/sched/sched_waking/format */
 struct trace_event_raw_sched_wakeup_template {
-	unsigned short common_type;
-	unsigned char common_flags;
-	unsigned char common_preempt_count;
-	int common_pid;
+	struct trace_entry ent;
 	int pid;
 } __attribute__((preserve_access_index));
 

@@ -199,6 +199,14 @@ func (s *Session) readStats() error {
 	s.stats.WakerStackLost = get(bpf.OffcpuOffcpuStatSTAT_WAKER_STACK_LOST)
 	s.stats.WakesReused = get(bpf.OffcpuOffcpuStatSTAT_WAKES_REUSED)
 	s.stats.CPUFull = get(bpf.OffcpuOffcpuStatSTAT_CPU_FULL)
+	if s.unw != nil {
+		u := s.unw.snapshotStats()
+		u.Stacks = get(bpf.OffcpuOffcpuStatSTAT_DWARF_STACKS)
+		u.Frames = get(bpf.OffcpuOffcpuStatSTAT_DWARF_FRAMES)
+		u.Ends = get(bpf.OffcpuOffcpuStatSTAT_DWARF_END)
+		u.DepthLimit = get(bpf.OffcpuOffcpuStatSTAT_DWARF_DEPTH)
+		s.stats.Unwind = &u
+	}
 	return nil
 }
 

@@ -92,6 +92,14 @@ type Options struct {
 	MaxThreads   int // remembered switch-outs and thread names (default 65536)
 	StackEntries int // distinct stacks (default 32768)
 	AggEntries   int // distinct (thread, stacks, state) keys (default 65536)
+	// UnwindRows bounds the unwind-table rows loaded for code without
+	// frame pointers, over all files (default 2097152, 8 bytes each).
+	UnwindRows int
+
+	// FramePointersOnly walks every user stack by frame pointers, as
+	// other tools do: stacks through code built without them (glibc on
+	// most distributions) end early.
+	FramePointersOnly bool
 
 	// ForceTracepoint uses the classic sched:sched_switch tracepoint even
 	// where tp_btf works (for testing the fallback).
@@ -112,6 +120,9 @@ func (o *Options) withDefaults() Options {
 	if c.AggEntries == 0 {
 		c.AggEntries = 65536
 	}
+	if c.UnwindRows == 0 {
+		c.UnwindRows = 1 << 21
+	}
 	if c.StateMask == 0 {
 		c.StateMask = 0xf
 	}
@@ -131,7 +142,7 @@ func (o *Options) validate() error {
 	if o.CPUHz < 0 || o.CPUHz > 10000 {
 		return fmt.Errorf("--cpu-hz %d out of range (0 to 10000)", o.CPUHz)
 	}
-	for _, n := range []int{o.MaxThreads, o.StackEntries, o.AggEntries} {
+	for _, n := range []int{o.MaxThreads, o.StackEntries, o.AggEntries, o.UnwindRows} {
 		if n < 0 || n > 1<<24 {
 			return fmt.Errorf("map size %d out of range (1 to %d)", n, 1<<24)
 		}

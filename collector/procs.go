@@ -18,6 +18,8 @@ type procTable struct {
 	mu    sync.Mutex
 	procs map[uint32]*procInfo
 	files *fileCache
+	// onChange, when set, sees each new mapping list of a process.
+	onChange func(pid uint32, ms []mapping)
 }
 
 type procInfo struct {
@@ -65,7 +67,6 @@ func (t *procTable) snapshot(pid uint32) {
 	sort.Slice(ms, func(i, j int) bool { return ms[i].start < ms[j].start })
 
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	info := t.procs[pid]
 	if info == nil {
 		info = &procInfo{pid: pid}
@@ -78,7 +79,28 @@ func (t *procTable) snapshot(pid uint32) {
 	if c, err := p.Comm(); err == nil {
 		info.comm = c
 	}
+	if len(info.snaps) > 0 && sameMappings(info.snaps[0], ms) {
+		t.mu.Unlock()
+		return
+	}
 	info.snaps = append([][]mapping{ms}, info.snaps...)
+	onChange := t.onChange
+	t.mu.Unlock()
+	if onChange != nil {
+		onChange(pid, ms)
+	}
+}
+
+func sameMappings(a, b []mapping) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].start != b[i].start || a[i].end != b[i].end || a[i].offset != b[i].offset || a[i].path != b[i].path {
+			return false
+		}
+	}
+	return true
 }
 
 func nsPid(p procfs.Proc) int {

@@ -103,6 +103,16 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 	sort.Slice(d.records, func(i, j int) bool { return d.records[i].ns > d.records[j].ns })
 	for _, r := range d.records {
 		th := d.threads[r.tid]
+		if n := len(r.user); n > 0 && !r.prestart {
+			fr, _ := sym.user(r.tgid, r.user[n-1]-1)
+			if isThreadStart(fr.fn) {
+				s.stats.CompleteStacks++
+				s.stats.CompleteTime += durationNs(r.ns)
+			} else {
+				s.stats.TruncatedStacks++
+				s.stats.TruncatedTime += durationNs(r.ns)
+			}
+		}
 		locs := b.stack(r.tgid, trimKernel(r.kernel, sym.kern), r.user, r.userErr, isKernelThread(r))
 		if r.prestart && !r.kthread {
 			locs = append(locs, b.marker("[user stack: blocked since before the recording]"))
@@ -247,6 +257,27 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 	return off, wake, offwake, nil
 }
 
+// threadStarts are the outermost frames of a whole user stack: where the
+// C library, the dynamic loader's entry and the Go runtime start threads.
+var threadStarts = map[string]bool{
+	"clone": true, "__clone": true, "clone3": true, "__clone3": true, "__GI___clone": true, "__GI___clone3": true,
+	"start_thread": true, "_start": true, "__libc_start_main": true, "__libc_start_call_main": true,
+	"runtime.goexit": true, "runtime.goexit.abi0": true, "runtime.mstart": true, "runtime.mstart.abi0": true, "runtime.rt0_go": true, "runtime.rt0_go.abi0": true,
+}
+
+// isThreadStart reports whether fn is the outermost frame of a thread.
+func isThreadStart(fn string) bool { return threadStarts[fn] }
+
+// CompleteShare is the share of off-CPU time whose user stack reaches a
+// thread-start frame, or -1 without user stacks.
+func (s *Stats) CompleteShare() float64 {
+	t := s.CompleteTime + s.TruncatedTime
+	if t == 0 {
+		return -1
+	}
+	return float64(s.CompleteTime) / float64(t)
+}
+
 func (s *Session) finishProfile(p *profile.Profile) {
 	st := s.stats
 	p.TimeNanos = s.start.UnixNano()
@@ -259,6 +290,14 @@ func (s *Session) finishProfile(p *profile.Profile) {
 		fmt.Sprintf("stacks_reused=%d wakes_reused=%d (same syscall, argument and user registers as the thread's previous sleep or wake-up)", st.StacksReused, st.WakesReused),
 		fmt.Sprintf("open_intervals=%d (%v): threads still off-CPU at the end, counted up to the end", st.OpenIntervals, st.OpenTime.Round(time.Microsecond)),
 	)
+	if share := st.CompleteShare(); share >= 0 {
+		p.Comments = append(p.Comments, fmt.Sprintf("user stacks reaching a thread start: %.1f%% of off-CPU time; complete=%d truncated=%d distinct stacks",
+			100*share, st.CompleteStacks, st.TruncatedStacks))
+	}
+	if u := st.Unwind; u != nil {
+		p.Comments = append(p.Comments, fmt.Sprintf("unwind tables: files=%d rows=%d/%d processes=%d frame_pointer_files=%d failed=%d rows_full=%d; walks=%d frames=%d reached_start=%d depth_limit=%d",
+			u.Files, u.Rows, u.RowCapacity, u.Processes, u.FramePointers, u.Failed, u.RowsFull, u.Stacks, u.Frames, u.Ends, u.DepthLimit))
+	}
 	for _, w := range st.Warnings {
 		p.Comments = append(p.Comments, "warning: "+w)
 	}

@@ -34,13 +34,17 @@ import (
 
 // Session is one recording. It is safe to call AddPID from any goroutine.
 type Session struct {
-	opts   Options
-	coll   *ebpf.Collection
-	links  []link.Link
-	rd     *ringbuf.Reader
-	procs  *procTable
-	attach string
-	start  time.Time
+	opts     Options
+	coll     *ebpf.Collection
+	links    []link.Link
+	rd       *ringbuf.Reader
+	procs    *procTable
+	attach   string
+	fallback string // why tp_btf was not used, when it failed
+
+	unw              *unwinder // nil with FramePointersOnly
+	unwStop, unwDone chan struct{}
+	start            time.Time
 	// flushIter: open intervals are flushed by the iter/task program
 	// (tp_btf); otherwise read from the starts map.
 	flushIter bool
@@ -91,6 +95,13 @@ type Stats struct {
 	CPUFull    uint64 // on-CPU samples dropped: map full
 
 	Programs []ProgramStat // with Options.Stats
+
+	Unwind *UnwindStats // .eh_frame unwinding; nil with FramePointersOnly
+	// User stacks of the off-CPU profile that reach a thread-start frame
+	// (clone3, start_thread, _start, runtime.goexit...) versus the others,
+	// by distinct stack and by off-CPU time.
+	CompleteStacks, TruncatedStacks int
+	CompleteTime, TruncatedTime     time.Duration
 }
 
 // ProgramStat is the kernel's run-time accounting of one BPF program.
@@ -218,6 +229,9 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 	}
 	if opts.ForceTracepoint || err != nil {
 		btfErr := err
+		if btfErr != nil {
+			s.fallback = fmt.Sprintf("tp_btf programs not loaded, using classic tracepoints: %v", btfErr)
+		}
 		if err = s.load(cgroupID, false); err != nil {
 			s.closeBPF()
 			if btfErr != nil && !errors.Is(err, errPermission) {
@@ -252,6 +266,14 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 	}
 	s.rd = rd
 	go s.readEvents()
+	if s.unw != nil {
+		s.unwStop = make(chan struct{})
+		s.unwDone = make(chan struct{})
+		go func() {
+			defer close(s.unwDone)
+			s.unw.run(s.procs, s.unwStop)
+		}()
+	}
 	return s, nil
 }
 
@@ -321,6 +343,9 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 	spec.Maps[bpf.OffcpuMapWakeups].MaxEntries = uint32(o.AggEntries)
 	spec.Maps[bpf.OffcpuMapCpuSamples].MaxEntries = uint32(o.AggEntries)
 	spec.Maps[bpf.OffcpuMapLastWaker].MaxEntries = uint32(o.MaxThreads)
+	if !o.FramePointersOnly {
+		spec.Maps[bpf.OffcpuMapUnwindRows].MaxEntries = uint32(o.UnwindRows)
+	}
 
 	btfProgs := []string{bpf.OffcpuProgOffcpuSwitch, bpf.OffcpuProgOffcpuFork, bpf.OffcpuProgOffcpuExec, bpf.OffcpuProgOffcpuRename, bpf.OffcpuProgOffcpuWaking}
 	tpProgs := []string{bpf.OffcpuProgOffcpuSwitchTp, bpf.OffcpuProgOffcpuForkTp, bpf.OffcpuProgOffcpuRenameTp, bpf.OffcpuProgOffcpuWakingTp}
@@ -343,16 +368,28 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 	coll, err := ebpf.NewCollection(spec)
 	s.start = time.Now() // the window recorded starts when probes attach
 	if err != nil {
-		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
-			return errPermission
-		}
+		// The verifier answers EACCES too: look at its log first.
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
+			if os.Getenv("OFFCPU_VERIFIER_LOG") != "" {
+				fmt.Fprintf(os.Stderr, "%+v\n", ve)
+			}
 			return fmt.Errorf("the kernel rejected the %s programs: %v", s.attach, ve)
+		}
+		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+			return errPermission
 		}
 		return fmt.Errorf("creating BPF maps and programs (%s): %w; if a map is too large, lower --max-threads, --stack-entries or --agg-entries", s.attach, err)
 	}
 	s.coll = coll
+	if !o.FramePointersOnly {
+		s.unw = newUnwinder(coll, uint32(o.UnwindRows))
+		s.procs.onChange = s.unw.update
+		// Tables before the probes attach: the first sleeps walk whole.
+		for _, p := range o.PIDs {
+			s.procs.snapshot(uint32(p))
+		}
+	}
 	if err := s.fillTargets(); err != nil {
 		return err
 	}
@@ -467,11 +504,18 @@ func (s *Session) closeBPF() {
 func (s *Session) Stop() (*profile.Profile, error) {
 	s.stopOnce.Do(func() {
 		s.stats.Attach = s.attach
+		if s.fallback != "" {
+			s.stats.Warnings = append(s.stats.Warnings, s.fallback)
+		}
 		if s.flushIter {
 			// A failure here costs only the open intervals: keep going.
 			if err := s.flushOpen(); err != nil {
 				s.stats.Warnings = append(s.stats.Warnings, fmt.Sprintf("open intervals not counted: %v", err))
 			}
+		}
+		if s.unwStop != nil {
+			close(s.unwStop)
+			<-s.unwDone
 		}
 		// Detach first so that the maps no longer change while drained.
 		for _, l := range s.links {
@@ -526,6 +570,9 @@ func (s *Session) markWindowStart() error {
 // flushOpen runs the iter/task program once: every thread still off-CPU
 // gets its interval so far accounted, flagged open.
 func (s *Session) flushOpen() error {
+	if s.coll.Programs[bpf.OffcpuProgOffcpuFlushOpen] == nil {
+		return nil // tracepoint mode: no task storage to walk
+	}
 	it, err := link.AttachIter(link.IterOptions{Program: s.coll.Programs[bpf.OffcpuProgOffcpuFlushOpen]})
 	if err != nil {
 		return fmt.Errorf("attaching the open-interval iterator: %w", err)

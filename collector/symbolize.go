@@ -133,7 +133,12 @@ func elfSymbols(ef *elf.File) []elfSym {
 			if (t != elf.STT_FUNC && t != elf.STT_GNU_IFUNC) || s.Value == 0 || s.Section == elf.SHN_UNDEF {
 				continue
 			}
-			out = append(out, elfSym{addr: s.Value, size: s.Size, name: s.Name})
+			name := s.Name
+			// Versioned names (pthread_cond_wait@@GLIBC_2.3.2) read as the call site spells them.
+			if i := strings.IndexByte(name, '@'); i > 0 {
+				name = name[:i]
+			}
+			out = append(out, elfSym{addr: s.Value, size: s.Size, name: name})
 		}
 	}
 	if syms, err := ef.Symbols(); err == nil {

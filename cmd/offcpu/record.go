@@ -41,6 +41,8 @@ type recordFlags struct {
 	folded             string
 	maxThreads         int
 	stackEntries       int
+	unwindRows         int
+	fpOnly             bool
 	aggEntries         int
 	stats              bool
 	follow             bool
@@ -92,7 +94,9 @@ written.`,
 	fl.StringVarP(&f.output, "output", "o", "offcpu.pb.gz", "pprof output file (gzipped profile.proto)")
 	fl.StringVar(&f.folded, "folded", "", "also write folded stacks (µs) to this file")
 	fl.IntVar(&f.maxThreads, "max-threads", 65536, "threads tracked at once (BPF map size)")
-	fl.IntVar(&f.stackEntries, "stack-entries", 32768, "distinct stacks kept (BPF stack map size; a stack map has no chaining, so keep it well above the stacks expected)")
+	fl.IntVar(&f.stackEntries, "stack-entries", 32768, "distinct stacks kept (BPF hash map size)")
+	fl.IntVar(&f.unwindRows, "unwind-rows", 1<<21, "unwind-table rows kept for code without frame pointers, over all files (8 bytes each)")
+	fl.BoolVar(&f.fpOnly, "frame-pointers-only", false, "walk user stacks by frame pointers only, as other tools do (stacks through code built without them end early)")
 	fl.IntVar(&f.aggEntries, "agg-entries", 65536, "distinct (thread, stack, state) keys kept (BPF map size)")
 	fl.BoolVar(&f.stats, "stats", false, "print the mean cost of each BPF program run (enables kernel.bpf_stats_enabled while recording)")
 	fl.BoolVar(&f.follow, "follow-forks", true, "also record processes that the targets start")
@@ -132,6 +136,7 @@ func runRecord(stderr io.Writer, f *recordFlags, command []string) error {
 		NoUserStacks: f.noUserStacks, NoKernelStacks: f.noKernelStacks, NoStackReuse: f.noStackReuse, NoWakeups: f.noWakeups, CPUHz: f.cpuHz,
 		FollowForks: f.follow, TargetsOnly: len(command) > 0,
 		MaxThreads: f.maxThreads, StackEntries: f.stackEntries, AggEntries: f.aggEntries,
+		UnwindRows: f.unwindRows, FramePointersOnly: f.fpOnly,
 		ForceTracepoint: f.tracepoint, Stats: f.stats,
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -365,6 +370,17 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 	}
 	if st.StacksReused > 0 {
 		fmt.Fprintf(w, "stacks reused: %d switch-outs (same syscall and user registers as the thread's last sleep)\n", st.StacksReused)
+	}
+	if share := st.CompleteShare(); share >= 0 {
+		fmt.Fprintf(w, "user stacks reaching a thread start: %.1f%% of off-CPU time (%d complete, %d truncated distinct stacks)\n",
+			100*share, st.CompleteStacks, st.TruncatedStacks)
+	}
+	if u := st.Unwind; u != nil && u.Files > 0 {
+		fmt.Fprintf(w, "unwind tables: %d files without frame pointers (%d rows of %d), %d processes; %d stacks walked with them, %d reached the thread start\n",
+			u.Files, u.Rows, u.RowCapacity, u.Processes, u.Stacks, u.Ends)
+		if u.RowsFull > 0 {
+			fmt.Fprintf(w, "offcpu: warning: %d files left to frame pointers for lack of room: raise --unwind-rows\n", u.RowsFull)
+		}
 	}
 	if st.NoStart > 0 {
 		fmt.Fprintf(w, "blocked since before the start: %d threads (counted from the start, kernel stacks only; label interval=before-start or whole)\n", st.NoStart)

@@ -1,0 +1,197 @@
+package collector
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+)
+
+// chains are the blocker's threads: the functions each must show, outermost
+// first, from the thread start down to the libc call.
+var blockerChains = map[string][]string{
+	"cond":  {"start_thread", "run_cond", "cond_a", "cond_b", "cond_c", "pthread_cond_wait"},
+	"sleep": {"start_thread", "run_sleep", "sleep_a", "sleep_b", "sleep_c", "nanosleep"},
+	"read":  {"start_thread", "run_read", "read_a", "read_b", "read_c", "read"},
+	"epoll": {"start_thread", "run_epoll", "epoll_a", "epoll_b", "epoll_c", "epoll_wait"},
+}
+
+// userFuncs returns a sample's user function names, outermost first.
+func userFuncs(s *profile.Sample) []string {
+	var out []string
+	for i := len(s.Location) - 1; i >= 0; i-- {
+		l := s.Location[i]
+		if l.Mapping != nil && l.Mapping.File == KernelMapping {
+			break
+		}
+		for j := len(l.Line) - 1; j >= 0; j-- {
+			if f := l.Line[j].Function; f != nil {
+				out = append(out, f.Name)
+			}
+		}
+	}
+	return out
+}
+
+// libc names its entry points with prefixes (__GI___nanosleep,
+// __libc_read, __pthread_cond_wait...): match the base name.
+func sameFunc(got, want string) bool {
+	if got == want {
+		return true
+	}
+	base := strings.TrimLeft(strings.TrimPrefix(strings.TrimPrefix(got, "__GI_"), "__libc_"), "_")
+	return base == want || strings.TrimPrefix(base, "pthread_") == strings.TrimPrefix(want, "pthread_") && strings.HasPrefix(want, "pthread_")
+}
+
+// hasChain reports whether funcs holds want in order, each next one the
+// very next frame except inside libc (where wrappers may nest).
+func hasChain(funcs, want []string) bool {
+	i := 0
+	for _, f := range funcs {
+		if i < len(want) && sameFunc(f, want[i]) {
+			i++
+			continue
+		}
+		if i > 0 && i < len(want)-1 {
+			return false // a frame missing between two of the program's functions
+		}
+	}
+	return i == len(want)
+}
+
+func buildBlocker(t *testing.T, flags ...string) string {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Fatal("gcc not found: apt-get install gcc")
+	}
+	bin := filepath.Join(t.TempDir(), "blocker")
+	args := append([]string{"-O2", "-g0", "-pthread", "-o", bin, "testdata/unwind/blocker.c"}, flags...)
+	build(t, "gcc", args...)
+	return bin
+}
+
+// blockedChains records the blocker and returns, per thread kind, the
+// off-CPU time under the whole chain and in all.
+func recordBlocker(t *testing.T, bin string, opts Options, byPID bool) (whole, all map[string]int64, p *profile.Profile, st Stats) {
+	t.Helper()
+	cmd := exec.Command(bin, "1500")
+	cmd.Stderr = os.Stderr
+	var s *Session
+	var err error
+	if byPID {
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // let libc and the threads come up
+		opts.PIDs = []int{cmd.Process.Pid}
+		if s, err = Start(context.Background(), opts); err != nil {
+			cmd.Process.Kill()
+			t.Fatalf("Start: %v", err)
+		}
+	} else {
+		opts.TargetsOnly = true
+		if s, err = Start(context.Background(), opts); err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		if err := s.StartCommand(cmd); err != nil {
+			s.Stop()
+			t.Fatalf("StartCommand: %v", err)
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		s.Stop()
+		t.Fatalf("blocker: %v", err)
+	}
+	p, err = s.Stop()
+	if err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	whole, all = map[string]int64{}, map[string]int64{}
+	for _, smp := range p.Sample {
+		funcs := userFuncs(smp)
+		for kind, chain := range blockerChains {
+			if containsFunc(funcs, chain[1]) {
+				all[kind] += smp.Value[0]
+				if hasChain(funcs, chain) {
+					whole[kind] += smp.Value[0]
+				}
+			}
+		}
+	}
+	return whole, all, p, s.Stats()
+}
+
+func containsFunc(funcs []string, name string) bool {
+	for _, f := range funcs {
+		if f == name {
+			return true
+		}
+	}
+	return false
+}
+
+func TestUnwindWithoutFramePointers(t *testing.T) {
+	requireBPF(t)
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		byPID bool
+		min   float64 // share of off-CPU time with whole stacks
+	}{
+		{"omit-frame-pointer/pid", []string{"-fomit-frame-pointer"}, true, 0.95},
+		// The first sleeps of a started command may precede the loading of
+		// its libraries' tables.
+		{"omit-frame-pointer/command", []string{"-fomit-frame-pointer"}, false, 0.9},
+		{"frame-pointer/pid", []string{"-fno-omit-frame-pointer"}, true, 0.95},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bin := buildBlocker(t, tc.flags...)
+			whole, all, p, st := recordBlocker(t, bin, Options{NoWakeups: true}, tc.byPID)
+			for kind, chain := range blockerChains {
+				if all[kind] == 0 {
+					t.Errorf("%s thread: no off-CPU time recorded under %s", kind, chain[1])
+					continue
+				}
+				if share := float64(whole[kind]) / float64(all[kind]); share < tc.min {
+					t.Errorf("%s thread: %.1f%% of its off-CPU time has the whole chain %v", kind, 100*share, chain)
+					for _, smp := range p.Sample {
+						if f := userFuncs(smp); containsFunc(f, chain[1]) && !hasChain(f, chain) {
+							t.Logf("  partial: %v", f)
+						}
+					}
+				}
+			}
+			if st.Unwind == nil || st.Unwind.Files == 0 || st.Unwind.Stacks == 0 {
+				t.Errorf("no unwind tables used: %+v", st.Unwind)
+			}
+			if share := st.CompleteShare(); share < tc.min {
+				t.Errorf("user stacks reaching a thread start: %.1f%% of off-CPU time, want at least %.0f%%", 100*share, 100*tc.min)
+			}
+			t.Logf("complete %.1f%% (%d stacks complete, %d truncated); tables: %+v", 100*st.CompleteShare(), st.CompleteStacks, st.TruncatedStacks, *st.Unwind)
+		})
+	}
+}
+
+// Frame pointers alone lose the program's frames under libc: the test
+// above would fail without the tables.
+func TestFramePointersOnlyTruncates(t *testing.T) {
+	requireBPF(t)
+	bin := buildBlocker(t, "-fomit-frame-pointer")
+	whole, all, _, st := recordBlocker(t, bin, Options{NoWakeups: true, FramePointersOnly: true}, true)
+	for kind, chain := range blockerChains {
+		if whole[kind] != 0 {
+			t.Errorf("%s thread: whole chain %v found with frame pointers only (%d of %d ns)", kind, chain, whole[kind], all[kind])
+		}
+	}
+	if st.Unwind != nil {
+		t.Errorf("unwind stats present with FramePointersOnly: %+v", st.Unwind)
+	}
+	if share := st.CompleteShare(); share > 0.5 {
+		t.Errorf("frame pointers alone reached the thread start for %.1f%% of off-CPU time", 100*share)
+	}
+}

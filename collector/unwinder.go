@@ -1,0 +1,269 @@
+package collector
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/prometheus/procfs"
+
+	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/collector/unwind"
+)
+
+// unwinder gives the BPF programs the unwind tables of code built without
+// frame pointers: each file's rows once in unwind_rows, and per process
+// the mappings that use them in unwind_procs. Processes whose code all
+// keeps frame pointers stay out and keep the kernel's fast walker.
+type unwinder struct {
+	rows  *ebpf.Map
+	procs *ebpf.Map
+	gen   *ebpf.Variable
+
+	mu      sync.Mutex
+	cap     uint32
+	next    uint32                 // first free row
+	files   map[*symFile]*fileRows // by open file: same identity as the symbolizer's
+	entries map[uint32]string      // tgid -> the mapping list last written
+	scans   map[uint32]*rescan     // live processes and when to look at their mappings again
+	stats   UnwindStats
+	gens    uint32
+}
+
+// UnwindStats describes the unwind tables loaded for .eh_frame unwinding.
+type UnwindStats struct {
+	Files         int    // files whose tables were loaded
+	FramePointers int    // files walked by frame pointers (kept rbp frames, or no .eh_frame)
+	Failed        int    // files whose .eh_frame could not be read
+	Rows          uint32 // rows used of RowCapacity
+	RowCapacity   uint32
+	RowsFull      int // files left to frame pointers: no room for their rows
+	Processes     int // processes walked with tables
+	MapsDropped   int // mappings beyond the per-process limit, walked by frame pointers
+
+	// From the BPF programs.
+	Stacks     uint64 // user stacks walked with tables
+	Frames     uint64 // frames found through rows
+	Ends       uint64 // walks that reached the thread's start
+	DepthLimit uint64 // walks cut at 127 frames
+}
+
+type fileRows struct {
+	first, count uint32
+	fp           bool // frame pointers suffice: no rows needed
+	loads        []elf.ProgHeader
+}
+
+type rescan struct {
+	next  time.Time
+	every time.Duration
+}
+
+func newUnwinder(coll *ebpf.Collection, capacity uint32) *unwinder {
+	return &unwinder{
+		rows:    coll.Maps[bpf.OffcpuMapUnwindRows],
+		procs:   coll.Maps[bpf.OffcpuMapUnwindProcs],
+		gen:     coll.Variables[bpf.OffcpuVarUnwindGen],
+		cap:     capacity,
+		files:   map[*symFile]*fileRows{},
+		entries: map[uint32]string{},
+		scans:   map[uint32]*rescan{},
+		stats:   UnwindStats{RowCapacity: capacity},
+	}
+}
+
+// table returns f's rows, loading them on first use.
+func (u *unwinder) table(f *symFile) *fileRows {
+	if fr, ok := u.files[f]; ok {
+		return fr
+	}
+	fr := &fileRows{fp: true}
+	u.files[f] = fr
+	if f.fh == nil {
+		u.stats.Failed++
+		return fr
+	}
+	ef, err := elf.NewFile(f.fh)
+	if err != nil {
+		u.stats.Failed++
+		return fr
+	}
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_LOAD {
+			fr.loads = append(fr.loads, p.ProgHeader)
+		}
+	}
+	t, err := unwind.FromELF(ef)
+	if err != nil {
+		u.stats.Failed++
+		return fr
+	}
+	if t.FramePointers() {
+		u.stats.FramePointers++
+		return fr
+	}
+	n := uint32(len(t.Rows))
+	if uint64(u.next)+uint64(n) > uint64(u.cap) {
+		u.stats.RowsFull++
+		return fr
+	}
+	keys := make([]uint32, 0, n)
+	vals := make([]bpf.OffcpuUnwindRow, 0, n)
+	for i, r := range t.Rows {
+		if r.PC > 0xffffffff {
+			break // beyond what a row holds: the rest falls back to frame pointers
+		}
+		keys = append(keys, u.next+uint32(i))
+		vals = append(vals, bpf.OffcpuUnwindRow{Pc: uint32(r.PC), CfaOff: r.CFAOffset, Kind: uint8(r.Kind), RbpOff: r.RBPOffset})
+	}
+	if err := u.writeRows(keys, vals); err != nil {
+		u.stats.Failed++
+		return fr
+	}
+	fr.fp = false
+	fr.first, fr.count = u.next, uint32(len(keys))
+	u.next += fr.count
+	u.stats.Files++
+	u.stats.Rows = u.next
+	return fr
+}
+
+func (u *unwinder) writeRows(keys []uint32, vals []bpf.OffcpuUnwindRow) error {
+	for len(keys) > 0 {
+		n := min(len(keys), 65536)
+		if _, err := u.rows.BatchUpdate(keys[:n], vals[:n], nil); err != nil {
+			if !errors.Is(err, ebpf.ErrNotSupported) {
+				return err
+			}
+			for i := range n {
+				if err := u.rows.Update(keys[i], vals[i], ebpf.UpdateAny); err != nil {
+					return err
+				}
+			}
+		}
+		keys, vals = keys[n:], vals[n:]
+	}
+	return nil
+}
+
+// update writes the process's entry from its executable mappings: the
+// ones whose code needs tables. A process needing none is removed.
+func (u *unwinder) update(pid uint32, ms []mapping) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if _, ok := u.scans[pid]; !ok {
+		u.scans[pid] = &rescan{next: time.Now().Add(10 * time.Millisecond), every: 10 * time.Millisecond}
+	}
+	var entry bpf.OffcpuUnwindProc
+	key := ""
+	for _, m := range ms {
+		if m.file == nil {
+			continue
+		}
+		fr := u.table(m.file)
+		if fr.fp || fr.count == 0 {
+			continue
+		}
+		bias, ok := loadBias(fr.loads, m)
+		if !ok {
+			continue
+		}
+		if int(entry.N) == len(entry.Maps) {
+			u.stats.MapsDropped++
+			break
+		}
+		entry.Maps[entry.N] = bpf.OffcpuUnwindMap{Start: m.start, End: m.end, Bias: bias, First: fr.first, Count: fr.count}
+		entry.N++
+		key += fmt.Sprintf("%x-%x:%x:%d;", m.start, m.end, bias, fr.first)
+	}
+	if u.entries[pid] == key {
+		return
+	}
+	if key == "" {
+		u.procs.Delete(pid)
+		delete(u.entries, pid)
+	} else {
+		if err := u.procs.Update(pid, &entry, ebpf.UpdateAny); err != nil {
+			return // map full: this process keeps frame pointers
+		}
+		u.entries[pid] = key
+	}
+	u.stats.Processes = len(u.entries)
+	// Stacks cached from before this change must be walked again.
+	u.gens++
+	if u.gen != nil {
+		u.gen.Set(u.gens)
+	}
+}
+
+// loadBias is pc - (ELF virtual address) for mapping m of a file with the
+// given PT_LOAD segments.
+func loadBias(loads []elf.ProgHeader, m mapping) (uint64, bool) {
+	for _, p := range loads {
+		if p.Flags&elf.PF_X != 0 && m.offset >= p.Off && m.offset < p.Off+p.Filesz {
+			return m.start - m.offset + p.Off - p.Vaddr, true
+		}
+	}
+	return 0, false
+}
+
+// due returns the processes whose mappings should be read again now: the
+// dynamic loader and dlopen map code after a process is first seen, so
+// each is looked at after 10, 20, 40 ... ms, then every 10 s.
+func (u *unwinder) due(now time.Time) []uint32 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var out []uint32
+	for pid, r := range u.scans {
+		if now.Before(r.next) {
+			continue
+		}
+		r.every = min(2*r.every, 10*time.Second)
+		r.next = now.Add(r.every)
+		out = append(out, pid)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// forget drops an exited process.
+func (u *unwinder) forget(pid uint32) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	delete(u.scans, pid)
+	if _, ok := u.entries[pid]; ok {
+		u.procs.Delete(pid)
+		delete(u.entries, pid)
+		u.stats.Processes = len(u.entries)
+	}
+}
+
+// run rescans mappings until stop is closed.
+func (u *unwinder) run(procs *procTable, stop <-chan struct{}) {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-tick.C:
+			for _, pid := range u.due(now) {
+				if _, err := procfs.NewProc(int(pid)); err != nil || !processExists(int(pid)) {
+					u.forget(pid)
+					continue
+				}
+				procs.snapshot(pid) // kept only if the mappings changed
+			}
+		}
+	}
+}
+
+func (u *unwinder) snapshotStats() UnwindStats {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.stats
+}
