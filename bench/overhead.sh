@@ -2,7 +2,10 @@
 # Cost of recording off-CPU stacks system-wide, side by side in one run:
 # (a) nothing, (b) libbpf-tools offcputime, (c) offcpu record without
 # wake-ups, (d) libbpf-tools wakeuptime, (e) offcpu record with wake-ups
-# (its default; on-CPU sampling off in both offcpu runs).
+# (its default; on-CPU sampling off in all offcpu runs), and the cost of
+# .eh_frame unwinding: (f) frame pointers only, (g, h) every switch walked
+# (--no-stack-reuse) with and without unwind tables. The ping-pong is a
+# C program on glibc, whose code has no frame pointers here.
 # A C ping-pong pinned to one CPU makes ~2 context switches per round.
 # Reports ns per sched_switch program run (kernel bpf_stats) and the
 # workload's slowdown. Needs root. Usage: bench/overhead.sh [ROUNDS] [REPEATS]
@@ -33,6 +36,7 @@ print(f"{ns/cnt if cnt else 0:.0f} {cnt}")' "$1"
 }
 
 declare -a base tool ours wtool wours tool_cost ours_cost wtool_cost wours_switch wours_wake
+declare -a fp fp_cost walk walk_cost fpwalk fpwalk_cost
 # run_tool CMD... : starts a libbpf-tools recorder, runs the workload, prints
 # "WALL COST" for programs named $PAT.
 run_tool() {
@@ -64,6 +68,9 @@ for i in $(seq "$REPEATS"); do
 		PAT=sched_switch; r=$(run_tool "$OFFCPUTIME" 600); tool+=("${r%% *}"); tool_cost+=("${r##* }")
 	fi
 	r=($(run_ours --no-wakeups)); ours+=("${r[0]}"); ours_cost+=("${r[1]}")
+	r=($(run_ours --no-wakeups --frame-pointers-only)); fp+=("${r[0]}"); fp_cost+=("${r[1]}")
+	r=($(run_ours --no-wakeups --no-stack-reuse)); walk+=("${r[0]}"); walk_cost+=("${r[1]}")
+	r=($(run_ours --no-wakeups --no-stack-reuse --frame-pointers-only)); fpwalk+=("${r[0]}"); fpwalk_cost+=("${r[1]}")
 	if [ -n "$WAKEUPTIME" ]; then
 		PAT=sched_wakeup; r=$(run_tool "$WAKEUPTIME" 600); wtool+=("${r%% *}"); wtool_cost+=("${r##* }")
 	fi
@@ -86,6 +93,10 @@ if [ ${#tool[@]} -gt 0 ]; then
 fi
 o=$(median "${ours[@]}")
 printf '%-34s %10s %9s %16s\n' "offcpu record --no-wakeups" "$(ms "$o")" "$(pct "$o" "$b")" "$(median "${ours_cost[@]}") /switch"
+row() { local label=$1; shift; local -n w=$1 c=$2; local m; m=$(median "${w[@]}"); printf '%-34s %10s %9s %16s\n' "$label" "$(ms "$m")" "$(pct "$m" "$b")" "$(median "${c[@]}") /switch"; }
+row "  --frame-pointers-only" fp fp_cost
+row "  --no-stack-reuse (tables)" walk walk_cost
+row "  --no-stack-reuse --fp-only" fpwalk fpwalk_cost
 if [ ${#wtool[@]} -gt 0 ]; then
 	t=$(median "${wtool[@]}")
 	printf '%-34s %10s %9s %16s\n' "libbpf-tools wakeuptime" "$(ms "$t")" "$(pct "$t" "$b")" "$(median "${wtool_cost[@]}") /wakeup"

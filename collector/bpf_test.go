@@ -507,3 +507,22 @@ func TestBlockedBeforeStart(t *testing.T) {
 		t.Errorf("blocked for the whole %v recording: %v (all: %v)", time.Duration(window), time.Duration(v), sum)
 	}
 }
+
+// System-wide under classic tracepoints, sched_waking reads the record's
+// common flags; a wrong field path there once kept the programs from
+// loading.
+func TestTracepointWakeupsSystemWide(t *testing.T) {
+	requireBPF(t)
+	s, err := Start(context.Background(), Options{ForceTracepoint: true})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if _, err := s.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	st := s.Stats()
+	if st.Attach != "tracepoint" || st.Wakeups == 0 {
+		t.Errorf("attach %s, %d wake-ups: want tracepoint with wake-ups", st.Attach, st.Wakeups)
+	}
+}

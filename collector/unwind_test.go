@@ -142,16 +142,21 @@ func TestUnwindWithoutFramePointers(t *testing.T) {
 		flags []string
 		byPID bool
 		min   float64 // share of off-CPU time with whole stacks
+		tp    bool
 	}{
-		{"omit-frame-pointer/pid", []string{"-fomit-frame-pointer"}, true, 0.95},
+		{"omit-frame-pointer/pid", []string{"-fomit-frame-pointer"}, true, 0.95, false},
 		// The first sleeps of a started command may precede the loading of
 		// its libraries' tables.
-		{"omit-frame-pointer/command", []string{"-fomit-frame-pointer"}, false, 0.9},
-		{"frame-pointer/pid", []string{"-fno-omit-frame-pointer"}, true, 0.95},
+		{"omit-frame-pointer/command", []string{"-fomit-frame-pointer"}, false, 0.9, false},
+		{"frame-pointer/pid", []string{"-fno-omit-frame-pointer"}, true, 0.95, false},
+		{"omit-frame-pointer/tracepoint", []string{"-fomit-frame-pointer"}, true, 0.95, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bin := buildBlocker(t, tc.flags...)
-			whole, all, p, st := recordBlocker(t, bin, Options{NoWakeups: true}, tc.byPID)
+			whole, all, p, st := recordBlocker(t, bin, Options{NoWakeups: true, ForceTracepoint: tc.tp}, tc.byPID)
+			if want := map[bool]string{true: "tracepoint", false: "tp_btf"}[tc.tp]; st.Attach != want {
+				t.Fatalf("attached with %s, want %s", st.Attach, want)
+			}
 			for kind, chain := range blockerChains {
 				if all[kind] == 0 {
 					t.Errorf("%s thread: no off-CPU time recorded under %s", kind, chain[1])
