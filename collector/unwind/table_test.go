@@ -202,3 +202,22 @@ func TestCorruptEhFrame(t *testing.T) {
 		}
 	}
 }
+
+// Building libc's table: done once per file when a process maps it.
+func BenchmarkFromELFLibc(b *testing.B) {
+	ef, err := elf.Open("/lib/x86_64-linux-gnu/libc.so.6")
+	if err != nil {
+		b.Skip(err)
+	}
+	defer ef.Close()
+	b.ReportAllocs()
+	var rows int
+	for b.Loop() {
+		t, err := FromELF(ef)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rows = len(t.Rows)
+	}
+	b.ReportMetric(float64(rows), "rows")
+}

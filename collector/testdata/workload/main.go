@@ -35,14 +35,14 @@ func main() {
 	var mu sync.Mutex
 	var results []result
 	var wg sync.WaitGroup
-	run := func(name string, exit bool, body func()) {
+	// Every named thread ends with its goroutine (exit): an unlocked one
+	// would go back to the runtime's pool and could be renamed by the
+	// next, mixing two roles under one name.
+	run := func(name string, body func()) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			runtime.LockOSThread()
-			if !exit {
-				defer runtime.UnlockOSThread()
-			} // else: the goroutine returns locked and Go ends the thread.
+			runtime.LockOSThread() // never unlocked: Go ends the thread with the goroutine
 			unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&append([]byte(name), 0)[0])), 0, 0, 0)
 			start := time.Now()
 			body()
@@ -54,10 +54,10 @@ func main() {
 	if *mode == "wake" {
 		runWake(run)
 	} else {
-		run("wl-nanosleep", false, napLoop)
-		run("wl-futex", false, futexLoop)
-		run("wl-epoll", false, epollLoop)
-		run("wl-exiting", true, exitingLoop)
+		run("wl-nanosleep", napLoop)
+		run("wl-futex", futexLoop)
+		run("wl-epoll", epollLoop)
+		run("wl-exiting", exitingLoop)
 	}
 	wg.Wait()
 	json.NewEncoder(os.Stdout).Encode(results)
@@ -124,19 +124,19 @@ const futexWaitPrivate = 0 | 128 // FUTEX_WAIT | FUTEX_PRIVATE_FLAG
 // in epoll_wait on an eventfd that a producer writes while it sleeps; a
 // futex waiter and its releaser; a timer sleeper sharing CPU 0 with a
 // thread that only spins.
-func runWake(run func(string, bool, func())) {
+func runWake(run func(string, func())) {
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
 	if err != nil {
 		panic(err)
 	}
 	var sleeperDone atomic.Bool
 	var word atomic.Uint32
-	run("wl-loop", false, func() { loopTID.Store(int32(unix.Gettid())); eventLoop(efd, *rounds) })
-	run("wl-producer", false, func() { produceEvents(efd, *rounds) })
-	run("wl-waiter", false, func() { waitLoop(&word, *rounds) })
-	run("wl-releaser", false, func() { releaseLoop(&word, *rounds) })
-	run("wl-sleeper", false, func() { pinCPU0(); timerSleeps(*rounds); sleeperDone.Store(true) })
-	run("wl-spinner", false, func() { pinCPU0(); spin(&sleeperDone) })
+	run("wl-loop", func() { loopTID.Store(int32(unix.Gettid())); eventLoop(efd, *rounds) })
+	run("wl-producer", func() { produceEvents(efd, *rounds) })
+	run("wl-waiter", func() { waitLoop(&word, *rounds) })
+	run("wl-releaser", func() { releaseLoop(&word, *rounds) })
+	run("wl-sleeper", func() { pinCPU0(); timerSleeps(*rounds); sleeperDone.Store(true) })
+	run("wl-spinner", func() { pinCPU0(); spin(&sleeperDone) })
 }
 
 func pinCPU0() {
