@@ -424,6 +424,8 @@ struct unwind_state {
 	u32 dwarf; /* frames found through rows */
 	u32 end;   /* reached the outermost frame */
 	u32 lo, hi; /* binary search bounds */
+	u32 va;     /* address searched among rows */
+	u64 pc_key; /* address searched among mappings */
 };
 
 struct {
@@ -439,6 +441,50 @@ struct unwind_ctx {
 	struct stack_buf *buf;
 };
 
+/* One step of the search for the first row starting above u->va. The
+ * searches are bpf_loop callbacks, verified once each (the kernel inlines
+ * the loop); unrolled, they tripled the programs' load time. */
+struct map_search {
+	struct unwind_state *u;
+	struct unwind_proc *p;
+};
+
+/* One step of the search for the first mapping starting above u->pc_key. */
+static long map_search_step(u64 i, struct map_search *ms)
+{
+	struct unwind_state *u = ms->u;
+	u32 lo = u->lo, hi = u->hi;
+	if (lo >= hi)
+		return 1;
+	u32 mid = ((lo + hi) / 2) & (UNWIND_MAX_MAPS - 1);
+	if (ms->p->maps[mid].start <= u->pc_key)
+		u->lo = mid + 1;
+	else
+		u->hi = mid;
+	return 0;
+}
+
+struct row_search {
+	struct unwind_state *u;
+};
+
+static long row_search_step(u64 i, struct row_search *rs)
+{
+	struct unwind_state *u = rs->u;
+	u32 l = u->lo, h = u->hi;
+	if (l >= h)
+		return 1;
+	u32 mid = l + (h - l) / 2;
+	struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &mid);
+	if (!r)
+		return 1;
+	if (r->pc <= u->va)
+		u->lo = mid + 1;
+	else
+		u->hi = mid;
+	return 0;
+}
+
 /* Finds the row for pc in the process's tables; 0 if pc is in a mapping
  * walked by frame pointers. */
 static __always_inline struct unwind_row *find_row(struct unwind_proc *p, struct unwind_state *u, u64 pc)
@@ -449,16 +495,9 @@ static __always_inline struct unwind_row *find_row(struct unwind_proc *p, struct
 	/* First mapping starting above pc. */
 	u->lo = 0;
 	u->hi = n;
-	for (int i = 0; i < 7; i++) {
-		u32 lo = u->lo, hi = u->hi;
-		if (lo >= hi)
-			break;
-		u32 mid = ((lo + hi) / 2) & (UNWIND_MAX_MAPS - 1);
-		if (p->maps[mid].start <= pc)
-			u->lo = mid + 1;
-		else
-			u->hi = mid;
-	}
+	u->pc_key = pc;
+	struct map_search ms = { .u = u, .p = p };
+	bpf_loop(8, map_search_step, &ms, 0);
 	u32 lo = u->lo;
 	if (lo == 0)
 		return 0;
@@ -472,19 +511,9 @@ static __always_inline struct unwind_row *find_row(struct unwind_proc *p, struct
 	u32 first = m->first;
 	u->lo = first;
 	u->hi = first + m->count;
-	for (int i = 0; i < 25; i++) {
-		u32 l = u->lo, h = u->hi;
-		if (l >= h)
-			break;
-		u32 mid = l + (h - l) / 2;
-		struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &mid);
-		if (!r)
-			return 0;
-		if (r->pc <= (u32)va)
-			u->lo = mid + 1;
-		else
-			u->hi = mid;
-	}
+	u->va = (u32)va;
+	struct row_search rs = { .u = u };
+	bpf_loop(32, row_search_step, &rs, 0);
 	u32 idx = u->lo;
 	if (idx <= first)
 		return 0;

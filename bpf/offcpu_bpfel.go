@@ -149,7 +149,8 @@ type OffcpuUnwindState struct {
 	End   uint32
 	Lo    uint32
 	Hi    uint32
-	_     [4]byte
+	Va    uint32
+	PcKey uint64
 }
 
 type OffcpuWakeKey struct {

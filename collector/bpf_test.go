@@ -472,7 +472,7 @@ func TestOtherMountNamespace(t *testing.T) {
 // all of it.
 func TestBlockedBeforeStart(t *testing.T) {
 	requireBPF(t)
-	wl := exec.Command(buildWorkload(t), "-rounds", "1", "-each", "2s")
+	wl := exec.Command(buildWorkload(t), "-rounds", "1", "-each", "3s")
 	sl := exec.Command("sleep", "30")
 	for _, c := range []*exec.Cmd{wl, sl} {
 		if err := c.Start(); err != nil {
@@ -498,9 +498,9 @@ func TestBlockedBeforeStart(t *testing.T) {
 		}
 	}
 	window := int64(s.Stats().Duration)
-	// The workload's sleep ends well into the window (2s, attached after
+	// The workload's sleep ends well into the window (3s, attached after
 	// 250ms plus the time Start takes).
-	if v := sum["wl-nanosleep/before-start"]; v < int64(300*time.Millisecond) || v > int64(2*time.Second) {
+	if v := sum["wl-nanosleep/before-start"]; v < int64(300*time.Millisecond) || v > int64(3*time.Second) {
 		t.Errorf("woken during the recording: %v blocked since the start (all: %v)", time.Duration(v), sum)
 	}
 	if v := sum["sleep/whole"]; v < window*9/10 || v > window {
