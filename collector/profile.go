@@ -258,11 +258,15 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 }
 
 // threadStarts are the outermost frames of a whole user stack: where the
-// C library, the dynamic loader's entry and the Go runtime start threads.
+// C library, the dynamic loader's entry and the Go runtime start threads
+// (Go's TOPFRAME functions), and the tops of Go's g0 stack switches, where
+// Go's own traceback stops too (SP-writing functions).
 var threadStarts = map[string]bool{
 	"clone": true, "__clone": true, "clone3": true, "__clone3": true, "__GI___clone": true, "__GI___clone3": true,
 	"start_thread": true, "_start": true, "__libc_start_main": true, "__libc_start_call_main": true,
-	"runtime.goexit": true, "runtime.goexit.abi0": true, "runtime.mstart": true, "runtime.mstart.abi0": true, "runtime.rt0_go": true, "runtime.rt0_go.abi0": true,
+	"runtime.goexit": true, "runtime.goexit.abi0": true, "runtime.mstart": true, "runtime.mstart.abi0": true,
+	"runtime.rt0_go": true, "runtime.rt0_go.abi0": true, "runtime.sigtramp": true, "runtime.sigtramp.abi0": true,
+	"runtime.mcall": true, "runtime.systemstack": true, "runtime.morestack": true,
 }
 
 // isThreadStart reports whether fn is the outermost frame of a thread.
