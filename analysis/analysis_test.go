@@ -282,3 +282,27 @@ func TestAppFramesByModule(t *testing.T) {
 		}
 	}
 }
+
+func TestWholeUserStacks(t *testing.T) {
+	u := func(names ...string) []Frame {
+		var fs []Frame
+		for _, n := range names {
+			fs = append(fs, Frame{Name: n})
+		}
+		return append(fs, Frame{Name: "schedule", Kernel: true})
+	}
+	d := &Data{Stacks: []Stack{
+		{Kind: KindOffCPU, Thread: "a", Frames: u("__clone3", "start_thread", "worker", "read"), Value: 3},
+		{Kind: KindOffCPU, Thread: "b", Frames: u("__futex_abstimed_wait_common"), Value: 1}, // truncated at libc
+		{Kind: KindOffCPU, Thread: "c", Frames: u("[user stack: blocked since before the recording]"), Value: 5},
+		{Kind: KindOffCPU, Thread: "kworker", Frames: []Frame{{Name: "worker_thread", Kernel: true}}, Value: 7},
+	}}
+	r, err := ParseRules("default", DefaultRules())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := Analyze(d, r, Options{})
+	if rep.UserStackNs != 4 || rep.WholeStackNs != 3 {
+		t.Errorf("user-stack ns %d, whole %d: want 4 and 3", rep.UserStackNs, rep.WholeStackNs)
+	}
+}

@@ -3,6 +3,7 @@ package analysis
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/offcpu/offcpu/collector/unwind"
 	"io"
 	"regexp"
 	"sort"
@@ -74,11 +75,16 @@ type TopStack struct {
 
 // Report is what offcpu analyze prints.
 type Report struct {
-	Sources         []string         `json:"sources"`
-	ThreadFilter    string           `json:"thread_filter,omitempty"`
-	TotalOffCPUNs   int64            `json:"total_offcpu_ns"`
-	AppBlockedNs    int64            `json:"app_blocked_ns"`
-	CPUNs           int64            `json:"cpu_ns"`
+	Sources       []string `json:"sources"`
+	ThreadFilter  string   `json:"thread_filter,omitempty"`
+	TotalOffCPUNs int64    `json:"total_offcpu_ns"`
+	AppBlockedNs  int64    `json:"app_blocked_ns"`
+	CPUNs         int64    `json:"cpu_ns"`
+	// Off-CPU time with a user stack, and the part whose user stack
+	// reaches a thread start (clone3, start_thread, runtime.goexit...):
+	// how much of the picture the stacks show whole.
+	UserStackNs     int64            `json:"user_stack_ns"`
+	WholeStackNs    int64            `json:"whole_user_stack_ns"`
 	Categories      []CategoryResult `json:"categories"`
 	ThreadGroups    []GroupResult    `json:"thread_groups"`
 	Wakeups         WakeupResult     `json:"wakeups"`
@@ -159,6 +165,12 @@ func Analyze(d *Data, r *Rules, o Options) *Report {
 			continue
 		}
 		rep.TotalOffCPUNs += s.Value
+		if root, ok := outermostUser(s); ok {
+			rep.UserStackNs += s.Value
+			if unwind.IsThreadStart(root) {
+				rep.WholeStackNs += s.Value
+			}
+		}
 		g := group(s.Thread)
 		g.OffCPUNs += s.Value
 		cs := r.Categorize(s)
@@ -221,6 +233,21 @@ func Analyze(d *Data, r *Rules, o Options) *Report {
 	}
 	rep.Statements = statements(rep)
 	return rep
+}
+
+// outermostUser returns the root-most user frame of an off-CPU stack;
+// false when the stack has no user frame (kernel threads, markers).
+func outermostUser(s *Stack) (string, bool) {
+	for _, f := range s.Frames {
+		if f.Kernel || f.Name == "-" {
+			break
+		}
+		if strings.HasPrefix(f.Name, "[user stack") {
+			return "", false
+		}
+		return f.Name, true
+	}
+	return "", false
 }
 
 func foldedOf(s *Stack) string {
@@ -355,6 +382,9 @@ func (rep *Report) writeText(w io.Writer) error {
 		fmt.Fprintf(w, " (threads matching %s)", rep.ThreadFilter)
 	}
 	fmt.Fprintln(w)
+	if rep.UserStackNs > 0 {
+		fmt.Fprintf(w, "user stacks reaching a thread start: %s of the off-CPU time with a user stack\n", pct(rep.WholeStackNs, rep.UserStackNs))
+	}
 	for _, s := range rep.Statements {
 		fmt.Fprintln(w, "  "+s)
 	}
@@ -392,7 +422,11 @@ func (rep *Report) writeMarkdown(w io.Writer) error {
 	if rep.ThreadFilter != "" {
 		fmt.Fprintf(w, " (threads matching `%s`)", rep.ThreadFilter)
 	}
-	fmt.Fprint(w, ".\n\n")
+	fmt.Fprint(w, ".")
+	if rep.UserStackNs > 0 {
+		fmt.Fprintf(w, " User stacks reaching a thread start: %s of the off-CPU time with a user stack.", pct(rep.WholeStackNs, rep.UserStackNs))
+	}
+	fmt.Fprint(w, "\n\n")
 	for _, s := range rep.Statements {
 		fmt.Fprintf(w, "- %s\n", s)
 	}

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"fmt"
+	"github.com/offcpu/offcpu/collector/unwind"
 	"os"
 	"sort"
 	"strings"
@@ -105,7 +106,7 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 		th := d.threads[r.tid]
 		if n := len(r.user); n > 0 && !r.prestart {
 			fr, _ := sym.user(r.tgid, r.user[n-1]-1)
-			if isThreadStart(fr.fn) {
+			if unwind.IsThreadStart(fr.fn) {
 				s.stats.CompleteStacks++
 				s.stats.CompleteTime += durationNs(r.ns)
 			} else {
@@ -256,21 +257,6 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 	}
 	return off, wake, offwake, nil
 }
-
-// threadStarts are the outermost frames of a whole user stack: where the
-// C library, the dynamic loader's entry and the Go runtime start threads
-// (Go's TOPFRAME functions), and the tops of Go's g0 stack switches, where
-// Go's own traceback stops too (SP-writing functions).
-var threadStarts = map[string]bool{
-	"clone": true, "__clone": true, "clone3": true, "__clone3": true, "__GI___clone": true, "__GI___clone3": true,
-	"start_thread": true, "_start": true, "__libc_start_main": true, "__libc_start_call_main": true,
-	"runtime.goexit": true, "runtime.goexit.abi0": true, "runtime.mstart": true, "runtime.mstart.abi0": true,
-	"runtime.rt0_go": true, "runtime.rt0_go.abi0": true, "runtime.sigtramp": true, "runtime.sigtramp.abi0": true,
-	"runtime.mcall": true, "runtime.systemstack": true, "runtime.morestack": true,
-}
-
-// isThreadStart reports whether fn is the outermost frame of a thread.
-func isThreadStart(fn string) bool { return threadStarts[fn] }
 
 // CompleteShare is the share of off-CPU time whose user stack reaches a
 // thread-start frame, or -1 without user stacks.
