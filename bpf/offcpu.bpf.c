@@ -76,9 +76,6 @@ const volatile u64 thread_size = 16384;    /* kernel stack size (THREAD_SIZE) */
  * recorded window (bpf_ktime_get_ns clock). 0 until then. */
 u64 rec_start_ns = 0;
 
-/* Bumped by user space whenever unwind tables change, so a cached stack
- * walked before a process's tables were loaded is not reused. */
-u32 unwind_gen = 0;
 
 /* Who woke a thread. tid 0 with irq set: an interrupt woke it. */
 struct waker_rec {
@@ -111,7 +108,7 @@ struct start_rec {
 	u64 w_ip, w_sp, w_bp, w_sysnr, w_arg0;
 	u32 w_target;
 	s64 w_ustack, w_kstack;
-	u32 gen, w_gen; /* unwind_gen when the cached stacks were walked */
+	u32 gen, w_gen; /* unwind_gen_of() when the cached stacks were walked */
 };
 
 struct offcpu_key {
@@ -218,7 +215,7 @@ struct unwind_map {
  * sorted by start. Mappings absent here are walked by frame pointers. */
 struct unwind_proc {
 	u32 n;
-	u32 pad;
+	u32 gen; /* changes with the entry: cached stacks walked before are stale */
 	struct unwind_map maps[UNWIND_MAX_MAPS];
 };
 
@@ -242,6 +239,15 @@ struct {
 	__type(key, u32);
 	__type(value, struct unwind_proc);
 } unwind_procs SEC(".maps");
+
+/* The generation of a process's unwind entry (0: none). A thread's cached
+ * stack ids are reused only while it is unchanged, so stacks walked before
+ * the process's tables were loaded are walked again. */
+static __always_inline u32 unwind_gen_of(u32 tgid)
+{
+	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	return p ? p->gen : 0;
+}
 
 /* Key: offcpu_key. Value: offcpu_val (ns and count). Written at switch-in,
  * drained by user space at the end. Size: --agg-entries. */
@@ -741,7 +747,7 @@ static __always_inline void capture_sleep(void *ctx, struct start_rec *s, struct
 		nr = BPF_CORE_READ(regs, orig_ax);
 		a0 = BPF_CORE_READ(regs, di);
 	}
-	u32 gen = unwind_gen;
+	u32 gen = unwind_gen_of(prev->tgid);
 	if (ip && s->ip == ip && s->sp == sp && s->bp == bp && s->sysnr == nr && s->arg0 == a0 &&
 	    s->gen == gen) {
 		s->ustack = s->c_ustack;
@@ -1032,7 +1038,7 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 		u64 ip = BPF_CORE_READ(regs, ip), sp = BPF_CORE_READ(regs, sp);
 		u64 bp = BPF_CORE_READ(regs, bp), nr = BPF_CORE_READ(regs, orig_ax);
 		u64 a0 = BPF_CORE_READ(regs, di);
-		u32 gen = unwind_gen;
+		u32 gen = unwind_gen_of(bpf_get_current_pid_tgid() >> 32);
 		if ((s64)nr >= 0 && ws->w_ip == ip && ws->w_sp == sp && ws->w_bp == bp &&
 		    ws->w_sysnr == nr && ws->w_arg0 == a0 && ws->w_target == ttid &&
 		    ws->w_gen == gen) {

@@ -127,7 +127,7 @@ type OffcpuUnwindMap struct {
 type OffcpuUnwindProc struct {
 	_    structs.HostLayout
 	N    uint32
-	Pad  uint32
+	Gen  uint32
 	Maps [64]OffcpuUnwindMap
 }
 
@@ -216,7 +216,6 @@ const (
 	OffcpuVarStatCount         = "stat_count"
 	OffcpuVarStateMask         = "state_mask"
 	OffcpuVarThreadSize        = "thread_size"
-	OffcpuVarUnwindGen         = "unwind_gen"
 	OffcpuVarUserThreadsOnly   = "user_threads_only"
 	OffcpuVarWantKernelStacks  = "want_kernel_stacks"
 	OffcpuVarWantUserStacks    = "want_user_stacks"
@@ -319,7 +318,6 @@ type OffcpuVariableSpecs struct {
 	StatCount         *ebpf.VariableSpec `ebpf:"stat_count"`
 	StateMask         *ebpf.VariableSpec `ebpf:"state_mask"`
 	ThreadSize        *ebpf.VariableSpec `ebpf:"thread_size"`
-	UnwindGen         *ebpf.VariableSpec `ebpf:"unwind_gen"`
 	UserThreadsOnly   *ebpf.VariableSpec `ebpf:"user_threads_only"`
 	WantKernelStacks  *ebpf.VariableSpec `ebpf:"want_kernel_stacks"`
 	WantUserStacks    *ebpf.VariableSpec `ebpf:"want_user_stacks"`
@@ -407,7 +405,6 @@ type OffcpuVariables struct {
 	StatCount         *ebpf.Variable `ebpf:"stat_count"`
 	StateMask         *ebpf.Variable `ebpf:"state_mask"`
 	ThreadSize        *ebpf.Variable `ebpf:"thread_size"`
-	UnwindGen         *ebpf.Variable `ebpf:"unwind_gen"`
 	UserThreadsOnly   *ebpf.Variable `ebpf:"user_threads_only"`
 	WantKernelStacks  *ebpf.Variable `ebpf:"want_kernel_stacks"`
 	WantUserStacks    *ebpf.Variable `ebpf:"want_user_stacks"`

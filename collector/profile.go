@@ -285,8 +285,8 @@ func (s *Session) finishProfile(p *profile.Profile) {
 			100*share, st.CompleteStacks, st.TruncatedStacks))
 	}
 	if u := st.Unwind; u != nil {
-		p.Comments = append(p.Comments, fmt.Sprintf("unwind tables: files=%d rows=%d/%d processes=%d frame_pointer_files=%d failed=%d rows_full=%d; walks=%d frames=%d reached_start=%d depth_limit=%d",
-			u.Files, u.Rows, u.RowCapacity, u.Processes, u.FramePointers, u.Failed, u.RowsFull, u.Stacks, u.Frames, u.Ends, u.DepthLimit))
+		p.Comments = append(p.Comments, fmt.Sprintf("unwind tables: files=%d rows=%d/%d processes=%d frame_pointer_files=%d failed=%d rows_full=%d procs_full=%d; walks=%d frames=%d reached_start=%d depth_limit=%d",
+			u.Files, u.Rows, u.RowCapacity, u.Processes, u.FramePointers, u.Failed, u.RowsFull, u.ProcsFull, u.Stacks, u.Frames, u.Ends, u.DepthLimit))
 	}
 	for _, w := range st.Warnings {
 		p.Comments = append(p.Comments, "warning: "+w)

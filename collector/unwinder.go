@@ -22,7 +22,6 @@ import (
 type unwinder struct {
 	rows  *ebpf.Map
 	procs *ebpf.Map
-	gen   *ebpf.Variable
 
 	mu      sync.Mutex
 	cap     uint32
@@ -31,10 +30,13 @@ type unwinder struct {
 	entries map[uint32]string      // tgid -> the mapping list last written
 	scans   map[uint32]*rescan     // live processes and when to look at their mappings again
 	stats   UnwindStats
-	gens    uint32
+	gens    uint32 // last entry generation handed out
 }
 
 // UnwindStats describes the unwind tables loaded for .eh_frame unwinding.
+// MaxUnwindProcs is how many processes can be walked with unwind tables at once.
+const MaxUnwindProcs = 4096
+
 type UnwindStats struct {
 	Files         int    // files whose tables were loaded
 	FramePointers int    // files walked by frame pointers (kept rbp frames, or no .eh_frame)
@@ -44,6 +46,7 @@ type UnwindStats struct {
 	RowsFull      int // files left to frame pointers: no room for their rows
 	Processes     int // processes walked with tables
 	MapsDropped   int // mappings beyond the per-process limit, walked by frame pointers
+	ProcsFull     int // processes left to frame pointers: unwind_procs full
 
 	// From the BPF programs.
 	Stacks     uint64 // user stacks walked with tables
@@ -67,7 +70,6 @@ func newUnwinder(coll *ebpf.Collection, capacity uint32) *unwinder {
 	return &unwinder{
 		rows:    coll.Maps[bpf.OffcpuMapUnwindRows],
 		procs:   coll.Maps[bpf.OffcpuMapUnwindProcs],
-		gen:     coll.Variables[bpf.OffcpuVarUnwindGen],
 		cap:     capacity,
 		files:   map[*symFile]*fileRows{},
 		entries: map[uint32]string{},
@@ -187,17 +189,17 @@ func (u *unwinder) update(pid uint32, ms []mapping) {
 		u.procs.Delete(pid)
 		delete(u.entries, pid)
 	} else {
+		// A new generation: the process's threads walk their stacks again
+		// instead of reusing ones cached before this change.
+		u.gens++
+		entry.Gen = u.gens
 		if err := u.procs.Update(pid, &entry, ebpf.UpdateAny); err != nil {
+			u.stats.ProcsFull++
 			return // map full: this process keeps frame pointers
 		}
 		u.entries[pid] = key
 	}
 	u.stats.Processes = len(u.entries)
-	// Stacks cached from before this change must be walked again.
-	u.gens++
-	if u.gen != nil {
-		u.gen.Set(u.gens)
-	}
 }
 
 // loadBias is pc - (ELF virtual address) for mapping m of a file with the

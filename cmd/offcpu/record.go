@@ -381,6 +381,9 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 		if u.RowsFull > 0 {
 			fmt.Fprintf(w, "offcpu: warning: %d files left to frame pointers for lack of room: raise --unwind-rows\n", u.RowsFull)
 		}
+		if u.ProcsFull > 0 {
+			fmt.Fprintf(w, "offcpu: warning: %d processes left to frame pointers: more than %d processes need unwind tables at once\n", u.ProcsFull, collector.MaxUnwindProcs)
+		}
 	}
 	if st.NoStart > 0 {
 		fmt.Fprintf(w, "blocked since before the start: %d threads (counted from the start, kernel stacks only; label interval=before-start or whole)\n", st.NoStart)
