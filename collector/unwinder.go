@@ -58,7 +58,6 @@ type UnwindStats struct {
 type fileRows struct {
 	first, count uint32
 	fp           bool // frame pointers suffice: no rows needed
-	loads        []elf.ProgHeader
 }
 
 type rescan struct {
@@ -93,11 +92,6 @@ func (u *unwinder) table(f *symFile) *fileRows {
 	if err != nil {
 		u.stats.Failed++
 		return fr
-	}
-	for _, p := range ef.Progs {
-		if p.Type == elf.PT_LOAD {
-			fr.loads = append(fr.loads, p.ProgHeader)
-		}
 	}
 	t, err := unwind.FromELF(ef)
 	if err != nil {
@@ -170,7 +164,8 @@ func (u *unwinder) update(pid uint32, ms []mapping) {
 		if fr.fp || fr.count == 0 {
 			continue
 		}
-		bias, ok := loadBias(fr.loads, m)
+		m.file.load() // its PT_LOAD segments, shared with the symbolizer
+		bias, ok := loadBias(m.file.loads, m)
 		if !ok {
 			continue
 		}
@@ -206,7 +201,8 @@ func (u *unwinder) update(pid uint32, ms []mapping) {
 // given PT_LOAD segments.
 func loadBias(loads []elf.ProgHeader, m mapping) (uint64, bool) {
 	for _, p := range loads {
-		if p.Flags&elf.PF_X != 0 && m.offset >= p.Off && m.offset < p.Off+p.Filesz {
+		// The kernel maps from the page holding the segment's start.
+		if p.Flags&elf.PF_X != 0 && m.offset >= p.Off&^0xfff && m.offset < p.Off+p.Filesz {
 			return m.start - m.offset + p.Off - p.Vaddr, true
 		}
 	}
