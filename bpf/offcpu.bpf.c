@@ -447,9 +447,9 @@ struct unwind_ctx {
 	struct stack_buf *buf;
 };
 
-/* One step of the search for the first row starting above u->va. The
- * searches are bpf_loop callbacks, verified once each (the kernel inlines
- * the loop); unrolled, they tripled the programs' load time. */
+/* The binary searches are bpf_loop callbacks, verified once each (the
+ * kernel inlines the loop); unrolled, they tripled the programs' load
+ * time. Their state is in the map value u (see unwind_state). */
 struct map_search {
 	struct unwind_state *u;
 	struct unwind_proc *p;
@@ -474,6 +474,7 @@ struct row_search {
 	struct unwind_state *u;
 };
 
+/* One step of the search for the first row starting above u->va. */
 static long row_search_step(u64 i, struct row_search *rs)
 {
 	struct unwind_state *u = rs->u;
