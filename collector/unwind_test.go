@@ -111,6 +111,7 @@ func recordBlocker(t *testing.T, bin string, opts Options, byPID bool) (whole, a
 	if err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
+	lastWakeups = s.Wakeups()
 	whole, all = map[string]int64{}, map[string]int64{}
 	for _, smp := range p.Sample {
 		funcs := userFuncs(smp)
@@ -179,6 +180,44 @@ func TestUnwindWithoutFramePointers(t *testing.T) {
 			}
 			t.Logf("complete %.1f%% (%d stacks complete, %d truncated); tables: %+v", 100*st.CompleteShare(), st.CompleteStacks, st.TruncatedStacks, *st.Unwind)
 		})
+	}
+}
+
+// A waker in libc is walked whole too: the blocker's main thread wakes
+// the cond thread through pthread_cond_signal.
+func TestUnwindWakerStacks(t *testing.T) {
+	requireBPF(t)
+	bin := buildBlocker(t, "-fomit-frame-pointer")
+	recordBlocker(t, bin, Options{}, true)
+	wp := lastWakeups
+	if wp == nil {
+		t.Fatal("no wake-up profile")
+	}
+	want := []string{"_start", "__libc_start_main", "main", "pthread_cond_signal"}
+	var whole, all int64
+	for _, smp := range wp.Sample {
+		f := userFuncs(smp)
+		if !containsFunc(f, "main") || !strings.Contains(strings.Join(f, ";"), "pthread_cond_signal") {
+			continue
+		}
+		all += smp.Value[0]
+		i := 0
+		for _, fn := range f {
+			if i < len(want) && (fn == want[i] || strings.Contains(fn, want[i])) {
+				i++
+			}
+		}
+		if i == len(want) {
+			whole += smp.Value[0]
+		} else {
+			t.Logf("partial: %v", f)
+		}
+	}
+	if all == 0 {
+		t.Fatal("no wake-up from pthread_cond_signal under main")
+	}
+	if whole*100 < all*95 {
+		t.Errorf("%d of %d wake-ups from pthread_cond_signal have the whole waker stack %v", whole, all, want)
 	}
 }
 
