@@ -430,8 +430,6 @@ struct unwind_state {
 	u32 dwarf; /* frames found through rows */
 	u32 end;   /* reached the outermost frame */
 	u32 lo, hi; /* binary search bounds */
-	u32 va;     /* address searched among rows */
-	u64 pc_key; /* address searched among mappings */
 };
 
 struct {
@@ -447,50 +445,9 @@ struct unwind_ctx {
 	struct stack_buf *buf;
 };
 
-/* The binary searches are bpf_loop callbacks, verified once each (the
- * kernel inlines the loop); unrolled, they tripled the programs' load
- * time. Their state is in the map value u (see unwind_state). */
-struct map_search {
-	struct unwind_state *u;
-	struct unwind_proc *p;
-};
-
-/* One step of the search for the first mapping starting above u->pc_key. */
-static long map_search_step(u64 i, struct map_search *ms)
-{
-	struct unwind_state *u = ms->u;
-	u32 lo = u->lo, hi = u->hi;
-	if (lo >= hi)
-		return 1;
-	u32 mid = ((lo + hi) / 2) & (UNWIND_MAX_MAPS - 1);
-	if (ms->p->maps[mid].start <= u->pc_key)
-		u->lo = mid + 1;
-	else
-		u->hi = mid;
-	return 0;
-}
-
-struct row_search {
-	struct unwind_state *u;
-};
-
-/* One step of the search for the first row starting above u->va. */
-static long row_search_step(u64 i, struct row_search *rs)
-{
-	struct unwind_state *u = rs->u;
-	u32 l = u->lo, h = u->hi;
-	if (l >= h)
-		return 1;
-	u32 mid = l + (h - l) / 2;
-	struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &mid);
-	if (!r)
-		return 1;
-	if (r->pc <= u->va)
-		u->lo = mid + 1;
-	else
-		u->hi = mid;
-	return 0;
-}
+/* Reads a search bound again from the map value: kept in a register, the
+ * verifier would follow every path of the search apart. */
+#define RELOAD(x) (*(volatile typeof(x) *)&(x))
 
 /* Finds the row for pc in the process's tables; 0 if pc is in a mapping
  * walked by frame pointers. */
@@ -502,10 +459,17 @@ static __always_inline struct unwind_row *find_row(struct unwind_proc *p, struct
 	/* First mapping starting above pc. */
 	u->lo = 0;
 	u->hi = n;
-	u->pc_key = pc;
-	struct map_search ms = { .u = u, .p = p };
-	bpf_loop(8, map_search_step, &ms, 0);
-	u32 lo = u->lo;
+	for (int i = 0; i < 7; i++) {
+		u32 lo = RELOAD(u->lo), hi = RELOAD(u->hi);
+		if (lo >= hi)
+			break;
+		u32 mid = ((lo + hi) / 2) & (UNWIND_MAX_MAPS - 1);
+		if (p->maps[mid].start <= pc)
+			u->lo = mid + 1;
+		else
+			u->hi = mid;
+	}
+	u32 lo = RELOAD(u->lo);
 	if (lo == 0)
 		return 0;
 	struct unwind_map *m = &p->maps[(lo - 1) & (UNWIND_MAX_MAPS - 1)];
@@ -518,10 +482,20 @@ static __always_inline struct unwind_row *find_row(struct unwind_proc *p, struct
 	u32 first = m->first;
 	u->lo = first;
 	u->hi = first + m->count;
-	u->va = (u32)va;
-	struct row_search rs = { .u = u };
-	bpf_loop(32, row_search_step, &rs, 0);
-	u32 idx = u->lo;
+	for (int i = 0; i < 25; i++) {
+		u32 l = RELOAD(u->lo), h = RELOAD(u->hi);
+		if (l >= h)
+			break;
+		u32 mid = l + (h - l) / 2;
+		struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &mid);
+		if (!r)
+			return 0;
+		if (r->pc <= (u32)va)
+			u->lo = mid + 1;
+		else
+			u->hi = mid;
+	}
+	u32 idx = RELOAD(u->lo);
 	if (idx <= first)
 		return 0;
 	idx--;

@@ -149,8 +149,7 @@ type OffcpuUnwindState struct {
 	End   uint32
 	Lo    uint32
 	Hi    uint32
-	Va    uint32
-	PcKey uint64
+	_     [4]byte
 }
 
 type OffcpuWakeKey struct {
