@@ -279,6 +279,10 @@ func TestStartErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "cgroup") {
 		t.Errorf("bad cgroup: err = %v", err)
 	}
+	_, err = Start(context.Background(), Options{UnwindRows: -1})
+	if err == nil || !strings.Contains(err.Error(), "--unwind-rows") {
+		t.Errorf("bad --unwind-rows: err = %v", err)
+	}
 }
 
 func wakeupsOf(p *profile.Profile, tid int64, class string) (n int64, samples []*profile.Sample) {

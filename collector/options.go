@@ -142,9 +142,12 @@ func (o *Options) validate() error {
 	if o.CPUHz < 0 || o.CPUHz > 10000 {
 		return fmt.Errorf("--cpu-hz %d out of range (0 to 10000)", o.CPUHz)
 	}
-	for _, n := range []int{o.MaxThreads, o.StackEntries, o.AggEntries, o.UnwindRows} {
-		if n < 0 || n > 1<<24 {
-			return fmt.Errorf("map size %d out of range (1 to %d)", n, 1<<24)
+	for _, m := range []struct {
+		flag string
+		n    int
+	}{{"--max-threads", o.MaxThreads}, {"--stack-entries", o.StackEntries}, {"--agg-entries", o.AggEntries}, {"--unwind-rows", o.UnwindRows}} {
+		if m.n < 0 || m.n > 1<<24 {
+			return fmt.Errorf("%s %d out of range (1 to %d)", m.flag, m.n, 1<<24)
 		}
 	}
 	for _, p := range o.PIDs {
