@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/procfs"
 	"io"
 	"os"
 	"strconv"
@@ -387,7 +388,12 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 		s.unw = newUnwinder(coll, uint32(o.UnwindRows))
 		s.procs.onChange = s.unw.update
 		// Tables before the probes attach: the first sleeps walk whole.
-		for _, p := range o.PIDs {
+		// System-wide, that is every process already running.
+		pids := o.PIDs
+		if len(pids) == 0 && len(o.TIDs) == 0 && !o.TargetsOnly {
+			pids = allProcesses()
+		}
+		for _, p := range pids {
 			s.procs.snapshot(uint32(p))
 		}
 	}
@@ -432,6 +438,24 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 		s.links = append(s.links, l)
 	}
 	return nil
+}
+
+// allProcesses lists the processes running now (none if /proc cannot be
+// read: they are then taken as they show up).
+func allProcesses() []int {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return nil
+	}
+	procs, err := fs.AllProcs()
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, p := range procs {
+		pids = append(pids, p.PID)
+	}
+	return pids
 }
 
 func ensureTracefs() error {

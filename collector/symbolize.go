@@ -120,6 +120,14 @@ func (f *symFile) load() {
 			}
 		}
 		f.gotab = goTable(ef)
+		// A stripped executable still says where _start is: its entry
+		// point, the outermost frame of the main thread.
+		if ef.Type == elf.ET_EXEC || ef.Type == elf.ET_DYN && ef.Section(".interp") != nil {
+			if _, ok := f.lookup(ef.Entry); !ok && ef.Entry != 0 {
+				f.syms = append(f.syms, elfSym{addr: ef.Entry, size: 64, name: "_start"})
+				sortSyms(f.syms)
+			}
+		}
 	})
 }
 

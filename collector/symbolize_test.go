@@ -221,3 +221,27 @@ func TestParseStates(t *testing.T) {
 		t.Errorf("bad state accepted: %v", err)
 	}
 }
+
+// A stripped executable's entry point reads _start, so its main thread's
+// stacks are seen to be whole.
+func TestSymbolizeStrippedEntry(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "m.c")
+	os.WriteFile(src, []byte("int main(void) { return 0; }\n"), 0o644)
+	bin := filepath.Join(dir, "m")
+	build(t, "gcc", "-O2", "-o", bin, src)
+	build(t, "strip", bin)
+	sf, err := openSymFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ef, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	fr, ok := sf.lookup(ef.Entry + 0x10)
+	if !ok || fr.fn != "_start" {
+		t.Errorf("entry point + 0x10: %q (%v), want _start", fr.fn, ok)
+	}
+}
