@@ -98,18 +98,19 @@ func (u *unwinder) table(f *symFile) *fileRows {
 		u.stats.Failed++
 		return fr
 	}
-	if t.FramePointers() {
+	rows := t.Needed()
+	if len(rows) == 0 {
 		u.stats.FramePointers++
 		return fr
 	}
-	n := uint32(len(t.Rows))
+	n := uint32(len(rows))
 	if uint64(u.next)+uint64(n) > uint64(u.cap) {
 		u.stats.RowsFull++
 		return fr
 	}
 	keys := make([]uint32, 0, n)
 	vals := make([]bpf.OffcpuUnwindRow, 0, n)
-	for i, r := range t.Rows {
+	for i, r := range rows {
 		if r.PC > 0xffffffff {
 			break // beyond what a row holds: the rest falls back to frame pointers
 		}

@@ -54,6 +54,8 @@ type Table struct {
 	// they are never an outer frame); FramePointerFDEs those that set up a
 	// classic rbp frame (CFA = rbp+16, rbp saved at CFA-16).
 	FDEs, FramedFDEs, FramePointerFDEs int
+
+	noFP [][2]uint64 // framed functions without an rbp frame: [begin, end)
 }
 
 // FramePointers reports whether frame pointers alone walk this file's
@@ -62,6 +64,38 @@ type Table struct {
 // and assembly helpers without one are tolerated.
 func (t *Table) FramePointers() bool {
 	return t.FramedFDEs == 0 || float64(t.FramePointerFDEs) >= 0.9*float64(t.FramedFDEs)
+}
+
+// Needed returns the rows the BPF unwinder needs for this file: none when
+// every function with a frame keeps rbp in it (frame pointers walk it
+// whole); only the rows of the functions that do not, when frame
+// pointers suffice for nearly all (the rest of the file reads KindNone:
+// follow the frame pointer); all rows otherwise.
+func (t *Table) Needed() []Row {
+	if len(t.noFP) == 0 {
+		return nil
+	}
+	if !t.FramePointers() {
+		return t.Rows
+	}
+	var out []Row
+	for _, r := range t.noFP {
+		i := sort.Search(len(t.Rows), func(i int) bool { return t.Rows[i].PC > r[0] })
+		if i > 0 {
+			i--
+		}
+		first := t.Rows[i]
+		first.PC = r[0]
+		if n := len(out); n > 0 && out[n-1].PC == first.PC {
+			out = out[:n-1]
+		}
+		out = append(out, first)
+		for i++; i < len(t.Rows) && t.Rows[i].PC < r[1]; i++ {
+			out = append(out, t.Rows[i])
+		}
+		out = append(out, Row{PC: r[1], Kind: KindNone})
+	}
+	return out
 }
 
 // Lookup returns the row covering pc, or a KindNone row.
@@ -332,7 +366,7 @@ func build(fdes []fde) (*Table, error) {
 			continue
 		}
 		s := init
-		fp, framed := false, false
+		fp, framed, plt := false, false, false
 		end := f.begin + f.size
 		emit := func(loc uint64, st *cfaState) {
 			if loc >= end {
@@ -341,6 +375,9 @@ func build(fdes []fde) (*Table, error) {
 			r := st.row(loc)
 			if r.Kind == KindRBP && r.CFAOffset == 16 && r.RBPOffset == -2 {
 				fp = true
+			}
+			if r.Kind == KindPLT {
+				plt = true
 			}
 			if r.Kind != KindEnd && (r.Kind != KindRSP || r.CFAOffset != 8) {
 				framed = true
@@ -359,9 +396,17 @@ func build(fdes []fde) (*Table, error) {
 		}
 		emit(loc, &s)
 		add(Row{PC: end, Kind: KindNone})
+		if _, ok := isPLT(s.expr); ok {
+			plt = true // PLT0 alone ends before the stubs' expression row
+		}
 		t.FDEs++
-		if framed {
+		// PLT stubs (PLT0 pushes, then every stub jumps) are never an
+		// outer frame: they do not count as frames without rbp.
+		if framed && !plt {
 			t.FramedFDEs++
+			if !fp {
+				t.noFP = append(t.noFP, [2]uint64{f.begin, end})
+			}
 		}
 		if fp {
 			t.FramePointerFDEs++

@@ -163,17 +163,30 @@ func TestFramePointerDetection(t *testing.T) {
 	dir := t.TempDir()
 	src := dir + "/f.c"
 	var b strings.Builder
+	b.WriteString("__attribute__((noinline)) int g(volatile int *a, int x) { return a[x & 7]; }\n")
+	b.WriteString("#ifdef MIXED\n#define ODD __attribute__((optimize(\"omit-frame-pointer\")))\n#else\n#define ODD\n#endif\n")
 	for i := 0; i < 20; i++ {
-		b.WriteString("__attribute__((noinline)) int f" + strconv.Itoa(i) + "(int x) { volatile int a[8]; a[x&7] = x; return a[(x+1)&7] + " + strconv.Itoa(i) + "; }\n")
+		attr := ""
+		if i == 7 {
+			attr = "ODD "
+		}
+		b.WriteString(attr + "__attribute__((noinline)) int f" + strconv.Itoa(i) + "(int x) { volatile int a[8] = {0}; a[x&7] = x; return g(a, x + 1) + " + strconv.Itoa(i) + "; }\n")
 	}
-	b.WriteString("int main(int c, char **v) { (void)v; return f0(c) + f19(c); }\n")
+	b.WriteString("int main(int c, char **v) { (void)v; return f0(c) + f7(c) + f19(c); }\n")
 	os.WriteFile(src, []byte(b.String()), 0o644)
 	for _, tc := range []struct {
-		flag string
-		fp   bool
-	}{{"-fno-omit-frame-pointer", true}, {"-fomit-frame-pointer", false}} {
-		bin := dir + "/f" + tc.flag
-		if out, err := exec.Command("gcc", "-O2", tc.flag, "-o", bin, src).CombinedOutput(); err != nil {
+		name  string
+		flags []string
+		fp    bool
+		rows  string // what Needed returns: none, all, some
+	}{
+		{"frame pointers", []string{"-fno-omit-frame-pointer"}, true, "none"},
+		{"no frame pointers", []string{"-fomit-frame-pointer"}, false, "all"},
+		{"one function without", []string{"-fno-omit-frame-pointer", "-DMIXED"}, true, "some"},
+	} {
+		bin := dir + "/f" + strings.ReplaceAll(tc.name, " ", "-")
+		args := append(append([]string{"-O2"}, tc.flags...), "-o", bin, src)
+		if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
 			t.Fatalf("gcc: %v\n%s", err, out)
 		}
 		ef, err := elf.Open(bin)
@@ -181,12 +194,46 @@ func TestFramePointerDetection(t *testing.T) {
 			t.Fatal(err)
 		}
 		tab, err := FromELF(ef)
+		var f7 uint64
+		if syms, err := ef.Symbols(); err == nil {
+			for _, s := range syms {
+				if s.Name == "f7" {
+					f7 = s.Value
+				}
+			}
+		}
 		ef.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := tab.FramePointers(); got != tc.fp {
-			t.Errorf("%s: FramePointers() = %v (%d of %d framed FDEs with rbp frames), want %v", tc.flag, got, tab.FramePointerFDEs, tab.FramedFDEs, tc.fp)
+			t.Errorf("%s: FramePointers() = %v (%d of %d framed FDEs with rbp frames), want %v", tc.name, got, tab.FramePointerFDEs, tab.FramedFDEs, tc.fp)
+		}
+		need := tab.Needed()
+		switch tc.rows {
+		case "none":
+			if len(need) != 0 {
+				t.Errorf("%s: %d rows needed, want none", tc.name, len(need))
+			}
+		case "all":
+			if len(need) != len(tab.Rows) {
+				t.Errorf("%s: %d of %d rows needed, want all", tc.name, len(need), len(tab.Rows))
+			}
+		case "some":
+			// Only f7's rows: inside it they match the full table, and
+			// outside it the unwinder follows frame pointers.
+			sparse := &Table{Rows: need}
+			if len(need) == 0 || len(need) >= len(tab.Rows) {
+				t.Fatalf("%s: %d of %d rows needed, want only f7's", tc.name, len(need), len(tab.Rows))
+			}
+			for pc := f7; pc < f7+16; pc++ {
+				if got, want := sparse.Lookup(pc), tab.Lookup(pc); got.Kind != want.Kind || got.CFAOffset != want.CFAOffset {
+					t.Errorf("%s: f7+%d: sparse %v, full %v", tc.name, pc-f7, got, want)
+				}
+			}
+			if r := sparse.Lookup(need[len(need)-1].PC + 1); r.Kind != KindNone {
+				t.Errorf("%s: after f7: %v, want none", tc.name, r)
+			}
 		}
 	}
 }
