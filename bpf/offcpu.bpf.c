@@ -177,10 +177,11 @@ struct {
 	__type(value, struct stack_buf);
 } stacks SEC(".maps");
 
-/* One stack buffer per CPU: too large for the BPF stack. */
+/* Stack buffers per CPU: too large for the BPF stack. Entry 0 for the
+ * tracepoint and perf-event programs, 1 for the sleepable iterator. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, u32);
 	__type(value, struct stack_buf);
 } stack_scratch SEC(".maps");
@@ -304,6 +305,7 @@ struct prestart_val {
 	u32 state; /* enum offcpu_state, or 4: unknown */
 	u32 whole; /* 1: still blocked when recording stopped */
 	u32 kthread;
+	s64 ustack; /* id in stacks, from the walk at the start; negative: none */
 	u64 kstack[PRESTART_DEPTH]; /* kernel return addresses, leaf first, 0-terminated */
 };
 
@@ -325,6 +327,18 @@ struct {
 	__type(key, u32);
 	__type(value, struct prestart_val);
 } prestart_scratch SEC(".maps");
+
+/* Key: tid. Value: the user stack id of a thread that was blocked when
+ * recording started, walked once by offcpu_snap_blocked right after the
+ * probes attached; used for its interval blocked since before the start.
+ * Size: --max-threads, allocated on use. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, s64);
+} blocked_ustacks SEC(".maps");
 
 /* Key: tid. Value: tgid and the thread's name when first seen (updated on
  * rename), so threads that exit before the end keep their name. Size:
@@ -434,15 +448,16 @@ struct unwind_state {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2); /* as stack_scratch */
 	__type(key, u32);
 	__type(value, struct unwind_state);
 } unwind_scratch SEC(".maps");
 
 struct unwind_ctx {
 	struct unwind_state *u;
-	struct unwind_proc *proc;
+	struct unwind_proc *proc; /* 0: walk by frame pointers only */
 	struct stack_buf *buf;
+	struct task_struct *task; /* walked from another task (iterator) */
 };
 
 /* Reads a search bound again from the map value: kept in a register, the
@@ -453,6 +468,8 @@ struct unwind_ctx {
  * walked by frame pointers. */
 static __always_inline struct unwind_row *find_row(struct unwind_proc *p, struct unwind_state *u, u64 pc)
 {
+	if (!p)
+		return 0;
 	u32 n = p->n;
 	if (n > UNWIND_MAX_MAPS)
 		return 0;
@@ -502,9 +519,18 @@ static __always_inline struct unwind_row *find_row(struct unwind_proc *p, struct
 	return bpf_map_lookup_elem(&unwind_rows, &idx);
 }
 
+/* Reads user memory of the current task, or (remote, sleepable programs
+ * only) of task. */
+static __always_inline long read_user(void *dst, u32 size, u64 addr, struct task_struct *task, bool remote)
+{
+	if (remote)
+		return bpf_copy_from_user_task(dst, size, (void *)addr, task, 0);
+	return bpf_probe_read_user(dst, size, (void *)addr);
+}
+
 /* One frame: records pc, then finds the caller's pc, sp and bp, by the
  * unwind row when the code has one, else by the frame pointer. */
-static long unwind_step(u64 i, struct unwind_ctx *c)
+static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 {
 	struct unwind_state *u = c->u;
 	u64 pc = u->pc, sp = u->sp, bp = u->bp;
@@ -533,7 +559,7 @@ static long unwind_step(u64 i, struct unwind_ctx *c)
 	default: {
 		/* Frame pointer: [bp] is the caller's bp, [bp + 8] the return address. */
 		u64 frame[2];
-		if (!bp || bp < sp || bpf_probe_read_user(frame, sizeof(frame), (void *)bp))
+		if (!bp || bp < sp || read_user(frame, sizeof(frame), bp, c->task, remote))
 			return 1;
 		u->pc = frame[1];
 		u->sp = bp + 16;
@@ -544,16 +570,60 @@ static long unwind_step(u64 i, struct unwind_ctx *c)
 	if (cfa <= sp)
 		return 1; /* no progress: corrupt stack or wrong row */
 	u64 ra;
-	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)))
+	if (read_user(&ra, sizeof(ra), cfa - 8, c->task, remote))
 		return 1;
 	if (kind != UNWIND_PLT && r->rbp_off &&
-	    bpf_probe_read_user(&bp, sizeof(bp), (void *)(cfa + 8 * (s64)r->rbp_off)))
+	    read_user(&bp, sizeof(bp), cfa + 8 * (s64)r->rbp_off, c->task, remote))
 		return 1;
 	u->dwarf++;
 	u->pc = ra;
 	u->sp = cfa;
 	u->bp = bp;
 	return 0;
+}
+
+
+/* bpf_loop callbacks: the remote one is used by the sleepable iterator
+ * only, since its helper is refused elsewhere. */
+static long unwind_step(u64 i, struct unwind_ctx *c)
+{
+	return unwind_frame(c, false);
+}
+
+static long unwind_step_remote(u64 i, struct unwind_ctx *c)
+{
+	return unwind_frame(c, true);
+}
+
+/* Walks from regs into c->buf and stores the stack. */
+static __always_inline s64 walk_user(struct unwind_ctx *c, struct pt_regs *regs, bool remote, u32 lost)
+{
+	struct unwind_state *u = c->u;
+	struct stack_buf *b = c->buf;
+	u->pc = BPF_CORE_READ(regs, ip);
+	u->sp = BPF_CORE_READ(regs, sp);
+	u->bp = BPF_CORE_READ(regs, bp);
+	u->n = 0;
+	u->dwarf = 0;
+	u->end = 0;
+	if (remote)
+		bpf_loop(PERF_MAX_STACK_DEPTH, unwind_step_remote, c, 0);
+	else
+		bpf_loop(PERF_MAX_STACK_DEPTH, unwind_step, c, 0);
+	u32 n = u->n;
+	if (n == 0)
+		return -61; /* ENODATA */
+	if (n < PERF_MAX_STACK_DEPTH)
+		b->ips[n] = 0;
+	else if (c->proc)
+		stat_add(STAT_DWARF_DEPTH, 1);
+	if (c->proc) {
+		stat_add(STAT_DWARF_STACKS, 1);
+		stat_add(STAT_DWARF_FRAMES, u->dwarf);
+		if (u->end)
+			stat_add(STAT_DWARF_END, 1);
+	}
+	return store_stack(b, lost);
 }
 
 /* The current thread's user stack id. Processes with unwind tables are
@@ -575,26 +645,26 @@ static __always_inline s64 user_stack_id(void *ctx, u32 lost)
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	if (!regs)
 		return -61;
-	u->pc = BPF_CORE_READ(regs, ip);
-	u->sp = BPF_CORE_READ(regs, sp);
-	u->bp = BPF_CORE_READ(regs, bp);
-	u->n = 0;
-	u->dwarf = 0;
-	u->end = 0;
 	struct unwind_ctx c = { .u = u, .proc = p, .buf = b };
-	bpf_loop(PERF_MAX_STACK_DEPTH, unwind_step, &c, 0);
-	u32 n = u->n;
-	if (n == 0)
-		return -61; /* ENODATA */
-	if (n < PERF_MAX_STACK_DEPTH)
-		b->ips[n] = 0;
-	else
-		stat_add(STAT_DWARF_DEPTH, 1);
-	stat_add(STAT_DWARF_STACKS, 1);
-	stat_add(STAT_DWARF_FRAMES, u->dwarf);
-	if (u->end)
-		stat_add(STAT_DWARF_END, 1);
-	return store_stack(b, lost);
+	return walk_user(&c, regs, false, lost);
+}
+
+/* The user stack id of another task, blocked now (sleepable iterator):
+ * by its tables when it has some, else by frame pointers. Uses the
+ * second scratch entries: the iterator may sleep in the middle of a walk
+ * and the tracepoint programs then run on this CPU. */
+static __always_inline s64 task_user_stack_id(struct task_struct *task)
+{
+	u32 one = 1, tgid = task->tgid;
+	struct stack_buf *b = bpf_map_lookup_elem(&stack_scratch, &one);
+	struct unwind_state *u = bpf_map_lookup_elem(&unwind_scratch, &one);
+	if (!b || !u)
+		return -1;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs)
+		return -61;
+	struct unwind_ctx c = { .u = u, .proc = bpf_map_lookup_elem(&unwind_procs, &tgid), .buf = b, .task = task };
+	return walk_user(&c, regs, true, STAT_USTACK_LOST);
 }
 
 static __always_inline bool is_target(u32 tgid, u32 tid)
@@ -773,6 +843,8 @@ static __always_inline void account_prestart(struct task_struct *t, u32 state, u
 	v->state = state;
 	v->whole = whole;
 	v->kthread = (t->flags & PF_KTHREAD) != 0;
+	s64 *us = bpf_map_lookup_elem(&blocked_ustacks, &tid);
+	v->ustack = us ? *us : -1;
 	/* The helper zero-fills what the stack does not use. */
 	v->kstack[0] = 0;
 	if (want_kernel_stacks && bpf_get_task_stack(t, v->kstack, sizeof(v->kstack), 0) < 0)
@@ -1115,5 +1187,27 @@ int offcpu_flush_open(struct bpf_iter__task *ctx)
 		if (st != 0)
 			account_prestart(task, classify(false, st), 1);
 	}
+	return 0;
+}
+
+/* Run once right after the probes attach: walks the user stack of every
+ * target thread blocked at that moment (another task's memory can only be
+ * read from a sleepable program), so an interval blocked since before the
+ * start has its user stack too. A thread that runs before its interval is
+ * accounted has a switch-out of its own and does not use it. */
+SEC("iter.s/task")
+int offcpu_snap_blocked(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	if (!task || !task->pid || !want_user_stacks)
+		return 0;
+	if ((task->flags & PF_KTHREAD) || task->__state == 0)
+		return 0; /* kernel thread, or running or runnable */
+	u32 tid = task->pid;
+	if (!is_target(task->tgid, tid))
+		return 0;
+	s64 id = task_user_stack_id(task);
+	if (id >= 0)
+		bpf_map_update_elem(&blocked_ustacks, &tid, &id, BPF_ANY);
 	return 0;
 }

@@ -70,6 +70,7 @@ type OffcpuPrestartVal struct {
 	State   uint32
 	Whole   uint32
 	Kthread uint32
+	Ustack  int64
 	Kstack  [40]uint64
 }
 
@@ -173,52 +174,54 @@ type OffcpuWakerRec struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	OffcpuMapCpuSamples        = "cpu_samples"
-	OffcpuMapLastWaker         = "last_waker"
-	OffcpuMapOffcpu            = "offcpu"
-	OffcpuMapPrestart          = "prestart"
-	OffcpuMapPrestartScratch   = "prestart_scratch"
-	OffcpuMapProcEvents        = "proc_events"
-	OffcpuMapProcs             = "procs"
-	OffcpuMapStackScratch      = "stack_scratch"
-	OffcpuMapStacks            = "stacks"
-	OffcpuMapStarts            = "starts"
-	OffcpuMapStats             = "stats"
-	OffcpuMapTargetTgids       = "target_tgids"
-	OffcpuMapTargetTids        = "target_tids"
-	OffcpuMapTaskStarts        = "task_starts"
-	OffcpuMapThreads           = "threads"
-	OffcpuMapUnwindProcs       = "unwind_procs"
-	OffcpuMapUnwindRows        = "unwind_rows"
-	OffcpuMapUnwindScratch     = "unwind_scratch"
-	OffcpuMapWakeups           = "wakeups"
-	OffcpuProgOffcpuCpuSample  = "offcpu_cpu_sample"
-	OffcpuProgOffcpuExec       = "offcpu_exec"
-	OffcpuProgOffcpuFlushOpen  = "offcpu_flush_open"
-	OffcpuProgOffcpuFork       = "offcpu_fork"
-	OffcpuProgOffcpuForkTp     = "offcpu_fork_tp"
-	OffcpuProgOffcpuRename     = "offcpu_rename"
-	OffcpuProgOffcpuRenameTp   = "offcpu_rename_tp"
-	OffcpuProgOffcpuSwitch     = "offcpu_switch"
-	OffcpuProgOffcpuSwitchTp   = "offcpu_switch_tp"
-	OffcpuProgOffcpuWaking     = "offcpu_waking"
-	OffcpuProgOffcpuWakingTp   = "offcpu_waking_tp"
-	OffcpuVarFilterCgroup      = "filter_cgroup"
-	OffcpuVarFilterTgid        = "filter_tgid"
-	OffcpuVarFilterTid         = "filter_tid"
-	OffcpuVarFollowForks       = "follow_forks"
-	OffcpuVarKernelThreadsOnly = "kernel_threads_only"
-	OffcpuVarMaxBlockNs        = "max_block_ns"
-	OffcpuVarMinBlockNs        = "min_block_ns"
-	OffcpuVarRecStartNs        = "rec_start_ns"
-	OffcpuVarReuseStacks       = "reuse_stacks"
-	OffcpuVarStatCount         = "stat_count"
-	OffcpuVarStateMask         = "state_mask"
-	OffcpuVarThreadSize        = "thread_size"
-	OffcpuVarUserThreadsOnly   = "user_threads_only"
-	OffcpuVarWantKernelStacks  = "want_kernel_stacks"
-	OffcpuVarWantUserStacks    = "want_user_stacks"
-	OffcpuVarWantWakeups       = "want_wakeups"
+	OffcpuMapBlockedUstacks     = "blocked_ustacks"
+	OffcpuMapCpuSamples         = "cpu_samples"
+	OffcpuMapLastWaker          = "last_waker"
+	OffcpuMapOffcpu             = "offcpu"
+	OffcpuMapPrestart           = "prestart"
+	OffcpuMapPrestartScratch    = "prestart_scratch"
+	OffcpuMapProcEvents         = "proc_events"
+	OffcpuMapProcs              = "procs"
+	OffcpuMapStackScratch       = "stack_scratch"
+	OffcpuMapStacks             = "stacks"
+	OffcpuMapStarts             = "starts"
+	OffcpuMapStats              = "stats"
+	OffcpuMapTargetTgids        = "target_tgids"
+	OffcpuMapTargetTids         = "target_tids"
+	OffcpuMapTaskStarts         = "task_starts"
+	OffcpuMapThreads            = "threads"
+	OffcpuMapUnwindProcs        = "unwind_procs"
+	OffcpuMapUnwindRows         = "unwind_rows"
+	OffcpuMapUnwindScratch      = "unwind_scratch"
+	OffcpuMapWakeups            = "wakeups"
+	OffcpuProgOffcpuCpuSample   = "offcpu_cpu_sample"
+	OffcpuProgOffcpuExec        = "offcpu_exec"
+	OffcpuProgOffcpuFlushOpen   = "offcpu_flush_open"
+	OffcpuProgOffcpuFork        = "offcpu_fork"
+	OffcpuProgOffcpuForkTp      = "offcpu_fork_tp"
+	OffcpuProgOffcpuRename      = "offcpu_rename"
+	OffcpuProgOffcpuRenameTp    = "offcpu_rename_tp"
+	OffcpuProgOffcpuSnapBlocked = "offcpu_snap_blocked"
+	OffcpuProgOffcpuSwitch      = "offcpu_switch"
+	OffcpuProgOffcpuSwitchTp    = "offcpu_switch_tp"
+	OffcpuProgOffcpuWaking      = "offcpu_waking"
+	OffcpuProgOffcpuWakingTp    = "offcpu_waking_tp"
+	OffcpuVarFilterCgroup       = "filter_cgroup"
+	OffcpuVarFilterTgid         = "filter_tgid"
+	OffcpuVarFilterTid          = "filter_tid"
+	OffcpuVarFollowForks        = "follow_forks"
+	OffcpuVarKernelThreadsOnly  = "kernel_threads_only"
+	OffcpuVarMaxBlockNs         = "max_block_ns"
+	OffcpuVarMinBlockNs         = "min_block_ns"
+	OffcpuVarRecStartNs         = "rec_start_ns"
+	OffcpuVarReuseStacks        = "reuse_stacks"
+	OffcpuVarStatCount          = "stat_count"
+	OffcpuVarStateMask          = "state_mask"
+	OffcpuVarThreadSize         = "thread_size"
+	OffcpuVarUserThreadsOnly    = "user_threads_only"
+	OffcpuVarWantKernelStacks   = "want_kernel_stacks"
+	OffcpuVarWantUserStacks     = "want_user_stacks"
+	OffcpuVarWantWakeups        = "want_wakeups"
 )
 
 // LoadOffcpu returns the embedded CollectionSpec for Offcpu.
@@ -263,23 +266,25 @@ type OffcpuSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuProgramSpecs struct {
-	OffcpuCpuSample *ebpf.ProgramSpec `ebpf:"offcpu_cpu_sample"`
-	OffcpuExec      *ebpf.ProgramSpec `ebpf:"offcpu_exec"`
-	OffcpuFlushOpen *ebpf.ProgramSpec `ebpf:"offcpu_flush_open"`
-	OffcpuFork      *ebpf.ProgramSpec `ebpf:"offcpu_fork"`
-	OffcpuForkTp    *ebpf.ProgramSpec `ebpf:"offcpu_fork_tp"`
-	OffcpuRename    *ebpf.ProgramSpec `ebpf:"offcpu_rename"`
-	OffcpuRenameTp  *ebpf.ProgramSpec `ebpf:"offcpu_rename_tp"`
-	OffcpuSwitch    *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
-	OffcpuSwitchTp  *ebpf.ProgramSpec `ebpf:"offcpu_switch_tp"`
-	OffcpuWaking    *ebpf.ProgramSpec `ebpf:"offcpu_waking"`
-	OffcpuWakingTp  *ebpf.ProgramSpec `ebpf:"offcpu_waking_tp"`
+	OffcpuCpuSample   *ebpf.ProgramSpec `ebpf:"offcpu_cpu_sample"`
+	OffcpuExec        *ebpf.ProgramSpec `ebpf:"offcpu_exec"`
+	OffcpuFlushOpen   *ebpf.ProgramSpec `ebpf:"offcpu_flush_open"`
+	OffcpuFork        *ebpf.ProgramSpec `ebpf:"offcpu_fork"`
+	OffcpuForkTp      *ebpf.ProgramSpec `ebpf:"offcpu_fork_tp"`
+	OffcpuRename      *ebpf.ProgramSpec `ebpf:"offcpu_rename"`
+	OffcpuRenameTp    *ebpf.ProgramSpec `ebpf:"offcpu_rename_tp"`
+	OffcpuSnapBlocked *ebpf.ProgramSpec `ebpf:"offcpu_snap_blocked"`
+	OffcpuSwitch      *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
+	OffcpuSwitchTp    *ebpf.ProgramSpec `ebpf:"offcpu_switch_tp"`
+	OffcpuWaking      *ebpf.ProgramSpec `ebpf:"offcpu_waking"`
+	OffcpuWakingTp    *ebpf.ProgramSpec `ebpf:"offcpu_waking_tp"`
 }
 
 // OffcpuMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuMapSpecs struct {
+	BlockedUstacks  *ebpf.MapSpec `ebpf:"blocked_ustacks"`
 	CpuSamples      *ebpf.MapSpec `ebpf:"cpu_samples"`
 	LastWaker       *ebpf.MapSpec `ebpf:"last_waker"`
 	Offcpu          *ebpf.MapSpec `ebpf:"offcpu"`
@@ -343,6 +348,7 @@ func (o *OffcpuObjects) Close() error {
 //
 // It can be passed to LoadOffcpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuMaps struct {
+	BlockedUstacks  *ebpf.Map `ebpf:"blocked_ustacks"`
 	CpuSamples      *ebpf.Map `ebpf:"cpu_samples"`
 	LastWaker       *ebpf.Map `ebpf:"last_waker"`
 	Offcpu          *ebpf.Map `ebpf:"offcpu"`
@@ -366,6 +372,7 @@ type OffcpuMaps struct {
 
 func (m *OffcpuMaps) Close() error {
 	return _OffcpuClose(
+		m.BlockedUstacks,
 		m.CpuSamples,
 		m.LastWaker,
 		m.Offcpu,
@@ -414,17 +421,18 @@ type OffcpuVariables struct {
 //
 // It can be passed to LoadOffcpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuPrograms struct {
-	OffcpuCpuSample *ebpf.Program `ebpf:"offcpu_cpu_sample"`
-	OffcpuExec      *ebpf.Program `ebpf:"offcpu_exec"`
-	OffcpuFlushOpen *ebpf.Program `ebpf:"offcpu_flush_open"`
-	OffcpuFork      *ebpf.Program `ebpf:"offcpu_fork"`
-	OffcpuForkTp    *ebpf.Program `ebpf:"offcpu_fork_tp"`
-	OffcpuRename    *ebpf.Program `ebpf:"offcpu_rename"`
-	OffcpuRenameTp  *ebpf.Program `ebpf:"offcpu_rename_tp"`
-	OffcpuSwitch    *ebpf.Program `ebpf:"offcpu_switch"`
-	OffcpuSwitchTp  *ebpf.Program `ebpf:"offcpu_switch_tp"`
-	OffcpuWaking    *ebpf.Program `ebpf:"offcpu_waking"`
-	OffcpuWakingTp  *ebpf.Program `ebpf:"offcpu_waking_tp"`
+	OffcpuCpuSample   *ebpf.Program `ebpf:"offcpu_cpu_sample"`
+	OffcpuExec        *ebpf.Program `ebpf:"offcpu_exec"`
+	OffcpuFlushOpen   *ebpf.Program `ebpf:"offcpu_flush_open"`
+	OffcpuFork        *ebpf.Program `ebpf:"offcpu_fork"`
+	OffcpuForkTp      *ebpf.Program `ebpf:"offcpu_fork_tp"`
+	OffcpuRename      *ebpf.Program `ebpf:"offcpu_rename"`
+	OffcpuRenameTp    *ebpf.Program `ebpf:"offcpu_rename_tp"`
+	OffcpuSnapBlocked *ebpf.Program `ebpf:"offcpu_snap_blocked"`
+	OffcpuSwitch      *ebpf.Program `ebpf:"offcpu_switch"`
+	OffcpuSwitchTp    *ebpf.Program `ebpf:"offcpu_switch_tp"`
+	OffcpuWaking      *ebpf.Program `ebpf:"offcpu_waking"`
+	OffcpuWakingTp    *ebpf.Program `ebpf:"offcpu_waking_tp"`
 }
 
 func (p *OffcpuPrograms) Close() error {
@@ -436,6 +444,7 @@ func (p *OffcpuPrograms) Close() error {
 		p.OffcpuForkTp,
 		p.OffcpuRename,
 		p.OffcpuRenameTp,
+		p.OffcpuSnapBlocked,
 		p.OffcpuSwitch,
 		p.OffcpuSwitchTp,
 		p.OffcpuWaking,

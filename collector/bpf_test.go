@@ -510,6 +510,25 @@ func TestBlockedBeforeStart(t *testing.T) {
 	if v := sum["sleep/whole"]; v < window*9/10 || v > window {
 		t.Errorf("blocked for the whole %v recording: %v (all: %v)", time.Duration(window), time.Duration(v), sum)
 	}
+	// Their user stacks were walked when recording started.
+	for thread, want := range map[string][]string{
+		"wl-nanosleep": {"main.napLoop", "runtime.goexit"},
+		"sleep":        {"_start", "__libc_start_main", "clock_nanosleep"},
+	} {
+		found := false
+		for _, smp := range p.Sample {
+			if iv := smp.Label[LabelInterval]; len(iv) > 0 && smp.Label[LabelThread][0] == thread {
+				if stackHas(smp, want...) {
+					found = true
+				} else {
+					t.Logf("%s: %s", thread, FoldedStack(smp))
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s: no interval blocked since before the start with user frames %v", thread, want)
+		}
+	}
 }
 
 // System-wide under classic tracepoints, sched_waking reads the record's

@@ -26,7 +26,7 @@ type record struct {
 	kernelErr int64
 	waker     waker
 	open      bool // still off-CPU when recording stopped
-	prestart  bool // blocked since before the start: kernel stack only
+	prestart  bool // blocked since before the start: stacks walked at the start
 	kthread   bool // known to be a kernel thread (prestart records)
 }
 
@@ -115,7 +115,7 @@ func (s *Session) drain() (*drained, error) {
 	}
 	if !s.flushIter {
 		s.drainOpenStarts(d, getStack)
-	} else if err := s.drainPrestart(d); err != nil {
+	} else if err := s.drainPrestart(d, getStack); err != nil {
 		return nil, err
 	}
 	var wk bpf.OffcpuWakeKey
@@ -310,7 +310,7 @@ func (s *Session) drainOpenStarts(d *drained, getStack func(int64) []uint64) {
 }
 
 // drainPrestart reads the threads blocked since before the start.
-func (s *Session) drainPrestart(d *drained) error {
+func (s *Session) drainPrestart(d *drained, getStack func(int64) []uint64) error {
 	m, ok := s.coll.Maps[bpf.OffcpuMapPrestart]
 	if !ok {
 		return nil
@@ -327,7 +327,7 @@ func (s *Session) drainPrestart(d *drained) error {
 			kernel = append(kernel, ip)
 		}
 		d.records = append(d.records, record{tgid: v.Tgid, tid: tid, state: State(v.State), ns: v.Ns, count: 1,
-			kernel: kernel, userErr: -1, open: v.Whole != 0, prestart: true, kthread: v.Kthread != 0})
+			kernel: kernel, user: getStack(v.Ustack), userErr: min(v.Ustack, -1), open: v.Whole != 0, prestart: true, kthread: v.Kthread != 0})
 		s.stats.Intervals++
 		s.stats.OffCPU += durationNs(v.Ns)
 		if v.Whole != 0 {

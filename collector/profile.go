@@ -104,7 +104,7 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 	sort.Slice(d.records, func(i, j int) bool { return d.records[i].ns > d.records[j].ns })
 	for _, r := range d.records {
 		th := d.threads[r.tid]
-		if n := len(r.user); n > 0 && !r.prestart {
+		if n := len(r.user); n > 0 {
 			fr, _ := sym.user(r.tgid, r.user[n-1]-1)
 			if unwind.IsThreadStart(fr.fn) {
 				s.stats.CompleteStacks++
@@ -115,7 +115,7 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 			}
 		}
 		locs := b.stack(r.tgid, trimKernel(r.kernel, sym.kern), r.user, r.userErr, isKernelThread(r))
-		if r.prestart && !r.kthread {
+		if r.prestart && !r.kthread && len(r.user) == 0 {
 			locs = append(locs, b.marker("[user stack: blocked since before the recording]"))
 		}
 		smp := &profile.Sample{
@@ -292,7 +292,7 @@ func (s *Session) finishProfile(p *profile.Profile) {
 		p.Comments = append(p.Comments, "warning: "+w)
 	}
 	p.Comments = append(p.Comments,
-		fmt.Sprintf("before_start=%d: threads blocked since before the start, counted from the start with kernel stacks only; not measured: out_of_range=%d (--min-block/--max-block)", st.NoStart, st.OutOfRange),
+		fmt.Sprintf("before_start=%d: threads blocked since before the start, counted from the start with the stacks they had then; not measured: out_of_range=%d (--min-block/--max-block)", st.NoStart, st.OutOfRange),
 	)
 }
 

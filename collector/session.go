@@ -35,13 +35,14 @@ import (
 
 // Session is one recording. It is safe to call AddPID from any goroutine.
 type Session struct {
-	opts     Options
-	coll     *ebpf.Collection
-	links    []link.Link
-	rd       *ringbuf.Reader
-	procs    *procTable
-	attach   string
-	fallback string // why tp_btf was not used, when it failed
+	opts          Options
+	coll          *ebpf.Collection
+	links         []link.Link
+	rd            *ringbuf.Reader
+	procs         *procTable
+	attach        string
+	fallback      string   // why tp_btf was not used, when it failed
+	startWarnings []string // partial failures while starting
 
 	unw              *unwinder // nil with FramePointersOnly
 	unwStop, unwDone chan struct{}
@@ -76,7 +77,7 @@ type Stats struct {
 	AggFull         uint64 // intervals dropped: aggregation map full
 	AggFullTime     time.Duration
 	StartFull       uint64 // switch-outs not remembered
-	NoStart         uint64 // threads blocked since before the start (counted from the start, kernel stack only)
+	NoStart         uint64 // threads blocked since before the start (counted from the start)
 	OutOfRange      uint64 // intervals outside --min-block/--max-block (filtered)
 	EventsLost      uint64 // new-process notifications lost
 	StacksReused    uint64 // switch-outs that reused the thread's previous stacks
@@ -260,6 +261,10 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 		s.closeBPF()
 		return nil, err
 	}
+	if err := s.runIter(bpf.OffcpuProgOffcpuSnapBlocked); err != nil {
+		// Costs only the user stacks of threads blocked since before the start.
+		s.startWarnings = append(s.startWarnings, fmt.Sprintf("user stacks of threads blocked at the start not walked: %v", err))
+	}
 	rd, err := ringbuf.NewReader(s.coll.Maps[bpf.OffcpuMapProcEvents])
 	if err != nil {
 		s.closeBPF()
@@ -344,6 +349,7 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 	spec.Maps[bpf.OffcpuMapWakeups].MaxEntries = uint32(o.AggEntries)
 	spec.Maps[bpf.OffcpuMapCpuSamples].MaxEntries = uint32(o.AggEntries)
 	spec.Maps[bpf.OffcpuMapLastWaker].MaxEntries = uint32(o.MaxThreads)
+	spec.Maps[bpf.OffcpuMapBlockedUstacks].MaxEntries = uint32(o.MaxThreads)
 	if !o.FramePointersOnly {
 		spec.Maps[bpf.OffcpuMapUnwindRows].MaxEntries = uint32(o.UnwindRows)
 		spec.Maps[bpf.OffcpuMapUnwindProcs].MaxEntries = MaxUnwindProcs
@@ -364,6 +370,7 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 			delete(spec.Programs, p)
 		}
 		delete(spec.Programs, bpf.OffcpuProgOffcpuFlushOpen)
+		delete(spec.Programs, bpf.OffcpuProgOffcpuSnapBlocked)
 		delete(spec.Maps, bpf.OffcpuMapTaskStarts)
 		s.attach = "tracepoint"
 	}
@@ -532,6 +539,7 @@ func (s *Session) Stop() (*profile.Profile, error) {
 		if s.fallback != "" {
 			s.stats.Warnings = append(s.stats.Warnings, s.fallback)
 		}
+		s.stats.Warnings = append(s.stats.Warnings, s.startWarnings...)
 		if s.flushIter {
 			// A failure here costs only the open intervals: keep going.
 			if err := s.flushOpen(); err != nil {
@@ -594,25 +602,29 @@ func (s *Session) markWindowStart() error {
 
 // flushOpen runs the iter/task program once: every thread still off-CPU
 // gets its interval so far accounted, flagged open.
-func (s *Session) flushOpen() error {
-	if s.coll.Programs[bpf.OffcpuProgOffcpuFlushOpen] == nil {
-		return nil // tracepoint mode: no task storage to walk
+func (s *Session) flushOpen() error { return s.runIter(bpf.OffcpuProgOffcpuFlushOpen) }
+
+// runIter runs a task iterator program once over every task; absent in
+// classic-tracepoint mode.
+func (s *Session) runIter(name string) error {
+	prog := s.coll.Programs[name]
+	if prog == nil {
+		return nil
 	}
-	it, err := link.AttachIter(link.IterOptions{Program: s.coll.Programs[bpf.OffcpuProgOffcpuFlushOpen]})
+	it, err := link.AttachIter(link.IterOptions{Program: prog})
 	if err != nil {
-		return fmt.Errorf("attaching the open-interval iterator: %w", err)
+		return fmt.Errorf("attaching %s: %w", name, err)
 	}
 	defer it.Close()
 	rd, err := it.Open()
 	if err != nil {
-		return fmt.Errorf("running the open-interval iterator: %w", err)
+		return fmt.Errorf("running %s: %w", name, err)
 	}
 	defer rd.Close()
 	_, err = io.Copy(io.Discard, rd)
 	return err
 }
 
-// Stats returns the recording's statistics; complete after Stop.
 func (s *Session) Stats() Stats { return s.stats }
 
 func (s *Session) programStats() []ProgramStat {

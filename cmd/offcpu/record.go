@@ -386,7 +386,7 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 		}
 	}
 	if st.NoStart > 0 {
-		fmt.Fprintf(w, "blocked since before the start: %d threads (counted from the start, kernel stacks only; label interval=before-start or whole)\n", st.NoStart)
+		fmt.Fprintf(w, "blocked since before the start: %d threads (counted from the start; label interval=before-start or whole)\n", st.NoStart)
 	}
 	fmt.Fprintf(w, "losses: %d (user stacks %d, kernel stacks %d, aggregation full %d, starts %d, events %d); unreadable user stacks %d; %d intervals outside the block bounds\n",
 		st.Lost(), st.UserStackLost, st.KernelStackLost, st.AggFull, st.StartFull, st.EventsLost, st.UserStackFault, st.OutOfRange)
