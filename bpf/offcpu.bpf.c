@@ -71,6 +71,7 @@ const volatile bool want_user_stacks = true;
 const volatile bool reuse_stacks = true;   /* see capture_sleep() */
 const volatile bool want_wakeups = false;  /* record wakers and link them to intervals */
 const volatile u64 thread_size = 16384;    /* kernel stack size (THREAD_SIZE) */
+const volatile bool want_unwind = false;   /* unwind tables in use: report code mappings */
 
 /* Written by user space once the programs are attached: the start of the
  * recorded window (bpf_ktime_get_ns clock). 0 until then. */
@@ -1209,5 +1210,66 @@ int offcpu_snap_blocked(struct bpf_iter__task *ctx)
 	s64 id = task_user_stack_id(task);
 	if (id >= 0)
 		bpf_map_update_elem(&blocked_ustacks, &tid, &id, BPF_ANY);
+	return 0;
+}
+
+/* sys_enter_mmap / sys_exit_mmap records
+ * (/sys/kernel/tracing/events/syscalls/sys_enter_mmap/format): the layout
+ * of syscall tracepoints is fixed. */
+struct mmap_enter_args {
+	u64 common;
+	s32 nr;
+	u32 pad;
+	u64 addr, len, prot, flags, fd, off;
+};
+
+struct mmap_exit_args {
+	u64 common;
+	s32 nr;
+	u32 pad;
+	s64 ret;
+};
+
+#define PROT_EXEC 0x4
+
+/* Key: tid. Value: unused. Threads inside an executable mmap. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, u8);
+} exec_mmaps SEC(".maps");
+
+/* A target mapping code (the dynamic loader placing a library, dlopen):
+ * once the mapping exists, user space is told to read the mappings and
+ * load the new file's unwind table before its code blocks. */
+SEC("tracepoint/syscalls/sys_enter_mmap")
+int offcpu_mmap_enter(struct mmap_enter_args *ctx)
+{
+	if (!want_unwind || !(ctx->prot & PROT_EXEC))
+		return 0;
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tid = (u32)id;
+	if (!is_target(id >> 32, tid))
+		return 0;
+	u8 one = 1;
+	bpf_map_update_elem(&exec_mmaps, &tid, &one, BPF_ANY);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_mmap")
+int offcpu_mmap_exit(struct mmap_exit_args *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tid = (u32)id;
+	if (!want_unwind || !bpf_map_lookup_elem(&exec_mmaps, &tid))
+		return 0;
+	bpf_map_delete_elem(&exec_mmaps, &tid);
+	if (ctx->ret < 0)
+		return 0;
+	struct proc_event ev = { .tgid = id >> 32, .tid = tid };
+	if (bpf_ringbuf_output(&proc_events, &ev, sizeof(ev), 0))
+		stat_add(STAT_EVENTS_LOST, 1);
 	return 0;
 }

@@ -176,6 +176,7 @@ type OffcpuWakerRec struct {
 const (
 	OffcpuMapBlockedUstacks     = "blocked_ustacks"
 	OffcpuMapCpuSamples         = "cpu_samples"
+	OffcpuMapExecMmaps          = "exec_mmaps"
 	OffcpuMapLastWaker          = "last_waker"
 	OffcpuMapOffcpu             = "offcpu"
 	OffcpuMapPrestart           = "prestart"
@@ -199,6 +200,8 @@ const (
 	OffcpuProgOffcpuFlushOpen   = "offcpu_flush_open"
 	OffcpuProgOffcpuFork        = "offcpu_fork"
 	OffcpuProgOffcpuForkTp      = "offcpu_fork_tp"
+	OffcpuProgOffcpuMmapEnter   = "offcpu_mmap_enter"
+	OffcpuProgOffcpuMmapExit    = "offcpu_mmap_exit"
 	OffcpuProgOffcpuRename      = "offcpu_rename"
 	OffcpuProgOffcpuRenameTp    = "offcpu_rename_tp"
 	OffcpuProgOffcpuSnapBlocked = "offcpu_snap_blocked"
@@ -220,6 +223,7 @@ const (
 	OffcpuVarThreadSize         = "thread_size"
 	OffcpuVarUserThreadsOnly    = "user_threads_only"
 	OffcpuVarWantKernelStacks   = "want_kernel_stacks"
+	OffcpuVarWantUnwind         = "want_unwind"
 	OffcpuVarWantUserStacks     = "want_user_stacks"
 	OffcpuVarWantWakeups        = "want_wakeups"
 )
@@ -271,6 +275,8 @@ type OffcpuProgramSpecs struct {
 	OffcpuFlushOpen   *ebpf.ProgramSpec `ebpf:"offcpu_flush_open"`
 	OffcpuFork        *ebpf.ProgramSpec `ebpf:"offcpu_fork"`
 	OffcpuForkTp      *ebpf.ProgramSpec `ebpf:"offcpu_fork_tp"`
+	OffcpuMmapEnter   *ebpf.ProgramSpec `ebpf:"offcpu_mmap_enter"`
+	OffcpuMmapExit    *ebpf.ProgramSpec `ebpf:"offcpu_mmap_exit"`
 	OffcpuRename      *ebpf.ProgramSpec `ebpf:"offcpu_rename"`
 	OffcpuRenameTp    *ebpf.ProgramSpec `ebpf:"offcpu_rename_tp"`
 	OffcpuSnapBlocked *ebpf.ProgramSpec `ebpf:"offcpu_snap_blocked"`
@@ -286,6 +292,7 @@ type OffcpuProgramSpecs struct {
 type OffcpuMapSpecs struct {
 	BlockedUstacks  *ebpf.MapSpec `ebpf:"blocked_ustacks"`
 	CpuSamples      *ebpf.MapSpec `ebpf:"cpu_samples"`
+	ExecMmaps       *ebpf.MapSpec `ebpf:"exec_mmaps"`
 	LastWaker       *ebpf.MapSpec `ebpf:"last_waker"`
 	Offcpu          *ebpf.MapSpec `ebpf:"offcpu"`
 	Prestart        *ebpf.MapSpec `ebpf:"prestart"`
@@ -324,6 +331,7 @@ type OffcpuVariableSpecs struct {
 	ThreadSize        *ebpf.VariableSpec `ebpf:"thread_size"`
 	UserThreadsOnly   *ebpf.VariableSpec `ebpf:"user_threads_only"`
 	WantKernelStacks  *ebpf.VariableSpec `ebpf:"want_kernel_stacks"`
+	WantUnwind        *ebpf.VariableSpec `ebpf:"want_unwind"`
 	WantUserStacks    *ebpf.VariableSpec `ebpf:"want_user_stacks"`
 	WantWakeups       *ebpf.VariableSpec `ebpf:"want_wakeups"`
 }
@@ -350,6 +358,7 @@ func (o *OffcpuObjects) Close() error {
 type OffcpuMaps struct {
 	BlockedUstacks  *ebpf.Map `ebpf:"blocked_ustacks"`
 	CpuSamples      *ebpf.Map `ebpf:"cpu_samples"`
+	ExecMmaps       *ebpf.Map `ebpf:"exec_mmaps"`
 	LastWaker       *ebpf.Map `ebpf:"last_waker"`
 	Offcpu          *ebpf.Map `ebpf:"offcpu"`
 	Prestart        *ebpf.Map `ebpf:"prestart"`
@@ -374,6 +383,7 @@ func (m *OffcpuMaps) Close() error {
 	return _OffcpuClose(
 		m.BlockedUstacks,
 		m.CpuSamples,
+		m.ExecMmaps,
 		m.LastWaker,
 		m.Offcpu,
 		m.Prestart,
@@ -413,6 +423,7 @@ type OffcpuVariables struct {
 	ThreadSize        *ebpf.Variable `ebpf:"thread_size"`
 	UserThreadsOnly   *ebpf.Variable `ebpf:"user_threads_only"`
 	WantKernelStacks  *ebpf.Variable `ebpf:"want_kernel_stacks"`
+	WantUnwind        *ebpf.Variable `ebpf:"want_unwind"`
 	WantUserStacks    *ebpf.Variable `ebpf:"want_user_stacks"`
 	WantWakeups       *ebpf.Variable `ebpf:"want_wakeups"`
 }
@@ -426,6 +437,8 @@ type OffcpuPrograms struct {
 	OffcpuFlushOpen   *ebpf.Program `ebpf:"offcpu_flush_open"`
 	OffcpuFork        *ebpf.Program `ebpf:"offcpu_fork"`
 	OffcpuForkTp      *ebpf.Program `ebpf:"offcpu_fork_tp"`
+	OffcpuMmapEnter   *ebpf.Program `ebpf:"offcpu_mmap_enter"`
+	OffcpuMmapExit    *ebpf.Program `ebpf:"offcpu_mmap_exit"`
 	OffcpuRename      *ebpf.Program `ebpf:"offcpu_rename"`
 	OffcpuRenameTp    *ebpf.Program `ebpf:"offcpu_rename_tp"`
 	OffcpuSnapBlocked *ebpf.Program `ebpf:"offcpu_snap_blocked"`
@@ -442,6 +455,8 @@ func (p *OffcpuPrograms) Close() error {
 		p.OffcpuFlushOpen,
 		p.OffcpuFork,
 		p.OffcpuForkTp,
+		p.OffcpuMmapEnter,
+		p.OffcpuMmapExit,
 		p.OffcpuRename,
 		p.OffcpuRenameTp,
 		p.OffcpuSnapBlocked,

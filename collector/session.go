@@ -337,6 +337,7 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 		bpf.OffcpuVarReuseStacks:       !o.NoStackReuse,
 		bpf.OffcpuVarWantWakeups:       !o.NoWakeups,
 		bpf.OffcpuVarThreadSize:        kernelThreadSize(),
+		bpf.OffcpuVarWantUnwind:        !o.FramePointersOnly,
 	} {
 		if err := set(name, v); err != nil {
 			return fmt.Errorf("setting %s: %w", name, err)
@@ -350,6 +351,10 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 	spec.Maps[bpf.OffcpuMapCpuSamples].MaxEntries = uint32(o.AggEntries)
 	spec.Maps[bpf.OffcpuMapLastWaker].MaxEntries = uint32(o.MaxThreads)
 	spec.Maps[bpf.OffcpuMapBlockedUstacks].MaxEntries = uint32(o.MaxThreads)
+	if o.FramePointersOnly {
+		delete(spec.Programs, bpf.OffcpuProgOffcpuMmapEnter)
+		delete(spec.Programs, bpf.OffcpuProgOffcpuMmapExit)
+	}
 	if !o.FramePointersOnly {
 		spec.Maps[bpf.OffcpuMapUnwindRows].MaxEntries = uint32(o.UnwindRows)
 		spec.Maps[bpf.OffcpuMapUnwindProcs].MaxEntries = MaxUnwindProcs
@@ -395,9 +400,11 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 		s.unw = newUnwinder(coll, uint32(o.UnwindRows))
 		s.procs.onChange = s.unw.update
 		// Tables before the probes attach: the first sleeps walk whole.
-		// System-wide, that is every process already running.
-		pids := o.PIDs
-		if len(pids) == 0 && len(o.TIDs) == 0 && !o.TargetsOnly {
+		// System-wide, that is every process already running; otherwise
+		// the targets and this process, whose C library and loader are
+		// most likely what a command started later maps too.
+		pids := append([]int{os.Getpid()}, o.PIDs...)
+		if len(o.PIDs) == 0 && len(o.TIDs) == 0 && !o.TargetsOnly {
 			pids = allProcesses()
 		}
 		for _, p := range pids {
@@ -424,6 +431,7 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 			}
 			s.links = append(s.links, l)
 		}
+		s.attachMmap()
 		return nil
 	}
 	if err := ensureTracefs(); err != nil {
@@ -444,7 +452,28 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 		}
 		s.links = append(s.links, l)
 	}
+	s.attachMmap()
 	return nil
+}
+
+// attachMmap follows executable mmaps of the targets so that a library's
+// unwind table is loaded as soon as the dynamic loader maps it. Optional:
+// without syscall tracepoints, mappings are re-read on a timer only.
+func (s *Session) attachMmap() {
+	enter, exit := s.coll.Programs[bpf.OffcpuProgOffcpuMmapEnter], s.coll.Programs[bpf.OffcpuProgOffcpuMmapExit]
+	if enter == nil || exit == nil || ensureTracefs() != nil {
+		return
+	}
+	le, err := link.Tracepoint("syscalls", "sys_enter_mmap", enter, nil)
+	if err != nil {
+		return
+	}
+	lx, err := link.Tracepoint("syscalls", "sys_exit_mmap", exit, nil)
+	if err != nil {
+		le.Close()
+		return
+	}
+	s.links = append(s.links, le, lx)
 }
 
 // allProcesses lists the processes running now (none if /proc cannot be
