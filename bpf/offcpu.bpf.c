@@ -18,6 +18,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define TASK_UNINTERRUPTIBLE 0x2
 #define TASK_NOLOAD 0x400
 #define TASK_REPORT_MAX 0x100 /* classic tracepoint: preempted */
+#define TASK_DEAD 0x80        /* raw state (tp_btf): the task's last switch */
+#define REPORT_EXITING 0x30   /* classic tracepoint: X or Z, the task's last switch */
 #define PERF_MAX_STACK_DEPTH 127
 #define EEXIST 17
 
@@ -862,7 +864,8 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 	u8 state = classify(preempt, prev_state);
 	bool kthread = prev->flags & PF_KTHREAD;
 
-	if (want_out(ptgid, ptid, state, kthread)) {
+	/* A dying task's last switch-out starts no interval. */
+	if (!(prev_state & TASK_DEAD) && want_out(ptgid, ptid, state, kthread)) {
 		struct start_rec *s = bpf_task_storage_get(&task_starts, prev, 0,
 							   BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (s) {
@@ -911,7 +914,11 @@ int offcpu_switch_tp(struct trace_event_raw_sched_switch *ctx)
 	struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
 	bool kthread = BPF_CORE_READ(cur, flags) & PF_KTHREAD;
 
-	if (want_out(ptgid, ptid, state, kthread)) {
+	if (pstate & REPORT_EXITING) {
+		/* The task's last switch-out: no interval, and no record left
+		 * behind to read as still blocked at the end. */
+		bpf_map_delete_elem(&starts, &ptid);
+	} else if (want_out(ptgid, ptid, state, kthread)) {
 		struct start_rec s = { .tgid = ptgid, .state = state, .pending = 1 };
 		announce(ptgid, ptid);
 		capture(ctx, &s, kthread);

@@ -185,6 +185,13 @@ func TestRecordTracepointFallback(t *testing.T) {
 		t.Fatalf("attach = %s, want tracepoint", st.Attach)
 	}
 	checkWorkload(t, p, res, 40*time.Millisecond, 6)
+	// Threads that exited (wl-exiting, then all of them) switched out one
+	// last time: that is not off-CPU time.
+	for _, smp := range p.Sample {
+		if stackHas(smp, "do_task_dead") {
+			t.Errorf("a dead thread's last switch counted: %v %s", time.Duration(smp.Value[0]), FoldedStack(smp))
+		}
+	}
 }
 
 func TestRecordFilters(t *testing.T) {
