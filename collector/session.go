@@ -380,7 +380,6 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 		s.attach = "tracepoint"
 	}
 	coll, err := ebpf.NewCollection(spec)
-	s.start = time.Now() // the window recorded starts when probes attach
 	if err != nil {
 		// The verifier answers EACCES too: look at its log first.
 		var ve *ebpf.VerifierError
@@ -414,6 +413,7 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 	if err := s.fillTargets(); err != nil {
 		return err
 	}
+	s.start = time.Now() // the window recorded starts when probes attach
 	if err := s.attachCPUSampling(); err != nil {
 		return err
 	}
