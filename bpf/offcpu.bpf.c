@@ -864,8 +864,12 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 	u8 state = classify(preempt, prev_state);
 	bool kthread = prev->flags & PF_KTHREAD;
 
-	/* A dying task's last switch-out starts no interval. */
-	if (!(prev_state & TASK_DEAD) && want_out(ptgid, ptid, state, kthread)) {
+	/* A dying task's last switch-out starts no interval; its name is
+	 * still kept (a thread may never have switched out before). */
+	bool dying = prev_state & TASK_DEAD;
+	if (dying && want_out(ptgid, ptid, state, kthread))
+		announce(ptgid, ptid);
+	if (!dying && want_out(ptgid, ptid, state, kthread)) {
 		struct start_rec *s = bpf_task_storage_get(&task_starts, prev, 0,
 							   BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (s) {
@@ -918,6 +922,8 @@ int offcpu_switch_tp(struct trace_event_raw_sched_switch *ctx)
 		/* The task's last switch-out: no interval, and no record left
 		 * behind to read as still blocked at the end. */
 		bpf_map_delete_elem(&starts, &ptid);
+		if (want_out(ptgid, ptid, state, kthread))
+			announce(ptgid, ptid);
 	} else if (want_out(ptgid, ptid, state, kthread)) {
 		struct start_rec s = { .tgid = ptgid, .state = state, .pending = 1 };
 		announce(ptgid, ptid);
