@@ -228,6 +228,54 @@ func TestUnwindWakerStacks(t *testing.T) {
 	}
 }
 
+// The on-CPU sampler walks C code without frame pointers whole too.
+func TestUnwindCPUSamples(t *testing.T) {
+	requireBPF(t)
+	bin := filepath.Join(t.TempDir(), "spin")
+	build(t, "gcc", "-O2", "-fomit-frame-pointer", "-o", bin, "testdata/unwind/spin.c")
+	s, err := Start(context.Background(), Options{TargetsOnly: true, NoWakeups: true, CPUHz: 499})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	cmd := exec.Command(bin, "100000")
+	if err := s.StartCommand(cmd); err != nil {
+		s.Stop()
+		t.Fatalf("StartCommand: %v", err)
+	}
+	if err := cmd.Wait(); err != nil {
+		s.Stop()
+		t.Fatalf("spin: %v", err)
+	}
+	p, err := s.Stop()
+	if err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	want := []string{"_start", "__libc_start_main", "main", "spin_a", "spin_b", "spin_c"}
+	var whole, all int64
+	for _, smp := range p.Sample {
+		if smp.Label[LabelState][0] != "on-cpu" || !containsFunc(userFuncs(smp), "spin_c") {
+			continue
+		}
+		all += smp.Value[2]
+		f := userFuncs(smp)
+		i := 0
+		for _, fn := range f {
+			if i < len(want) && fn == want[i] {
+				i++
+			}
+		}
+		if i == len(want) {
+			whole += smp.Value[2]
+		}
+	}
+	if all == 0 {
+		t.Fatal("no on-CPU sample in spin_c")
+	}
+	if whole*100 < all*90 {
+		t.Errorf("%.1f%% of on-CPU time in spin_c has the whole stack %v", 100*float64(whole)/float64(all), want)
+	}
+}
+
 // Frame pointers alone lose the program's frames under libc: the test
 // above would fail without the tables.
 func TestFramePointersOnlyTruncates(t *testing.T) {
