@@ -62,34 +62,55 @@ type wlResult struct {
 // runWorkload records the workload started under the session.
 func runWorkload(t *testing.T, opts Options, args ...string) (*profile.Profile, []wlResult, Stats) {
 	t.Helper()
-	bin := buildWorkload(t)
-	opts.TargetsOnly = true
-	s, err := Start(context.Background(), opts)
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(buildWorkload(t), args...)
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = os.Stderr
-	if err := s.StartCommand(cmd); err != nil {
-		s.Stop()
-		t.Fatalf("StartCommand: %v", err)
-	}
-	if err := cmd.Wait(); err != nil {
-		s.Stop()
-		t.Fatalf("workload: %v", err)
-	}
-	p, err := s.Stop()
-	if err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
+	p, s := recordCommand(t, opts, cmd)
 	lastWakeups, lastOffwake = s.Wakeups(), s.Offwake()
 	var res []wlResult
 	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
 		t.Fatalf("workload output %q: %v", out.String(), err)
 	}
 	return p, res, s.Stats()
+}
+
+// recordCommand records cmd, started under a new session, until it exits;
+// with byPID the command is started first and recorded by pid (-p)
+// 100 ms later.
+func recordCommand(t *testing.T, opts Options, cmd *exec.Cmd, byPID ...bool) (*profile.Profile, *Session) {
+	t.Helper()
+	var s *Session
+	var err error
+	if len(byPID) > 0 && byPID[0] {
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // let it come up
+		opts.PIDs = []int{cmd.Process.Pid}
+		if s, err = Start(context.Background(), opts); err != nil {
+			cmd.Process.Kill()
+			t.Fatalf("Start: %v", err)
+		}
+	} else {
+		opts.TargetsOnly = true
+		if s, err = Start(context.Background(), opts); err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		if err := s.StartCommand(cmd); err != nil {
+			s.Stop()
+			t.Fatalf("StartCommand: %v", err)
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		s.Stop()
+		t.Fatalf("%s: %v", filepath.Base(cmd.Path), err)
+	}
+	p, err := s.Stop()
+	if err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	return p, s
 }
 
 func stackHas(s *profile.Sample, names ...string) bool {

@@ -50,7 +50,8 @@ type Session struct {
 	// flushIter: open intervals are flushed by the iter/task program
 	// (tp_btf); otherwise read from the starts map.
 	flushIter bool
-	stopMono  uint64 // CLOCK_MONOTONIC ns when the probes were detached
+	startMono uint64 // CLOCK_MONOTONIC ns when the probes were attached
+	stopMono  uint64 // CLOCK_MONOTONIC ns when recording stopped
 	bpfOn     io.Closer
 
 	readerDone chan struct{}
@@ -242,6 +243,10 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 			return nil, err
 		}
 	}
+	if err := s.markWindowStart(); err != nil {
+		s.closeBPF()
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		s.closeBPF()
 		return nil, err
@@ -256,10 +261,6 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 	}
 	for _, p := range opts.PIDs {
 		s.procs.snapshot(uint32(p))
-	}
-	if err := s.markWindowStart(); err != nil {
-		s.closeBPF()
-		return nil, err
 	}
 	if err := s.runIter(bpf.OffcpuProgOffcpuSnapBlocked); err != nil {
 		// Costs only the user stacks of threads blocked since before the start.
@@ -413,7 +414,6 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 	if err := s.fillTargets(); err != nil {
 		return err
 	}
-	s.start = time.Now() // the window recorded starts when probes attach
 	if err := s.attachCPUSampling(); err != nil {
 		return err
 	}
@@ -575,6 +575,9 @@ func (s *Session) Stop() (*profile.Profile, error) {
 				s.stats.Warnings = append(s.stats.Warnings, fmt.Sprintf("open intervals not counted: %v", err))
 			}
 		}
+		// The window ends here: open intervals were just counted up to now.
+		s.stopMono = monotonicNow()
+		s.stats.Duration = time.Duration(s.stopMono - s.startMono)
 		if s.unwStop != nil {
 			close(s.unwStop)
 			<-s.unwDone
@@ -584,8 +587,6 @@ func (s *Session) Stop() (*profile.Profile, error) {
 			l.Close()
 		}
 		s.links = nil
-		s.stopMono = monotonicNow() // before Duration, so no interval outlasts it
-		s.stats.Duration = time.Since(s.start)
 		if s.opts.Stats {
 			s.stats.Programs = s.programStats()
 			s.bpfOn.Close()
@@ -619,11 +620,12 @@ func (s *Session) Offwake() *profile.Profile { return s.offwake }
 // markWindowStart tells the programs when the recorded window began, for
 // threads blocked since before it.
 func (s *Session) markWindowStart() error {
+	s.startMono, s.start = monotonicNow(), time.Now()
 	v, ok := s.coll.Variables[bpf.OffcpuVarRecStartNs]
 	if !ok {
 		return nil // classic tracepoints: not used
 	}
-	if err := v.Set(monotonicNow()); err != nil {
+	if err := v.Set(s.startMono); err != nil {
 		return fmt.Errorf("setting the start of the recorded window: %w", err)
 	}
 	return nil

@@ -1,7 +1,6 @@
 package collector
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,40 +78,11 @@ func buildBlocker(t *testing.T, flags ...string) string {
 
 // blockedChains records the blocker and returns, per thread kind, the
 // off-CPU time under the whole chain and in all.
-func recordBlocker(t *testing.T, bin string, opts Options, byPID bool) (whole, all map[string]int64, p *profile.Profile, st Stats) {
+func recordBlocker(t *testing.T, bin string, opts Options, byPID bool) (whole, all map[string]int64, _ *profile.Profile, _ Stats) {
 	t.Helper()
 	cmd := exec.Command(bin, "1500")
 	cmd.Stderr = os.Stderr
-	var s *Session
-	var err error
-	if byPID {
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(100 * time.Millisecond) // let libc and the threads come up
-		opts.PIDs = []int{cmd.Process.Pid}
-		if s, err = Start(context.Background(), opts); err != nil {
-			cmd.Process.Kill()
-			t.Fatalf("Start: %v", err)
-		}
-	} else {
-		opts.TargetsOnly = true
-		if s, err = Start(context.Background(), opts); err != nil {
-			t.Fatalf("Start: %v", err)
-		}
-		if err := s.StartCommand(cmd); err != nil {
-			s.Stop()
-			t.Fatalf("StartCommand: %v", err)
-		}
-	}
-	if err := cmd.Wait(); err != nil {
-		s.Stop()
-		t.Fatalf("blocker: %v", err)
-	}
-	p, err = s.Stop()
-	if err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
+	p, s := recordCommand(t, opts, cmd, byPID)
 	lastWakeups = s.Wakeups()
 	whole, all = map[string]int64{}, map[string]int64{}
 	for _, smp := range p.Sample {
@@ -233,23 +203,7 @@ func TestUnwindCPUSamples(t *testing.T) {
 	requireBPF(t)
 	bin := filepath.Join(t.TempDir(), "spin")
 	build(t, "gcc", "-O2", "-fomit-frame-pointer", "-o", bin, "testdata/unwind/spin.c")
-	s, err := Start(context.Background(), Options{TargetsOnly: true, NoWakeups: true, CPUHz: 499})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	cmd := exec.Command(bin, "100000")
-	if err := s.StartCommand(cmd); err != nil {
-		s.Stop()
-		t.Fatalf("StartCommand: %v", err)
-	}
-	if err := cmd.Wait(); err != nil {
-		s.Stop()
-		t.Fatalf("spin: %v", err)
-	}
-	p, err := s.Stop()
-	if err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
+	p, _ := recordCommand(t, Options{NoWakeups: true, CPUHz: 499}, exec.Command(bin, "100000"))
 	want := []string{"_start", "__libc_start_main", "main", "spin_a", "spin_b", "spin_c"}
 	var whole, all int64
 	for _, smp := range p.Sample {
