@@ -306,3 +306,50 @@ func TestWholeUserStacks(t *testing.T) {
 		t.Errorf("user-stack ns %d, whole %d: want 4 and 3", rep.UserStackNs, rep.WholeStackNs)
 	}
 }
+
+func TestThreadGroup(t *testing.T) {
+	for in, want := range map[string]string{
+		"broker-io-3":     "broker-io-N",
+		"pool-2-thread-7": "pool-N-thread-N",
+		"GC Thread#0":     "GC Thread#N",
+		"G1 Conc#0":       "G1 Conc#N",
+		"C2 CompilerThre": "C2 CompilerThre", // a name's own digits stay
+		"worker12":        "workerN",
+		"":                "[unnamed]",
+	} {
+		if got := ThreadGroup(in); got != want {
+			t.Errorf("ThreadGroup(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A real HotSpot recording (4 threads contending on a synchronized block,
+// -XX:+PreserveFramePointer, perf map; recorded by offcpu record -p): the
+// blocked time with an application frame is the monitor wait, under the
+// Java method holding the block, not under HotSpot's stubs, libjvm,
+// libc or the java launcher.
+func TestAnalyzeJVM(t *testing.T) {
+	d, err := Load(Microseconds, "testdata/jvm-contend.pb.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ParseRules("default", DefaultRules())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := Analyze(d, r, Options{})
+	if rep.AppBlockedNs == 0 {
+		t.Fatal("no blocked time with an application frame")
+	}
+	for _, c := range rep.Categories {
+		if c.Name == "monitor-wait" && c.Share < 0.99 {
+			t.Errorf("monitor-wait is %.1f%% of the blocked time with an application frame, want all of it", 100*c.Share)
+		}
+	}
+	if len(rep.TopAppFunctions) == 0 || rep.TopAppFunctions[0].Name != "Contend.holdLock" {
+		t.Errorf("top application functions %v, want Contend.holdLock first", rep.TopAppFunctions)
+	}
+	if rep.WholeStackNs != rep.UserStackNs {
+		t.Errorf("whole user stacks %d of %d ns", rep.WholeStackNs, rep.UserStackNs)
+	}
+}

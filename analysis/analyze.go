@@ -97,14 +97,22 @@ type Report struct {
 	Statements      []string         `json:"statements"`
 }
 
-var digits = regexp.MustCompile(`\d+`)
+// counter matches a thread-name number: at the end of the name or after a
+// separator (broker-io-3, GC Thread#0, pool-2-thread-7), not inside a
+// word (C2 CompilerThre, G1 Conc#0).
+var counter = regexp.MustCompile(`(^|[-#_/:. ])\d+|\d+$`)
 
-// ThreadGroup collapses the digits of a thread name: broker-io-3 → broker-io-N.
+// ThreadGroup collapses a thread name's counters: broker-io-3 → broker-io-N.
 func ThreadGroup(name string) string {
 	if name == "" {
 		return "[unnamed]"
 	}
-	return digits.ReplaceAllString(name, "N")
+	return counter.ReplaceAllStringFunc(name, func(m string) string {
+		if m[0] >= '0' && m[0] <= '9' {
+			return "N"
+		}
+		return m[:1] + "N"
+	})
 }
 
 // Analyze attributes the data's blocked time to the rules' categories.

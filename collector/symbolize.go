@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -345,7 +346,7 @@ func parsePerfMap(r io.Reader) *perfMap {
 		if err1 != nil || err2 != nil {
 			continue
 		}
-		es = append(es, ent{s, s + n, f[2]})
+		es = append(es, ent{s, s + n, javaMethod(f[2])})
 	}
 	// Later entries win: a JIT may reuse an address range.
 	sort.SliceStable(es, func(i, j int) bool { return es[i].s < es[j].s })
@@ -356,6 +357,20 @@ func parsePerfMap(r io.Reader) *perfMap {
 		m.names = append(m.names, e.n)
 	}
 	return m
+}
+
+// hotspotMethod matches a JIT-compiled method as HotSpot's
+// Compiler.perfmap writes it: "void pkg.Class.method(int, long)".
+var hotspotMethod = regexp.MustCompile(`^\S+ ([\w$.]+\.(?:[\w$]+|<init>|<clinit>))\(.*\)$`)
+
+// javaMethod shortens a HotSpot perf-map name to pkg.Class.method, the
+// form other Java profilers print and the analysis rules match; other
+// names pass unchanged.
+func javaMethod(name string) string {
+	if m := hotspotMethod.FindStringSubmatch(name); m != nil {
+		return m[1]
+	}
+	return name
 }
 
 func (m *perfMap) lookup(addr uint64) (string, bool) {

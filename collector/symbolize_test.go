@@ -133,6 +133,21 @@ func TestPerfMap(t *testing.T) {
 	if got, ok := m.lookup(0x7f0000001040); ok {
 		t.Errorf("lookup past the end = %q", got)
 	}
+	// HotSpot's own perf map (jcmd PID Compiler.perfmap).
+	for in, want := range map[string]string{
+		"void Contend.holdLock()":                          "Contend.holdLock",
+		"java.lang.Object[] java.util.ArrayList.toArray()": "java.util.ArrayList.toArray",
+		"void java.lang.Object.<init>()":                   "java.lang.Object.<init>",
+		"void Contend.lambda$main$0(long)":                 "Contend.lambda$main$0",
+		"int java.lang.String.hashCode()":                  "java.lang.String.hashCode",
+		"I2C/C2I adapters":                                 "I2C/C2I adapters",
+		"StubRoutines (1)":                                 "StubRoutines (1)",
+		"_complete_monitor_locking_Java":                   "_complete_monitor_locking_Java",
+	} {
+		if got := javaMethod(in); got != want {
+			t.Errorf("javaMethod(%q) = %q, want %q", in, got, want)
+		}
+	}
 }
 
 func TestKallsyms(t *testing.T) {
