@@ -79,6 +79,17 @@ const volatile bool want_unwind = false;   /* unwind tables in use: report code 
  * recorded window (bpf_ktime_get_ns clock). 0 until then. */
 u64 rec_start_ns = 0;
 
+/* Written by user space when recording stops, before the open intervals
+ * are flushed: no interval is accounted after it, open ones end there. */
+u64 rec_stop_ns = 0;
+
+/* The end of an interval accounted now: the stop of the window, once set. */
+static __always_inline u64 window_now(void)
+{
+	u64 stop = rec_stop_ns;
+	return stop ? stop : bpf_ktime_get_ns();
+}
+
 
 /* Who woke a thread. tid 0 with irq set: an interrupt woke it. */
 struct waker_rec {
@@ -745,7 +756,10 @@ static __always_inline void capture(void *ctx, struct start_rec *s, bool kthread
  * one still running when recording stops. */
 static __always_inline void account_interval(u32 tid, struct start_rec *s, struct waker_rec *w, u32 open)
 {
-	u64 delta = bpf_ktime_get_ns() - s->ts;
+	u64 end = window_now();
+	if (end <= s->ts)
+		return; /* started as the window closed */
+	u64 delta = end - s->ts;
 	if (delta < min_block_ns || delta > max_block_ns) {
 		stat_add(STAT_OUT_OF_RANGE, 1);
 		return;
@@ -827,7 +841,7 @@ static __always_inline void account(u32 tid, struct start_rec *s, struct waker_r
  * kernel stack; whole: it is still blocked at the end. */
 static __always_inline void account_prestart(struct task_struct *t, u32 state, u32 whole)
 {
-	u64 start = rec_start_ns, now = bpf_ktime_get_ns();
+	u64 start = rec_start_ns, now = window_now();
 	if (!start || now <= start)
 		return;
 	/* The filters apply; an unknown state passes only an unfiltered one. */
@@ -860,6 +874,8 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 	     struct task_struct *next, unsigned int prev_state)
 {
+	if (rec_stop_ns)
+		return 0; /* the window closed: open intervals are flushed to its end */
 	u32 ptid = prev->pid, ptgid = prev->tgid;
 	u8 state = classify(preempt, prev_state);
 	bool kthread = prev->flags & PF_KTHREAD;
@@ -911,6 +927,8 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 SEC("tracepoint/sched/sched_switch")
 int offcpu_switch_tp(struct trace_event_raw_sched_switch *ctx)
 {
+	if (rec_stop_ns)
+		return 0; /* the window closed: pending starts end at its end */
 	u64 id = bpf_get_current_pid_tgid();
 	u32 ptid = (u32)id, ptgid = id >> 32;
 	long pstate = BPF_CORE_READ(ctx, prev_state);

@@ -217,6 +217,7 @@ const (
 	OffcpuVarMaxBlockNs         = "max_block_ns"
 	OffcpuVarMinBlockNs         = "min_block_ns"
 	OffcpuVarRecStartNs         = "rec_start_ns"
+	OffcpuVarRecStopNs          = "rec_stop_ns"
 	OffcpuVarReuseStacks        = "reuse_stacks"
 	OffcpuVarStatCount          = "stat_count"
 	OffcpuVarStateMask          = "state_mask"
@@ -325,6 +326,7 @@ type OffcpuVariableSpecs struct {
 	MaxBlockNs        *ebpf.VariableSpec `ebpf:"max_block_ns"`
 	MinBlockNs        *ebpf.VariableSpec `ebpf:"min_block_ns"`
 	RecStartNs        *ebpf.VariableSpec `ebpf:"rec_start_ns"`
+	RecStopNs         *ebpf.VariableSpec `ebpf:"rec_stop_ns"`
 	ReuseStacks       *ebpf.VariableSpec `ebpf:"reuse_stacks"`
 	StatCount         *ebpf.VariableSpec `ebpf:"stat_count"`
 	StateMask         *ebpf.VariableSpec `ebpf:"state_mask"`
@@ -417,6 +419,7 @@ type OffcpuVariables struct {
 	MaxBlockNs        *ebpf.Variable `ebpf:"max_block_ns"`
 	MinBlockNs        *ebpf.Variable `ebpf:"min_block_ns"`
 	RecStartNs        *ebpf.Variable `ebpf:"rec_start_ns"`
+	RecStopNs         *ebpf.Variable `ebpf:"rec_stop_ns"`
 	ReuseStacks       *ebpf.Variable `ebpf:"reuse_stacks"`
 	StatCount         *ebpf.Variable `ebpf:"stat_count"`
 	StateMask         *ebpf.Variable `ebpf:"state_mask"`

@@ -243,10 +243,6 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 			return nil, err
 		}
 	}
-	if err := s.markWindowStart(); err != nil {
-		s.closeBPF()
-		return nil, err
-	}
 	if err := ctx.Err(); err != nil {
 		s.closeBPF()
 		return nil, err
@@ -414,6 +410,11 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 	if err := s.fillTargets(); err != nil {
 		return err
 	}
+	// The window opens before the first probe attaches, so that no
+	// interval it counts began before it.
+	if err := s.markWindowStart(); err != nil {
+		return err
+	}
 	if err := s.attachCPUSampling(); err != nil {
 		return err
 	}
@@ -569,15 +570,21 @@ func (s *Session) Stop() (*profile.Profile, error) {
 			s.stats.Warnings = append(s.stats.Warnings, s.fallback)
 		}
 		s.stats.Warnings = append(s.stats.Warnings, s.startWarnings...)
+		// The window ends here: the programs account nothing after it and
+		// the open intervals are flushed up to it.
+		s.stopMono = monotonicNow()
+		s.stats.Duration = time.Duration(s.stopMono - s.startMono)
+		if v, ok := s.coll.Variables[bpf.OffcpuVarRecStopNs]; ok {
+			if err := v.Set(s.stopMono); err != nil {
+				s.stats.Warnings = append(s.stats.Warnings, fmt.Sprintf("closing the window: %v", err))
+			}
+		}
 		if s.flushIter {
 			// A failure here costs only the open intervals: keep going.
 			if err := s.flushOpen(); err != nil {
 				s.stats.Warnings = append(s.stats.Warnings, fmt.Sprintf("open intervals not counted: %v", err))
 			}
 		}
-		// The window ends here: open intervals were just counted up to now.
-		s.stopMono = monotonicNow()
-		s.stats.Duration = time.Duration(s.stopMono - s.startMono)
 		if s.unwStop != nil {
 			close(s.unwStop)
 			<-s.unwDone
