@@ -3,13 +3,14 @@ package analysis
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/offcpu/offcpu/collector/unwind"
 	"io"
 	"regexp"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/offcpu/offcpu/collector/unwind"
 )
 
 // Options narrows an analysis.

@@ -90,7 +90,6 @@ static __always_inline u64 window_now(void)
 	return stop ? stop : bpf_ktime_get_ns();
 }
 
-
 /* Who woke a thread. tid 0 with irq set: an interrupt woke it. */
 struct waker_rec {
 	u32 tgid;
@@ -596,7 +595,6 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 	return 0;
 }
 
-
 /* bpf_loop callbacks: the remote one is used by the sleepable iterator
  * only, since its helper is refused elsewhere. */
 static long unwind_step(u64 i, struct unwind_ctx *c)
@@ -609,33 +607,43 @@ static long unwind_step_remote(u64 i, struct unwind_ctx *c)
 	return unwind_frame(c, true);
 }
 
-/* Walks from regs into c->buf and stores the stack. */
-static __always_inline s64 walk_user(struct unwind_ctx *c, struct pt_regs *regs, bool remote, u32 lost)
+/* Walks a user stack from regs into the scratch entries of slot (0: the
+ * tracepoint and perf-event programs; 1: the sleepable iterator, which
+ * may sleep mid-walk while those run on its CPU) and stores it. p: the
+ * process's tables, or 0 to walk by frame pointers; task: the task whose
+ * memory is read (remote) or 0 for the current one. */
+static __always_inline s64 walk_user(u32 slot, struct unwind_proc *p, struct task_struct *task,
+				     struct pt_regs *regs, bool remote, u32 lost)
 {
-	struct unwind_state *u = c->u;
-	struct stack_buf *b = c->buf;
+	struct stack_buf *b = bpf_map_lookup_elem(&stack_scratch, &slot);
+	struct unwind_state *u = bpf_map_lookup_elem(&unwind_scratch, &slot);
+	if (!b || !u)
+		return -1;
+	if (!regs)
+		return -61; /* ENODATA */
 	u->pc = BPF_CORE_READ(regs, ip);
 	u->sp = BPF_CORE_READ(regs, sp);
 	u->bp = BPF_CORE_READ(regs, bp);
 	u->n = 0;
 	u->dwarf = 0;
 	u->end = 0;
+	struct unwind_ctx c = { .u = u, .proc = p, .buf = b, .task = task };
 	if (remote)
-		bpf_loop(PERF_MAX_STACK_DEPTH, unwind_step_remote, c, 0);
+		bpf_loop(PERF_MAX_STACK_DEPTH, unwind_step_remote, &c, 0);
 	else
-		bpf_loop(PERF_MAX_STACK_DEPTH, unwind_step, c, 0);
+		bpf_loop(PERF_MAX_STACK_DEPTH, unwind_step, &c, 0);
 	u32 n = u->n;
 	if (n == 0)
-		return -61; /* ENODATA */
+		return -61;
 	if (n < PERF_MAX_STACK_DEPTH)
 		b->ips[n] = 0;
-	else if (c->proc)
-		stat_add(STAT_DWARF_DEPTH, 1);
-	if (c->proc) {
+	if (p) {
 		stat_add(STAT_DWARF_STACKS, 1);
 		stat_add(STAT_DWARF_FRAMES, u->dwarf);
 		if (u->end)
 			stat_add(STAT_DWARF_END, 1);
+		if (n >= PERF_MAX_STACK_DEPTH)
+			stat_add(STAT_DWARF_DEPTH, 1);
 	}
 	return store_stack(b, lost);
 }
@@ -649,36 +657,17 @@ static __always_inline s64 user_stack_id(void *ctx, u32 lost)
 	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &tgid);
 	if (!p)
 		return get_stack_id(ctx, BPF_F_USER_STACK, lost);
-	u32 zero = 0;
-	struct stack_buf *b = bpf_map_lookup_elem(&stack_scratch, &zero);
-	if (!b)
-		return -1;
-	struct unwind_state *u = bpf_map_lookup_elem(&unwind_scratch, &zero);
-	if (!u)
-		return -1;
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-	if (!regs)
-		return -61;
-	struct unwind_ctx c = { .u = u, .proc = p, .buf = b };
-	return walk_user(&c, regs, false, lost);
+	return walk_user(0, p, 0, regs, false, lost);
 }
 
 /* The user stack id of another task, blocked now (sleepable iterator):
- * by its tables when it has some, else by frame pointers. Uses the
- * second scratch entries: the iterator may sleep in the middle of a walk
- * and the tracepoint programs then run on this CPU. */
+ * by its tables when it has some, else by frame pointers. */
 static __always_inline s64 task_user_stack_id(struct task_struct *task)
 {
-	u32 one = 1, tgid = task->tgid;
-	struct stack_buf *b = bpf_map_lookup_elem(&stack_scratch, &one);
-	struct unwind_state *u = bpf_map_lookup_elem(&unwind_scratch, &one);
-	if (!b || !u)
-		return -1;
+	u32 tgid = task->tgid;
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
-	if (!regs)
-		return -61;
-	struct unwind_ctx c = { .u = u, .proc = bpf_map_lookup_elem(&unwind_procs, &tgid), .buf = b, .task = task };
-	return walk_user(&c, regs, true, STAT_USTACK_LOST);
+	return walk_user(1, bpf_map_lookup_elem(&unwind_procs, &tgid), task, regs, true, STAT_USTACK_LOST);
 }
 
 static __always_inline bool is_target(u32 tgid, u32 tid)
@@ -882,10 +871,10 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 
 	/* A dying task's last switch-out starts no interval; its name is
 	 * still kept (a thread may never have switched out before). */
-	bool dying = prev_state & TASK_DEAD;
-	if (dying && want_out(ptgid, ptid, state, kthread))
+	bool out = want_out(ptgid, ptid, state, kthread);
+	if (out && (prev_state & TASK_DEAD)) {
 		announce(ptgid, ptid);
-	if (!dying && want_out(ptgid, ptid, state, kthread)) {
+	} else if (out) {
 		struct start_rec *s = bpf_task_storage_get(&task_starts, prev, 0,
 							   BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (s) {

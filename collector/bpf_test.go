@@ -577,3 +577,23 @@ func TestTracepointWakeupsSystemWide(t *testing.T) {
 		t.Errorf("attach %s, %d wake-ups: want tracepoint with wake-ups", st.Attach, st.Wakeups)
 	}
 }
+
+// Start-up cost (the verifier, and with tables this process's libc and
+// loader) and stop with nothing recorded:
+// go test -run XXX -bench StartStop ./collector (as root).
+func BenchmarkStartStop(b *testing.B) {
+	requireBPF(b)
+	for _, fpOnly := range []bool{false, true} {
+		b.Run(map[bool]string{false: "tables", true: "frame-pointers-only"}[fpOnly], func(b *testing.B) {
+			for b.Loop() {
+				s, err := Start(context.Background(), Options{TargetsOnly: true, NoWakeups: true, FramePointersOnly: fpOnly})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.Stop(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

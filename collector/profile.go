@@ -2,7 +2,6 @@ package collector
 
 import (
 	"fmt"
-	"github.com/offcpu/offcpu/collector/unwind"
 	"os"
 	"sort"
 	"strings"
@@ -10,6 +9,8 @@ import (
 
 	"github.com/google/pprof/profile"
 	"golang.org/x/sys/unix"
+
+	"github.com/offcpu/offcpu/collector/unwind"
 )
 
 // KernelMapping is the File of the pprof mapping that holds kernel frames;
@@ -104,9 +105,9 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 	sort.Slice(d.records, func(i, j int) bool { return d.records[i].ns > d.records[j].ns })
 	for _, r := range d.records {
 		th := d.threads[r.tid]
-		if n := len(r.user); n > 0 {
-			fr, _ := sym.user(r.tgid, r.user[n-1]-1)
-			if unwind.IsThreadStart(fr.fn) {
+		locs := b.stack(r.tgid, trimKernel(r.kernel, sym.kern), r.user, r.userErr, isKernelThread(r))
+		if len(r.user) > 0 { // the last location is the outermost user frame
+			if unwind.IsThreadStart(locs[len(locs)-1].Line[0].Function.Name) {
 				s.stats.CompleteStacks++
 				s.stats.CompleteTime += durationNs(r.ns)
 			} else {
@@ -114,7 +115,6 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 				s.stats.TruncatedTime += durationNs(r.ns)
 			}
 		}
-		locs := b.stack(r.tgid, trimKernel(r.kernel, sym.kern), r.user, r.userErr, isKernelThread(r))
 		if r.prestart && !r.kthread && len(r.user) == 0 {
 			locs = append(locs, b.marker("[user stack: blocked since before the recording]"))
 		}

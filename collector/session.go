@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/prometheus/procfs"
 	"io"
 	"os"
 	"strconv"
@@ -28,6 +27,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/google/pprof/profile"
+	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
 	"github.com/offcpu/offcpu/bpf"
@@ -41,8 +41,7 @@ type Session struct {
 	rd            *ringbuf.Reader
 	procs         *procTable
 	attach        string
-	fallback      string   // why tp_btf was not used, when it failed
-	startWarnings []string // partial failures while starting
+	startWarnings []string // partial failures while starting (a tp_btf fallback)
 
 	unw              *unwinder // nil with FramePointersOnly
 	unwStop, unwDone chan struct{}
@@ -233,7 +232,7 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 	if opts.ForceTracepoint || err != nil {
 		btfErr := err
 		if btfErr != nil {
-			s.fallback = fmt.Sprintf("tp_btf programs not loaded, using classic tracepoints: %v", btfErr)
+			s.startWarnings = append(s.startWarnings, fmt.Sprintf("tp_btf programs not loaded, using classic tracepoints: %v", btfErr))
 		}
 		if err = s.load(cgroupID, false); err != nil {
 			s.closeBPF()
@@ -254,9 +253,6 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 			return nil, fmt.Errorf("enabling BPF run-time statistics: %w", err)
 		}
 		s.bpfOn = closer
-	}
-	for _, p := range opts.PIDs {
-		s.procs.snapshot(uint32(p))
 	}
 	if err := s.runIter(bpf.OffcpuProgOffcpuSnapBlocked); err != nil {
 		// Costs only the user stacks of threads blocked since before the start.
@@ -351,8 +347,7 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 	if o.FramePointersOnly {
 		delete(spec.Programs, bpf.OffcpuProgOffcpuMmapEnter)
 		delete(spec.Programs, bpf.OffcpuProgOffcpuMmapExit)
-	}
-	if !o.FramePointersOnly {
+	} else {
 		spec.Maps[bpf.OffcpuMapUnwindRows].MaxEntries = uint32(o.UnwindRows)
 		spec.Maps[bpf.OffcpuMapUnwindProcs].MaxEntries = MaxUnwindProcs
 	}
@@ -392,20 +387,22 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 		return fmt.Errorf("creating BPF maps and programs (%s): %w; if a map is too large, lower --max-threads, --stack-entries or --agg-entries", s.attach, err)
 	}
 	s.coll = coll
+	// Mappings, and with them unwind tables, before the probes attach:
+	// the first sleeps walk whole. With tables: system-wide, every
+	// process already running; otherwise also this process, whose C
+	// library and loader are most likely what a command started later
+	// maps too.
+	pids := o.PIDs
 	if !o.FramePointersOnly {
 		s.unw = newUnwinder(coll, uint32(o.UnwindRows))
 		s.procs.onChange = s.unw.update
-		// Tables before the probes attach: the first sleeps walk whole.
-		// System-wide, that is every process already running; otherwise
-		// the targets and this process, whose C library and loader are
-		// most likely what a command started later maps too.
-		pids := append([]int{os.Getpid()}, o.PIDs...)
+		pids = append([]int{os.Getpid()}, o.PIDs...)
 		if len(o.PIDs) == 0 && len(o.TIDs) == 0 && !o.TargetsOnly {
 			pids = allProcesses()
 		}
-		for _, p := range pids {
-			s.procs.snapshot(uint32(p))
-		}
+	}
+	for _, p := range pids {
+		s.procs.snapshot(uint32(p))
 	}
 	if err := s.fillTargets(); err != nil {
 		return err
@@ -550,11 +547,16 @@ func (s *Session) readEvents() {
 	}
 }
 
-func (s *Session) closeBPF() {
+// closeLinks detaches every probe.
+func (s *Session) closeLinks() {
 	for _, l := range s.links {
 		l.Close()
 	}
 	s.links = nil
+}
+
+func (s *Session) closeBPF() {
+	s.closeLinks()
 	if s.coll != nil {
 		s.coll.Close()
 		s.coll = nil
@@ -566,9 +568,6 @@ func (s *Session) closeBPF() {
 func (s *Session) Stop() (*profile.Profile, error) {
 	s.stopOnce.Do(func() {
 		s.stats.Attach = s.attach
-		if s.fallback != "" {
-			s.stats.Warnings = append(s.stats.Warnings, s.fallback)
-		}
 		s.stats.Warnings = append(s.stats.Warnings, s.startWarnings...)
 		// The window ends here: the programs account nothing after it and
 		// the open intervals are flushed up to it.
@@ -590,10 +589,7 @@ func (s *Session) Stop() (*profile.Profile, error) {
 			<-s.unwDone
 		}
 		// Detach first so that the maps no longer change while drained.
-		for _, l := range s.links {
-			l.Close()
-		}
-		s.links = nil
+		s.closeLinks()
 		if s.opts.Stats {
 			s.stats.Programs = s.programStats()
 			s.bpfOn.Close()

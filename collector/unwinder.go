@@ -3,13 +3,10 @@ package collector
 import (
 	"debug/elf"
 	"errors"
-	"fmt"
-	"sort"
 	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/prometheus/procfs"
 
 	"github.com/offcpu/offcpu/bpf"
 	"github.com/offcpu/offcpu/collector/unwind"
@@ -25,18 +22,18 @@ type unwinder struct {
 
 	mu      sync.Mutex
 	cap     uint32
-	next    uint32                 // first free row
-	files   map[*symFile]*fileRows // by open file: same identity as the symbolizer's
-	entries map[uint32]string      // tgid -> the mapping list last written
-	scans   map[uint32]*rescan     // live processes and when to look at their mappings again
+	next    uint32                          // first free row
+	files   map[*symFile]*fileRows          // by open file: same identity as the symbolizer's
+	entries map[uint32]bpf.OffcpuUnwindProc // tgid -> the entry last written
+	scans   map[uint32]*rescan              // live processes and when to look at their mappings again
 	stats   UnwindStats
 	gens    uint32 // last entry generation handed out
 }
 
-// UnwindStats describes the unwind tables loaded for .eh_frame unwinding.
 // MaxUnwindProcs is how many processes can be walked with unwind tables at once.
 const MaxUnwindProcs = 4096
 
+// UnwindStats describes the unwind tables loaded for .eh_frame unwinding.
 type UnwindStats struct {
 	Files         int    // files whose tables were loaded
 	FramePointers int    // files walked by frame pointers (kept rbp frames, or no .eh_frame)
@@ -55,9 +52,10 @@ type UnwindStats struct {
 	DepthLimit uint64 // walks cut at 127 frames
 }
 
+// fileRows is where a file's rows are in unwind_rows; count 0: none
+// (frame pointers suffice, or the file could not be read).
 type fileRows struct {
 	first, count uint32
-	fp           bool // frame pointers suffice: no rows needed
 }
 
 type rescan struct {
@@ -71,7 +69,7 @@ func newUnwinder(coll *ebpf.Collection, capacity uint32) *unwinder {
 		procs:   coll.Maps[bpf.OffcpuMapUnwindProcs],
 		cap:     capacity,
 		files:   map[*symFile]*fileRows{},
-		entries: map[uint32]string{},
+		entries: map[uint32]bpf.OffcpuUnwindProc{},
 		scans:   map[uint32]*rescan{},
 		stats:   UnwindStats{RowCapacity: capacity},
 	}
@@ -82,7 +80,7 @@ func (u *unwinder) table(f *symFile) *fileRows {
 	if fr, ok := u.files[f]; ok {
 		return fr
 	}
-	fr := &fileRows{fp: true}
+	fr := &fileRows{}
 	u.files[f] = fr
 	if f.fh == nil {
 		u.stats.Failed++
@@ -121,7 +119,6 @@ func (u *unwinder) table(f *symFile) *fileRows {
 		u.stats.Failed++
 		return fr
 	}
-	fr.fp = false
 	fr.first, fr.count = u.next, uint32(len(keys))
 	u.next += fr.count
 	u.stats.Files++
@@ -156,13 +153,12 @@ func (u *unwinder) update(pid uint32, ms []mapping) {
 		u.scans[pid] = &rescan{next: time.Now().Add(10 * time.Millisecond), every: 10 * time.Millisecond}
 	}
 	var entry bpf.OffcpuUnwindProc
-	key := ""
 	for _, m := range ms {
 		if m.file == nil {
 			continue
 		}
 		fr := u.table(m.file)
-		if fr.fp || fr.count == 0 {
+		if fr.count == 0 {
 			continue
 		}
 		m.file.load() // its PT_LOAD segments, shared with the symbolizer
@@ -176,26 +172,27 @@ func (u *unwinder) update(pid uint32, ms []mapping) {
 		}
 		entry.Maps[entry.N] = bpf.OffcpuUnwindMap{Start: m.start, End: m.end, Bias: bias, First: fr.first, Count: fr.count}
 		entry.N++
-		key += fmt.Sprintf("%x-%x:%x:%d;", m.start, m.end, bias, fr.first)
 	}
-	if u.entries[pid] == key {
+	old, had := u.entries[pid]
+	if entry.N == 0 {
+		if had {
+			u.procs.Delete(pid)
+			delete(u.entries, pid)
+		}
 		return
 	}
-	if key == "" {
-		u.procs.Delete(pid)
-		delete(u.entries, pid)
-	} else {
-		// A new generation: the process's threads walk their stacks again
-		// instead of reusing ones cached before this change.
-		u.gens++
-		entry.Gen = u.gens
-		if err := u.procs.Update(pid, &entry, ebpf.UpdateAny); err != nil {
-			u.stats.ProcsFull++
-			return // map full: this process keeps frame pointers
-		}
-		u.entries[pid] = key
+	if entry.Gen = old.Gen; had && old == entry {
+		return
 	}
-	u.stats.Processes = len(u.entries)
+	// A new generation: the process's threads walk their stacks again
+	// instead of reusing ones cached before this change.
+	u.gens++
+	entry.Gen = u.gens
+	if err := u.procs.Update(pid, &entry, ebpf.UpdateAny); err != nil {
+		u.stats.ProcsFull++
+		return // map full: this process keeps frame pointers
+	}
+	u.entries[pid] = entry
 }
 
 // loadBias is pc - (ELF virtual address) for mapping m of a file with the
@@ -225,7 +222,6 @@ func (u *unwinder) due(now time.Time) []uint32 {
 		r.next = now.Add(r.every)
 		out = append(out, pid)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
 }
 
@@ -237,7 +233,6 @@ func (u *unwinder) forget(pid uint32) {
 	if _, ok := u.entries[pid]; ok {
 		u.procs.Delete(pid)
 		delete(u.entries, pid)
-		u.stats.Processes = len(u.entries)
 	}
 }
 
@@ -251,7 +246,7 @@ func (u *unwinder) run(procs *procTable, stop <-chan struct{}) {
 			return
 		case now := <-tick.C:
 			for _, pid := range u.due(now) {
-				if _, err := procfs.NewProc(int(pid)); err != nil || !processExists(int(pid)) {
+				if !processExists(int(pid)) {
 					u.forget(pid)
 					continue
 				}
@@ -264,5 +259,7 @@ func (u *unwinder) run(procs *procTable, stop <-chan struct{}) {
 func (u *unwinder) snapshotStats() UnwindStats {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.stats
+	st := u.stats
+	st.Processes = len(u.entries)
+	return st
 }
