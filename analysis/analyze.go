@@ -247,16 +247,14 @@ func Analyze(d *Data, r *Rules, o Options) *Report {
 // outermostUser returns the root-most user frame of an off-CPU stack;
 // false when the stack has no user frame (kernel threads, markers).
 func outermostUser(s *Stack) (string, bool) {
-	for _, f := range s.Frames {
-		if f.Kernel || f.Name == "-" {
-			break
-		}
-		if strings.HasPrefix(f.Name, "[user stack") {
-			return "", false
-		}
-		return f.Name, true
+	if len(s.Frames) == 0 {
+		return "", false
 	}
-	return "", false
+	f := s.Frames[0]
+	if f.Kernel || f.Name == "-" || strings.HasPrefix(f.Name, "[user stack") {
+		return "", false
+	}
+	return f.Name, true
 }
 
 func foldedOf(s *Stack) string {
