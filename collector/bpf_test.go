@@ -163,6 +163,11 @@ func checkWorkload(t *testing.T, p *profile.Profile, res []wlResult, each time.D
 		if got < requested*98/100 || float64(got) > float64(r.Blocked)*1.02 {
 			t.Errorf("%s: recorded %v in %v, requested %v, measured %v (want within 2%%)",
 				r.Thread, time.Duration(got), want[r.Thread], time.Duration(requested), time.Duration(r.Blocked))
+			for _, s := range p.Sample {
+				if s.NumLabel[LabelTID][0] == int64(r.TID) {
+					t.Logf("  %v %v %s", time.Duration(s.Value[0]), s.Label, FoldedStack(s))
+				}
+			}
 		} else {
 			t.Logf("%s: recorded %v, measured %v", r.Thread, time.Duration(got), time.Duration(r.Blocked))
 		}
