@@ -54,7 +54,8 @@ const (
 	OffcpuOffcpuStatSTAT_DWARF_FRAMES     OffcpuOffcpuStat = 16
 	OffcpuOffcpuStatSTAT_DWARF_END        OffcpuOffcpuStat = 17
 	OffcpuOffcpuStatSTAT_DWARF_DEPTH      OffcpuOffcpuStat = 18
-	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 19
+	OffcpuOffcpuStatSTAT_MISSED_IN        OffcpuOffcpuStat = 19
+	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 20
 )
 
 type OffcpuOffcpuVal struct {
@@ -108,6 +109,7 @@ type OffcpuStartRec struct {
 	W_kstack int64
 	Gen      uint32
 	W_gen    uint32
+	Ran      uint64
 }
 
 type OffcpuThreadInfo struct {
@@ -178,6 +180,7 @@ const (
 	OffcpuMapCpuSamples         = "cpu_samples"
 	OffcpuMapExecMmaps          = "exec_mmaps"
 	OffcpuMapLastWaker          = "last_waker"
+	OffcpuMapNewborn            = "newborn"
 	OffcpuMapOffcpu             = "offcpu"
 	OffcpuMapPrestart           = "prestart"
 	OffcpuMapPrestartScratch    = "prestart_scratch"
@@ -295,6 +298,7 @@ type OffcpuMapSpecs struct {
 	CpuSamples      *ebpf.MapSpec `ebpf:"cpu_samples"`
 	ExecMmaps       *ebpf.MapSpec `ebpf:"exec_mmaps"`
 	LastWaker       *ebpf.MapSpec `ebpf:"last_waker"`
+	Newborn         *ebpf.MapSpec `ebpf:"newborn"`
 	Offcpu          *ebpf.MapSpec `ebpf:"offcpu"`
 	Prestart        *ebpf.MapSpec `ebpf:"prestart"`
 	PrestartScratch *ebpf.MapSpec `ebpf:"prestart_scratch"`
@@ -362,6 +366,7 @@ type OffcpuMaps struct {
 	CpuSamples      *ebpf.Map `ebpf:"cpu_samples"`
 	ExecMmaps       *ebpf.Map `ebpf:"exec_mmaps"`
 	LastWaker       *ebpf.Map `ebpf:"last_waker"`
+	Newborn         *ebpf.Map `ebpf:"newborn"`
 	Offcpu          *ebpf.Map `ebpf:"offcpu"`
 	Prestart        *ebpf.Map `ebpf:"prestart"`
 	PrestartScratch *ebpf.Map `ebpf:"prestart_scratch"`
@@ -387,6 +392,7 @@ func (m *OffcpuMaps) Close() error {
 		m.CpuSamples,
 		m.ExecMmaps,
 		m.LastWaker,
+		m.Newborn,
 		m.Offcpu,
 		m.Prestart,
 		m.PrestartScratch,

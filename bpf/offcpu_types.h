@@ -15,12 +15,18 @@ typedef __s32 s32;
 typedef __u64 u64;
 typedef __s64 s64;
 
+struct sched_entity {
+	u64 sum_exec_runtime; /* ns on a CPU, updated before sched_switch fires */
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	unsigned int __state;
 	void *stack;
 	unsigned int flags;
 	int pid;
 	int tgid;
+	u64 start_time; /* creation, CLOCK_MONOTONIC ns (bpf_ktime_get_ns) */
+	struct sched_entity se;
 	char comm[16];
 } __attribute__((preserve_access_index));
 

@@ -192,6 +192,7 @@ func (s *Session) readStats() error {
 	s.stats.AggFullTime = durationNs(get(bpf.OffcpuOffcpuStatSTAT_AGG_FULL_NS))
 	s.stats.StartFull = get(bpf.OffcpuOffcpuStatSTAT_START_FULL)
 	s.stats.NoStart = get(bpf.OffcpuOffcpuStatSTAT_NO_START)
+	s.stats.MissedSwitchIn = get(bpf.OffcpuOffcpuStatSTAT_MISSED_IN)
 	s.stats.OutOfRange = get(bpf.OffcpuOffcpuStatSTAT_OUT_OF_RANGE)
 	s.stats.EventsLost = get(bpf.OffcpuOffcpuStatSTAT_EVENTS_LOST)
 	s.stats.StacksReused = get(bpf.OffcpuOffcpuStatSTAT_STACKS_REUSED)

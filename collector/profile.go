@@ -275,8 +275,8 @@ func (s *Session) finishProfile(p *profile.Profile) {
 	p.Comments = append(p.Comments,
 		fmt.Sprintf("offcpu record: attach=%s duration=%v intervals=%d off_cpu=%v keys=%d stacks=%d wakeups=%d",
 			st.Attach, st.Duration.Round(time.Millisecond), st.Intervals, st.OffCPU.Round(time.Microsecond), st.Keys, st.Stacks, st.Wakeups),
-		fmt.Sprintf("losses: user_stack_lost=%d kernel_stack_lost=%d user_stack_fault=%d agg_full=%d (%v) start_full=%d events_lost=%d wake_full=%d waker_stack_lost=%d",
-			st.UserStackLost, st.KernelStackLost, st.UserStackFault, st.AggFull, st.AggFullTime, st.StartFull, st.EventsLost, st.WakeFull, st.WakerStackLost),
+		fmt.Sprintf("losses: user_stack_lost=%d kernel_stack_lost=%d user_stack_fault=%d agg_full=%d (%v) start_full=%d events_lost=%d wake_full=%d waker_stack_lost=%d switch_missed=%d missed_switch_in_recovered=%d",
+			st.UserStackLost, st.KernelStackLost, st.UserStackFault, st.AggFull, st.AggFullTime, st.StartFull, st.EventsLost, st.WakeFull, st.WakerStackLost, st.SwitchMissed, st.MissedSwitchIn),
 		fmt.Sprintf("stacks_reused=%d wakes_reused=%d (same syscall, argument and user registers as the thread's previous sleep or wake-up)", st.StacksReused, st.WakesReused),
 		fmt.Sprintf("open_intervals=%d (%v): threads still off-CPU at the end, counted up to the end", st.OpenIntervals, st.OpenTime.Round(time.Microsecond)),
 	)

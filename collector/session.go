@@ -81,6 +81,8 @@ type Stats struct {
 	OutOfRange      uint64 // intervals outside --min-block/--max-block (filtered)
 	EventsLost      uint64 // new-process notifications lost
 	StacksReused    uint64 // switch-outs that reused the thread's previous stacks
+	SwitchMissed    uint64 // context switches the kernel ran no program for (recursion)
+	MissedSwitchIn  uint64 // switch-ins the kernel ran no program for, recovered from the thread's CPU time
 
 	Wakeups        uint64            // wake-ups of recorded threads
 	WakeupsByClass map[string]uint64 // eventfd, futex, pipe/socket, timer, other
@@ -117,7 +119,7 @@ type ProgramStat struct {
 // Lost reports the number of intervals or stacks that were not recorded
 // in full.
 func (s *Stats) Lost() uint64 {
-	return s.UserStackLost + s.KernelStackLost + s.AggFull + s.StartFull + s.EventsLost + s.WakeFull + s.WakerStackLost + s.CPUFull
+	return s.UserStackLost + s.KernelStackLost + s.AggFull + s.StartFull + s.EventsLost + s.WakeFull + s.WakerStackLost + s.CPUFull + s.SwitchMissed
 }
 
 // attachCPUSampling opens a CPU-clock perf event per online CPU at
@@ -590,6 +592,7 @@ func (s *Session) Stop() (*profile.Profile, error) {
 		}
 		// Detach first so that the maps no longer change while drained.
 		s.closeLinks()
+		s.stats.SwitchMissed = s.switchMisses()
 		if s.opts.Stats {
 			s.stats.Programs = s.programStats()
 			s.bpfOn.Close()
@@ -660,6 +663,22 @@ func (s *Session) runIter(name string) error {
 }
 
 func (s *Session) Stats() Stats { return s.stats }
+
+// switchMisses counts the sched_switch events the kernel did not run the
+// recorder's program for (recursion_misses: another BPF program, or a
+// bpf() syscall of user space, held the CPU's BPF guard). Each costs a
+// switch-out or switch-in, so an interval.
+func (s *Session) switchMisses() uint64 {
+	var n uint64
+	for _, name := range []string{bpf.OffcpuProgOffcpuSwitch, bpf.OffcpuProgOffcpuSwitchTp} {
+		if p := s.coll.Programs[name]; p != nil {
+			if st, err := p.Stats(); err == nil {
+				n += st.RecursionMisses
+			}
+		}
+	}
+	return n
+}
 
 func (s *Session) programStats() []ProgramStat {
 	var out []ProgramStat
