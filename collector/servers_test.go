@@ -1,0 +1,303 @@
+package collector
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/procfs"
+)
+
+// requireServer finds a server binary from Debian's packages; CI installs
+// them, so there a missing one fails instead of skipping.
+func requireServer(t *testing.T, name, pkg string) string {
+	t.Helper()
+	for _, dir := range []string{"", "/usr/sbin/", "/usr/bin/"} {
+		if p, err := exec.LookPath(dir + name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("OFFCPU_REQUIRE_BPF") == "1" {
+		t.Fatalf("%s not found: apt-get install %s", name, pkg)
+	}
+	t.Skipf("%s not found: apt-get install %s", name, pkg)
+	return ""
+}
+
+// freePort returns a loopback port nobody listens on.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func waitListening(t *testing.T, port int) {
+	t.Helper()
+	for i := 0; i < 100; i++ {
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("nothing listens on 127.0.0.1:%d", port)
+}
+
+// threadCPU reads the CPU time the kernel accounted to each thread of the
+// processes (/proc/PID/task/TID/schedstat, first field).
+func threadCPU(t *testing.T, pids []int) map[int]time.Duration {
+	t.Helper()
+	out := map[int]time.Duration{}
+	for _, pid := range pids {
+		threads, err := procfs.AllThreads(pid)
+		if err != nil {
+			t.Fatalf("threads of %d: %v", pid, err)
+		}
+		for _, th := range threads {
+			st, err := th.Schedstat()
+			if err != nil {
+				t.Fatalf("schedstat of %d/%d: %v", pid, th.PID, err)
+			}
+			out[th.PID] = time.Duration(st.RunningNanoseconds)
+		}
+	}
+	return out
+}
+
+// checkAgainstSchedstat records the processes while load runs and compares
+// each thread's off-CPU time with the kernel's own accounting: a thread
+// that exists throughout the window is off-CPU for the window less the CPU
+// time schedstat gave it. The load starts after the window opens and stops
+// before it closes, so the server idles around the schedstat reads.
+func checkAgainstSchedstat(t *testing.T, pids []int, load func(stop <-chan struct{})) {
+	t.Helper()
+	before := threadCPU(t, pids)
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st0, err := fs.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Start(context.Background(), Options{PIDs: pids})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { load(stop); close(done) }()
+	time.Sleep(1500 * time.Millisecond)
+	close(stop)
+	<-done
+	time.Sleep(300 * time.Millisecond)
+	p, err := s.Stop()
+	if err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	after := threadCPU(t, pids)
+	st1, err := fs.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Time the hypervisor ran other guests on our vCPUs (steal) is left out
+	// of the running thread's schedstat time: the thread was off a real CPU
+	// then, and the recorder cannot see it. It widens the lower bound.
+	steal := time.Duration((st1.CPUTotal.Steal - st0.CPUTotal.Steal) * float64(time.Second))
+	t.Logf("steal time in the window: %v", steal)
+	window := s.Stats().Duration
+	recorded, _ := perThread(p)
+	names := map[int64]string{}
+	for _, smp := range p.Sample {
+		names[smp.NumLabel[LabelTID][0]] = smp.Label[LabelThread][0]
+	}
+	checked := 0
+	for tid, cpu1 := range after {
+		cpu0, ok := before[tid]
+		if !ok {
+			continue // not there throughout
+		}
+		truth := window - (cpu1 - cpu0)
+		if truth < 100*time.Millisecond {
+			continue
+		}
+		checked++
+		got := recorded[int64(tid)]
+		if d := got - truth; d < -truth/50-steal || d > truth/50 {
+			t.Errorf("%s/%d: recorded %v off-CPU; window %v less %v on CPU (schedstat) = %v (want within 2%%, %v of steal below)",
+				names[int64(tid)], tid, got, window, cpu1-cpu0, truth, steal)
+		} else {
+			t.Logf("%s/%d: recorded %v, schedstat truth %v (on CPU %v)", names[int64(tid)], tid, got, truth, cpu1-cpu0)
+		}
+	}
+	if checked < 2 {
+		t.Errorf("only %d threads with more than 100ms off-CPU", checked)
+	}
+	if st := s.Stats(); st.Lost() != 0 {
+		t.Errorf("losses: %d", st.Lost())
+	}
+}
+
+// Ground truth on servers nobody here wrote: memcached (an event-loop
+// thread per worker, plus maintenance threads) and nginx (two worker
+// processes and their aio thread pool), under a load on loopback.
+func TestSchedstatTruth(t *testing.T) {
+	requireBPF(t)
+	t.Run("memcached", func(t *testing.T) {
+		bin := requireServer(t, "memcached", "memcached")
+		port := freePort(t)
+		cmd := exec.Command(bin, "-u", "root", "-l", "127.0.0.1", "-p", strconv.Itoa(port), "-U", "0", "-t", "4")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { cmd.Process.Kill(); cmd.Wait() }()
+		waitListening(t, port)
+		checkAgainstSchedstat(t, []int{cmd.Process.Pid}, func(stop <-chan struct{}) {
+			memcachedLoad(t, port, 8, stop)
+		})
+	})
+	t.Run("nginx", func(t *testing.T) {
+		bin := requireServer(t, "nginx", "nginx-light")
+		dir := t.TempDir()
+		port := freePort(t)
+		body := strings.Repeat("offcpu ", 20000)
+		if err := os.WriteFile(filepath.Join(dir, "index.html"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		conf := fmt.Sprintf(`user root;
+worker_processes 2;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log;
+thread_pool io threads=2;
+events { worker_connections 256; }
+http {
+	access_log off;
+	client_body_temp_path %[1]s;
+	server {
+		listen 127.0.0.1:%[2]d;
+		root %[1]s;
+		sendfile off;
+		aio threads=io;
+	}
+}
+`, dir, port)
+		if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "-c", filepath.Join(dir, "nginx.conf"), "-p", dir, "-g", "daemon off;")
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { cmd.Process.Kill(); cmd.Wait() }()
+		waitListening(t, port)
+		pids := append([]int{cmd.Process.Pid}, children(t, cmd.Process.Pid)...)
+		if len(pids) < 3 {
+			t.Fatalf("nginx has %d processes, want a master and 2 workers", len(pids))
+		}
+		checkAgainstSchedstat(t, pids, func(stop <-chan struct{}) {
+			httpLoad(t, fmt.Sprintf("http://127.0.0.1:%d/index.html", port), len(body), 8, stop)
+		})
+	})
+}
+
+// children lists a process's child processes.
+func children(t *testing.T, pid int) []int {
+	t.Helper()
+	var out []int
+	for i := 0; i < 50 && len(out) == 0; i++ {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range strings.Fields(string(b)) {
+			n, _ := strconv.Atoi(f)
+			out = append(out, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return out
+}
+
+// memcachedLoad sets and gets keys over conns connections until stop.
+func memcachedLoad(t *testing.T, port, conns int, stop <-chan struct{}) {
+	var wg sync.WaitGroup
+	for c := 0; c < conns; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer conn.Close()
+			r := bufio.NewReader(conn)
+			val := strings.Repeat("v", 100)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("k%d-%d", c, i%1000)
+				fmt.Fprintf(conn, "set %s 0 0 %d\r\n%s\r\nget %s\r\n", key, len(val), val, key)
+				// STORED, VALUE line, data, END
+				for n := 0; n < 4; n++ {
+					if _, err := r.ReadString('\n'); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}(c)
+	}
+	wg.Wait()
+}
+
+// httpLoad fetches url over conns keep-alive connections until stop.
+func httpLoad(t *testing.T, url string, size, conns int, stop <-chan struct{}) {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns}}
+	defer client.CloseIdleConnections()
+	var wg sync.WaitGroup
+	for c := 0; c < conns; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := client.Get(url)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				n, _ := io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || int(n) != size {
+					t.Errorf("GET %s: %s, %d bytes", url, resp.Status, n)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
