@@ -153,6 +153,11 @@ func TestAnalyzeFixture(t *testing.T) {
 	if rep.Wakeups.Total != 500 || rep.Wakeups.ByClass["eventfd"] != 300 || rep.Wakeups.EventfdPerMessage != 0.3 {
 		t.Errorf("wake-ups %+v", rep.Wakeups)
 	}
+	// A waker without an application frame is named by its thread group;
+	// [interrupt] keeps its one pair of brackets.
+	if all := Analyze(d, rules, Options{}); all.WakerFunctions["[interrupt]"] != 50 {
+		t.Errorf("waker functions %v, want [interrupt]: 50", all.WakerFunctions)
+	}
 	var buf bytes.Buffer
 	if err := rep.Write(&buf, "json"); err != nil {
 		t.Fatal(err)
@@ -315,6 +320,9 @@ func TestThreadGroup(t *testing.T) {
 		"G1 Conc#0":       "G1 Conc#N",
 		"C2 CompilerThre": "C2 CompilerThre", // a name's own digits stay
 		"worker12":        "workerN",
+		"offcpu-f2d2371":  "offcpu-f2d2371", // a build id is no counter
+		"kworker/u4:2":    "kworker/u4:N",
+		"1-2":             "N-N",
 		"":                "[unnamed]",
 	} {
 		if got := ThreadGroup(in); got != want {

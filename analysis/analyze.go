@@ -98,23 +98,43 @@ type Report struct {
 	Statements      []string         `json:"statements"`
 }
 
-// counter matches a thread-name number: at the end of the name or after a
-// separator (broker-io-3, GC Thread#0, pool-2-thread-7), not inside a
-// word (C2 CompilerThre, G1 Conc#0).
-var counter = regexp.MustCompile(`(^|[-#_/:. ])\d+|\d+$`)
-
-// ThreadGroup collapses a thread name's counters: broker-io-3 → broker-io-N.
+// ThreadGroup collapses a thread name's counters: broker-io-3 →
+// broker-io-N. A counter is a run of digits after a separator (broker-io-3,
+// GC Thread#0, pool-2-thread-7) or ending a word that has no other digit
+// (worker12); digits inside a word stay (C2 CompilerThre, offcpu-f2d2371).
 func ThreadGroup(name string) string {
 	if name == "" {
 		return "[unnamed]"
 	}
-	return counter.ReplaceAllStringFunc(name, func(m string) string {
-		if m[0] >= '0' && m[0] <= '9' {
-			return "N"
+	var b strings.Builder
+	word := 0 // start of the current word
+	for i := 0; i < len(name); {
+		if !isDigit(name[i]) {
+			if strings.IndexByte(threadSeparators, name[i]) >= 0 {
+				word = i + 1
+			}
+			b.WriteByte(name[i])
+			i++
+			continue
 		}
-		return m[:1] + "N"
-	})
+		j := i
+		for j < len(name) && isDigit(name[j]) {
+			j++
+		}
+		ends := j == len(name) || strings.IndexByte(threadSeparators, name[j]) >= 0
+		if (i == word && ends) || (j == len(name) && !strings.ContainsAny(name[word:i], "0123456789")) {
+			b.WriteByte('N')
+		} else {
+			b.WriteString(name[i:j])
+		}
+		i = j
+	}
+	return b.String()
 }
+
+const threadSeparators = "-#_/:. "
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 // Analyze attributes the data's blocked time to the rules' categories.
 func Analyze(d *Data, r *Rules, o Options) *Report {
@@ -152,7 +172,10 @@ func Analyze(d *Data, r *Rules, o Options) *Report {
 			rep.Wakeups.ByClass[s.Class] += s.Value
 			fn := r.InnermostApp(s)
 			if fn == "" {
-				fn = "[" + ThreadGroup(s.Thread) + "]"
+				fn = ThreadGroup(s.Thread)
+				if !strings.HasPrefix(fn, "[") { // [interrupt], [softirq] are bracketed already
+					fn = "[" + fn + "]"
+				}
 			}
 			rep.WakerFunctions[fn] += s.Value
 			tg := targets[ThreadGroup(s.Target)]

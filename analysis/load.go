@@ -65,6 +65,9 @@ func Load(unit FoldedUnit, paths ...string) (*Data, error) {
 			return nil, err
 		}
 	}
+	if len(d.Stacks) == 0 {
+		return nil, fmt.Errorf("no samples in %s", strings.Join(paths, ", "))
+	}
 	return d, nil
 }
 

@@ -159,6 +159,9 @@ func Load(sampleType string, paths ...string) (*Profile, error) {
 			return nil, err
 		}
 	}
+	if len(out.Lines) == 0 {
+		return nil, fmt.Errorf("no samples in %s", strings.Join(paths, ", "))
+	}
 	return out, nil
 }
 

@@ -155,3 +155,25 @@ func TestBenchFailOn(t *testing.T) {
 		t.Errorf("no report written: %v", err)
 	}
 }
+
+// Empty input is an error, as flamegraph.pl's "No stack counts found".
+func TestEmptyInput(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.folded")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"analyze", "/dev/null"},
+		{"analyze", empty},
+		{"flamegraph", "-o", filepath.Join(dir, "x.svg"), empty},
+	} {
+		_, err := run(t, args...)
+		if err == nil || !strings.Contains(err.Error(), "no samples in") {
+			t.Errorf("%v: err = %v, want \"no samples in\"", args, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x.svg")); err == nil {
+		t.Error("an empty flame graph was written")
+	}
+}
