@@ -125,7 +125,9 @@ func (d *Dispatcher) consumerFlow(from *EventLoop, c *Consumer, n int64) {
 }
 
 // internalConsumerFlow is the synchronized method the baseline runs as an
-// executor task.
+// executor task: it reads more in the same monitor section
+// (PersistentDispatcherMultipleConsumers.internalConsumerFlow calls
+// readMoreEntries(), not the async path).
 //
 //go:noinline
 func (d *Dispatcher) internalConsumerFlow(c *Consumer, n int64) {
@@ -136,7 +138,7 @@ func (d *Dispatcher) internalConsumerFlow(c *Consumer, n int64) {
 		return
 	}
 	d.totalPermits.Add(n)
-	d.readMoreEntriesAsync(nil)
+	d.readMoreEntriesLocked()
 }
 
 // consumerFlowAccounted adds a Flow to the consumer's permits and, while

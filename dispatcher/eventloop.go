@@ -24,10 +24,15 @@ type FdHandler interface {
 	OnWritable()
 }
 
-// EventLoop is a model of Netty's EpollEventLoop / EpollIoHandler: epoll
-// on an eventfd, a timerfd and sockets; an MPSC task queue; and the
-// AWAKE/NONE/deadline state that makes execute() write the eventfd exactly
-// when work is handed to a loop that sleeps in epoll_wait.
+// EventLoop is a model of Netty 4.2's SingleThreadIoEventLoop with an
+// EpollIoHandler (transport-classes-epoll/.../EpollIoHandler.java,
+// transport/.../SingleThreadIoEventLoop.java): epoll on an eventfd, a
+// timerfd and sockets; an MPSC task queue; and the AWAKE/NONE/deadline
+// state that makes execute() write the eventfd exactly when work is handed
+// to a loop that sleeps in epoll_wait. As in 4.2, the eventfd is
+// registered edge-triggered and never read (pendingWakeup remembers a
+// write not yet seen), and each turn runs the ready I/O, then up to
+// maxTasksPerRun tasks: no ioRatio (that was 4.1's EpollEventLoop).
 type EventLoop struct {
 	name       string
 	epfd       int
@@ -38,9 +43,11 @@ type EventLoop struct {
 	handlers   map[int32]FdHandler
 	timers     timerHeap // loop thread only
 	armed      int64     // deadline the timerfd is armed for
-	ioRatio    int
-	stopped    atomic.Bool
-	done       chan struct{}
+	// pendingWakeup: an eventfd write may still be on its way to epoll,
+	// so the next wait will return at once (loop thread only).
+	pendingWakeup bool
+	stopped       atomic.Bool
+	done          chan struct{}
 
 	// Counters, read by the run report.
 	Wakeups atomic.Uint64 // eventfd writes by other threads
@@ -64,10 +71,11 @@ func NewEventLoop(name string) (*EventLoop, error) {
 		return nil, fmt.Errorf("timerfd for %s: %w", name, err)
 	}
 	l := &EventLoop{name: name, epfd: epfd, efd: efd, tfd: tfd, tasks: newMPSC[func()](),
-		handlers: map[int32]FdHandler{}, ioRatio: 50, done: make(chan struct{})}
+		handlers: map[int32]FdHandler{}, done: make(chan struct{})}
 	l.nextWakeup.Store(awake)
 	for _, fd := range []int{efd, tfd} {
-		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+		// Edge-triggered: one notification per write, no read needed.
+		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(fd)}
 		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 			l.closeFds()
 			return nil, fmt.Errorf("epoll_ctl for %s: %w", name, err)
@@ -159,43 +167,59 @@ func (l *EventLoop) closeFds() {
 	unix.Close(l.tfd)
 }
 
+// maxTasksPerRun is SingleThreadIoEventLoop.DEFAULT_MAX_TASKS_PER_RUN.
+const maxTasksPerRun = 4096
+
 func (l *EventLoop) run() {
 	defer close(l.done)
 	events := make([]unix.EpollEvent, 128)
 	for !l.stopped.Load() {
-		var n int
-		if l.tasks.nonEmpty() {
-			n = epollWaitNow(l.epfd, events)
-		} else {
-			deadline := l.timers.next()
-			l.nextWakeup.Store(deadline)
-			if !l.tasks.nonEmpty() && !l.stopped.Load() {
-				l.armTimer(deadline)
-				n = epollWait(l.epfd, events)
-			} else {
-				n = epollWaitNow(l.epfd, events)
-			}
-			l.nextWakeup.Store(awake)
-		}
-		start := nanotime()
+		n := l.runIo(events)
 		l.processReady(events[:max(n, 0)])
-		ioTime := nanotime() - start
 		l.runExpiredTimers()
-		budget := int64(0)
-		if n > 0 {
-			budget = ioTime * int64(100-l.ioRatio) / int64(l.ioRatio)
+		l.runAllTasks(maxTasksPerRun)
+	}
+	for l.runAllTasks(maxTasksPerRun) {
+	}
+}
+
+// runIo is EpollIoHandler.run: poll without blocking while tasks wait,
+// otherwise publish the next deadline and sleep in epoll_wait.
+func (l *EventLoop) runIo(events []unix.EpollEvent) int {
+	if l.tasks.nonEmpty() || l.stopped.Load() {
+		return epollWaitNow(l.epfd, events)
+	}
+	if l.pendingWakeup {
+		// A wake-up is on its way: this wait returns at once (1 s
+		// safeguard, as Netty's epollWaitTimeboxed).
+		if n := epollWaitTimeout(l.epfd, events, 1000); n > 0 {
+			return n
 		}
-		l.runAllTasks(budget)
+		l.pendingWakeup = false
 	}
-	for l.runAllTasks(0) {
+	deadline := l.timers.next()
+	l.nextWakeup.Store(deadline)
+	n := 0
+	if !l.tasks.nonEmpty() && !l.stopped.Load() {
+		l.armTimer(deadline)
+		n = epollWait(l.epfd, events)
 	}
+	if l.nextWakeup.Load() == awake || l.nextWakeup.Swap(awake) == awake {
+		l.pendingWakeup = true // woken by a task hand-off
+	}
+	return n
 }
 
 // epollWait blocks: the loop is asleep here.
 //
 //go:noinline
 func epollWait(epfd int, events []unix.EpollEvent) int {
-	n, err := unix.EpollWait(epfd, events, -1)
+	return epollWaitTimeout(epfd, events, -1)
+}
+
+//go:noinline
+func epollWaitTimeout(epfd int, events []unix.EpollEvent, ms int) int {
+	n, err := unix.EpollWait(epfd, events, ms)
 	if err != nil {
 		return 0
 	}
@@ -224,13 +248,11 @@ func (l *EventLoop) armTimer(deadline int64) {
 }
 
 func (l *EventLoop) processReady(events []unix.EpollEvent) {
-	var buf [8]byte
 	for _, ev := range events {
 		switch int(ev.Fd) {
 		case l.efd:
-			unix.Read(l.efd, buf[:])
+			l.pendingWakeup = false // edge-triggered: nothing to read
 		case l.tfd:
-			unix.Read(l.tfd, buf[:])
 			l.armed = 0
 		default:
 			h := l.handlers[ev.Fd]
@@ -249,21 +271,16 @@ func (l *EventLoop) processReady(events []unix.EpollEvent) {
 	}
 }
 
-// runAllTasks runs queued tasks for about budget ns (checked every 64
-// tasks, as Netty does); it reports whether any ran.
-func (l *EventLoop) runAllTasks(budget int64) bool {
-	start := nanotime()
+// runAllTasks runs up to max queued tasks; it reports whether any ran.
+func (l *EventLoop) runAllTasks(max int) bool {
 	ran := 0
-	for {
+	for ran < max {
 		task, ok := l.tasks.pop()
 		if !ok {
 			break
 		}
 		task()
 		ran++
-		if ran&63 == 0 && nanotime()-start >= budget {
-			break
-		}
 	}
 	return ran > 0
 }
