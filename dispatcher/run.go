@@ -23,6 +23,9 @@ type Config struct {
 	Drain time.Duration
 	// Progress, if set, receives a line per second while the run lasts.
 	Progress io.Writer
+	// Pin puts the broker threads on the first half of the CPUs and the
+	// client threads on the rest (with 2 CPUs or more).
+	Pin bool
 }
 
 // SubResult is one subscription's outcome.
@@ -60,9 +63,13 @@ type Result struct {
 	Backlog         int64       `json:"backlog"`
 	BrokerCPUs      float64     `json:"broker_cpu_s"`
 	CPUPerMsgUs     float64     `json:"cpu_per_msg_us"`
-	ProcessCPUs     float64     `json:"process_cpu_s"`
-	PID             int         `json:"pid"`
-	DurationS       float64     `json:"duration_s"`
+	// Steady state: from 20% of the messages (or of the duration) to the
+	// last receipt, leaving out the start-up (first reads, batch ramp-up).
+	WarmupS     float64 `json:"warmup_s"`
+	PinnedCPUs  bool    `json:"pinned_cpus"`
+	ProcessCPUs float64 `json:"process_cpu_s"`
+	PID         int     `json:"pid"`
+	DurationS   float64 `json:"duration_s"`
 
 	// Counters behind the story of seed 000.
 	BrokerWakeups   uint64   `json:"broker_eventfd_wakeups"`
@@ -110,8 +117,8 @@ func IsBrokerThread(comm string) bool {
 }
 
 // threadCPU returns the CPU seconds of this process's broker threads
-// (alive for the whole run) and of the whole process, from
-// /proc/self/stat, which keeps the time of threads that have exited
+// (alive for the whole run; schedstat, in ns) and of the whole process,
+// from /proc/self/stat, which keeps the time of threads that have exited
 // (producers end when they are done).
 func threadCPU() (broker, total float64) {
 	if p, err := procfs.Self(); err == nil {
@@ -124,12 +131,47 @@ func threadCPU() (broker, total float64) {
 		return 0, total
 	}
 	for _, t := range threads {
-		st, err := t.Stat()
-		if err == nil && IsBrokerThread(st.Comm) {
-			broker += st.CPUTime()
+		comm, err := t.Comm()
+		if err != nil || !IsBrokerThread(comm) {
+			continue
+		}
+		if st, err := t.Schedstat(); err == nil {
+			broker += float64(st.RunningNanoseconds) / 1e9
 		}
 	}
 	return broker, total
+}
+
+// warmup notes the published count, the time and the broker's CPU once a
+// fifth of the run has gone by.
+type warmup struct {
+	at        time.Time
+	published int64
+	cpu       float64
+	done      chan struct{}
+}
+
+func watchWarmup(cl *Client, sc Scenario, start time.Time, stop <-chan struct{}) *warmup {
+	w := &warmup{done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			n := cl.published.Load()
+			if (sc.Messages > 0 && n >= sc.Messages/5) || (sc.Messages == 0 && time.Since(start) >= sc.Duration/5) {
+				w.at, w.published = time.Now(), n
+				w.cpu, _ = threadCPU()
+				return
+			}
+		}
+	}()
+	return w
 }
 
 // Run runs one scenario on one variant and verifies every delivery.
@@ -155,6 +197,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	// Every locked thread may hold a P: the kernel, not Go, schedules them.
 	threads := sc.BrokerIOThreads + 1 + sc.TopicWorkers + sc.ClientIOThreads + sc.ProducerThreads + sc.ConsumerThreads
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(threads + 2))
+	pinned := false
+	if cfg.Pin {
+		if split := splitCPUs(); split != nil {
+			pinning.Store(split)
+			defer pinning.Store(nil)
+			pinned = true
+		}
+	}
 
 	b, err := NewBroker(BrokerConfig{IOThreads: sc.BrokerIOThreads, TopicWorkers: sc.TopicWorkers, Variant: variant, Subscriptions: subs})
 	if err != nil {
@@ -218,6 +268,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}()
 	stopProgress := progress(cfg.Progress, cl, start)
+	warmStop := make(chan struct{})
+	warm := watchWarmup(cl, sc, start, warmStop)
 	pubFinished := make(chan struct{})
 	go func() { cl.pubDone.Wait(); close(pubFinished) }()
 
@@ -237,6 +289,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		backlog = append(backlog, published-int64(d.Acked.Load()))
 	}
 	pubEnd := time.Unix(0, cl.pubEnded.Load())
+	close(warmStop)
+	<-warm.done
 	close(churnStop)
 	<-churnDone
 	if !interrupted {
@@ -261,8 +315,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cl.stop()
 
 	r := &Result{Scenario: sc.Name, Variant: variant.Name(), Published: published, PID: os.Getpid(),
-		DurationS: elapsed.Seconds(), BrokerCPUs: cpu1 - cpu0, ProcessCPUs: proc1 - proc0, ScenarioDetails: sc}
-	if d := pubEnd.Sub(start).Seconds(); d > 0 {
+		DurationS: elapsed.Seconds(), BrokerCPUs: cpu1 - cpu0, ProcessCPUs: proc1 - proc0, ScenarioDetails: sc, PinnedCPUs: pinned}
+	if !warm.at.IsZero() && pubEnd.After(warm.at) && published > warm.published {
+		r.WarmupS = warm.at.Sub(start).Seconds()
+		r.PublishRate = float64(published-warm.published) / pubEnd.Sub(warm.at).Seconds()
+	} else if d := pubEnd.Sub(start).Seconds(); d > 0 {
 		r.PublishRate = float64(published) / d
 	}
 	pub := newHist()
@@ -271,7 +328,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	r.PublishP50ms, r.PublishP99ms = ms(pub, 50), ms(pub, 99)
 	all := newHist()
-	var p50max, p99max float64
 	for i, s := range cl.subs {
 		h := newHist()
 		for _, ct := range cl.consThr {
@@ -293,12 +349,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		r.MonitorWaits += d.Monitor.Waits()
 		r.FlowTasks += d.FlowTasks.Load()
 		r.Reads += d.cursor.Reads.Load()
-		if sr.E2EP50ms > p50max {
-			p50max = sr.E2EP50ms
-		}
-		if sr.E2EP99ms > p99max {
-			p99max = sr.E2EP99ms
-		}
 	}
 	r.E2EP50ms, r.E2EP99ms = ms(all, 50), ms(all, 99)
 	var entries uint64

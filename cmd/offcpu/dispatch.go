@@ -28,6 +28,7 @@ type dispatchFlags struct {
 	jsonOut   string
 	list      bool
 	quiet     bool
+	pin       bool
 }
 
 func newDispatchCmd() *cobra.Command {
@@ -64,6 +65,7 @@ non-zero on any violation.`,
 	fl.StringVar(&f.jsonOut, "json", "", "write the run's metrics as JSON to this file")
 	fl.BoolVar(&f.list, "list", false, "list the scenarios and variants")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print no progress")
+	fl.BoolVar(&f.pin, "pin", false, "put broker threads on the first half of the CPUs, clients on the rest")
 	return cmd
 }
 
@@ -132,7 +134,7 @@ func runDispatch(cmd *cobra.Command, f *dispatchFlags) error {
 	stderr := cmd.ErrOrStderr()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	cfg := dispatcher.Config{Scenario: sc, Variant: f.variant}
+	cfg := dispatcher.Config{Scenario: sc, Variant: f.variant, Pin: f.pin}
 	if !f.quiet {
 		fmt.Fprintf(stderr, "offcpu dispatch: %s, variant %s, pid %d\n", sc.Name, f.variant, os.Getpid())
 		cfg.Progress = stderr
