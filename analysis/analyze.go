@@ -207,7 +207,7 @@ func Analyze(d *Data, r *Rules, o Options) *Report {
 		g.OffCPUNs += s.Value
 		cs := r.Categorize(s)
 		inner := r.InnermostApp(s)
-		app := inner != "" && s.State != "preempted" // runnable is not blocked
+		app := inner != "" && s.State != "preempted" // see AppBlocked
 		for _, c := range cs {
 			if cats[c] != nil {
 				cats[c].Ns += s.Value
@@ -478,4 +478,11 @@ func (rep *Report) writeMarkdown(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// AppBlocked tells whether a stack counts as blocked time with an
+// application frame: an application frame (not runtime, libc or event-loop
+// machinery) and not preempted (runnable is not blocked).
+func (r *Rules) AppBlocked(s *Stack) bool {
+	return s.State != "preempted" && r.InnermostApp(s) != ""
 }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/aclements/go-moremath/stats"
 	"golang.org/x/perf/benchmath"
 )
 
@@ -139,6 +140,12 @@ type MetricDiff struct {
 	P          float64   `json:"p"` // Mann-Whitney U (benchmath), two-sided
 	Alpha      float64   `json:"alpha"`
 	Separation string    `json:"separation,omitempty"` // "above" or "below": every candidate run vs every baseline run
+	// With as many runs on both sides, run i of each side are a pair (the
+	// rotation runs them back to back), so slow drift cancels: the paired
+	// t-test on log ratios, and the smallest relative change it would
+	// detect with 80% power at the 5% level (a fraction; 0: not computed).
+	PairedP             float64 `json:"paired_p,omitempty"`
+	MinDetectableChange float64 `json:"min_detectable_change,omitempty"`
 }
 
 // ValueDiff is a profile quantity on both sides.
@@ -347,7 +354,39 @@ func compare(name string, b, c []float64) MetricDiff {
 	case md.CandMax < md.BaseMin:
 		md.Separation = "below"
 	}
+	md.PairedP, md.MinDetectableChange = paired(b, c)
 	return md
+}
+
+// paired compares run i of the baseline with run i of the candidate on
+// log ratios: the paired t-test's p, and the smallest change detectable at
+// α = 0.05 (two-sided) with power 0.8: (t(0.975) + t(0.8)) · sd / √n on the
+// log scale. Needs 3 pairs and positive values.
+func paired(b, c []float64) (p, mdc float64) {
+	n := len(b)
+	if n != len(c) || n < 3 {
+		return 0, 0
+	}
+	lb, lc := make([]float64, n), make([]float64, n)
+	for i := range b {
+		if b[i] <= 0 || c[i] <= 0 {
+			return 0, 0
+		}
+		lb[i], lc[i] = math.Log(b[i]), math.Log(c[i])
+	}
+	d := make([]float64, n)
+	for i := range d {
+		d[i] = lc[i] - lb[i]
+	}
+	sd := stats.StdDev(d)
+	if sd == 0 {
+		return 0, 0
+	}
+	if r, err := stats.PairedTTest(lc, lb, 0, stats.LocationDiffers); err == nil {
+		p = r.P
+	}
+	q := stats.InvCDF(stats.TDist{V: float64(n - 1)})
+	return p, math.Expm1((q(0.975) + q(0.8)) * sd / math.Sqrt(float64(n)))
 }
 
 func mean(v []float64) float64 {
@@ -369,11 +408,14 @@ func minMax(v []float64) (float64, float64) {
 func diffStatements(dr *DiffReport) []string {
 	var out []string
 	for _, m := range dr.Metrics {
-		if m.Separation == "" {
-			continue
+		switch {
+		case m.Separation != "":
+			out = append(out, fmt.Sprintf("%s: %+.1f%% (%s → %s), with every candidate run %s every baseline run (p=%.3f; paired p=%s).",
+				m.Name, m.ChangePct, num(m.BaseMean), num(m.CandMean), m.Separation, m.P, pairedP(m)))
+		case m.MinDetectableChange > 0 && m.PairedP < 0.05:
+			out = append(out, fmt.Sprintf("%s: %+.1f%% (%s → %s), paired p=%.3f (runs overlap; changes of ±%.1f%% are detectable).",
+				m.Name, m.ChangePct, num(m.BaseMean), num(m.CandMean), m.PairedP, 100*m.MinDetectableChange))
 		}
-		out = append(out, fmt.Sprintf("%s: %+.1f%% (%s → %s), with every candidate run %s every baseline run (p=%.3f).",
-			m.Name, m.ChangePct, num(m.BaseMean), num(m.CandMean), m.Separation, m.P))
 	}
 	b, c := dr.BaseReport, dr.CandReport
 	if b == nil || c == nil {
@@ -504,6 +546,20 @@ func runs(v []float64) string {
 	return strings.Join(s, ", ")
 }
 
+func pairedP(m MetricDiff) string {
+	if m.MinDetectableChange == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.3f", m.PairedP)
+}
+
+func mdcStr(m MetricDiff) string {
+	if m.MinDetectableChange == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("±%.1f%%", 100*m.MinDetectableChange)
+}
+
 func changeStr(v ValueDiff) string {
 	if v.New {
 		return "new"
@@ -521,7 +577,7 @@ func (dr *DiffReport) writeText(w io.Writer) error {
 		if m.Separation != "" {
 			sep = " every candidate run " + m.Separation
 		}
-		fmt.Fprintf(w, "%-24s base [%s]  cand [%s]  %+.1f%%  p=%.3f%s\n", m.Name, runs(m.Base), runs(m.Cand), m.ChangePct, m.P, sep)
+		fmt.Fprintf(w, "%-24s base [%s]  cand [%s]  %+.1f%%  p=%.3f  paired p=%s  detectable %s%s\n", m.Name, runs(m.Base), runs(m.Cand), m.ChangePct, m.P, pairedP(m), mdcStr(m), sep)
 	}
 	if len(dr.Categories) > 0 {
 		fmt.Fprintln(w, "\nblocked time with an application frame, per profiled run:")
@@ -550,11 +606,11 @@ func (dr *DiffReport) writeMarkdown(w io.Writer) error {
 		fmt.Fprintf(w, "- %s\n", s)
 	}
 	if len(dr.Metrics) > 0 {
-		fmt.Fprintf(w, "\n| metric | %s (each run) | %s (each run) | change | %s min–max | %s min–max | p (U test) |\n|---|---|---|---:|---|---|---:|\n",
+		fmt.Fprintf(w, "\n| metric | %s (each run) | %s (each run) | change | %s min–max | %s min–max | p (U test) | p (paired) | smallest detectable change |\n|---|---|---|---:|---|---|---:|---:|---:|\n",
 			dr.Base.Name, dr.Cand.Name, dr.Base.Name, dr.Cand.Name)
 		for _, m := range dr.Metrics {
-			fmt.Fprintf(w, "| %s | %s | %s | %+.1f%% | %s–%s | %s–%s | %.3f |\n", m.Name, runs(m.Base), runs(m.Cand), m.ChangePct,
-				num(m.BaseMin), num(m.BaseMax), num(m.CandMin), num(m.CandMax), m.P)
+			fmt.Fprintf(w, "| %s | %s | %s | %+.1f%% | %s–%s | %s–%s | %.3f | %s | %s |\n", m.Name, runs(m.Base), runs(m.Cand), m.ChangePct,
+				num(m.BaseMin), num(m.BaseMax), num(m.CandMin), num(m.CandMax), m.P, pairedP(m), mdcStr(m))
 		}
 	}
 	if len(dr.Categories) > 0 {
