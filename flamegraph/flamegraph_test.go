@@ -8,6 +8,9 @@ import (
 	"io"
 	"math/rand"
 	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -225,5 +228,31 @@ func TestWriteBenchInput(t *testing.T) {
 	}
 	if err := os.WriteFile(path, GenerateFolded(100000), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Select keeps the named threads, groups them and shortens Go names.
+func TestSelect(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "in.folded")
+	in := "broker-io-0;github.com/offcpu/offcpu/dispatcher.(*Dispatcher).internalConsumerFlow;-;schedule 10\n" +
+		"broker-io-1;github.com/offcpu/offcpu/dispatcher.(*Dispatcher).internalConsumerFlow;-;schedule 5\n" +
+		"client-io-0;main.loop 7\n"
+	if err := os.WriteFile(path, []byte(in), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Load("off_cpu", Select{Threads: regexp.MustCompile(`^broker`), GroupThreads: true}, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, l := range p.sorted() {
+		got = append(got, fmt.Sprintf("%s %d", l.Stack, l.Value))
+	}
+	want := []string{"broker-io-N;dispatcher.(*Dispatcher).internalConsumerFlow;-;schedule 15"}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if _, err := Load("off_cpu", Select{Threads: regexp.MustCompile(`^nobody`)}, path); err == nil || !strings.Contains(err.Error(), "no samples of threads") {
+		t.Errorf("err = %v, want no samples of threads", err)
 	}
 }

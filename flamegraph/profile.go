@@ -9,8 +9,10 @@ package flamegraph
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -111,9 +113,51 @@ func FromData(d *analysis.Data, kind string) *Profile {
 
 func clean(s string) string { return strings.ReplaceAll(s, ";", ":") }
 
+// ErrNoSamples: the input holds nothing to draw.
+var ErrNoSamples = errors.New("no samples")
+
+// Select narrows and names what a flame graph shows.
+type Select struct {
+	// Threads keeps stacks whose root frame (the thread; for wake-ups the
+	// woken thread) matches; nil keeps all.
+	Threads *regexp.Regexp
+	// FullNames keeps Go module paths in function names; by default they
+	// read as go tool pprof shows them (dispatcher.(*Dispatcher).Run).
+	FullNames bool
+	// GroupThreads roots stacks at the thread group (broker-io-N) instead
+	// of each thread, so one cause spread over a pool reads as one tower.
+	GroupThreads bool
+	// Blocked, if set, keeps only off-CPU stacks that are blocked time with
+	// an application frame under these rules: idle loops and pools, and
+	// runnable threads, are left out (pprof input).
+	Blocked *analysis.Rules
+}
+
+// apply drops the stacks of other threads and shortens names.
+func (p *Profile) apply(sel Select) {
+	out := p.Lines[:0]
+	for _, l := range p.Lines {
+		frames := strings.Split(string(l.Stack), ";")
+		if sel.Threads != nil && !sel.Threads.MatchString(frames[0]) {
+			continue
+		}
+		if sel.GroupThreads {
+			frames[0] = analysis.ThreadGroup(frames[0])
+		}
+		if !sel.FullNames {
+			for i, f := range frames[1:] {
+				frames[i+1] = analysis.ShortFunc(f)
+			}
+		}
+		l.Stack = []byte(strings.Join(frames, ";"))
+		out = append(out, l)
+	}
+	p.Lines = out
+}
+
 // Load reads profiles or folded stacks. sampleType picks a pprof sample
 // type: off_cpu (default), cpu or wakeups.
-func Load(sampleType string, paths ...string) (*Profile, error) {
+func Load(sampleType string, sel Select, paths ...string) (*Profile, error) {
 	kind := analysis.KindOffCPU
 	switch sampleType {
 	case "", "off_cpu", "offcpu":
@@ -151,6 +195,15 @@ func Load(sampleType string, paths ...string) (*Profile, error) {
 		if err != nil {
 			return nil, err
 		}
+		if sel.Blocked != nil && kind == analysis.KindOffCPU {
+			kept := d.Stacks[:0]
+			for i := range d.Stacks {
+				if sel.Blocked.AppBlocked(&d.Stacks[i]) {
+					kept = append(kept, d.Stacks[i])
+				}
+			}
+			d.Stacks = kept
+		}
 		p := FromData(d, kind)
 		if len(p.Lines) == 0 {
 			return nil, fmt.Errorf("no %s samples in %s", sampleType, strings.Join(pprofs, ", "))
@@ -160,7 +213,11 @@ func Load(sampleType string, paths ...string) (*Profile, error) {
 		}
 	}
 	if len(out.Lines) == 0 {
-		return nil, fmt.Errorf("no samples in %s", strings.Join(paths, ", "))
+		return nil, fmt.Errorf("%w in %s", ErrNoSamples, strings.Join(paths, ", "))
+	}
+	out.apply(sel)
+	if len(out.Lines) == 0 {
+		return nil, fmt.Errorf("%w of threads matching %q in %s", ErrNoSamples, sel.Threads, strings.Join(paths, ", "))
 	}
 	return out, nil
 }

@@ -21,7 +21,11 @@ type Options struct {
 	Inverted    bool    // icicle: roots at the top
 	Palette     string  // offcpu (blue), wakeup, cpu (warm)
 	Diff        bool    // colour by Node.Base: red grew, blue shrank
-	HTML        bool    // an HTML page with the SVG and a table of top functions
+	// Negate (with Diff): the widths are the before profile and the base
+	// is the after one, so frames that vanished keep their width and show
+	// blue (difffolded.pl -n).
+	Negate bool
+	HTML   bool // an HTML page with the SVG and a table of top functions
 }
 
 const pad = 10
@@ -234,7 +238,9 @@ func (w *writer) rect(r *rect) {
 	y := w.y(r.depth)
 	fill := w.color(name, r)
 	info := fmt.Sprintf("%s (%s, %.2f%%)", name, w.value(r.width), 100*float64(r.width)/float64(max(w.total, 1)))
-	if w.o.Diff {
+	if w.o.Diff && w.o.Negate {
+		info += fmt.Sprintf(", after %s, change %s", w.value(r.base), signedValue(w, r.base-r.width))
+	} else if w.o.Diff {
 		info += fmt.Sprintf(", base %s, change %s", w.value(r.base), signedValue(w, r.width-r.base))
 	}
 	fmt.Fprintf(w, `<g class="f"><title>%s</title><rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s" rx="2" ry="2"/>`,
@@ -293,6 +299,9 @@ func (w *writer) color(name string, r *rect) string {
 	}
 	if w.o.Diff {
 		d := float64(r.width - r.base)
+		if w.o.Negate {
+			d = -d
+		}
 		if w.maxDelta == 0 || d == 0 {
 			return "rgb(250,250,250)"
 		}

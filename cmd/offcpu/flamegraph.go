@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -12,8 +13,9 @@ import (
 
 func newFlamegraphCmd() *cobra.Command {
 	var o flamegraph.Options
-	var out, sampleType, diff string
+	var out, sampleType, diff, threads string
 	var normalize bool
+	var sel flamegraph.Select
 	cmd := &cobra.Command{
 		Use:   "flamegraph [flags] PROFILE|FOLDED...",
 		Short: "Draw an interactive (or differential) flame graph as SVG or HTML",
@@ -29,12 +31,19 @@ blue shrank); widths are the profile's.`,
   offcpu flamegraph -o offwake.html offwake.folded`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t, err := flamegraph.Load(sampleType, args...)
+			if threads != "" {
+				re, err := regexp.Compile(threads)
+				if err != nil {
+					return fmt.Errorf("--threads: %v", err)
+				}
+				sel.Threads = re
+			}
+			t, err := flamegraph.Load(sampleType, sel, args...)
 			if err != nil {
 				return err
 			}
 			if diff != "" {
-				b, err := flamegraph.Load(sampleType, diff)
+				b, err := flamegraph.Load(sampleType, sel, diff)
 				if err != nil {
 					return err
 				}
@@ -76,5 +85,8 @@ blue shrank); widths are the profile's.`,
 	fl.StringVar(&o.Palette, "palette", "", "offcpu (blue), wakeup or cpu (warm); default from --sample-type")
 	fl.StringVar(&diff, "diff", "", "base profile: colour frames by the change from it")
 	fl.BoolVar(&normalize, "normalize", false, "with --diff, scale the base to the profile's total first")
+	fl.StringVar(&threads, "threads", "", "draw only threads whose name matches this regexp")
+	fl.BoolVar(&sel.FullNames, "full-names", false, "keep Go module paths in function names")
+	fl.BoolVar(&sel.GroupThreads, "group-threads", false, "root stacks at thread groups (broker-io-N) rather than threads")
 	return cmd
 }
