@@ -32,13 +32,17 @@ const BrokerThreads = `^(broker-io|ml-worker|topic-worker)`
 
 // Config is one benchmark.
 type Config struct {
-	Scenario     string   // bundled scenario name or YAML file
+	// Bundled scenario names or YAML files, run in rotation (each round:
+	// every scenario, baseline then candidate). Profiled runs use the
+	// first, as seed 000 profiles only its Key_Shared scenario.
+	Scenarios    []string
+	Pin          bool     // broker and client threads on CPUs of their own
 	Variants     []string // two: baseline first
 	Runs         int      // unprofiled runs per side
 	ProfiledRuns int      // profiled runs per side
 	Messages     int64    // per run (0: the scenario's)
 	Duration     time.Duration
-	Rate         float64 // < 0: the scenario's
+	Rate         float64 // < 0: the scenario's (with --rate, for every scenario)
 	Out          string
 
 	CooldownTemp float64       // °C, where thermal zones exist
@@ -60,6 +64,7 @@ type Config struct {
 // RunRecord is one run as the report lists it.
 type RunRecord struct {
 	Name     string             `json:"name"`
+	Scenario string             `json:"scenario,omitempty"`
 	Side     string             `json:"side"`
 	Index    int                `json:"index"`
 	Profiled bool               `json:"profiled"`
@@ -75,12 +80,28 @@ type Result struct {
 	Setup       string               `json:"setup"`
 	Cooldown    string               `json:"cooldown"`
 	Runs        []RunRecord          `json:"runs"`
-	Diff        *analysis.DiffReport `json:"diff,omitempty"`
+	Diff        *analysis.DiffReport `json:"diff,omitempty"` // the first scenario's
+	Scenarios   []ScenarioResult     `json:"scenarios,omitempty"`
 	Interrupted bool                 `json:"interrupted"`
 	Report      string               `json:"-"`
 }
 
+// ScenarioResult is the comparison of one scenario's runs.
+type ScenarioResult struct {
+	Name string               `json:"name"`
+	Diff *analysis.DiffReport `json:"diff,omitempty"`
+}
+
 func (c *Config) bundled() bool { return c.BaselineCmd == "" && c.CandidateCmd == "" }
+
+// scenarios is the rotation's scenario list; one unnamed entry for
+// --baseline-cmd runs.
+func (c *Config) scenarios() []string {
+	if !c.bundled() || len(c.Scenarios) == 0 {
+		return []string{""}
+	}
+	return c.Scenarios
+}
 
 func (c *Config) validate() error {
 	if len(c.Variants) != 2 || c.Variants[0] == c.Variants[1] {
@@ -96,8 +117,13 @@ func (c *Config) validate() error {
 		return fmt.Errorf("give --messages or --duration, not both")
 	}
 	if c.bundled() {
-		if _, err := dispatcher.LoadScenario(c.Scenario); err != nil {
-			return err
+		if len(c.Scenarios) == 0 {
+			return fmt.Errorf("--scenario: give at least one scenario")
+		}
+		for _, sc := range c.Scenarios {
+			if _, err := dispatcher.LoadScenario(sc); err != nil {
+				return err
+			}
 		}
 		for _, v := range c.Variants {
 			if _, err := dispatcher.LookupVariant(v); err != nil {
@@ -112,6 +138,7 @@ func (c *Config) validate() error {
 }
 
 type plannedRun struct {
+	scenario string
 	side     int
 	index    int
 	profiled bool
@@ -144,11 +171,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("creating %s: %w", cfg.Out, err)
 	}
 	var plan []plannedRun
+	scs := cfg.scenarios()
 	for i := 1; i <= cfg.Runs; i++ {
-		plan = append(plan, plannedRun{0, i, false}, plannedRun{1, i, false})
+		for _, sc := range scs {
+			plan = append(plan, plannedRun{sc, 0, i, false}, plannedRun{sc, 1, i, false})
+		}
 	}
 	for i := 1; i <= cfg.ProfiledRuns; i++ {
-		plan = append(plan, plannedRun{0, i, true}, plannedRun{1, i, true})
+		plan = append(plan, plannedRun{scs[0], 0, i, true}, plannedRun{scs[0], 1, i, true})
 	}
 	res := &Result{Setup: setupLine(&cfg)}
 	prog := newProgress(cfg.Progress, cfg.Terminal, len(plan))
@@ -162,6 +192,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		name := fmt.Sprintf("%s-%d", side, pr.index)
 		if pr.profiled {
 			name = fmt.Sprintf("%s-profiled-%d", side, pr.index)
+		}
+		if len(scs) > 1 {
+			name = scenarioLabel(pr.scenario) + "-" + name
 		}
 		method := cooldown(ctx, &cfg)
 		if res.Cooldown == "" {
@@ -189,7 +222,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 func runOne(ctx context.Context, cfg *Config, side string, pr plannedRun, name string) RunRecord {
 	dir := filepath.Join(cfg.Out, "runs", name)
 	os.RemoveAll(dir)
-	rec := RunRecord{Name: name, Side: side, Index: pr.index, Profiled: pr.profiled, Dir: dir}
+	rec := RunRecord{Name: name, Scenario: pr.scenario, Side: side, Index: pr.index, Profiled: pr.profiled, Dir: dir}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		rec.Failed, rec.Error = true, err.Error()
 		return rec
@@ -197,7 +230,10 @@ func runOne(ctx context.Context, cfg *Config, side string, pr plannedRun, name s
 	metricsPath := filepath.Join(dir, "metrics.json")
 	var cmd *exec.Cmd
 	if cfg.bundled() {
-		args := []string{"dispatch", "-q", "--scenario", cfg.Scenario, "--variant", side, "--json", metricsPath}
+		args := []string{"dispatch", "-q", "--scenario", pr.scenario, "--variant", side, "--json", metricsPath}
+		if cfg.Pin {
+			args = append(args, "--pin")
+		}
 		if cfg.Messages > 0 {
 			args = append(args, "--messages", strconv.FormatInt(cfg.Messages, 10))
 		}
@@ -425,7 +461,26 @@ func setupLine(cfg *Config) string {
 	}
 	s := fmt.Sprintf("Linux %s, %s (%d CPUs), %s", unix.ByteSliceToString(u.Release[:]), cpu, runtime.NumCPU(), runtime.Version())
 	if cfg.bundled() {
-		sc, _ := dispatcher.LoadScenario(cfg.Scenario)
+		for _, name := range cfg.Scenarios {
+			s += ";" + scenarioLine(cfg, name)
+		}
+		if cfg.Pin {
+			s += "; broker threads pinned to the first half of the CPUs, clients to the rest"
+		}
+	} else {
+		s += fmt.Sprintf("; baseline `%s`, candidate `%s`", cfg.BaselineCmd, cfg.CandidateCmd)
+	}
+	return s
+}
+
+// scenarioLabel names a scenario in run directory names.
+func scenarioLabel(name string) string {
+	return strings.TrimSuffix(strings.TrimSuffix(filepath.Base(name), ".yaml"), ".yml")
+}
+
+func scenarioLine(cfg *Config, name string) string {
+	s := ""
+	if sc, err := dispatcher.LoadScenario(name); err == nil {
 		if cfg.Messages > 0 {
 			sc.Messages, sc.Duration = cfg.Messages, 0
 		}
@@ -447,10 +502,8 @@ func setupLine(cfg *Config) string {
 		for _, x := range sc.Subscriptions {
 			subs += x.Consumers
 		}
-		s += fmt.Sprintf("; bundled dispatch core, scenario %s (%d producers, %d subscription(s), %d consumers in all, %d-byte messages, %d keys, %s, %s)",
-			sc.Name, sc.Producers, len(sc.Subscriptions), subs, sc.PayloadSize, sc.KeySpace, rate, amount)
-	} else {
-		s += fmt.Sprintf("; baseline `%s`, candidate `%s`", cfg.BaselineCmd, cfg.CandidateCmd)
+		s += fmt.Sprintf(" bundled dispatch core, scenario %s (%d producers, %d subscription(s), %d consumers in all, %d broker IO loops, %d-byte messages, %d keys, %s, %s)",
+			sc.Name, sc.Producers, len(sc.Subscriptions), subs, sc.BrokerIOThreads, sc.PayloadSize, sc.KeySpace, rate, amount)
 	}
 	return s
 }

@@ -39,8 +39,8 @@ func TestBenchBundled(t *testing.T) {
 	requireRoot(t)
 	out := t.TempDir()
 	res, err := Run(context.Background(), Config{
-		Scenario: "key-shared-500x20", Variants: []string{"baseline", "candidate"},
-		Runs: 2, ProfiledRuns: 1, Messages: 5000, Rate: -1, Out: out,
+		Scenarios: []string{"key-shared-500x20"}, Variants: []string{"baseline", "candidate"},
+		Runs: 2, ProfiledRuns: 1, Messages: 20000, Rate: -1, Out: out,
 		CooldownIdle: 90, CooldownMax: 2 * time.Second, Executable: buildOffcpu(t), CPUHz: 99,
 	})
 	if err != nil {
@@ -166,14 +166,48 @@ func TestBenchConfigErrors(t *testing.T) {
 	}{
 		{Config{Variants: []string{"baseline"}, Runs: 1}, "two different names"},
 		{Config{Variants: []string{"a", "b"}, Runs: 1, BaselineCmd: "true"}, "both --baseline-cmd"},
-		{Config{Variants: []string{"baseline", "nosuch"}, Runs: 1, Scenario: "key-shared-500x20"}, `unknown variant "nosuch"`},
-		{Config{Variants: []string{"baseline", "candidate"}, Runs: 1, Scenario: "nosuch"}, `unknown scenario "nosuch"`},
-		{Config{Variants: []string{"baseline", "candidate"}, Scenario: "key-shared-500x20"}, "not both 0"},
+		{Config{Variants: []string{"baseline", "nosuch"}, Runs: 1, Scenarios: []string{"key-shared-500x20"}}, `unknown variant "nosuch"`},
+		{Config{Variants: []string{"baseline", "candidate"}, Runs: 1, Scenarios: []string{"nosuch"}}, `unknown scenario "nosuch"`},
+		{Config{Variants: []string{"baseline", "candidate"}, Scenarios: []string{"key-shared-500x20"}}, "not both 0"},
 	} {
 		tc.cfg.Out = t.TempDir()
 		_, err := Run(context.Background(), tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: err = %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+// Both of seed 000's scenarios in one rotation: each gets its own
+// comparison, runs are named by scenario, the high-rate one reports each
+// application.
+func TestBenchScenarioRotation(t *testing.T) {
+	out := t.TempDir()
+	res, err := Run(context.Background(), Config{
+		Scenarios: []string{"key-shared-500x20", "telemetry-high-rate"}, Variants: []string{"baseline", "candidate"},
+		Runs: 3, Messages: 3000, Rate: -1, Out: out, Executable: buildOffcpu(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Runs) != 12 || res.Runs[2].Name != "telemetry-high-rate-baseline-1" || res.Runs[3].Side != "candidate" {
+		t.Fatalf("runs not interleaved by scenario: %+v", res.Runs)
+	}
+	if len(res.Scenarios) != 2 || res.Scenarios[1].Diff == nil || res.Diff != res.Scenarios[0].Diff {
+		t.Fatalf("scenarios %+v", res.Scenarios)
+	}
+	for _, m := range res.Scenarios[1].Diff.Metrics {
+		if m.Name == "publish_rate" && (m.BaseMean < 9000 || m.BaseMean > 11000) {
+			t.Errorf("high-rate publish rate %.0f, want its fixed 10000", m.BaseMean)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(out, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"### key-shared-500x20", "### telemetry-high-rate", "| app-4 |", "smallest detectable change"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("report.md lacks %q", want)
 		}
 	}
 }

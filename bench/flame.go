@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 
 	"github.com/offcpu/offcpu/flamegraph"
 )
@@ -13,20 +15,34 @@ func init() { flameGraphs = writeFlameGraphs }
 // writeFlameGraphs draws each side's off-CPU time over its profiled runs,
 // and the candidate coloured by its change from the baseline.
 func writeFlameGraphs(cfg *Config, res *Result) error {
-	flameLinks = nil
+	flameLinks, flameNotes = nil, nil
+	// The blocked time with an application frame of the analyzed threads:
+	// the idle waits of loops and executors would fill most of the width.
+	sel := flamegraph.Select{Blocked: cfg.Rules, GroupThreads: true}
+	if cfg.Threads != "" {
+		sel.Threads = regexp.MustCompile(cfg.Threads)
+	}
 	profiles := make([]*flamegraph.Profile, 2)
 	for i, side := range cfg.Variants {
 		files := profiledFiles(cfg, res, i)
 		if len(files) == 0 {
 			continue
 		}
-		p, err := flamegraph.Load("off_cpu", files...)
+		p, err := flamegraph.Load("off_cpu", sel, files...)
+		if errors.Is(err, flamegraph.ErrNoSamples) {
+			flameNotes = append(flameNotes, fmt.Sprintf("%s: no blocked time with an application frame, no graph", side))
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("flame graph of %s: %w", side, err)
 		}
 		profiles[i] = p
 		name := side + ".svg"
-		if err := writeSVG(filepath.Join(cfg.Out, name), p, flamegraph.Options{Title: "Off-CPU time: " + side}); err != nil {
+		title := "Blocked time with an application frame: " + side
+		if sel.Threads != nil {
+			title += " (threads " + cfg.Threads + ")"
+		}
+		if err := writeSVG(filepath.Join(cfg.Out, name), p, flamegraph.Options{Title: title}); err != nil {
 			return err
 		}
 		flameLinks = append(flameLinks, name)
@@ -34,14 +50,16 @@ func writeFlameGraphs(cfg *Config, res *Result) error {
 	if profiles[0] == nil || profiles[1] == nil {
 		return nil
 	}
-	// Fresh copies: SetBase adds the base's stacks to the profile.
-	cand, err := flamegraph.Load("off_cpu", profiledFiles(cfg, res, 1)...)
+	// Drawn at the baseline's widths with the candidate as the after
+	// profile, so a wait the candidate removed keeps its width, in blue.
+	// A fresh copy: SetBase adds the other's stacks to the profile.
+	base, err := flamegraph.Load("off_cpu", sel, profiledFiles(cfg, res, 0)...)
 	if err != nil {
 		return err
 	}
-	cand.SetBase(profiles[0], true)
-	title := fmt.Sprintf("Off-CPU time: %s against %s (red grew, blue shrank; totals normalised)", cfg.Variants[1], cfg.Variants[0])
-	if err := writeSVG(filepath.Join(cfg.Out, "diff.svg"), cand, flamegraph.Options{Title: title}); err != nil {
+	base.SetBase(profiles[1], false)
+	title := fmt.Sprintf("Blocked time with an application frame: %s (widths) against %s (blue: less in %s, red: more)", cfg.Variants[0], cfg.Variants[1], cfg.Variants[1])
+	if err := writeSVG(filepath.Join(cfg.Out, "diff.svg"), base, flamegraph.Options{Title: title, Diff: true, Negate: true}); err != nil {
 		return err
 	}
 	flameLinks = append(flameLinks, "diff.svg")

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/dispatcher"
 )
 
 // finish analyzes what ran and writes report.md and report.json.
@@ -18,30 +19,14 @@ func finish(cfg *Config, res *Result) error {
 	if cfg.Threads != "" {
 		o.Threads = regexp.MustCompile(cfg.Threads)
 	}
-	sides := make([]*analysis.Side, 2)
-	for i, name := range cfg.Variants {
-		var dirs []string
-		for _, r := range res.Runs {
-			if r.Side == name {
-				dirs = append(dirs, r.Dir)
-			}
-		}
-		if len(dirs) == 0 {
-			continue
-		}
-		s, err := analysis.LoadSide(name, dirs)
+	for _, sc := range cfg.scenarios() {
+		dr, err := diffScenario(cfg, res, sc, o)
 		if err != nil {
 			return err
 		}
-		sides[i] = s
+		res.Scenarios = append(res.Scenarios, ScenarioResult{Name: scenarioLabel(sc), Diff: dr})
 	}
-	if sides[0] != nil && sides[1] != nil {
-		dr, err := analysis.Diff(sides[0], sides[1], cfg.Rules, o)
-		if err != nil {
-			return err
-		}
-		res.Diff = dr
-	}
+	res.Diff = res.Scenarios[0].Diff
 	if cfg.bundled() {
 		if err := flameGraphs(cfg, res); err != nil {
 			return err
@@ -58,12 +43,36 @@ func finish(cfg *Config, res *Result) error {
 	return os.WriteFile(filepath.Join(cfg.Out, "report.json"), append(b, '\n'), 0o644)
 }
 
+// diffScenario compares the two sides' runs of one scenario; nil when a
+// side has none.
+func diffScenario(cfg *Config, res *Result, sc string, o analysis.Options) (*analysis.DiffReport, error) {
+	sides := make([]*analysis.Side, 2)
+	for i, name := range cfg.Variants {
+		var dirs []string
+		for _, r := range res.Runs {
+			if r.Side == name && r.Scenario == sc {
+				dirs = append(dirs, r.Dir)
+			}
+		}
+		if len(dirs) == 0 {
+			return nil, nil
+		}
+		s, err := analysis.LoadSide(name, dirs)
+		if err != nil {
+			return nil, err
+		}
+		sides[i] = s
+	}
+	return analysis.Diff(sides[0], sides[1], cfg.Rules, o)
+}
+
 // flameGraphs are written by the flamegraph package when it is linked
 // in (see flame.go); it is a variable so the report works without it.
 var flameGraphs = func(cfg *Config, res *Result) error { return nil }
 
-// flameLinks lists the SVGs written next to report.md.
-var flameLinks []string
+// flameLinks lists the SVGs written next to report.md; flameNotes says
+// which were not drawn.
+var flameLinks, flameNotes []string
 
 func markdown(cfg *Config, res *Result) string {
 	var b bytes.Buffer
@@ -90,14 +99,30 @@ func markdown(cfg *Config, res *Result) string {
 	} else if len(failed) > 0 {
 		fmt.Fprintf(&b, "%s\n\n", strings.Join(failed, "\n"))
 	}
+	for i, sr := range res.Scenarios {
+		if len(res.Scenarios) > 1 {
+			kind := "unprofiled runs"
+			if i == 0 && cfg.ProfiledRuns > 0 {
+				kind = "unprofiled and profiled runs"
+			}
+			fmt.Fprintf(&b, "### %s (%s)\n\n", sr.Name, kind)
+		}
+		if sr.Diff == nil {
+			fmt.Fprintf(&b, "Not enough runs to compare the two sides.\n\n")
+			continue
+		}
+		var d bytes.Buffer
+		sr.Diff.Write(&d, "markdown")
+		// The diff's own heading is this section's.
+		b.WriteString(strings.TrimPrefix(d.String(), "### Measurements\n\n"))
+		if subs := perApplication(res, sr.Name, cfg); subs != "" {
+			b.WriteString(subs)
+		}
+		b.WriteString("\n")
+	}
 	if res.Diff == nil {
-		fmt.Fprintf(&b, "Not enough runs to compare the two sides.\n")
 		return b.String()
 	}
-	var d bytes.Buffer
-	res.Diff.Write(&d, "markdown")
-	// The diff's own heading is this section's.
-	b.WriteString(strings.TrimPrefix(d.String(), "### Measurements\n\n"))
 	for i, rep := range []*analysis.Report{res.Diff.BaseReport, res.Diff.CandReport} {
 		if rep == nil {
 			continue
@@ -118,10 +143,13 @@ func markdown(cfg *Config, res *Result) string {
 			}
 		}
 	}
-	if len(flameLinks) > 0 {
-		fmt.Fprintf(&b, "\n### Flame graphs\n\n")
+	if len(flameLinks)+len(flameNotes) > 0 {
+		fmt.Fprintf(&b, "\n### Flame graphs\n\nBlocked time with an application frame of the analyzed threads, by thread group; diff.svg is drawn at the baseline's widths, blue where the candidate blocks less.\n\n")
 		for _, l := range flameLinks {
 			fmt.Fprintf(&b, "- [%s](%s)\n", l, l)
+		}
+		for _, n := range flameNotes {
+			fmt.Fprintf(&b, "- %s\n", n)
 		}
 	}
 	fmt.Fprintf(&b, "\nRuns, metrics and profiles: `runs/`; machine-readable: `report.json`.\n")
@@ -133,4 +161,58 @@ func plural(n int) string {
 		return ""
 	}
 	return "s"
+}
+
+// perApplication tabulates each subscription's end-to-end latency and
+// backlog over a scenario's unprofiled runs (the ranges over the runs, as
+// seed 000 reports its high-rate scenario); empty with one subscription.
+func perApplication(res *Result, scenario string, cfg *Config) string {
+	type key struct{ side, app string }
+	vals := map[key][3][]float64{}
+	var apps []string
+	for _, r := range res.Runs {
+		if scenarioLabel(r.Scenario) != scenario || r.Failed || r.Profiled {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(r.Dir, "metrics.json"))
+		if err != nil {
+			continue
+		}
+		var m struct {
+			Subscriptions []dispatcher.SubResult `json:"subscriptions"`
+		}
+		if json.Unmarshal(b, &m) != nil {
+			continue
+		}
+		for _, s := range m.Subscriptions {
+			k := key{r.Side, s.Name}
+			if _, seen := vals[key{cfg.Variants[0], s.Name}]; !seen && r.Side == cfg.Variants[0] {
+				apps = append(apps, s.Name)
+			}
+			v := vals[k]
+			v[0], v[1], v[2] = append(v[0], s.E2EP50ms), append(v[1], s.E2EP99ms), append(v[2], float64(s.Backlog))
+			vals[k] = v
+		}
+	}
+	if len(apps) < 2 {
+		return ""
+	}
+	span := func(v []float64) string {
+		if len(v) == 0 {
+			return "–"
+		}
+		lo, hi := v[0], v[0]
+		for _, x := range v {
+			lo, hi = min(lo, x), max(hi, x)
+		}
+		return fmt.Sprintf("%.1f–%.1f", lo, hi)
+	}
+	var b bytes.Buffer
+	a, c := cfg.Variants[0], cfg.Variants[1]
+	fmt.Fprintf(&b, "\nPer application (ranges over the unprofiled runs):\n\n| application | e2e p50 ms %s | e2e p50 ms %s | e2e p99 ms %s | e2e p99 ms %s | backlog %s | backlog %s |\n|---|---|---|---|---|---|---|\n", a, c, a, c, a, c)
+	for _, app := range apps {
+		x, y := vals[key{a, app}], vals[key{c, app}]
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", app, span(x[0]), span(y[0]), span(x[1]), span(y[1]), span(x[2]), span(y[2]))
+	}
+	return b.String()
 }

@@ -36,6 +36,7 @@ With --baseline-cmd and --candidate-cmd any benchmark can be compared: each run
 is 'sh -c CMD'; it may write a JSON object of metrics to the file named by
 $OFFCPU_METRICS; offcpu adds wall_s and cpu_s.`,
 		Example: `  sudo offcpu bench
+  sudo offcpu bench --scenario key-shared-500x20 --runs 4
   sudo offcpu bench --scenario telemetry-high-rate --duration 10s --runs 2
   offcpu bench --profiled-runs 0 --baseline-cmd './old --bench' --candidate-cmd './new --bench'`,
 		Args: cobra.NoArgs,
@@ -45,9 +46,6 @@ $OFFCPU_METRICS; offcpu adds wall_s and cpu_s.`,
 				return err
 			}
 			cfg.Variants = strings.Split(variants, ",")
-			if !cmd.Flags().Changed("messages") && cmd.Flags().Changed("duration") {
-				cfg.Messages = 0
-			}
 			if cfg.Rules, err = analysis.LoadRules(rules); err != nil {
 				return err
 			}
@@ -82,11 +80,12 @@ $OFFCPU_METRICS; offcpu adds wall_s and cpu_s.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&cfg.Scenario, "scenario", "key-shared-500x20", "bundled scenario name or YAML file")
+	fl.StringSliceVar(&cfg.Scenarios, "scenario", []string{"key-shared-500x20", "telemetry-high-rate"}, "bundled scenario names or YAML files, run in rotation (profiled runs: the first)")
+	fl.BoolVar(&cfg.Pin, "pin", true, "pin the bundled core's broker threads to the first half of the CPUs and its clients to the rest")
 	fl.StringVar(&variants, "variants", "baseline,candidate", "the two variants to compare, baseline first")
 	fl.IntVar(&cfg.Runs, "runs", 8, "unprofiled runs per side")
 	fl.IntVar(&cfg.ProfiledRuns, "profiled-runs", 1, "profiled runs per side (needs root)")
-	fl.Int64Var(&cfg.Messages, "messages", 500000, "messages per run (bundled core)")
+	fl.Int64Var(&cfg.Messages, "messages", 0, "messages per run (default: each scenario's)")
 	fl.DurationVar(&cfg.Duration, "duration", 0, "publish for this long per run instead of --messages")
 	fl.Float64Var(&cfg.Rate, "rate", -1, "publish rate in msg/s (default: the scenario's)")
 	fl.StringVar(&cfg.Out, "out", "offcpu-bench", "output directory")
