@@ -56,6 +56,9 @@ type Config struct {
 	Executable string // offcpu binary for the bundled runs (default: this one)
 	Threads    string // analysis thread filter (default: broker threads for the bundled core)
 	CPUHz      int    // on-CPU sampling in profiled runs
+	// MinBlock drops shorter off-CPU intervals in profiled runs (seed
+	// 000's profiled scenario records waits of 100 µs and more).
+	MinBlock time.Duration
 	Rules      *analysis.Rules
 	Progress   io.Writer
 	Terminal   bool // draw a progress bar instead of lines
@@ -264,7 +267,7 @@ func runOne(ctx context.Context, cfg *Config, side string, pr plannedRun, name s
 	var sess *collector.Session
 	t0 := time.Now()
 	if pr.profiled {
-		sess, err = collector.Start(ctx, collector.Options{TargetsOnly: true, FollowForks: true, CPUHz: cfg.CPUHz})
+		sess, err = collector.Start(ctx, collector.Options{TargetsOnly: true, FollowForks: true, CPUHz: cfg.CPUHz, MinBlock: cfg.MinBlock})
 		if err == nil {
 			err = sess.StartCommand(cmd)
 		}

@@ -125,9 +125,10 @@ func (d *Dispatcher) consumerFlow(from *EventLoop, c *Consumer, n int64) {
 }
 
 // internalConsumerFlow is the synchronized method the baseline runs as an
-// executor task: it reads more in the same monitor section
-// (PersistentDispatcherMultipleConsumers.internalConsumerFlow calls
-// readMoreEntries(), not the async path).
+// executor task. Seed 000 describes its parent's: it "takes the dispatcher
+// monitor only to add the permits to the dispatcher's total and request a
+// read", through the coalescing readMoreEntriesAsync (older releases
+// called readMoreEntries() in the same monitor section).
 //
 //go:noinline
 func (d *Dispatcher) internalConsumerFlow(c *Consumer, n int64) {
@@ -138,7 +139,7 @@ func (d *Dispatcher) internalConsumerFlow(c *Consumer, n int64) {
 		return
 	}
 	d.totalPermits.Add(n)
-	d.readMoreEntriesLocked()
+	d.readMoreEntriesAsync(nil)
 }
 
 // consumerFlowAccounted adds a Flow to the consumer's permits and, while
