@@ -59,9 +59,9 @@ type Config struct {
 	// MinBlock drops shorter off-CPU intervals in profiled runs (seed
 	// 000's profiled scenario records waits of 100 µs and more).
 	MinBlock time.Duration
-	Rules      *analysis.Rules
-	Progress   io.Writer
-	Terminal   bool // draw a progress bar instead of lines
+	Rules    *analysis.Rules
+	Progress io.Writer
+	Terminal bool // draw a progress bar instead of lines
 }
 
 // RunRecord is one run as the report lists it.
