@@ -741,7 +741,9 @@ static __always_inline void announce(u32 tgid, u32 tid)
 		stat_add(STAT_EVENTS_LOST, 1);
 }
 
-static __always_inline void capture(void *ctx, struct start_rec *s, bool kthread)
+/* now: the switch-out's time, read on entry, so the stack walks (the
+ * program's own cost) do not count as the thread's time on a CPU. */
+static __always_inline void capture(void *ctx, struct start_rec *s, bool kthread, u64 now)
 {
 	s->kstack = -1;
 	s->ustack = -1;
@@ -752,14 +754,13 @@ static __always_inline void capture(void *ctx, struct start_rec *s, bool kthread
 		if (s->ustack < 0 && s->ustack != -12)
 			stat_add(STAT_USTACK_FAULT, 1);
 	}
-	s->ts = bpf_ktime_get_ns();
+	s->ts = now;
 }
 
-/* Adds one interval to the aggregation map, with its waker; open marks
- * one still running when recording stops. */
-static __always_inline void account_interval(u32 tid, struct start_rec *s, struct waker_rec *w, u32 open)
+/* Adds one interval ending at end to the aggregation map, with its
+ * waker; open marks one still running when recording stops. */
+static __always_inline void account_interval(u32 tid, struct start_rec *s, struct waker_rec *w, u32 open, u64 end)
 {
-	u64 end = window_now();
 	if (end <= s->ts)
 		return; /* started as the window closed */
 	u64 delta = end - s->ts;
@@ -801,7 +802,7 @@ static __always_inline void account_interval(u32 tid, struct start_rec *s, struc
  * switch. A stack id is a hash of its addresses and is never replaced, so a
  * reused id stays valid. Preemptions are always captured: they can stop
  * a thread anywhere. */
-static __always_inline void capture_sleep(void *ctx, struct start_rec *s, struct task_struct *prev)
+static __always_inline void capture_sleep(void *ctx, struct start_rec *s, struct task_struct *prev, u64 now)
 {
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
 	u64 ip = 0, sp = 0, bp = 0, nr = -1, a0 = 0;
@@ -817,11 +818,11 @@ static __always_inline void capture_sleep(void *ctx, struct start_rec *s, struct
 	    s->gen == gen) {
 		s->ustack = s->c_ustack;
 		s->kstack = s->c_kstack;
-		s->ts = bpf_ktime_get_ns();
+		s->ts = now;
 		stat_add(STAT_STACKS_REUSED, 1);
 		return;
 	}
-	capture(ctx, s, false);
+	capture(ctx, s, false, now);
 	s->ip = 0;
 	if ((s64)nr < 0 || s->ustack < 0 || s->kstack < 0)
 		return; /* not in a syscall (fault, interrupt) or stacks missing */
@@ -835,9 +836,11 @@ static __always_inline void capture_sleep(void *ctx, struct start_rec *s, struct
 	s->gen = gen;
 }
 
-static __always_inline void account(u32 tid, struct start_rec *s, struct waker_rec *w)
+/* now: the switch-in's time, read on entry to the program, as the
+ * switch-out's is: the program's own cost is on-CPU time on both ends. */
+static __always_inline void account(u32 tid, struct start_rec *s, struct waker_rec *w, u64 now)
 {
-	account_interval(tid, s, w, 0);
+	account_interval(tid, s, w, 0, now);
 }
 
 /* A switch-out of a thread whose interval is still pending: the kernel ran
@@ -845,14 +848,14 @@ static __always_inline void account(u32 tid, struct start_rec *s, struct waker_r
  * about one switch in 10^4). Its CPU time since the last switch-out is
  * exact, so the interval is that wall time less the CPU time; it keeps the
  * stacks of that switch-out. */
-static __always_inline void recover_missed_in(u32 tid, struct start_rec *s, u64 ran)
+static __always_inline void recover_missed_in(u32 tid, struct start_rec *s, u64 ran, u64 now)
 {
 	stat_add(STAT_MISSED_IN, 1);
 	u64 oncpu = ran - s->ran;
-	if (ran < s->ran || bpf_ktime_get_ns() - s->ts <= oncpu)
+	if (ran < s->ran || now - s->ts <= oncpu)
 		return;
 	s->ts += oncpu;
-	account(tid, s, &s->waker);
+	account(tid, s, &s->waker, now);
 }
 
 /* Accounts a thread blocked since before the start of the window, with its
@@ -895,6 +898,7 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 	     struct task_struct *next, unsigned int prev_state)
 {
+	u64 now = bpf_ktime_get_ns();
 	if (rec_stop_ns)
 		return 0; /* the window closed: open intervals are flushed to its end */
 	u32 ptid = prev->pid, ptgid = prev->tgid;
@@ -909,14 +913,14 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 		struct start_rec *s = bpf_task_storage_get(&task_starts, prev, 0, 0);
 		if (s && s->pending) {
 			s->pending = 0;
-			recover_missed_in(ptid, s, prev->se.sum_exec_runtime);
+			recover_missed_in(ptid, s, prev->se.sum_exec_runtime, now);
 		}
 	} else if (out) {
 		struct start_rec *s = bpf_task_storage_get(&task_starts, prev, 0,
 							   BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (s) {
 			if (s->pending) {
-				recover_missed_in(ptid, s, prev->se.sum_exec_runtime);
+				recover_missed_in(ptid, s, prev->se.sum_exec_runtime, now);
 				s->waker.valid = 0;
 			}
 			if (!s->seen) {
@@ -927,9 +931,9 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 			s->state = state;
 			if (reuse_stacks && !kthread && state == STATE_SLEEPING &&
 			    want_user_stacks && want_kernel_stacks)
-				capture_sleep(ctx, s, prev);
+				capture_sleep(ctx, s, prev, now);
 			else
-				capture(ctx, s, kthread);
+				capture(ctx, s, kthread, now);
 			s->ran = prev->se.sum_exec_runtime;
 			s->pending = 1;
 		} else {
@@ -943,7 +947,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 	struct start_rec *s = bpf_task_storage_get(&task_starts, next, 0, 0);
 	if (s && s->pending) {
 		s->pending = 0;
-		account(ntid, s, &s->waker);
+		account(ntid, s, &s->waker, now);
 		s->waker.valid = 0;
 	} else if (!s && is_target(next->tgid, ntid) &&
 		   !((next->flags & PF_KTHREAD) ? user_threads_only : kernel_threads_only)) {
@@ -958,6 +962,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 SEC("tracepoint/sched/sched_switch")
 int offcpu_switch_tp(struct trace_event_raw_sched_switch *ctx)
 {
+	u64 now = bpf_ktime_get_ns();
 	if (rec_stop_ns)
 		return 0; /* the window closed: pending starts end at its end */
 	u64 id = bpf_get_current_pid_tgid();
@@ -971,7 +976,7 @@ int offcpu_switch_tp(struct trace_event_raw_sched_switch *ctx)
 	u64 ran = out ? BPF_CORE_READ(cur, se.sum_exec_runtime) : 0;
 	struct start_rec *old = out ? bpf_map_lookup_elem(&starts, &ptid) : 0;
 	if (old) { /* replaced or deleted below: adjusted in place */
-		recover_missed_in(ptid, old, ran);
+		recover_missed_in(ptid, old, ran, now);
 		if (want_wakeups)
 			bpf_map_delete_elem(&last_waker, &ptid);
 	}
@@ -984,7 +989,7 @@ int offcpu_switch_tp(struct trace_event_raw_sched_switch *ctx)
 	} else if (out) {
 		struct start_rec s = { .tgid = ptgid, .state = state, .pending = 1, .ran = ran };
 		announce(ptgid, ptid);
-		capture(ctx, &s, kthread);
+		capture(ctx, &s, kthread, now);
 		if (bpf_map_update_elem(&starts, &ptid, &s, BPF_ANY))
 			stat_add(STAT_START_FULL, 1);
 	}
@@ -997,7 +1002,7 @@ int offcpu_switch_tp(struct trace_event_raw_sched_switch *ctx)
 		struct start_rec copy = *s;
 		bpf_map_delete_elem(&starts, &ntid);
 		struct waker_rec *w = want_wakeups ? bpf_map_lookup_elem(&last_waker, &ntid) : 0;
-		account(ntid, &copy, w);
+		account(ntid, &copy, w, now);
 		if (w)
 			bpf_map_delete_elem(&last_waker, &ntid);
 	} else if (!filter_tgid && is_target(0, ntid) &&
@@ -1254,7 +1259,7 @@ int offcpu_flush_open(struct bpf_iter__task *ctx)
 	struct start_rec *s = bpf_task_storage_get(&task_starts, task, 0, 0);
 	if (s && s->pending) {
 		s->pending = 0;
-		account_interval(task->pid, s, 0, 1);
+		account_interval(task->pid, s, 0, 1, window_now());
 		return 0;
 	}
 	/* Never switched during the recording: blocked for all of it. Only

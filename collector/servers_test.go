@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -59,10 +60,11 @@ func waitListening(t *testing.T, port int) {
 }
 
 // threadCPU reads the CPU time the kernel accounted to each thread of the
-// processes (/proc/PID/task/TID/schedstat, first field).
-func threadCPU(t *testing.T, pids []int) map[int]time.Duration {
+// processes (/proc/PID/task/TID/schedstat, first field) and its context
+// switches (voluntary and not, from status).
+func threadCPU(t *testing.T, pids []int) (map[int]time.Duration, map[int]int64) {
 	t.Helper()
-	out := map[int]time.Duration{}
+	out, switches := map[int]time.Duration{}, map[int]int64{}
 	for _, pid := range pids {
 		threads, err := procfs.AllThreads(pid)
 		if err != nil {
@@ -74,10 +76,21 @@ func threadCPU(t *testing.T, pids []int) map[int]time.Duration {
 				t.Fatalf("schedstat of %d/%d: %v", pid, th.PID, err)
 			}
 			out[th.PID] = time.Duration(st.RunningNanoseconds)
+			if status, err := th.NewStatus(); err == nil {
+				switches[th.PID] = int64(status.VoluntaryCtxtSwitches + status.NonVoluntaryCtxtSwitches)
+			}
 		}
 	}
-	return out
+	return out, switches
 }
+
+// schedPath bounds, per context switch, the scheduler's own path around
+// sched_switch (dequeue, pick, idle balancing, the switch itself), which
+// schedstat charges to the incoming thread, or to no thread when the CPU
+// goes idle, while a tracepoint sees it as the outgoing thread's: about
+// 3 µs on this VM (nginx aio threads +36 ms over 12,000 switches, workers
+// -40 ms over 13,000).
+const schedPath = 3 * time.Microsecond
 
 // checkAgainstSchedstat records the processes while load runs and compares
 // each thread's off-CPU time with the kernel's own accounting: a thread
@@ -86,7 +99,7 @@ func threadCPU(t *testing.T, pids []int) map[int]time.Duration {
 // before it closes, so the server idles around the schedstat reads.
 func checkAgainstSchedstat(t *testing.T, pids []int, load func(stop <-chan struct{})) {
 	t.Helper()
-	before := threadCPU(t, pids)
+	before, sw0 := threadCPU(t, pids)
 	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +123,7 @@ func checkAgainstSchedstat(t *testing.T, pids []int, load func(stop <-chan struc
 	if err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
-	after := threadCPU(t, pids)
+	after, sw1 := threadCPU(t, pids)
 	st1, err := fs.Stat()
 	if err != nil {
 		t.Fatal(err)
@@ -138,11 +151,12 @@ func checkAgainstSchedstat(t *testing.T, pids []int, load func(stop <-chan struc
 		}
 		checked++
 		got := recorded[int64(tid)]
-		if d := got - truth; d < -truth/50-steal || d > truth/50 {
-			t.Errorf("%s/%d: recorded %v off-CPU; window %v less %v on CPU (schedstat) = %v (want within 2%%, %v of steal below)",
-				names[int64(tid)], tid, got, window, cpu1-cpu0, truth, steal)
+		path := time.Duration(sw1[tid]-sw0[tid]) * schedPath
+		if d := got - truth; d < -truth/50-steal-path || d > truth/50+path {
+			t.Errorf("%s/%d: recorded %v off-CPU; window %v less %v on CPU (schedstat) = %v (want within 2%% and %v of scheduler path, %v of steal below)",
+				names[int64(tid)], tid, got, window, cpu1-cpu0, truth, path, steal)
 		} else {
-			t.Logf("%s/%d: recorded %v, schedstat truth %v (on CPU %v)", names[int64(tid)], tid, got, truth, cpu1-cpu0)
+			t.Logf("%s/%d: recorded %v, schedstat truth %v (on CPU %v, %d switches): %+.1f%%", names[int64(tid)], tid, got, truth, cpu1-cpu0, sw1[tid]-sw0[tid], 100*float64(got-truth)/float64(truth))
 		}
 	}
 	if checked < 2 {
@@ -201,10 +215,12 @@ http {
 		}
 		cmd := exec.Command(bin, "-c", filepath.Join(dir, "nginx.conf"), "-p", dir, "-g", "daemon off;")
 		cmd.Stderr = os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		defer func() { cmd.Process.Kill(); cmd.Wait() }()
+		// The workers outlive a killed master: kill the process group.
+		defer func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() }()
 		waitListening(t, port)
 		pids := append([]int{cmd.Process.Pid}, children(t, cmd.Process.Pid)...)
 		if len(pids) < 3 {
