@@ -361,3 +361,91 @@ func TestAnalyzeJVM(t *testing.T) {
 		t.Errorf("whole user stacks %d of %d ns", rep.WholeStackNs, rep.UserStackNs)
 	}
 }
+
+// The default rules on programs nobody here wrote (testdata/real): little
+// is left unexplained, idle waits land in idle categories, and the largest
+// blocking cause is a real one.
+func TestRealPrograms(t *testing.T) {
+	rules, err := LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		minIdle  float64  // share of off-CPU time
+		idle     []string // idle categories that must hold time
+		blocking string   // the largest blocking category (first match), "" if none
+		fn       string   // the most blocked application function
+	}{
+		{"nginx", 0.85, []string{"event-loop-idle", "queue-wait", "signal-wait"}, "monitor-wait", "ngx_thread_cond_wait"},
+		{"memcached", 0.95, []string{"event-loop-idle", "queue-wait", "sleep-timer"}, "monitor-wait", ""},
+		{"python", 0.30, []string{"event-loop-idle"}, "io", "sock_recv_into"},
+		{"go", 0.95, []string{"runtime", "event-loop-idle", "signal-wait", "child-wait"}, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join("testdata", "real", tc.name+".pb.gz")
+			d, err := Load(Microseconds, path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep := Analyze(d, rules, Options{})
+			tot := float64(rep.TotalOffCPUNs)
+			cat := map[string]CategoryResult{}
+			for _, c := range rep.Categories {
+				cat[c.Name] = c
+			}
+			if other := float64(cat["other"].Ns) / tot; other > 0.10 {
+				t.Errorf("other is %.1f%% of the off-CPU time, want at most 10%%", 100*other)
+			}
+			if idle := float64(rep.IdleNs) / tot; idle < tc.minIdle {
+				t.Errorf("idle is %.1f%% of the off-CPU time, want at least %.0f%%", 100*idle, 100*tc.minIdle)
+			}
+			for _, c := range tc.idle {
+				if !cat[c].Idle || cat[c].Ns == 0 {
+					t.Errorf("idle category %s: %+v", c, cat[c])
+				}
+			}
+			top := ""
+			var topNs int64
+			for _, c := range rep.Categories {
+				if !c.Idle && c.Name != "other" && c.Name != "preempted" && c.FirstNs > topNs {
+					top, topNs = c.Name, c.FirstNs
+				}
+			}
+			if top != tc.blocking {
+				t.Errorf("largest blocking cause %q, want %q", top, tc.blocking)
+			}
+			if tc.fn != "" && (len(rep.TopAppFunctions) == 0 || rep.TopAppFunctions[0].Name != tc.fn) {
+				t.Errorf("most blocked function %v, want %s", rep.TopAppFunctions, tc.fn)
+			}
+			rep.Sources = []string{tc.name + ".pb.gz"}
+			var buf bytes.Buffer
+			rep.Write(&buf, "markdown")
+			golden(t, filepath.Join("real", tc.name+".md"), buf.Bytes())
+		})
+	}
+}
+
+// Explain says which rule matched, through which frame, and what the time
+// counts as.
+func TestExplain(t *testing.T) {
+	rules, err := LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for stack, want := range map[string][]string{
+		"nginx;main;ngx_process_events_and_timers;epoll_wait;-;do_epoll_wait": {`frame do_epoll_wait matches`, "counts as idle: event-loop-idle"},
+		"app;main;worker;pthread_mutex_lock;__lll_lock_wait;-;futex_wait":     {"innermost: worker", "rule 2 (monitor-wait) matches: frame pthread_mutex_lock", "counts as blocked time with an application frame"},
+		"pool;start_thread;pthread_cond_wait;-;futex_wait":                    {"application frames: none", "counts as idle: queue-wait"},
+		"x;main;mystery;-;schedule":                                           {"no rule matches: other", "first match: other"},
+	} {
+		st := FoldedStack(stack)
+		st.State = "sleeping"
+		got := strings.Join(rules.Explain(&st), "\n")
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: explanation lacks %q:\n%s", stack, w, got)
+			}
+		}
+	}
+}

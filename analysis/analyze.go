@@ -32,6 +32,7 @@ type CategoryResult struct {
 	AppNs       int64   `json:"app_ns"`   // of it, with an application frame
 	Share       float64 `json:"share"`    // AppNs / app_blocked_ns
 	FirstNs     int64   `json:"first_ns"` // app time whose first matching rule is this one
+	Idle        bool    `json:"idle,omitempty"`
 }
 
 // GroupResult is one thread group (names with digits collapsed).
@@ -80,7 +81,11 @@ type Report struct {
 	ThreadFilter  string   `json:"thread_filter,omitempty"`
 	TotalOffCPUNs int64    `json:"total_offcpu_ns"`
 	AppBlockedNs  int64    `json:"app_blocked_ns"`
-	CPUNs         int64    `json:"cpu_ns"`
+	// IdleNs is off-CPU time whose first matching category is idle
+	// (IdleCategories): waiting for work, never counted as blocked.
+	IdleNs         int64    `json:"idle_ns"`
+	IdleCategories []string `json:"idle_categories"`
+	CPUNs          int64    `json:"cpu_ns"`
 	// Off-CPU time with a user stack, and the part whose user stack
 	// reaches a thread start (clone3, start_thread, runtime.goexit...):
 	// how much of the picture the stacks show whole.
@@ -141,13 +146,13 @@ func Analyze(d *Data, r *Rules, o Options) *Report {
 	if o.Top == 0 {
 		o.Top = 10
 	}
-	rep := &Report{Sources: d.Sources, Messages: o.Messages, FunctionsCum: map[string]int64{}, FunctionsFlat: map[string]int64{}, WakerFunctions: map[string]int64{}}
+	rep := &Report{Sources: d.Sources, Messages: o.Messages, FunctionsCum: map[string]int64{}, FunctionsFlat: map[string]int64{}, WakerFunctions: map[string]int64{}, IdleCategories: r.IdleCategories()}
 	if o.Threads != nil {
 		rep.ThreadFilter = o.Threads.String()
 	}
 	cats := map[string]*CategoryResult{}
 	for _, c := range r.Categories {
-		cats[c.Name] = &CategoryResult{Name: c.Name, Description: c.Description}
+		cats[c.Name] = &CategoryResult{Name: c.Name, Description: c.Description, Idle: c.Idle}
 	}
 	groups := map[string]*GroupResult{}
 	group := func(name string) *GroupResult {
@@ -207,11 +212,15 @@ func Analyze(d *Data, r *Rules, o Options) *Report {
 		g.OffCPUNs += s.Value
 		cs := r.Categorize(s)
 		inner := r.InnermostApp(s)
-		app := inner != "" && s.State != "preempted" // see AppBlocked
+		idle := r.IsIdle(cs[0])
+		app := inner != "" && s.State != "preempted" && !idle // see AppBlocked
 		for _, c := range cs {
 			if cats[c] != nil {
 				cats[c].Ns += s.Value
 			}
+		}
+		if idle {
+			rep.IdleNs += s.Value
 		}
 		if !app {
 			continue
@@ -247,14 +256,25 @@ func Analyze(d *Data, r *Rules, o Options) *Report {
 	for _, g := range groups {
 		rep.ThreadGroups = append(rep.ThreadGroups, *g)
 	}
-	sort.Slice(rep.ThreadGroups, func(i, j int) bool { return rep.ThreadGroups[i].OffCPUNs > rep.ThreadGroups[j].OffCPUNs })
+	sort.Slice(rep.ThreadGroups, func(i, j int) bool {
+		a, b := rep.ThreadGroups[i], rep.ThreadGroups[j]
+		if a.OffCPUNs != b.OffCPUNs {
+			return a.OffCPUNs > b.OffCPUNs
+		}
+		return a.Name < b.Name
+	})
 	for _, t := range targets {
 		rep.Wakeups.ByTargetGroup = append(rep.Wakeups.ByTargetGroup, *t)
 	}
-	sort.Slice(rep.Wakeups.ByTargetGroup, func(i, j int) bool { return rep.Wakeups.ByTargetGroup[i].Total > rep.Wakeups.ByTargetGroup[j].Total })
+	sort.Slice(rep.Wakeups.ByTargetGroup, func(i, j int) bool {
+		a, b := rep.Wakeups.ByTargetGroup[i], rep.Wakeups.ByTargetGroup[j]
+		return a.Total > b.Total || (a.Total == b.Total && a.Group < b.Group)
+	})
 	rep.Wakeups.ByWakerFunction = TopCounts(rep.WakerFunctions, o.Top)
 	rep.TopAppFunctions = TopCounts(rep.FunctionsFlat, o.Top)
-	sort.Slice(top, func(i, j int) bool { return top[i].Ns > top[j].Ns })
+	sort.Slice(top, func(i, j int) bool {
+		return top[i].Ns > top[j].Ns || (top[i].Ns == top[j].Ns && top[i].Stack < top[j].Stack)
+	})
 	if len(top) > o.Top {
 		top = top[:o.Top]
 	}
@@ -407,11 +427,14 @@ func pct(a, b int64) string {
 }
 
 func (rep *Report) writeText(w io.Writer) error {
-	fmt.Fprintf(w, "off-CPU %s, with an application frame %s", Secs(rep.TotalOffCPUNs), Secs(rep.AppBlockedNs))
+	fmt.Fprintf(w, "off-CPU %s, idle %s, blocked with an application frame %s", Secs(rep.TotalOffCPUNs), Secs(rep.IdleNs), Secs(rep.AppBlockedNs))
 	if rep.ThreadFilter != "" {
 		fmt.Fprintf(w, " (threads matching %s)", rep.ThreadFilter)
 	}
 	fmt.Fprintln(w)
+	if len(rep.IdleCategories) > 0 {
+		fmt.Fprintf(w, "idle (waiting for work, never blocked): %s\n", strings.Join(rep.IdleCategories, ", "))
+	}
 	if rep.UserStackNs > 0 {
 		fmt.Fprintf(w, "user stacks reaching a thread start: %s of the off-CPU time with a user stack\n", pct(rep.WholeStackNs, rep.UserStackNs))
 	}
@@ -424,7 +447,7 @@ func (rep *Report) writeText(w io.Writer) error {
 		if c.Ns == 0 && c.AppNs == 0 {
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", c.Name, Secs(c.Ns), Secs(c.AppNs), pct(c.AppNs, rep.AppBlockedNs), pct(c.FirstNs, rep.AppBlockedNs))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", c.label(), Secs(c.Ns), Secs(c.AppNs), pct(c.AppNs, rep.AppBlockedNs), pct(c.FirstNs, rep.AppBlockedNs))
 	}
 	fmt.Fprintln(tw, "\nthread group\toff-CPU\twith app frame\ton-CPU\t")
 	for _, g := range rep.ThreadGroups {
@@ -448,7 +471,7 @@ func (rep *Report) writeText(w io.Writer) error {
 }
 
 func (rep *Report) writeMarkdown(w io.Writer) error {
-	fmt.Fprintf(w, "Off-CPU time: %s; blocked time with an application frame: %s", Secs(rep.TotalOffCPUNs), Secs(rep.AppBlockedNs))
+	fmt.Fprintf(w, "Off-CPU time: %s; idle: %s; blocked time with an application frame: %s", Secs(rep.TotalOffCPUNs), Secs(rep.IdleNs), Secs(rep.AppBlockedNs))
 	if rep.ThreadFilter != "" {
 		fmt.Fprintf(w, " (threads matching `%s`)", rep.ThreadFilter)
 	}
@@ -457,6 +480,9 @@ func (rep *Report) writeMarkdown(w io.Writer) error {
 		fmt.Fprintf(w, " User stacks reaching a thread start: %s of the off-CPU time with a user stack.", pct(rep.WholeStackNs, rep.UserStackNs))
 	}
 	fmt.Fprint(w, "\n\n")
+	if len(rep.IdleCategories) > 0 {
+		fmt.Fprintf(w, "Idle categories (waiting for work, never counted as blocked): %s.\n\n", strings.Join(rep.IdleCategories, ", "))
+	}
 	for _, s := range rep.Statements {
 		fmt.Fprintf(w, "- %s\n", s)
 	}
@@ -465,7 +491,7 @@ func (rep *Report) writeMarkdown(w io.Writer) error {
 		if c.Ns == 0 && c.AppNs == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", c.Name, Secs(c.Ns), Secs(c.AppNs), pct(c.AppNs, rep.AppBlockedNs), pct(c.FirstNs, rep.AppBlockedNs))
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", c.label(), Secs(c.Ns), Secs(c.AppNs), pct(c.AppNs, rep.AppBlockedNs), pct(c.FirstNs, rep.AppBlockedNs))
 	}
 	fmt.Fprint(w, "\n| thread group | off-CPU | with an application frame | on-CPU |\n|---|---:|---:|---:|\n")
 	for _, g := range rep.ThreadGroups {
@@ -482,7 +508,15 @@ func (rep *Report) writeMarkdown(w io.Writer) error {
 
 // AppBlocked tells whether a stack counts as blocked time with an
 // application frame: an application frame (not runtime, libc or event-loop
-// machinery) and not preempted (runnable is not blocked).
+// machinery), not preempted (runnable is not blocked) and not idle (its
+// first matching category waits for work).
 func (r *Rules) AppBlocked(s *Stack) bool {
-	return s.State != "preempted" && r.InnermostApp(s) != ""
+	return s.State != "preempted" && r.InnermostApp(s) != "" && !r.IsIdle(r.Categorize(s)[0])
+}
+
+func (c CategoryResult) label() string {
+	if c.Idle {
+		return c.Name + " (idle)"
+	}
+	return c.Name
 }

@@ -187,6 +187,27 @@ func frames(s *profile.Sample) []Frame {
 // addFolded reads "frame;frame;... VALUE" lines. bcc's offcputime -f
 // puts the thread first and a "-" between user and kernel frames; lines
 // without "-" (async-profiler collapsed) have no thread.
+// FoldedStack reads one folded stack without its value: frames root
+// first, user then kernel after "-"; with a "-", the first frame is the
+// thread (bcc offcputime -f), without one there is no thread
+// (async-profiler collapsed).
+func FoldedStack(stack string) Stack {
+	parts := strings.Split(stack, ";")
+	st := Stack{Kind: KindOffCPU, Count: 1}
+	kernel := false
+	if contains(parts, "-") {
+		st.Thread, parts = parts[0], parts[1:]
+	}
+	for _, p := range parts {
+		if p == "-" {
+			kernel = true
+			continue
+		}
+		st.Frames = append(st.Frames, Frame{Name: p, Kernel: kernel})
+	}
+	return st
+}
+
 func (d *Data) addFolded(path string, b []byte, unit FoldedUnit) error {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
@@ -205,22 +226,11 @@ func (d *Data) addFolded(path string, b []byte, unit FoldedUnit) error {
 		if err != nil {
 			return fmt.Errorf("%s:%d: value %q is not a number: not folded stacks", path, n, line[sp+1:])
 		}
-		parts := strings.Split(line[:sp], ";")
-		if contains(parts, "--") {
+		if strings.Contains(line[:sp], ";--;") {
 			continue // offwake lines: blocked and waker stacks together
 		}
-		st := Stack{Kind: KindOffCPU, Value: v * int64(unit), Count: 1}
-		kernel := false
-		if contains(parts, "-") {
-			st.Thread, parts = parts[0], parts[1:]
-		}
-		for _, p := range parts {
-			if p == "-" {
-				kernel = true
-				continue
-			}
-			st.Frames = append(st.Frames, Frame{Name: p, Kernel: kernel})
-		}
+		st := FoldedStack(line[:sp])
+		st.Value = v * int64(unit)
 		d.Stacks = append(d.Stacks, st)
 	}
 	if err := sc.Err(); err != nil {

@@ -21,6 +21,7 @@ type rulesFile struct {
 	Categories []struct {
 		Name        string `yaml:"name"`
 		Description string `yaml:"description"`
+		Idle        bool   `yaml:"idle"`
 	} `yaml:"categories"`
 	Rules []struct {
 		Category     string   `yaml:"category"`
@@ -38,15 +39,19 @@ type rulesFile struct {
 	} `yaml:"application"`
 }
 
-// Category is one cause of blocked time.
+// Category is one cause of off-CPU time. An idle category is waiting for
+// work (an event loop in epoll_wait, a pool thread waiting for a task), not
+// blocking: its time never counts as blocked.
 type Category struct {
 	Name        string
 	Description string
+	Idle        bool
 }
 
 // Rules attributes stacks to categories.
 type Rules struct {
 	Categories []Category
+	idle       []string // names of the idle categories
 	rules      []rule
 	notApp     []*regexp.Regexp
 	notModules []*regexp.Regexp
@@ -110,7 +115,10 @@ func ParseRules(name string, b []byte) (*Rules, error) {
 			return nil, fmt.Errorf("%s: category without a name", at(fmt.Sprintf("$.categories[%d]", i)))
 		}
 		known[c.Name] = true
-		r.Categories = append(r.Categories, Category{Name: c.Name, Description: c.Description})
+		r.Categories = append(r.Categories, Category{Name: c.Name, Description: c.Description, Idle: c.Idle})
+		if c.Idle {
+			r.idle = append(r.idle, c.Name)
+		}
 	}
 	if !known["other"] {
 		r.Categories = append(r.Categories, Category{Name: "other", Description: "matched by no rule"})
@@ -220,6 +228,19 @@ func (r *Rules) InnermostApp(s *Stack) string {
 	return ""
 }
 
+// IsIdle reports whether a category is idle.
+func (r *Rules) IsIdle(category string) bool {
+	for _, c := range r.idle {
+		if c == category {
+			return true
+		}
+	}
+	return false
+}
+
+// IdleCategories lists the idle categories.
+func (r *Rules) IdleCategories() []string { return r.idle }
+
 // Categorize returns every category whose rule matches, in rule order,
 // or ["other"].
 func (r *Rules) Categorize(s *Stack) []string {
@@ -286,4 +307,69 @@ func (ru *rule) matches(s *Stack, inner string) bool {
 		}
 	}
 	return true
+}
+
+// Explain tells, line by line, how the rules read a stack: which frames
+// are application code, which rules match and through which frame, the
+// first match, and whether the time counts as idle or blocked.
+func (r *Rules) Explain(s *Stack) []string {
+	var out []string
+	var app []string
+	for _, f := range s.Frames {
+		if r.IsApp(f) {
+			app = append(app, f.Name)
+		}
+	}
+	inner := r.InnermostApp(s)
+	if inner == "" {
+		out = append(out, "application frames: none (every frame is kernel, runtime, libc or event-loop machinery: see application.not and not_modules)")
+	} else {
+		out = append(out, fmt.Sprintf("application frames: %s; innermost: %s", strings.Join(app, ", "), inner))
+	}
+	first := ""
+	for i, ru := range r.rules {
+		if !ru.matches(s, inner) {
+			continue
+		}
+		why := ru.why(s)
+		if first == "" {
+			first = ru.category
+		}
+		out = append(out, fmt.Sprintf("rule %d (%s) matches%s", i+1, ru.category, why))
+	}
+	if first == "" {
+		first = "other"
+		out = append(out, "no rule matches: other")
+	}
+	verdict := "blocked time with an application frame"
+	switch {
+	case s.State == "preempted":
+		verdict = "preempted: runnable, not blocked"
+	case r.IsIdle(first):
+		verdict = "idle: " + first + " waits for work and is never counted as blocked"
+	case inner == "":
+		verdict = "off-CPU without an application frame: not in the blocked figure"
+	}
+	out = append(out, fmt.Sprintf("first match: %s; counts as %s", first, verdict))
+	return out
+}
+
+// why names the frame through which a matching rule matched.
+func (ru *rule) why(s *Stack) string {
+	for _, re := range append(append([]*regexp.Regexp{}, ru.frames...), ru.allFrames...) {
+		for _, f := range s.Frames {
+			if (!ru.kernel || f.Kernel) && re.MatchString(f.Name) {
+				return fmt.Sprintf(": frame %s matches %q", f.Name, re.String())
+			}
+		}
+	}
+	switch {
+	case ru.states != nil:
+		return ": by the thread state " + s.State
+	case ru.threads != nil:
+		return ": by the thread name " + s.Thread
+	case ru.innermostApp != nil:
+		return ": by the innermost application frame"
+	}
+	return ""
 }

@@ -22,6 +22,8 @@ type analyzeFlags struct {
 	metrics    string
 	top        int
 	foldedNs   bool
+	explain    string
+	state      string
 }
 
 func newAnalyzeCmd() *cobra.Command {
@@ -37,11 +39,24 @@ rules are printed by --print-rules). A directory stands for the profiles
 in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 		Example: `  offcpu analyze run.pb.gz run.wakeups.pb.gz
   offcpu analyze --threads '^(broker-io|ml-worker|topic-worker)' --format markdown bench-out/baseline-1
-  offcpu analyze --print-rules > rules.yaml`,
+  offcpu analyze --print-rules > rules.yaml
+  offcpu analyze --explain 'nginx;main;ngx_process_events_and_timers;epoll_wait;-;do_epoll_wait'`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f.printRules {
 				_, err := cmd.OutOrStdout().Write(analysis.DefaultRules())
 				return err
+			}
+			if f.explain != "" {
+				rules, err := analysis.LoadRules(f.rules)
+				if err != nil {
+					return err
+				}
+				st := analysis.FoldedStack(f.explain)
+				st.State = f.state
+				for _, l := range rules.Explain(&st) {
+					fmt.Fprintln(cmd.OutOrStdout(), l)
+				}
+				return nil
 			}
 			if len(args) == 0 {
 				return fmt.Errorf("give at least one profile, folded-stack file or run directory")
@@ -62,6 +77,8 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 	fl.StringVar(&f.metrics, "metrics", "", "metrics JSON with a published count, for wake-ups per message")
 	fl.IntVar(&f.top, "top", 10, "stacks and functions to list")
 	fl.BoolVar(&f.foldedNs, "folded-ns", false, "folded-stack values are nanoseconds (default: microseconds, as bcc writes)")
+	fl.StringVar(&f.explain, "explain", "", "tell how the rules read this stack (folded: THREAD;user frames;-;kernel frames, or one frame) and exit")
+	fl.StringVar(&f.state, "state", "sleeping", "with --explain: the thread state (sleeping, uninterruptible, preempted, other)")
 	return cmd
 }
 

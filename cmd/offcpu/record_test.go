@@ -177,3 +177,10 @@ func TestEmptyInput(t *testing.T) {
 		t.Error("an empty flame graph was written")
 	}
 }
+
+func TestAnalyzeExplain(t *testing.T) {
+	out, err := run(t, "analyze", "--explain", "srv;main;loop;epoll_wait;-;do_epoll_wait")
+	if err != nil || !strings.Contains(out, "counts as idle: event-loop-idle") {
+		t.Errorf("err %v, output:\n%s", err, out)
+	}
+}
