@@ -381,6 +381,8 @@ func TestRealPrograms(t *testing.T) {
 		{"memcached", 0.95, []string{"event-loop-idle", "queue-wait", "sleep-timer"}, "monitor-wait", ""},
 		{"python", 0.30, []string{"event-loop-idle"}, "io", "sock_recv_into"},
 		{"go", 0.95, []string{"runtime", "event-loop-idle", "signal-wait", "child-wait"}, "", ""},
+		{"juc", 0.80, []string{"queue-wait", "runtime", "sleep-timer", "child-wait"}, "monitor-wait", "Juc.holdLock"},
+		{"netty", 0.90, []string{"event-loop-idle", "queue-wait", "runtime"}, "gc", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join("testdata", "real", tc.name+".pb.gz")
