@@ -155,23 +155,33 @@ func watchWarmup(cl *Client, sc Scenario, start time.Time, stop <-chan struct{})
 	w := &warmup{done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
-		t := time.NewTicker(2 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
+		every(2*time.Millisecond, stop, func() bool {
 			n := cl.published.Load()
 			if (sc.Messages > 0 && n >= sc.Messages/5) || (sc.Messages == 0 && time.Since(start) >= sc.Duration/5) {
 				w.at, w.published = time.Now(), n
 				w.cpu, _ = threadCPU()
-				return
+				return false
 			}
-		}
+			return true
+		})
 	}()
 	return w
+}
+
+// every calls fn each period until stop is closed or fn returns false.
+func every(period time.Duration, stop <-chan struct{}, fn func() bool) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		if !fn() {
+			return
+		}
+	}
 }
 
 // Run runs one scenario on one variant and verifies every delivery.
@@ -385,29 +395,21 @@ func (cl *Client) inflight() int64 {
 // connection, every period.
 func (cl *Client) churn(period time.Duration, stop <-chan struct{}) {
 	rng := rand.New(rand.NewPCG(7, 7))
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
+	every(period, stop, func() bool {
 		sub := rng.IntN(len(cl.consumers))
 		list := cl.consumers[sub]
 		if len(list) == 0 {
-			continue
+			return true
 		}
 		i := rng.IntN(len(list))
 		old := list[i]
 		if old.close() != nil {
-			return
+			return false
 		}
 		cl.consumers[sub] = append(list[:i:i], list[i+1:]...)
-		if _, err := cl.subscribe(sub, old.thread, old.cc); err != nil {
-			return
-		}
-	}
+		_, err := cl.subscribe(sub, old.thread, old.cc)
+		return err == nil
+	})
 }
 
 func ms(h *hdrhistogram.Histogram, q float64) float64 {
@@ -440,20 +442,14 @@ func progress(w io.Writer, cl *Client, start time.Time) func() {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				var delivered int64
-				for _, s := range cl.subs {
-					delivered += s.distinct.Load()
-				}
-				fmt.Fprintf(w, "  %4.0fs  published %d  delivered %d\n", time.Since(start).Seconds(), cl.published.Load(), delivered)
+		every(time.Second, stop, func() bool {
+			var delivered int64
+			for _, s := range cl.subs {
+				delivered += s.distinct.Load()
 			}
-		}
+			fmt.Fprintf(w, "  %4.0fs  published %d  delivered %d\n", time.Since(start).Seconds(), cl.published.Load(), delivered)
+			return true
+		})
 	}()
 	return func() { close(stop); <-done }
 }
