@@ -405,6 +405,10 @@ func minMax(v []float64) (float64, float64) {
 	return lo, hi
 }
 
+// minStatedChangePct: smaller changes are not stated even when the paired
+// test finds them (a fixed-rate run's 0.1% publish-rate difference).
+const minStatedChangePct = 1
+
 func diffStatements(dr *DiffReport) []string {
 	var out []string
 	for _, m := range dr.Metrics {
@@ -412,7 +416,7 @@ func diffStatements(dr *DiffReport) []string {
 		case m.Separation != "":
 			out = append(out, fmt.Sprintf("%s: %+.1f%% (%s → %s), with every candidate run %s every baseline run (p=%.3f; paired p=%s).",
 				m.Name, m.ChangePct, num(m.BaseMean), num(m.CandMean), m.Separation, m.P, pairedP(m)))
-		case m.MinDetectableChange > 0 && m.PairedP < 0.05:
+		case m.MinDetectableChange > 0 && m.PairedP < 0.05 && math.Abs(m.ChangePct) >= minStatedChangePct:
 			out = append(out, fmt.Sprintf("%s: %+.1f%% (%s → %s), paired p=%.3f (runs overlap; changes of ±%.1f%% are detectable).",
 				m.Name, m.ChangePct, num(m.BaseMean), num(m.CandMean), m.PairedP, 100*m.MinDetectableChange))
 		}

@@ -80,11 +80,11 @@ $OFFCPU_METRICS; offcpu adds wall_s and cpu_s.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringSliceVar(&cfg.Scenarios, "scenario", []string{"key-shared-500x20", "telemetry-high-rate"}, "bundled scenario names or YAML files, run in rotation (profiled runs: the first)")
+	fl.StringSliceVar(&cfg.Scenarios, "scenario", []string{"key-shared-500x20", "key-shared-500x20-fixed", "telemetry-high-rate"}, "bundled scenario names or YAML files, run in rotation (profiled runs: the first)")
 	fl.BoolVar(&cfg.Pin, "pin", false, "pin the bundled core's broker threads to the first half of the CPUs and its clients to the rest")
 	fl.StringVar(&variants, "variants", "baseline,candidate", "the two variants to compare, baseline first")
 	fl.IntVar(&cfg.Runs, "runs", 12, "unprofiled runs per side and scenario")
-	fl.IntVar(&cfg.ProfiledRuns, "profiled-runs", 1, "profiled runs per side (needs root)")
+	fl.IntVar(&cfg.ProfiledRuns, "profiled-runs", 3, "profiled runs per side of the first scenario (needs root)")
 	fl.Int64Var(&cfg.Messages, "messages", 0, "messages per run (default: each scenario's)")
 	fl.DurationVar(&cfg.Duration, "duration", 0, "publish for this long per run instead of --messages")
 	fl.Float64Var(&cfg.Rate, "rate", -1, "publish rate in msg/s (default: the scenario's)")
