@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -195,7 +196,7 @@ func FoldedStack(stack string) Stack {
 	parts := strings.Split(stack, ";")
 	st := Stack{Kind: KindOffCPU, Count: 1}
 	kernel := false
-	if contains(parts, "-") {
+	if slices.Contains(parts, "-") {
 		st.Thread, parts = parts[0], parts[1:]
 	}
 	for _, p := range parts {
@@ -237,13 +238,4 @@ func (d *Data) addFolded(path string, b []byte, unit FoldedUnit) error {
 		return fmt.Errorf("reading %s: %w", path, err)
 	}
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

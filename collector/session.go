@@ -12,6 +12,7 @@ package collector
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -64,56 +65,58 @@ type Session struct {
 
 // Stats describes a finished recording, losses included.
 type Stats struct {
-	Attach    string        // "tp_btf" or "tracepoint"
-	Duration  time.Duration // wall time recorded
-	Intervals uint64        // off-CPU intervals aggregated
-	OffCPU    time.Duration // their total
-	Keys      int           // distinct aggregation keys
-	Stacks    int           // distinct stacks
+	Attach    string        `json:"attach"`      // "tp_btf" or "tracepoint"
+	Duration  time.Duration `json:"duration_ns"` // wall time recorded
+	Intervals uint64        `json:"intervals"`   // off-CPU intervals aggregated
+	OffCPU    time.Duration `json:"off_cpu_ns"`  // their total
+	Keys      int           `json:"keys"`        // distinct aggregation keys
+	Stacks    int           `json:"stacks"`      // distinct stacks
 
-	UserStackLost   uint64 // user stack not stored (map full or collision)
-	KernelStackLost uint64
-	UserStackFault  uint64 // user stack could not be walked
-	AggFull         uint64 // intervals dropped: aggregation map full
-	AggFullTime     time.Duration
-	StartFull       uint64 // switch-outs not remembered
-	NoStart         uint64 // threads blocked since before the start (counted from the start)
-	OutOfRange      uint64 // intervals outside --min-block/--max-block (filtered)
-	EventsLost      uint64 // new-process notifications lost
-	StacksReused    uint64 // switch-outs that reused the thread's previous stacks
-	SwitchMissed    uint64 // context switches the kernel ran no program for (recursion)
-	MissedSwitchIn  uint64 // switch-ins the kernel ran no program for, recovered from the thread's CPU time
+	UserStackLost   uint64        `json:"user_stack_lost"` // user stack not stored (map full or collision)
+	KernelStackLost uint64        `json:"kernel_stack_lost"`
+	UserStackFault  uint64        `json:"user_stack_fault"` // user stack could not be walked
+	AggFull         uint64        `json:"agg_full"`         // intervals dropped: aggregation map full
+	AggFullTime     time.Duration `json:"agg_full_ns"`
+	StartFull       uint64        `json:"start_full"`       // switch-outs not remembered
+	NoStart         uint64        `json:"no_start"`         // threads blocked since before the start (counted from the start)
+	OutOfRange      uint64        `json:"out_of_range"`     // intervals outside --min-block/--max-block (filtered)
+	EventsLost      uint64        `json:"events_lost"`      // new-process notifications lost
+	StacksReused    uint64        `json:"stacks_reused"`    // switch-outs that reused the thread's previous stacks
+	SwitchMissed    uint64        `json:"switch_missed"`    // context switches the kernel ran no program for (recursion)
+	MissedSwitchIn  uint64        `json:"missed_switch_in"` // switch-ins the kernel ran no program for, recovered from the thread's CPU time
 
-	Wakeups        uint64            // wake-ups of recorded threads
-	WakeupsByClass map[string]uint64 // eventfd, futex, pipe/socket, timer, other
-	WakeFull       uint64            // wake-ups dropped: map full
-	WakerStackLost uint64            // waker stacks not stored
-	WakesReused    uint64            // wake-ups that reused the waker's previous stacks
+	Wakeups        uint64            `json:"wakeups"`          // wake-ups of recorded threads
+	WakeupsByClass map[string]uint64 `json:"wakeups_by_class"` // eventfd, futex, pipe/socket, timer, other
+	WakeFull       uint64            `json:"wake_full"`        // wake-ups dropped: map full
+	WakerStackLost uint64            `json:"waker_stack_lost"` // waker stacks not stored
+	WakesReused    uint64            `json:"wakes_reused"`     // wake-ups that reused the waker's previous stacks
 
-	Warnings []string // problems that cost part of the data, not all of it
+	Warnings []string `json:"warnings"` // problems that cost part of the data, not all of it
 
-	OpenIntervals uint64        // threads still off-CPU at the end: counted up to the end
-	OpenTime      time.Duration // their off-CPU time so far
+	OpenIntervals uint64        `json:"open_intervals"` // threads still off-CPU at the end: counted up to the end
+	OpenTime      time.Duration `json:"open_ns"`        // their off-CPU time so far
 
-	CPUSamples uint64 // on-CPU samples (Options.CPUHz)
-	CPUFull    uint64 // on-CPU samples dropped: map full
+	CPUSamples uint64 `json:"cpu_samples"` // on-CPU samples (Options.CPUHz)
+	CPUFull    uint64 `json:"cpu_full"`    // on-CPU samples dropped: map full
 
-	Programs []ProgramStat // with Options.Stats
+	Programs []ProgramStat `json:"programs"` // with Options.Stats
 
-	Unwind *UnwindStats // .eh_frame unwinding; nil with FramePointersOnly
+	Unwind *UnwindStats `json:"unwind"` // .eh_frame unwinding; nil with FramePointersOnly
 	// User stacks of the off-CPU profile that reach a thread-start frame
 	// (clone3, start_thread, _start, runtime.goexit...) versus the others,
 	// by distinct stack and by off-CPU time.
-	CompleteStacks, TruncatedStacks int
-	CompleteTime, TruncatedTime     time.Duration
+	CompleteStacks  int           `json:"complete_stacks"`
+	TruncatedStacks int           `json:"truncated_stacks"`
+	CompleteTime    time.Duration `json:"complete_time_ns"`
+	TruncatedTime   time.Duration `json:"truncated_time_ns"`
 }
 
 // ProgramStat is the kernel's run-time accounting of one BPF program.
 type ProgramStat struct {
-	Name     string
-	Runs     uint64
-	Runtime  time.Duration
-	MeanCost time.Duration
+	Name     string        `json:"name"`
+	Runs     uint64        `json:"runs"`
+	Runtime  time.Duration `json:"runtime_ns"`
+	MeanCost time.Duration `json:"mean_cost_ns"`
 }
 
 // Lost reports the number of intervals or stacks that were not recorded
@@ -544,7 +547,7 @@ func (s *Session) readEvents() {
 		if len(rec.RawSample) < 8 {
 			continue
 		}
-		tgid := bpf.NativeUint32(rec.RawSample[0:4])
+		tgid := binary.NativeEndian.Uint32(rec.RawSample[0:4])
 		s.procs.snapshot(tgid)
 	}
 }

@@ -35,21 +35,21 @@ const MaxUnwindProcs = 4096
 
 // UnwindStats describes the unwind tables loaded for .eh_frame unwinding.
 type UnwindStats struct {
-	Files         int    // files whose tables were loaded
-	FramePointers int    // files walked by frame pointers (kept rbp frames, or no .eh_frame)
-	Failed        int    // files whose .eh_frame could not be read
-	Rows          uint32 // rows used of RowCapacity
-	RowCapacity   uint32
-	RowsFull      int // files left to frame pointers: no room for their rows
-	Processes     int // processes walked with tables
-	MapsDropped   int // mappings beyond the per-process limit, walked by frame pointers
-	ProcsFull     int // processes left to frame pointers: unwind_procs full
+	Files         int    `json:"files"`          // files whose tables were loaded
+	FramePointers int    `json:"frame_pointers"` // files walked by frame pointers (kept rbp frames, or no .eh_frame)
+	Failed        int    `json:"failed"`         // files whose .eh_frame could not be read
+	Rows          uint32 `json:"rows"`           // rows used of RowCapacity
+	RowCapacity   uint32 `json:"row_capacity"`
+	RowsFull      int    `json:"rows_full"`    // files left to frame pointers: no room for their rows
+	Processes     int    `json:"processes"`    // processes walked with tables
+	MapsDropped   int    `json:"maps_dropped"` // mappings beyond the per-process limit, walked by frame pointers
+	ProcsFull     int    `json:"procs_full"`   // processes left to frame pointers: unwind_procs full
 
 	// From the BPF programs.
-	Stacks     uint64 // user stacks walked with tables
-	Frames     uint64 // frames found through rows
-	Ends       uint64 // walks that reached the thread's start
-	DepthLimit uint64 // walks cut at 127 frames
+	Stacks     uint64 `json:"stacks"`      // user stacks walked with tables
+	Frames     uint64 `json:"frames"`      // frames found through rows
+	Ends       uint64 `json:"ends"`        // walks that reached the thread's start
+	DepthLimit uint64 `json:"depth_limit"` // walks cut at 127 frames
 }
 
 // fileRows is where a file's rows are in unwind_rows; count 0: none
