@@ -10,8 +10,6 @@ import (
 	"github.com/offcpu/offcpu/flamegraph"
 )
 
-func init() { flameGraphs = writeFlameGraphs }
-
 // writeFlameGraphs draws each side's off-CPU time over its profiled runs,
 // and the candidate coloured by its change from the baseline.
 func writeFlameGraphs(cfg *Config, res *Result) error {

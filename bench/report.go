@@ -28,7 +28,7 @@ func finish(cfg *Config, res *Result) error {
 	}
 	res.Diff = res.Scenarios[0].Diff
 	if cfg.bundled() {
-		if err := flameGraphs(cfg, res); err != nil {
+		if err := writeFlameGraphs(cfg, res); err != nil {
 			return err
 		}
 	}
@@ -65,10 +65,6 @@ func diffScenario(cfg *Config, res *Result, sc string, o analysis.Options) (*ana
 	}
 	return analysis.Diff(sides[0], sides[1], cfg.Rules, o)
 }
-
-// flameGraphs are written by the flamegraph package when it is linked
-// in (see flame.go); it is a variable so the report works without it.
-var flameGraphs = func(cfg *Config, res *Result) error { return nil }
 
 // flameLinks lists the SVGs written next to report.md; flameNotes says
 // which were not drawn.

@@ -84,17 +84,6 @@ type symFile struct {
 	err     error
 }
 
-// openSymFile reads symbols from a file on disk (tests and tools).
-func openSymFile(path string) (*symFile, error) {
-	fh, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("opening %s for symbols: %w", path, err)
-	}
-	sf := &symFile{path: path, fh: fh}
-	sf.load()
-	return sf, sf.err
-}
-
 func (f *symFile) load() {
 	f.once.Do(func() {
 		if f.fh == nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"debug/elf"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -259,4 +260,15 @@ func TestSymbolizeStrippedEntry(t *testing.T) {
 	if !ok || fr.fn != "_start" {
 		t.Errorf("entry point + 0x10: %q (%v), want _start", fr.fn, ok)
 	}
+}
+
+// openSymFile reads symbols from a file on disk (tests).
+func openSymFile(path string) (*symFile, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s for symbols: %w", path, err)
+	}
+	sf := &symFile{path: path, fh: fh}
+	sf.load()
+	return sf, sf.err
 }
