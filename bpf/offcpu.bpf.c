@@ -22,6 +22,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define REPORT_EXITING 0x30   /* classic tracepoint: X or Z, the task's last switch */
 #define PERF_MAX_STACK_DEPTH 127
 #define EEXIST 17
+#define ENOMEM 12
+#define ENODATA 61
 
 /* Why a thread left the CPU; the --state filter is a mask of 1 << state. */
 enum offcpu_state {
@@ -29,6 +31,7 @@ enum offcpu_state {
 	STATE_UNINTERRUPTIBLE = 1, /* D */
 	STATE_PREEMPTED = 2,      /* R: runnable, waiting for a CPU */
 	STATE_OTHER = 3,          /* stopped, traced, dead */
+	STATE_UNKNOWN = 4,        /* blocked since before the start, state not seen */
 };
 
 /* Every loss and every filtered event is counted; indexes of stats. */
@@ -232,6 +235,14 @@ struct unwind_row {
 };
 
 #define UNWIND_MAX_MAPS 64
+/* Unrolled binary searches: over a process's mappings (n <= UNWIND_MAX_MAPS)
+ * and over one file's rows (at most --unwind-rows, checked against
+ * maxMapEntries in collector/options.go). ceil(log2(n + 1)) steps each. */
+#define MAP_SEARCH_STEPS 7
+#define ROW_SEARCH_STEPS 25
+#define UNWIND_MAX_ROWS (1 << 24)
+_Static_assert((1 << MAP_SEARCH_STEPS) >= UNWIND_MAX_MAPS + 1, "mapping search too short");
+_Static_assert((1ULL << ROW_SEARCH_STEPS) >= (unsigned long long)UNWIND_MAX_ROWS + 1, "row search too short");
 
 struct unwind_map {
 	u64 start, end;   /* executable mapping [start, end) */
@@ -329,7 +340,7 @@ struct {
 struct prestart_val {
 	u64 ns;    /* off-CPU time inside the window */
 	u32 tgid;
-	u32 state; /* enum offcpu_state, or 4: unknown */
+	u32 state; /* enum offcpu_state */
 	u32 whole; /* 1: still blocked when recording stopped */
 	u32 kthread;
 	s64 ustack; /* id in stacks, from the walk at the start; negative: none */
@@ -440,7 +451,7 @@ static __always_inline s64 store_stack(struct stack_buf *b, u32 lost)
 		long err = bpf_map_update_elem(&stacks, &id, b, BPF_NOEXIST);
 		if (err && err != -EEXIST) {
 			stat_add(lost, 1);
-			return -12; /* ENOMEM */
+			return -ENOMEM;
 		}
 	}
 	return id;
@@ -457,7 +468,7 @@ static __always_inline s64 get_stack_id(void *ctx, u64 flags, u32 lost)
 		return -1;
 	long n = bpf_get_stack(ctx, b->ips, sizeof(b->ips), flags);
 	if (n <= 0)
-		return n < 0 ? n : -61; /* ENODATA */
+		return n < 0 ? n : -ENODATA;
 	return store_stack(b, lost);
 }
 
@@ -503,7 +514,7 @@ static __always_inline struct unwind_row *find_row(struct unwind_proc *p, struct
 	/* First mapping starting above pc. */
 	u->lo = 0;
 	u->hi = n;
-	for (int i = 0; i < 7; i++) {
+	for (int i = 0; i < MAP_SEARCH_STEPS; i++) {
 		u32 lo = RELOAD(u->lo), hi = RELOAD(u->hi);
 		if (lo >= hi)
 			break;
@@ -526,7 +537,7 @@ static __always_inline struct unwind_row *find_row(struct unwind_proc *p, struct
 	u32 first = m->first;
 	u->lo = first;
 	u->hi = first + m->count;
-	for (int i = 0; i < 25; i++) {
+	for (int i = 0; i < ROW_SEARCH_STEPS; i++) {
 		u32 l = RELOAD(u->lo), h = RELOAD(u->hi);
 		if (l >= h)
 			break;
@@ -634,7 +645,7 @@ static __always_inline s64 walk_user(u32 slot, struct unwind_proc *p, struct tas
 	if (!b || !u)
 		return -1;
 	if (!regs)
-		return -61; /* ENODATA */
+		return -ENODATA;
 	u->pc = BPF_CORE_READ(regs, ip);
 	u->sp = BPF_CORE_READ(regs, sp);
 	u->bp = BPF_CORE_READ(regs, bp);
@@ -648,7 +659,7 @@ static __always_inline s64 walk_user(u32 slot, struct unwind_proc *p, struct tas
 		bpf_loop(PERF_MAX_STACK_DEPTH, unwind_step, &c, 0);
 	u32 n = u->n;
 	if (n == 0)
-		return -61;
+		return -ENODATA;
 	if (n < PERF_MAX_STACK_DEPTH)
 		b->ips[n] = 0;
 	if (p) {
@@ -751,7 +762,7 @@ static __always_inline void capture(void *ctx, struct start_rec *s, bool kthread
 		s->kstack = get_stack_id(ctx, 0, STAT_KSTACK_LOST);
 	if (want_user_stacks && !kthread) {
 		s->ustack = user_stack_id(ctx, STAT_USTACK_LOST);
-		if (s->ustack < 0 && s->ustack != -12)
+		if (s->ustack < 0 && s->ustack != -ENOMEM)
 			stat_add(STAT_USTACK_FAULT, 1);
 	}
 	s->ts = now;
@@ -869,7 +880,7 @@ static __always_inline void account_prestart(struct task_struct *t, u32 state, u
 	if (t->start_time >= start)
 		return;
 	/* The filters apply; an unknown state passes only an unfiltered one. */
-	if (state >= 4 ? state_mask != 0xf : !(state_mask & (1u << state)))
+	if (state >= STATE_UNKNOWN ? state_mask != 0xf : !(state_mask & (1u << state)))
 		return;
 	if (now - start < min_block_ns || now - start > max_block_ns) {
 		stat_add(STAT_OUT_OF_RANGE, 1);
@@ -953,7 +964,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 		   !((next->flags & PF_KTHREAD) ? user_threads_only : kernel_threads_only)) {
 		/* First switch-in, no switch-out seen: off-CPU since before
 		 * the start. The record created here marks it counted. */
-		account_prestart(next, 4, 0);
+		account_prestart(next, STATE_UNKNOWN, 0);
 		bpf_task_storage_get(&task_starts, next, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	}
 	return 0;

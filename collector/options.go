@@ -146,8 +146,8 @@ func (o *Options) validate() error {
 		flag string
 		n    int
 	}{{"--max-threads", o.MaxThreads}, {"--stack-entries", o.StackEntries}, {"--agg-entries", o.AggEntries}, {"--unwind-rows", o.UnwindRows}} {
-		if m.n < 0 || m.n > 1<<24 {
-			return fmt.Errorf("%s %d out of range (1 to %d)", m.flag, m.n, 1<<24)
+		if m.n < 0 || m.n > maxMapEntries {
+			return fmt.Errorf("%s %d out of range (1 to %d)", m.flag, m.n, maxMapEntries)
 		}
 	}
 	for _, p := range o.PIDs {
@@ -162,3 +162,7 @@ func (o *Options) validate() error {
 	}
 	return nil
 }
+
+// maxMapEntries bounds every map-size flag; for --unwind-rows it is also
+// UNWIND_MAX_ROWS in bpf/offcpu.bpf.c, which sizes the unrolled row search.
+const maxMapEntries = 1 << 24
