@@ -3,7 +3,6 @@ package analysis
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/google/pprof/profile"
-)
 
-var update = flag.Bool("update", false, "rewrite golden files")
+	"github.com/offcpu/offcpu/internal/testenv"
+)
 
 // fixture writes an offcpu-shaped profile: a broker loop blocked on the
 // monitor inside internalConsumerFlow, an idle loop, a preempted thread,
@@ -105,19 +104,7 @@ func writeProfile(t *testing.T, path string, p *profile.Profile) {
 
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs:\n%s", path, got)
-	}
+	testenv.Golden(t, filepath.Join("testdata", name), got)
 }
 
 func TestAnalyzeFixture(t *testing.T) {

@@ -3,7 +3,6 @@ package collector
 import (
 	"bytes"
 	"debug/elf"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,9 +11,9 @@ import (
 	"testing"
 
 	"github.com/google/pprof/profile"
-)
 
-var update = flag.Bool("update", false, "rewrite golden files")
+	"github.com/offcpu/offcpu/internal/testenv"
+)
 
 func build(t *testing.T, name string, args ...string) {
 	t.Helper()
@@ -210,19 +209,7 @@ func TestWriteFoldedGolden(t *testing.T) {
 	if err := WriteFolded(&buf, fixtureProfile(), 0, 1000); err != nil {
 		t.Fatal(err)
 	}
-	golden := "testdata/folded.golden"
-	if *update {
-		if err := os.WriteFile(golden, buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(buf.Bytes(), want) {
-		t.Errorf("folded output differs from %s:\n%s\nwant:\n%s", golden, buf.Bytes(), want)
-	}
+	testenv.Golden(t, "testdata/folded.golden", buf.Bytes())
 	if err := WriteFolded(&buf, fixtureProfile(), 5, 1); err == nil {
 		t.Error("out-of-range sample index accepted")
 	}

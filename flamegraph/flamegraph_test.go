@@ -3,7 +3,6 @@ package flamegraph
 import (
 	"bytes"
 	"encoding/xml"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand"
@@ -13,9 +12,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite golden files")
+	"github.com/offcpu/offcpu/internal/testenv"
+)
 
 func load(t *testing.T, path string) *Profile {
 	t.Helper()
@@ -62,17 +61,7 @@ func TestGoldenSVG(t *testing.T) {
 	} {
 		got := render(t, tr, tc.o)
 		wellFormed(t, got)
-		path := "testdata/" + tc.name
-		if *update {
-			os.WriteFile(path, got, 0o644)
-		}
-		want, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatalf("%v (go test -update creates it)", err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("%s differs from the golden file", tc.name)
-		}
+		testenv.Golden(t, "testdata/"+tc.name, got)
 	}
 }
 
