@@ -15,6 +15,8 @@ import (
 
 	"github.com/aclements/go-moremath/stats"
 	"golang.org/x/perf/benchmath"
+
+	"github.com/offcpu/offcpu/schema"
 )
 
 // Run is one benchmark run: its metrics and profiles.
@@ -55,19 +57,19 @@ func LoadSide(name string, paths []string) (*Side, error) {
 		switch {
 		case st.IsDir():
 			r := Run{Name: filepath.Base(p)}
-			if m := filepath.Join(p, "metrics.json"); fileExists(m) {
+			if m := filepath.Join(p, schema.MetricsFile); fileExists(m) {
 				if r.Metrics, r.Failed, err = readMetrics(m); err != nil {
 					return nil, err
 				}
 			}
-			if b, err := os.ReadFile(filepath.Join(p, "run.json")); err == nil {
+			if b, err := os.ReadFile(filepath.Join(p, schema.RunInfoFile)); err == nil {
 				var info RunInfo
 				if err := json.Unmarshal(b, &info); err != nil {
-					return nil, fmt.Errorf("%s/run.json: %v", p, err)
+					return nil, fmt.Errorf("%s/%s: %v", p, schema.RunInfoFile, err)
 				}
 				r.Profiled, r.Failed = info.Profiled, r.Failed || info.Failed
 			}
-			for _, f := range []string{"offcpu.pb.gz", "offcpu.wakeups.pb.gz"} {
+			for _, f := range schema.RunProfiles {
 				if fileExists(filepath.Join(p, f)) {
 					r.Profiles = append(r.Profiles, filepath.Join(p, f))
 				}

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/schema"
 )
 
 // Kinds of stacks.
@@ -115,12 +117,12 @@ func (d *Data) addProfile(path string, p *profile.Profile) error {
 		}
 		return ""
 	}
-	wakeIdx, offIdx, cntIdx := typeIndex(p, "wakeups", "count"), typeIndex(p, "off_cpu", "nanoseconds"), typeIndex(p, "switches", "count")
-	cpuIdx := typeIndex(p, "cpu", "nanoseconds")
+	wakeIdx, offIdx, cntIdx := typeIndex(p, schema.Wakeups, schema.Count), typeIndex(p, schema.OffCPU, schema.Nanoseconds), typeIndex(p, schema.Switches, schema.Count)
+	cpuIdx := typeIndex(p, schema.CPU, schema.Nanoseconds)
 	if wakeIdx >= 0 {
 		for _, s := range p.Sample {
-			st := Stack{Kind: KindWakeup, Thread: label(s, "thread"), Frames: frames(s), Value: s.Value[wakeIdx],
-				Class: label(s, "wakeup_class"), Target: label(s, "target_thread")}
+			st := Stack{Kind: KindWakeup, Thread: label(s, schema.LabelThread), Frames: frames(s), Value: s.Value[wakeIdx],
+				Class: label(s, schema.LabelWakeupClass), Target: label(s, schema.LabelTarget)}
 			if offIdx >= 0 {
 				st.Ended = s.Value[offIdx]
 			}
@@ -145,10 +147,10 @@ func (d *Data) addProfile(path string, p *profile.Profile) error {
 	}
 	for _, s := range p.Sample {
 		fr := frames(s)
-		th := label(s, "thread")
+		th := label(s, schema.LabelThread)
 		if v := s.Value[offIdx]; v != 0 {
-			st := Stack{Kind: KindOffCPU, Thread: th, Frames: fr, Value: v, State: label(s, "state"), Waker: label(s, "waker"),
-				Class: label(s, "wakeup_class")}
+			st := Stack{Kind: KindOffCPU, Thread: th, Frames: fr, Value: v, State: label(s, schema.LabelState), Waker: label(s, schema.LabelWaker),
+				Class: label(s, schema.LabelWakeupClass)}
 			if cntIdx >= 0 {
 				st.Count = s.Value[cntIdx]
 			}

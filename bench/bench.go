@@ -25,10 +25,8 @@ import (
 	"github.com/offcpu/offcpu/analysis"
 	"github.com/offcpu/offcpu/collector"
 	"github.com/offcpu/offcpu/dispatcher"
+	"github.com/offcpu/offcpu/schema"
 )
-
-// BrokerThreads selects the bundled core's broker threads for analysis.
-const BrokerThreads = `^(broker-io|ml-worker|topic-worker)`
 
 // Config is one benchmark.
 type Config struct {
@@ -168,7 +166,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		cfg.Executable = exe
 	}
 	if cfg.Threads == "" && cfg.bundled() {
-		cfg.Threads = BrokerThreads
+		cfg.Threads = dispatcher.BrokerThreads
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.Out, "runs"), 0o755); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", cfg.Out, err)
@@ -230,7 +228,7 @@ func runOne(ctx context.Context, cfg *Config, side string, pr plannedRun, name s
 		rec.Failed, rec.Error = true, err.Error()
 		return rec
 	}
-	metricsPath := filepath.Join(dir, "metrics.json")
+	metricsPath := filepath.Join(dir, schema.MetricsFile)
 	var cmd *exec.Cmd
 	if cfg.bundled() {
 		args := []string{"dispatch", "-q", "--scenario", pr.scenario, "--variant", side, "--json", metricsPath}
@@ -255,7 +253,7 @@ func runOne(ctx context.Context, cfg *Config, side string, pr plannedRun, name s
 		cmd = exec.Command("sh", "-c", c)
 		cmd.Env = append(os.Environ(), "OFFCPU_METRICS="+metricsPath)
 	}
-	logf, err := os.Create(filepath.Join(dir, "run.log"))
+	logf, err := os.Create(filepath.Join(dir, schema.RunLogFile))
 	if err != nil {
 		rec.Failed, rec.Error = true, err.Error()
 		return rec
@@ -326,7 +324,7 @@ func runOne(ctx context.Context, cfg *Config, side string, pr plannedRun, name s
 	if waitErr != nil && !rec.Failed {
 		rec.Failed = true
 		rec.Error = waitErr.Error()
-		if last := lastLine(filepath.Join(dir, "run.log")); last != "" {
+		if last := lastLine(filepath.Join(dir, schema.RunLogFile)); last != "" {
 			rec.Error += ": " + last
 		}
 	}
@@ -336,7 +334,7 @@ func runOne(ctx context.Context, cfg *Config, side string, pr plannedRun, name s
 
 func writeRunInfo(dir string, rec RunRecord) {
 	b, _ := json.MarshalIndent(analysis.RunInfo{Profiled: rec.Profiled, Failed: rec.Failed, Error: rec.Error}, "", "  ")
-	os.WriteFile(filepath.Join(dir, "run.json"), append(b, '\n'), 0o644)
+	os.WriteFile(filepath.Join(dir, schema.RunInfoFile), append(b, '\n'), 0o644)
 }
 
 func saveProfiles(s *collector.Session, dir string) error {
@@ -355,23 +353,23 @@ func saveProfiles(s *collector.Session, dir string) error {
 		}
 		return fh.Close()
 	}
-	if err := write("offcpu.pb.gz", p.Write); err != nil {
+	if err := write(schema.ProfileFile, p.Write); err != nil {
 		return err
 	}
-	if err := write("offcpu.folded", func(w io.Writer) error { return collector.WriteFolded(w, p, 0, 1000) }); err != nil {
+	if err := write(schema.FoldedFile, func(w io.Writer) error { return collector.WriteFolded(w, p, 0, 1000) }); err != nil {
 		return err
 	}
 	if wp := s.Wakeups(); wp != nil {
-		if err := write("offcpu.wakeups.pb.gz", wp.Write); err != nil {
+		if err := write(schema.WakeupsFile, wp.Write); err != nil {
 			return err
 		}
-		if err := write("wakeups.folded", func(w io.Writer) error { return collector.WriteWakeupsFolded(w, wp) }); err != nil {
+		if err := write(schema.WakeupsFoldedFile, func(w io.Writer) error { return collector.WriteWakeupsFolded(w, wp) }); err != nil {
 			return err
 		}
 	}
 	st := s.Stats()
 	b, _ := json.MarshalIndent(st, "", "  ")
-	return os.WriteFile(filepath.Join(dir, "record-stats.json"), append(b, '\n'), 0o644)
+	return os.WriteFile(filepath.Join(dir, schema.RecordStatsFile), append(b, '\n'), 0o644)
 }
 
 func lastLine(path string) string {

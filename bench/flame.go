@@ -8,6 +8,7 @@ import (
 	"regexp"
 
 	"github.com/offcpu/offcpu/flamegraph"
+	"github.com/offcpu/offcpu/schema"
 )
 
 // writeFlameGraphs draws each side's off-CPU time over its profiled runs,
@@ -26,7 +27,7 @@ func writeFlameGraphs(cfg *Config, res *Result) error {
 		if len(files) == 0 {
 			continue
 		}
-		p, err := flamegraph.Load("off_cpu", sel, files...)
+		p, err := flamegraph.Load(schema.OffCPU, sel, files...)
 		if errors.Is(err, flamegraph.ErrNoSamples) {
 			flameNotes = append(flameNotes, fmt.Sprintf("%s: no blocked time with an application frame, no graph", side))
 			continue
@@ -51,7 +52,7 @@ func writeFlameGraphs(cfg *Config, res *Result) error {
 	// Drawn at the baseline's widths with the candidate as the after
 	// profile, so a wait the candidate removed keeps its width, in blue.
 	// A fresh copy: SetBase adds the other's stacks to the profile.
-	base, err := flamegraph.Load("off_cpu", sel, profiledFiles(cfg, res, 0)...)
+	base, err := flamegraph.Load(schema.OffCPU, sel, profiledFiles(cfg, res, 0)...)
 	if err != nil {
 		return err
 	}
@@ -68,7 +69,7 @@ func profiledFiles(cfg *Config, res *Result, side int) []string {
 	var files []string
 	for _, r := range res.Runs {
 		if r.Side == cfg.Variants[side] && r.Profiled && !r.Failed {
-			files = append(files, filepath.Join(r.Dir, "offcpu.pb.gz"))
+			files = append(files, filepath.Join(r.Dir, schema.ProfileFile))
 		}
 	}
 	return files

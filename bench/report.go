@@ -11,6 +11,7 @@ import (
 
 	"github.com/offcpu/offcpu/analysis"
 	"github.com/offcpu/offcpu/dispatcher"
+	"github.com/offcpu/offcpu/schema"
 )
 
 // finish analyzes what ran and writes report.md and report.json.
@@ -170,7 +171,7 @@ func perApplication(res *Result, scenario string, cfg *Config) string {
 		if scenarioLabel(r.Scenario) != scenario || r.Failed || r.Profiled {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(r.Dir, "metrics.json"))
+		b, err := os.ReadFile(filepath.Join(r.Dir, schema.MetricsFile))
 		if err != nil {
 			continue
 		}

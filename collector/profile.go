@@ -11,19 +11,20 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/offcpu/offcpu/collector/unwind"
+	"github.com/offcpu/offcpu/schema"
 )
 
 // KernelMapping is the File of the pprof mapping that holds kernel frames;
 // folded output puts those frames after the "-" separator.
 const KernelMapping = "[kernel.kallsyms]"
 
-// Sample label keys written by the recorder.
+// Sample label keys written by the recorder (see package schema).
 const (
-	LabelThread  = "thread"  // thread name
-	LabelProcess = "process" // process name
-	LabelState   = "state"   // sleeping, uninterruptible, preempted, other
-	LabelTID     = "tid"     // numeric
-	LabelPID     = "pid"     // numeric
+	LabelThread  = schema.LabelThread
+	LabelProcess = schema.LabelProcess
+	LabelState   = schema.LabelState
+	LabelTID     = schema.LabelTID
+	LabelPID     = schema.LabelPID
 )
 
 type profBuilder struct {
@@ -37,14 +38,14 @@ type profBuilder struct {
 	markers map[string]*profile.Location
 }
 
-// Label keys of wake-up data.
+// Label keys of wake-up data (see package schema).
 const (
-	LabelWaker       = "waker"        // waker thread name, [interrupt] or [softirq]
-	LabelWakerTID    = "waker_tid"    // numeric
-	LabelWakeupClass = "wakeup_class" // eventfd, futex, pipe/socket, timer, other
-	LabelTarget      = "target_thread"
-	LabelTargetTID   = "target_tid" // numeric
-	LabelInterval    = "interval"   // "open": still blocked at the end; "before-start", "whole": blocked since before the start
+	LabelWaker       = schema.LabelWaker
+	LabelWakerTID    = schema.LabelWakerTID
+	LabelWakeupClass = schema.LabelWakeupClass
+	LabelTarget      = schema.LabelTarget
+	LabelTargetTID   = schema.LabelTargetTID
+	LabelInterval    = schema.LabelInterval // "open": still blocked at the end; "before-start", "whole": blocked since before the start
 )
 
 func newProfBuilder(sym *symbolizer, types ...*profile.ValueType) *profBuilder {
@@ -100,8 +101,8 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 	sym := newSymbolizer(s.procs)
 	names := &threadNames{d: d, procs: s.procs}
 
-	b := newProfBuilder(sym, &profile.ValueType{Type: "off_cpu", Unit: "nanoseconds"}, &profile.ValueType{Type: "switches", Unit: "count"},
-		&profile.ValueType{Type: "cpu", Unit: "nanoseconds"})
+	b := newProfBuilder(sym, &profile.ValueType{Type: schema.OffCPU, Unit: schema.Nanoseconds}, &profile.ValueType{Type: schema.Switches, Unit: schema.Count},
+		&profile.ValueType{Type: schema.CPU, Unit: schema.Nanoseconds})
 	sort.Slice(d.records, func(i, j int) bool { return d.records[i].ns > d.records[j].ns })
 	for _, r := range d.records {
 		th := d.threads[r.tid]
@@ -179,7 +180,7 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 			ended[wkey{r.tid, r.waker.tid, r.waker.userID, r.waker.kernelID, r.waker.irq}] += int64(r.ns)
 		}
 	}
-	wb := newProfBuilder(sym, &profile.ValueType{Type: "wakeups", Unit: "count"}, &profile.ValueType{Type: "off_cpu", Unit: "nanoseconds"})
+	wb := newProfBuilder(sym, &profile.ValueType{Type: schema.Wakeups, Unit: schema.Count}, &profile.ValueType{Type: schema.OffCPU, Unit: schema.Nanoseconds})
 	s.stats.WakeupsByClass = map[string]uint64{}
 	sort.Slice(d.wakes, func(i, j int) bool { return d.wakes[i].count > d.wakes[j].count })
 	for _, w := range d.wakes {
@@ -211,7 +212,7 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 	}
 
 	// Offwake: blocked stack on top of the waker stack, in one sample.
-	ob := newProfBuilder(sym, &profile.ValueType{Type: "off_cpu", Unit: "nanoseconds"}, &profile.ValueType{Type: "switches", Unit: "count"})
+	ob := newProfBuilder(sym, &profile.ValueType{Type: schema.OffCPU, Unit: schema.Nanoseconds}, &profile.ValueType{Type: schema.Switches, Unit: schema.Count})
 	for _, r := range d.records {
 		if !r.waker.valid {
 			continue

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"runtime"
 	"strings"
 	"time"
@@ -111,10 +112,14 @@ func (r *Result) Redelivered() uint64 {
 	return n
 }
 
+// BrokerThreads matches the names of the broker's threads (IO loops, the
+// managed-ledger thread, topic workers); the others are the clients'.
+const BrokerThreads = `^(broker-io-\d|ml-worker$|topic-worker-\d)`
+
+var brokerThreads = regexp.MustCompile(BrokerThreads)
+
 // IsBrokerThread tells broker threads from client threads by name.
-func IsBrokerThread(comm string) bool {
-	return strings.HasPrefix(comm, "broker-io-") || comm == "ml-worker" || strings.HasPrefix(comm, "topic-worker-")
-}
+func IsBrokerThread(comm string) bool { return brokerThreads.MatchString(comm) }
 
 // threadCPU returns the CPU seconds of this process's broker threads
 // (alive for the whole run; schedstat, in ns) and of the whole process,

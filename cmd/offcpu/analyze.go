@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/schema"
 )
 
 type analyzeFlags struct {
@@ -129,13 +130,13 @@ func expandRuns(args []string) (files, metrics []string, err error) {
 			continue
 		}
 		found := false
-		for _, name := range []string{"offcpu.pb.gz", "offcpu.wakeups.pb.gz"} {
+		for _, name := range schema.RunProfiles {
 			if _, err := os.Stat(filepath.Join(a, name)); err == nil {
 				files = append(files, filepath.Join(a, name))
 				found = true
 			}
 		}
-		if m := filepath.Join(a, "metrics.json"); fileExists(m) {
+		if m := filepath.Join(a, schema.MetricsFile); fileExists(m) {
 			metrics = append(metrics, m)
 		}
 		if !found {

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/schema"
 )
 
 type diffFlags struct {
@@ -110,7 +111,7 @@ func loadSide(name, list string) (*analysis.Side, error) {
 // expandRunDir turns a directory of run directories into those runs.
 func expandRunDir(p string) []string {
 	st, err := os.Stat(p)
-	if err != nil || !st.IsDir() || fileExists(filepath.Join(p, "metrics.json")) || fileExists(filepath.Join(p, "offcpu.pb.gz")) {
+	if err != nil || !st.IsDir() || fileExists(filepath.Join(p, schema.MetricsFile)) || fileExists(filepath.Join(p, schema.ProfileFile)) {
 		return []string{p}
 	}
 	entries, err := os.ReadDir(p)
@@ -120,7 +121,7 @@ func expandRunDir(p string) []string {
 	var out []string
 	for _, e := range entries {
 		sub := filepath.Join(p, e.Name())
-		if e.IsDir() && (fileExists(filepath.Join(sub, "metrics.json")) || fileExists(filepath.Join(sub, "offcpu.pb.gz"))) {
+		if e.IsDir() && (fileExists(filepath.Join(sub, schema.MetricsFile)) || fileExists(filepath.Join(sub, schema.ProfileFile))) {
 			out = append(out, sub)
 		}
 	}

@@ -1,0 +1,45 @@
+// Package schema names what offcpu's profiles and run directories hold, in
+// one place for the packages that write them (collector, bench) and those
+// that read them back (analysis, flamegraph, cmd).
+package schema
+
+// Sample types (pprof ValueType.Type) and their units.
+const (
+	OffCPU   = "off_cpu"  // nanoseconds off a CPU
+	Switches = "switches" // count of off-CPU intervals
+	CPU      = "cpu"      // nanoseconds on a CPU (sampled)
+	Wakeups  = "wakeups"  // count of wake-ups
+
+	Nanoseconds = "nanoseconds"
+	Count       = "count"
+)
+
+// Sample label keys.
+const (
+	LabelThread      = "thread"        // thread name
+	LabelProcess     = "process"       // process name
+	LabelState       = "state"         // sleeping, uninterruptible, preempted, other
+	LabelTID         = "tid"           // numeric
+	LabelPID         = "pid"           // numeric
+	LabelWaker       = "waker"         // waker thread name, [interrupt] or [softirq]
+	LabelWakerTID    = "waker_tid"     // numeric
+	LabelWakeupClass = "wakeup_class"  // eventfd, futex, pipe/socket, timer, other
+	LabelTarget      = "target_thread" // wake-ups: the woken thread
+	LabelTargetTID   = "target_tid"    // numeric
+	LabelInterval    = "interval"      // open, before-start, whole
+)
+
+// Files of a run directory (offcpu bench runs/NAME/).
+const (
+	MetricsFile       = "metrics.json"         // the run's metrics, a JSON object
+	RunInfoFile       = "run.json"             // profiled, failed, error
+	RunLogFile        = "run.log"              // the run's output
+	ProfileFile       = "offcpu.pb.gz"         // off-CPU and on-CPU samples
+	WakeupsFile       = "offcpu.wakeups.pb.gz" // wake-ups
+	FoldedFile        = "offcpu.folded"        // off-CPU folded stacks (µs)
+	WakeupsFoldedFile = "wakeups.folded"
+	RecordStatsFile   = "record-stats.json" // the recorder's counters and losses
+)
+
+// RunProfiles are the profiles a run directory may hold, in reading order.
+var RunProfiles = []string{ProfileFile, WakeupsFile}
