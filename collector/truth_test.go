@@ -58,13 +58,12 @@ func parseLate(t *testing.T, out string) []lateThread {
 	return res
 }
 
-// perThread sums each thread's off-CPU time and intervals, all states and
+// perThread is each thread's off-CPU time and intervals, all states and
 // stacks.
 func perThread(p *profile.Profile) (map[int64]time.Duration, map[int64]int64) {
 	sum, n := map[int64]time.Duration{}, map[int64]int64{}
-	for _, s := range p.Sample {
-		sum[s.NumLabel[LabelTID][0]] += time.Duration(s.Value[0])
-		n[s.NumLabel[LabelTID][0]] += s.Value[1]
+	for _, t := range ThreadTotals(p) {
+		sum[t.TID], n[t.TID] = t.OffCPU, t.Switches
 	}
 	return sum, n
 }

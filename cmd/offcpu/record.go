@@ -316,38 +316,11 @@ func writeFile(path string, write func(io.Writer) error) error {
 func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *recordFlags) {
 	fmt.Fprintf(w, "offcpu: %v recorded (%s): %d off-CPU intervals, %v off-CPU, %d stacks\n",
 		st.Duration.Round(time.Millisecond), st.Attach, st.Intervals, st.OffCPU.Round(time.Microsecond), st.Stacks)
-	type agg struct {
-		name string
-		ns   int64
-		n    int64
-	}
-	byThread := map[string]*agg{}
-	for _, s := range p.Sample {
-		if s.Value[0] == 0 && s.Value[1] == 0 {
-			continue // on-CPU sample
-		}
-		key := fmt.Sprintf("%s (tid %d)", s.Label[collector.LabelThread][0], s.NumLabel[collector.LabelTID][0])
-		a := byThread[key]
-		if a == nil {
-			a = &agg{name: key}
-			byThread[key] = a
-		}
-		a.ns += s.Value[0]
-		a.n += s.Value[1]
-	}
-	var list []*agg
-	for _, a := range byThread {
-		list = append(list, a)
-	}
-	sort.Slice(list, func(i, j int) bool { return list[i].ns > list[j].ns })
-	if len(list) > 0 {
+	if totals := collector.ThreadTotals(p); len(totals) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "off-CPU\tswitches\tthread\t")
-		for i, a := range list {
-			if i == 10 {
-				break
-			}
-			fmt.Fprintf(tw, "%v\t%d\t%s\t\n", time.Duration(a.ns).Round(time.Microsecond), a.n, a.name)
+		for _, t := range totals[:min(len(totals), 10)] {
+			fmt.Fprintf(tw, "%v\t%d\t%s (tid %d)\t\n", t.OffCPU.Round(time.Microsecond), t.Switches, t.Thread, t.TID)
 		}
 		tw.Flush()
 	}
