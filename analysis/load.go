@@ -80,7 +80,7 @@ func (d *Data) loadFile(path string, unit FoldedUnit) error {
 		return fmt.Errorf("reading %s: %w", path, err)
 	}
 	d.Sources = append(d.Sources, path)
-	if isPprof(b) {
+	if IsPprof(b) {
 		p, err := profile.ParseData(b)
 		if err != nil {
 			return fmt.Errorf("%s is not a valid pprof profile (%v): check the file is complete", path, err)
@@ -93,7 +93,8 @@ func (d *Data) loadFile(path string, unit FoldedUnit) error {
 	return d.addFolded(path, b, unit)
 }
 
-func isPprof(b []byte) bool {
+// IsPprof tells a pprof profile (gzipped or raw protobuf) from folded stacks.
+func IsPprof(b []byte) bool {
 	if len(b) >= 2 && b[0] == 0x1f && b[1] == 0x8b {
 		return true // gzip: pprof files are gzipped protobuf
 	}

@@ -175,7 +175,7 @@ func Load(sampleType string, sel Select, paths ...string) (*Profile, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading %s: %w", path, err)
 		}
-		if len(b) > 1 && ((b[0] == 0x1f && b[1] == 0x8b) || b[0] == 0x0a) {
+		if analysis.IsPprof(b) {
 			pprofs = append(pprofs, path)
 			continue
 		}
