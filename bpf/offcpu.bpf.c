@@ -863,10 +863,12 @@ static __always_inline void recover_missed_in(u32 tid, struct start_rec *s, u64 
 {
 	stat_add(STAT_MISSED_IN, 1);
 	u64 oncpu = ran - s->ran;
-	if (ran < s->ran || now - s->ts <= oncpu)
-		return;
-	s->ts += oncpu;
-	account(tid, s, &s->waker, now);
+	if (ran >= s->ran && now - s->ts > oncpu) {
+		s->ts += oncpu;
+		account(tid, s, &s->waker, now);
+	}
+	s->pending = 0;
+	s->waker.valid = 0;
 }
 
 /* Accounts a thread blocked since before the start of the window, with its
@@ -922,18 +924,14 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 	if (out && (prev_state & TASK_DEAD)) {
 		announce(ptgid, ptid);
 		struct start_rec *s = bpf_task_storage_get(&task_starts, prev, 0, 0);
-		if (s && s->pending) {
-			s->pending = 0;
+		if (s && s->pending)
 			recover_missed_in(ptid, s, prev->se.sum_exec_runtime, now);
-		}
 	} else if (out) {
 		struct start_rec *s = bpf_task_storage_get(&task_starts, prev, 0,
 							   BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (s) {
-			if (s->pending) {
+			if (s->pending)
 				recover_missed_in(ptid, s, prev->se.sum_exec_runtime, now);
-				s->waker.valid = 0;
-			}
 			if (!s->seen) {
 				announce(ptgid, ptid);
 				s->seen = 1;

@@ -147,12 +147,11 @@ func threadCPU() (broker, total float64) {
 	return broker, total
 }
 
-// warmup notes the published count, the time and the broker's CPU once a
-// fifth of the run has gone by.
+// warmup notes the published count and the time once a fifth of the run
+// has gone by.
 type warmup struct {
 	at        time.Time
 	published int64
-	cpu       float64
 	done      chan struct{}
 }
 
@@ -164,7 +163,6 @@ func watchWarmup(cl *Client, sc Scenario, start time.Time, stop <-chan struct{})
 			n := cl.published.Load()
 			if (sc.Messages > 0 && n >= sc.Messages/5) || (sc.Messages == 0 && time.Since(start) >= sc.Duration/5) {
 				w.at, w.published = time.Now(), n
-				w.cpu, _ = threadCPU()
 				return false
 			}
 			return true
