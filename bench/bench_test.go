@@ -197,7 +197,9 @@ func TestBenchScenarioRotation(t *testing.T) {
 		t.Fatalf("scenarios %+v", res.Scenarios)
 	}
 	for _, m := range res.Scenarios[1].Diff.Metrics {
-		if m.Name == "publish_rate" && (m.BaseMean < 9000 || m.BaseMean > 11000) {
+		// 3,000 messages take 0.3 s: the rate is rough, but far from the
+		// as-fast-as-possible 100,000 and more.
+		if m.Name == "publish_rate" && (m.BaseMean < 7000 || m.BaseMean > 13000) {
 			t.Errorf("high-rate publish rate %.0f, want its fixed 10000", m.BaseMean)
 		}
 	}
