@@ -14,6 +14,7 @@
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #define PF_KTHREAD 0x00200000
+#define PF_EXITING 0x00000004
 #define TASK_INTERRUPTIBLE 0x1
 #define TASK_UNINTERRUPTIBLE 0x2
 #define TASK_NOLOAD 0x400
@@ -56,6 +57,7 @@ enum offcpu_stat {
 	STAT_DWARF_END,        /* walks that reached an outermost frame (thread start) */
 	STAT_DWARF_DEPTH,      /* walks cut at the maximum depth */
 	STAT_MISSED_IN,        /* switch-ins the program did not see, recovered at the next switch-out */
+	STAT_STACKS_STORED,    /* stacks added to the stacks map (user space moves them out when it fills) */
 	STAT_MAX,
 };
 
@@ -78,6 +80,7 @@ const volatile bool reuse_stacks = true;   /* see capture_sleep() */
 const volatile bool want_wakeups = false;  /* record wakers and link them to intervals */
 const volatile u64 thread_size = 16384;    /* kernel stack size (THREAD_SIZE) */
 const volatile bool want_unwind = false;   /* unwind tables in use: report code mappings */
+const volatile bool want_maps = false;     /* send code mappings as they are made (map_event) */
 
 /* Written by user space once the programs are attached: the start of the
  * recorded window (bpf_ktime_get_ns clock). 0 until then. */
@@ -110,6 +113,7 @@ struct start_rec {
 	s64 ustack;  /* stack id in stacks, or negative errno */
 	s64 kstack;
 	u32 tgid;
+	u32 tgen;    /* task_gen of the thread */
 	u8 state;    /* enum offcpu_state */
 	u8 pending;  /* 1 while the thread is off-CPU */
 	u8 seen;     /* thread already announced in threads */
@@ -136,6 +140,8 @@ struct offcpu_key {
 	s64 kstack;
 	u32 state;  /* enum offcpu_state */
 	u32 open;   /* 1: still blocked when recording stopped */
+	u32 gen;    /* the thread's incarnation (task_gen): tids are reused */
+	u32 pad;
 	struct waker_rec waker; /* who ended the interval (zero: unknown or off) */
 };
 
@@ -152,13 +158,52 @@ struct offcpu_val {
 
 struct thread_info {
 	u32 tgid;
+	u32 gen; /* task_gen: which thread of that tid */
 	char comm[16];
 };
 
+/* Process events, read by user space as they come (rare: not per switch). */
+enum proc_event_kind {
+	EV_SEEN = 0,        /* a new process: snapshot its mappings */
+	EV_EXEC = 1,        /* an exec: its new code mappings follow as EV_MAPs */
+	EV_FORK = 2,        /* a new process runs its parent's code until it execs */
+	EV_EXIT = 3,        /* a process's leader exited: free what is kept per process */
+	EV_THREAD_EXIT = 4, /* a thread's last switch-out: its name leaves the threads map */
+	EV_MAP = 5,         /* a code mapping (struct map_event) */
+	EV_REREAD = 6,      /* a code mapping the kernel could not describe: read /proc */
+};
+
 struct proc_event {
+	u32 kind;
 	u32 tgid;
 	u32 tid;
+	u32 parent; /* EV_FORK: the parent's tgid */
+	u32 gen;    /* EV_THREAD_EXIT: task_gen */
+	char comm[16];
 };
+
+#define MAP_PATH_DEPTH 16
+#define MAP_NAME_LEN 64
+
+/* A code mapping captured when it is made (exec, mmap), so that a process
+ * that exits within milliseconds is symbolized without /proc. The file is
+ * named by its dentries, innermost first, and identified by device and
+ * inode, which user space checks against the path it opens. */
+struct map_event {
+	u32 kind; /* EV_MAP */
+	u32 tgid;
+	u64 start;
+	u64 end;
+	u64 offset; /* file offset of start */
+	u64 ino;
+	u32 dev; /* kernel dev_t: major << 20 | minor */
+	u32 depth;
+	char names[MAP_PATH_DEPTH][MAP_NAME_LEN];
+};
+
+/* Keep both event layouts in the BTF for the Go bindings. */
+const struct proc_event *unused_proc_event __attribute__((unused));
+const struct map_event *unused_map_event __attribute__((unused));
 
 /* Key: tid. Value: start_rec. Written at switch-out, consumed at switch-in
  * by the classic tracepoint program, which has no task pointer for next.
@@ -340,6 +385,7 @@ struct {
 struct prestart_val {
 	u64 ns;    /* off-CPU time inside the window */
 	u32 tgid;
+	u32 gen;   /* task_gen */
 	u32 state; /* enum offcpu_state */
 	u32 whole; /* 1: still blocked when recording stopped */
 	u32 kthread;
@@ -396,11 +442,12 @@ struct {
 	__type(value, u8);
 } procs SEC(".maps");
 
-/* proc_event per newly seen process or exec, so user space snapshots its
- * mappings while it is alive. Rare: not per switch. */
+/* proc_event per newly seen process, exec, fork and exit, and map_event per
+ * code mapping. Sized for bursts of short-lived processes (each exec maps
+ * three to six code files, 1 KiB each). */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 256 * 1024);
+	__uint(max_entries, 4 * 1024 * 1024);
 } proc_events SEC(".maps");
 
 /* Key: tgid / tid. Value: unused. The -p / --tid sets; with follow_forks,
@@ -453,6 +500,8 @@ static __always_inline s64 store_stack(struct stack_buf *b, u32 lost)
 			stat_add(lost, 1);
 			return -ENOMEM;
 		}
+		if (!err)
+			stat_add(STAT_STACKS_STORED, 1);
 	}
 	return id;
 }
@@ -680,10 +729,25 @@ static __always_inline s64 user_stack_id(void *ctx, u32 lost)
 {
 	u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	struct task_struct *task = bpf_get_current_task_btf();
+	s64 id;
 	if (!p)
-		return get_stack_id(ctx, BPF_F_USER_STACK, lost);
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-	return walk_user(0, p, 0, regs, false, lost);
+		id = get_stack_id(ctx, BPF_F_USER_STACK, lost);
+	else
+		id = walk_user(0, p, 0, (struct pt_regs *)bpf_task_pt_regs(task), false, lost);
+	if (id != -ENODATA || !(task->flags & PF_EXITING))
+		return id;
+	/* An exiting process whose memory is gone (do_exit after exit_mm):
+	 * no stack to read, but its registers still say where it called
+	 * exit from. */
+	u32 zero = 0;
+	struct stack_buf *b = bpf_map_lookup_elem(&stack_scratch, &zero);
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!b || !regs)
+		return id;
+	b->ips[0] = BPF_CORE_READ(regs, ip);
+	b->ips[1] = 0;
+	return b->ips[0] ? store_stack(b, lost) : id;
 }
 
 /* The user stack id of another task, blocked now (sleepable iterator):
@@ -737,19 +801,60 @@ static __always_inline bool want_out(u32 tgid, u32 tid, u8 state, bool kthread)
 	return true;
 }
 
+/* A thread's incarnation: its creation time in µs (32 bits wrap after 71
+ * minutes). With pid_max at 32768 a churning system reuses tids within
+ * a recording; names and intervals are told apart by it. */
+static __always_inline u32 task_gen(struct task_struct *t)
+{
+	return (u32)(BPF_CORE_READ(t, start_time) / 1000);
+}
+
+/* Events are sent without waking the reader (a wake-up from a program
+ * run with interrupts on costs tens of µs in a VM: an IPI); it polls every
+ * few ms. A library mapped by mmap wakes it: the unwinder needs the
+ * process's tables before its code blocks, and by then the events of its
+ * fork and exec are queued before it. */
+static __always_inline void proc_event(u32 kind, u32 tgid, u32 tid, u32 parent)
+{
+	struct proc_event ev = { .kind = kind, .tgid = tgid, .tid = tid, .parent = parent };
+	if (bpf_ringbuf_output(&proc_events, &ev, sizeof(ev), kind == EV_SEEN || kind == EV_REREAD ? 0 : BPF_RB_NO_WAKEUP))
+		stat_add(STAT_EVENTS_LOST, 1);
+}
+
 /* Records the thread's name once, and announces a new process. */
 static __always_inline void announce(u32 tgid, u32 tid)
 {
-	struct thread_info ti = { .tgid = tgid };
+	struct thread_info ti = { .tgid = tgid, .gen = task_gen(bpf_get_current_task_btf()) };
 	bpf_get_current_comm(&ti.comm, sizeof(ti.comm));
 	if (bpf_map_update_elem(&threads, &tid, &ti, BPF_NOEXIST) == -EEXIST)
 		return;
 	u8 one = 1;
 	if (bpf_map_update_elem(&procs, &tgid, &one, BPF_NOEXIST) != 0)
 		return;
-	struct proc_event ev = { .tgid = tgid, .tid = tid };
-	if (bpf_ringbuf_output(&proc_events, &ev, sizeof(ev), 0))
+	proc_event(EV_SEEN, tgid, tid, 0);
+}
+
+/* A thread's last switch-out: its name moves from the threads map to user
+ * space, and its process's entries go when the leader dies, so that the
+ * maps stay bounded however many processes come and go. */
+static __always_inline void thread_exit(u32 tgid, u32 tid)
+{
+	struct thread_info *ti = bpf_map_lookup_elem(&threads, &tid);
+	struct proc_event ev = { .kind = EV_THREAD_EXIT, .tgid = tgid, .tid = tid,
+				 .gen = task_gen(bpf_get_current_task_btf()) };
+	if (ti)
+		__builtin_memcpy(ev.comm, ti->comm, sizeof(ev.comm));
+	else
+		bpf_get_current_comm(&ev.comm, sizeof(ev.comm));
+	if (bpf_ringbuf_output(&proc_events, &ev, sizeof(ev), BPF_RB_NO_WAKEUP)) {
 		stat_add(STAT_EVENTS_LOST, 1);
+		return; /* the name stays in the map */
+	}
+	bpf_map_delete_elem(&threads, &tid);
+	if (tid == tgid) {
+		bpf_map_delete_elem(&procs, &tgid);
+		proc_event(EV_EXIT, tgid, tid, 0);
+	}
 }
 
 /* now: the switch-out's time, read on entry, so the stack walks (the
@@ -786,6 +891,7 @@ static __always_inline void account_interval(u32 tid, struct start_rec *s, struc
 		.kstack = s->kstack,
 		.state = s->state,
 		.open = open,
+		.gen = s->tgen,
 	};
 	if (w && w->valid)
 		key.waker = *w;
@@ -894,6 +1000,7 @@ static __always_inline void account_prestart(struct task_struct *t, u32 state, u
 		return;
 	v->ns = now - start;
 	v->tgid = t->tgid;
+	v->gen = task_gen(t);
 	v->state = state;
 	v->whole = whole;
 	v->kthread = (t->flags & PF_KTHREAD) != 0;
@@ -922,7 +1029,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 	 * still kept (a thread may never have switched out before). */
 	bool out = want_out(ptgid, ptid, state, kthread);
 	if (out && (prev_state & TASK_DEAD)) {
-		announce(ptgid, ptid);
+		thread_exit(ptgid, ptid);
 		struct start_rec *s = bpf_task_storage_get(&task_starts, prev, 0, 0);
 		if (s && s->pending)
 			recover_missed_in(ptid, s, prev->se.sum_exec_runtime, now);
@@ -937,6 +1044,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 				s->seen = 1;
 			}
 			s->tgid = ptgid;
+			s->tgen = task_gen(prev);
 			s->state = state;
 			if (reuse_stacks && !kthread && state == STATE_SLEEPING &&
 			    want_user_stacks && want_kernel_stacks)
@@ -994,9 +1102,9 @@ int offcpu_switch_tp(struct trace_event_raw_sched_switch *ctx)
 		 * behind to read as still blocked at the end. */
 		bpf_map_delete_elem(&starts, &ptid);
 		if (out)
-			announce(ptgid, ptid);
+			thread_exit(ptgid, ptid);
 	} else if (out) {
-		struct start_rec s = { .tgid = ptgid, .state = state, .pending = 1, .ran = ran };
+		struct start_rec s = { .tgid = ptgid, .tgen = task_gen(cur), .state = state, .pending = 1, .ran = ran };
 		announce(ptgid, ptid);
 		capture(ctx, &s, kthread, now);
 		if (bpf_map_update_elem(&starts, &ptid, &s, BPF_ANY))
@@ -1035,7 +1143,10 @@ static __always_inline void on_fork(u32 parent_tgid, u32 child_tgid)
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(offcpu_fork, struct task_struct *parent, struct task_struct *child)
 {
-	on_fork(parent->tgid, child->tgid);
+	u32 ptgid = parent->tgid, ctgid = child->tgid;
+	on_fork(ptgid, ctgid);
+	if (ptgid != ctgid && is_target(ctgid, child->pid))
+		proc_event(EV_FORK, ctgid, child->pid, ptgid);
 	return 0;
 }
 
@@ -1053,16 +1164,106 @@ int offcpu_fork_tp(struct trace_event_raw_sched_process_fork *ctx)
 	return 0;
 }
 
-/* An exec replaces the mappings: tell user space to snapshot them again. */
+#define VM_EXEC 0x4
+#define PAGE_SHIFT 12
+
+struct path_walk {
+	struct map_event *ev;
+	struct dentry *d;
+	struct vfsmount *vm;
+	struct mount *m;
+	u32 n;
+};
+
+/* One step of the name walk, as d_path builds a name: a dentry up to the
+ * mount's root, then the mount point in the parent mount, up to the root
+ * mount. A callback: the verifier checks its body once. */
+static long path_step(u64 i, struct path_walk *w)
+{
+	/* Locals, not w->...: BPF_CORE_READ would relocate w's own fields. */
+	struct dentry *d = w->d;
+	struct vfsmount *vm = w->vm;
+	struct mount *m = w->m;
+	struct dentry *parent = BPF_CORE_READ(d, d_parent);
+	struct dentry *root = BPF_CORE_READ(vm, mnt_root);
+	if (d == root || d == parent) {
+		struct mount *mp = BPF_CORE_READ(m, mnt_parent);
+		if (d != root || mp == m)
+			return 1; /* the root of the mount tree */
+		w->d = BPF_CORE_READ(m, mnt_mountpoint);
+		w->m = mp;
+		w->vm = (void *)mp + bpf_core_field_offset(struct mount, mnt);
+		return 0;
+	}
+	u32 n = w->n;
+	if (n >= MAP_PATH_DEPTH)
+		return 1;
+	struct map_event *ev = w->ev;
+	bpf_probe_read_kernel_str(ev->names[n], MAP_NAME_LEN, BPF_CORE_READ(d, d_name.name));
+	w->n = n + 1;
+	w->d = parent;
+	return 0;
+}
+
+/* Sends a code mapping with its file's identity and name. f is read with
+ * probe reads: the caller may no longer hold the mapping lock. */
+/* tgid_wake: the tgid, and the ring buffer's wake-up flag << 32 (BPF
+ * functions take at most five arguments). */
+static __noinline void emit_map(u64 tgid_wake, u64 start, u64 end, u64 pgoff, struct file *f)
+{
+	struct map_event *ev = bpf_ringbuf_reserve(&proc_events, sizeof(*ev), 0);
+	if (!ev) {
+		stat_add(STAT_EVENTS_LOST, 1);
+		return;
+	}
+	ev->kind = EV_MAP;
+	ev->tgid = (u32)tgid_wake;
+	ev->start = start;
+	ev->end = end;
+	ev->offset = pgoff << PAGE_SHIFT;
+	ev->ino = BPF_CORE_READ(f, f_inode, i_ino);
+	ev->dev = BPF_CORE_READ(f, f_inode, i_sb, s_dev);
+	struct vfsmount *vm = BPF_CORE_READ(f, f_path.mnt);
+	struct path_walk w = {
+		.ev = ev,
+		.d = BPF_CORE_READ(f, f_path.dentry),
+		.vm = vm,
+		.m = (void *)vm - bpf_core_field_offset(struct mount, mnt),
+	};
+	bpf_loop(MAP_PATH_DEPTH + 8, path_step, &w, 0);
+	ev->depth = w.n;
+	bpf_ringbuf_submit(ev, tgid_wake >> 32);
+}
+
+#ifndef bpf_ksym_exists
+#define bpf_ksym_exists(sym) (!!(sym))
+#endif
+
+extern int bpf_iter_task_vma_new(struct bpf_iter_task_vma *it, struct task_struct *task, u64 addr) __weak __ksym;
+extern struct vm_area_struct *bpf_iter_task_vma_next(struct bpf_iter_task_vma *it) __weak __ksym;
+extern void bpf_iter_task_vma_destroy(struct bpf_iter_task_vma *it) __weak __ksym;
+
+/* An exec replaces the mappings: the new program's and its loader's code
+ * mappings are sent now (the kernel made them, no mmap call did), and
+ * user space snapshots /proc too if the process lives long enough. */
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(offcpu_exec, struct task_struct *p)
 {
 	u32 tgid = p->tgid;
-	if (!bpf_map_lookup_elem(&procs, &tgid))
+	if (!is_target(tgid, p->pid))
 		return 0;
-	struct proc_event ev = { .tgid = tgid, .tid = p->pid };
-	if (bpf_ringbuf_output(&proc_events, &ev, sizeof(ev), 0))
-		stat_add(STAT_EVENTS_LOST, 1);
+	proc_event(EV_EXEC, tgid, p->pid, 0);
+	if (!want_maps || !bpf_ksym_exists(bpf_iter_task_vma_new))
+		return 0;
+	struct bpf_iter_task_vma it;
+	struct vm_area_struct *vma;
+	bpf_iter_task_vma_new(&it, p, 0);
+	while ((vma = bpf_iter_task_vma_next(&it))) {
+		struct file *f = vma->vm_file;
+		if (f && (vma->vm_flags & VM_EXEC))
+			emit_map(tgid | (u64)BPF_RB_NO_WAKEUP << 32, vma->vm_start, vma->vm_end, vma->vm_pgoff, f);
+	}
+	bpf_iter_task_vma_destroy(&it);
 	return 0;
 }
 
@@ -1338,7 +1539,7 @@ struct {
 SEC("tracepoint/syscalls/sys_enter_mmap")
 int offcpu_mmap_enter(struct mmap_enter_args *ctx)
 {
-	if (!want_unwind || !(ctx->prot & PROT_EXEC))
+	if (!(want_unwind || want_maps) || !(ctx->prot & PROT_EXEC))
 		return 0;
 	u64 id = bpf_get_current_pid_tgid();
 	u32 tid = (u32)id;
@@ -1349,18 +1550,34 @@ int offcpu_mmap_enter(struct mmap_enter_args *ctx)
 	return 0;
 }
 
+struct vma_copy {
+	u64 start, end, pgoff;
+	struct file *file;
+};
+
+static long copy_vma(struct task_struct *task, struct vm_area_struct *vma, struct vma_copy *c)
+{
+	c->start = vma->vm_start;
+	c->end = vma->vm_end;
+	c->pgoff = vma->vm_pgoff;
+	c->file = vma->vm_file;
+	return 0;
+}
+
 SEC("tracepoint/syscalls/sys_exit_mmap")
 int offcpu_mmap_exit(struct mmap_exit_args *ctx)
 {
 	u64 id = bpf_get_current_pid_tgid();
-	u32 tid = (u32)id;
-	if (!want_unwind || !bpf_map_lookup_elem(&exec_mmaps, &tid))
+	u32 tid = (u32)id, tgid = id >> 32;
+	if (!bpf_map_lookup_elem(&exec_mmaps, &tid))
 		return 0;
 	bpf_map_delete_elem(&exec_mmaps, &tid);
 	if (ctx->ret < 0)
 		return 0;
-	struct proc_event ev = { .tgid = id >> 32, .tid = tid };
-	if (bpf_ringbuf_output(&proc_events, &ev, sizeof(ev), 0))
-		stat_add(STAT_EVENTS_LOST, 1);
+	struct vma_copy c = {};
+	if (want_maps && bpf_find_vma(bpf_get_current_task_btf(), ctx->ret, copy_vma, &c, 0) == 0 && c.file)
+		emit_map(tgid | (u64)BPF_RB_FORCE_WAKEUP << 32, c.start, c.end, c.pgoff, c.file);
+	else
+		proc_event(EV_REREAD, tgid, tid, 0);
 	return 0;
 }

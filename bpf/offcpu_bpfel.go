@@ -21,6 +21,19 @@ type OffcpuCpuKey struct {
 	Kstack int64
 }
 
+type OffcpuMapEvent struct {
+	_      structs.HostLayout
+	Kind   uint32
+	Tgid   uint32
+	Start  uint64
+	End    uint64
+	Offset uint64
+	Ino    uint64
+	Dev    uint32
+	Depth  uint32
+	Names  [16][64]int8
+}
+
 type OffcpuOffcpuKey struct {
 	_      structs.HostLayout
 	Tgid   uint32
@@ -29,6 +42,8 @@ type OffcpuOffcpuKey struct {
 	Kstack int64
 	State  uint32
 	Open   uint32
+	Gen    uint32
+	Pad    uint32
 	Waker  OffcpuWakerRec
 }
 
@@ -55,7 +70,8 @@ const (
 	OffcpuOffcpuStatSTAT_DWARF_END        OffcpuOffcpuStat = 17
 	OffcpuOffcpuStatSTAT_DWARF_DEPTH      OffcpuOffcpuStat = 18
 	OffcpuOffcpuStatSTAT_MISSED_IN        OffcpuOffcpuStat = 19
-	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 20
+	OffcpuOffcpuStatSTAT_STACKS_STORED    OffcpuOffcpuStat = 20
+	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 21
 )
 
 type OffcpuOffcpuVal struct {
@@ -68,11 +84,23 @@ type OffcpuPrestartVal struct {
 	_       structs.HostLayout
 	Ns      uint64
 	Tgid    uint32
+	Gen     uint32
 	State   uint32
 	Whole   uint32
 	Kthread uint32
+	_       [4]byte
 	Ustack  int64
 	Kstack  [40]uint64
+}
+
+type OffcpuProcEvent struct {
+	_      structs.HostLayout
+	Kind   uint32
+	Tgid   uint32
+	Tid    uint32
+	Parent uint32
+	Gen    uint32
+	Comm   [16]int8
 }
 
 type OffcpuStackBuf struct {
@@ -86,10 +114,12 @@ type OffcpuStartRec struct {
 	Ustack   int64
 	Kstack   int64
 	Tgid     uint32
+	Tgen     uint32
 	State    uint8
 	Pending  uint8
 	Seen     uint8
 	Pad      uint8
+	_        [4]byte
 	Ip       uint64
 	Sp       uint64
 	Bp       uint64
@@ -115,6 +145,7 @@ type OffcpuStartRec struct {
 type OffcpuThreadInfo struct {
 	_    structs.HostLayout
 	Tgid uint32
+	Gen  uint32
 	Comm [16]int8
 }
 
@@ -225,8 +256,11 @@ const (
 	OffcpuVarStatCount          = "stat_count"
 	OffcpuVarStateMask          = "state_mask"
 	OffcpuVarThreadSize         = "thread_size"
+	OffcpuVarUnusedMapEvent     = "unused_map_event"
+	OffcpuVarUnusedProcEvent    = "unused_proc_event"
 	OffcpuVarUserThreadsOnly    = "user_threads_only"
 	OffcpuVarWantKernelStacks   = "want_kernel_stacks"
+	OffcpuVarWantMaps           = "want_maps"
 	OffcpuVarWantUnwind         = "want_unwind"
 	OffcpuVarWantUserStacks     = "want_user_stacks"
 	OffcpuVarWantWakeups        = "want_wakeups"
@@ -335,8 +369,11 @@ type OffcpuVariableSpecs struct {
 	StatCount         *ebpf.VariableSpec `ebpf:"stat_count"`
 	StateMask         *ebpf.VariableSpec `ebpf:"state_mask"`
 	ThreadSize        *ebpf.VariableSpec `ebpf:"thread_size"`
+	UnusedMapEvent    *ebpf.VariableSpec `ebpf:"unused_map_event"`
+	UnusedProcEvent   *ebpf.VariableSpec `ebpf:"unused_proc_event"`
 	UserThreadsOnly   *ebpf.VariableSpec `ebpf:"user_threads_only"`
 	WantKernelStacks  *ebpf.VariableSpec `ebpf:"want_kernel_stacks"`
+	WantMaps          *ebpf.VariableSpec `ebpf:"want_maps"`
 	WantUnwind        *ebpf.VariableSpec `ebpf:"want_unwind"`
 	WantUserStacks    *ebpf.VariableSpec `ebpf:"want_user_stacks"`
 	WantWakeups       *ebpf.VariableSpec `ebpf:"want_wakeups"`
@@ -430,8 +467,11 @@ type OffcpuVariables struct {
 	StatCount         *ebpf.Variable `ebpf:"stat_count"`
 	StateMask         *ebpf.Variable `ebpf:"state_mask"`
 	ThreadSize        *ebpf.Variable `ebpf:"thread_size"`
+	UnusedMapEvent    *ebpf.Variable `ebpf:"unused_map_event"`
+	UnusedProcEvent   *ebpf.Variable `ebpf:"unused_proc_event"`
 	UserThreadsOnly   *ebpf.Variable `ebpf:"user_threads_only"`
 	WantKernelStacks  *ebpf.Variable `ebpf:"want_kernel_stacks"`
+	WantMaps          *ebpf.Variable `ebpf:"want_maps"`
 	WantUnwind        *ebpf.Variable `ebpf:"want_unwind"`
 	WantUserStacks    *ebpf.Variable `ebpf:"want_user_stacks"`
 	WantWakeups       *ebpf.Variable `ebpf:"want_wakeups"`

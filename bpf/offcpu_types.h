@@ -28,7 +28,64 @@ struct task_struct {
 	u64 start_time; /* creation, CLOCK_MONOTONIC ns (bpf_ktime_get_ns) */
 	struct sched_entity se;
 	char comm[16];
+	struct mm_struct *mm;
+	struct task_struct *group_leader;
 } __attribute__((preserve_access_index));
+
+/* What a code mapping is read from: its file, the file's identity and
+ * name (dentries up to the mount root, mounts up to the namespace root). */
+struct qstr {
+	const unsigned char *name;
+} __attribute__((preserve_access_index));
+
+struct dentry {
+	struct dentry *d_parent;
+	struct qstr d_name;
+} __attribute__((preserve_access_index));
+
+struct vfsmount {
+	struct dentry *mnt_root;
+} __attribute__((preserve_access_index));
+
+struct mount {
+	struct mount *mnt_parent;
+	struct dentry *mnt_mountpoint;
+	struct vfsmount mnt;
+} __attribute__((preserve_access_index));
+
+struct path {
+	struct vfsmount *mnt;
+	struct dentry *dentry;
+} __attribute__((preserve_access_index));
+
+struct super_block {
+	unsigned int s_dev; /* kernel dev_t: major << 20 | minor */
+} __attribute__((preserve_access_index));
+
+struct inode {
+	unsigned long i_ino;
+	struct super_block *i_sb;
+} __attribute__((preserve_access_index));
+
+struct file {
+	struct path f_path;
+	struct inode *f_inode;
+} __attribute__((preserve_access_index));
+
+struct vm_area_struct {
+	unsigned long vm_start;
+	unsigned long vm_end;
+	unsigned long vm_flags;
+	unsigned long vm_pgoff; /* in pages */
+	struct file *vm_file;
+} __attribute__((preserve_access_index));
+
+struct mm_struct;
+
+/* Open-coded VMA iterator (kfuncs, Linux 6.7+). */
+struct bpf_iter_task_vma {
+	__u64 __opaque[1];
+} __attribute__((aligned(8)));
 
 /* The common fields of every classic tracepoint record. */
 struct trace_entry {

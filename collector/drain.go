@@ -18,6 +18,7 @@ import (
 // addresses (leaf first).
 type record struct {
 	tgid, tid uint32
+	gen       uint32 // the thread's incarnation (tids are reused)
 	state     State
 	ns, count uint64
 	user      []uint64
@@ -60,15 +61,31 @@ type drained struct {
 	wakes   []wakeRecord
 	cpu     []cpuRecord
 	threads map[uint32]thread
+	// exited: threads that exited while recording, by tid and incarnation.
+	exited map[[2]uint32]thread
 }
 
 type thread struct {
-	tgid uint32
-	comm string
+	tgid   uint32
+	gen    uint32
+	comm   string
+	exited bool // its last switch-out was seen
+}
+
+// threadOf is the thread that made record r: when its tid was used by
+// several threads while recording, the one of r's incarnation.
+func (d *drained) threadOf(r *record) thread {
+	if th, ok := d.threads[r.tid]; ok && th.gen == r.gen {
+		return th
+	}
+	if th, ok := d.exited[[2]uint32{r.tid, r.gen}]; ok {
+		return th
+	}
+	return d.threads[r.tid]
 }
 
 func (s *Session) drain() (*drained, error) {
-	d := &drained{threads: map[uint32]thread{}}
+	d := &drained{threads: map[uint32]thread{}, exited: map[[2]uint32]thread{}}
 	stacks := s.coll.Maps[bpf.OffcpuMapStacks]
 	cache := map[int64][]uint64{}
 	getStack := func(id int64) []uint64 {
@@ -81,12 +98,9 @@ func (s *Session) drain() (*drained, error) {
 		var raw bpf.OffcpuStackBuf
 		var st []uint64
 		if err := stacks.Lookup(id, &raw); err == nil {
-			for _, ip := range raw.Ips {
-				if ip == 0 {
-					break
-				}
-				st = append(st, ip)
-			}
+			st = trimStack(raw.Ips[:])
+		} else if s.spill != nil {
+			st, _ = s.spill.get(id)
 		}
 		cache[id] = st
 		return st
@@ -96,7 +110,7 @@ func (s *Session) drain() (*drained, error) {
 	var val bpf.OffcpuOffcpuVal
 	it := s.coll.Maps[bpf.OffcpuMapOffcpu].Iterate()
 	for it.Next(&key, &val) {
-		r := record{tgid: key.Tgid, tid: key.Tid, state: State(key.State), ns: val.Ns, count: val.Count,
+		r := record{tgid: key.Tgid, tid: key.Tid, gen: key.Gen, state: State(key.State), ns: val.Ns, count: val.Count,
 			userErr: min(key.Ustack, 0), kernelErr: min(key.Kstack, 0)}
 		r.user = getStack(key.Ustack)
 		r.kernel = getStack(key.Kstack)
@@ -144,7 +158,7 @@ func (s *Session) drain() (*drained, error) {
 	var ti bpf.OffcpuThreadInfo
 	tit := s.coll.Maps[bpf.OffcpuMapThreads].Iterate()
 	for tit.Next(&tid, &ti) {
-		d.threads[tid] = thread{tgid: ti.Tgid, comm: cString(ti.Comm[:])}
+		d.threads[tid] = thread{tgid: ti.Tgid, gen: ti.Gen, comm: cString(ti.Comm[:])}
 	}
 	if err := tit.Err(); err != nil {
 		return nil, fmt.Errorf("reading the thread map: %w", err)
@@ -154,6 +168,17 @@ func (s *Session) drain() (*drained, error) {
 		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/comm", th.tgid, tid)); err == nil {
 			th.comm = strings.TrimSpace(string(b))
 			d.threads[tid] = th
+		}
+	}
+	s.exitedMu.Lock()
+	for k, th := range s.exited {
+		d.exited[k] = th
+	}
+	s.exitedMu.Unlock()
+	// A tid no live thread holds is named by the last thread that had it.
+	for k, th := range d.exited {
+		if old, ok := d.threads[k[0]]; !ok || (old.exited && old.gen < th.gen) {
+			d.threads[k[0]] = th
 		}
 	}
 	for _, r := range d.records {
@@ -301,7 +326,7 @@ func (s *Session) drainOpenStarts(d *drained, getStack func(int64) []uint64) {
 		if ns < uint64(s.opts.MinBlock) || (s.opts.MaxBlock > 0 && ns > uint64(s.opts.MaxBlock)) {
 			continue
 		}
-		d.records = append(d.records, record{tgid: st.Tgid, tid: tid, state: State(st.State), ns: ns, count: 1,
+		d.records = append(d.records, record{tgid: st.Tgid, tid: tid, gen: st.Tgen, state: State(st.State), ns: ns, count: 1,
 			user: getStack(st.Ustack), kernel: getStack(st.Kstack), userErr: min(st.Ustack, 0), kernelErr: min(st.Kstack, 0), open: true})
 		s.stats.Intervals++
 		s.stats.OffCPU += durationNs(ns)
@@ -327,7 +352,7 @@ func (s *Session) drainPrestart(d *drained, getStack func(int64) []uint64) error
 			}
 			kernel = append(kernel, ip)
 		}
-		d.records = append(d.records, record{tgid: v.Tgid, tid: tid, state: State(v.State), ns: v.Ns, count: 1,
+		d.records = append(d.records, record{tgid: v.Tgid, tid: tid, gen: v.Gen, state: State(v.State), ns: v.Ns, count: 1,
 			kernel: kernel, user: getStack(v.Ustack), userErr: min(v.Ustack, -1), open: v.Whole != 0, prestart: true, kthread: v.Kthread != 0})
 		s.stats.Intervals++
 		s.stats.OffCPU += durationNs(v.Ns)

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
 )
 
 // procTable keeps what is needed to symbolize a process after it exits:
@@ -26,9 +27,12 @@ type procInfo struct {
 	pid   uint32
 	comm  string
 	nspid int      // pid inside its own pid namespace, for perf-PID.map
-	root  *os.File // /proc/PID/root, kept open: valid after exit
-	// snaps holds mapping snapshots, newest first.
+	root  *os.File // /proc/PID/root of a process in another root, kept open: valid after exit
+	// snaps holds mapping snapshots, newest first. Snapshots are never
+	// changed in place: a forked child shares its parent's.
 	snaps [][]mapping
+	// fromKernel: snaps[0] is being built from the kernel's map events.
+	fromKernel bool
 }
 
 type mapping struct {
@@ -67,14 +71,10 @@ func (t *procTable) snapshot(pid uint32) {
 	sort.Slice(ms, func(i, j int) bool { return ms[i].start < ms[j].start })
 
 	t.mu.Lock()
-	info := t.procs[pid]
-	if info == nil {
-		info = &procInfo{pid: pid}
-		if f, err := os.Open(fmt.Sprintf("/proc/%d/root", pid)); err == nil {
-			info.root = f
-		}
+	info := t.info(pid)
+	if info.nspid == 0 {
+		info.root = foreignRoot(pid)
 		info.nspid = nsPid(p)
-		t.procs[pid] = info
 	}
 	if c, err := p.Comm(); err == nil {
 		info.comm = c
@@ -84,11 +84,131 @@ func (t *procTable) snapshot(pid uint32) {
 		return
 	}
 	info.snaps = append([][]mapping{ms}, info.snaps...)
+	info.fromKernel = false
+	t.changed(pid, ms)
+}
+
+// info returns pid's entry, creating it. Called with t.mu held.
+func (t *procTable) info(pid uint32) *procInfo {
+	info := t.procs[pid]
+	if info == nil {
+		info = &procInfo{pid: pid}
+		t.procs[pid] = info
+	}
+	return info
+}
+
+// changed unlocks t.mu and reports pid's new mappings.
+func (t *procTable) changed(pid uint32, ms []mapping) {
 	onChange := t.onChange
 	t.mu.Unlock()
 	if onChange != nil {
 		onChange(pid, ms)
 	}
+}
+
+// known says whether pid's mappings are known.
+func (t *procTable) known(pid uint32) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	info := t.procs[pid]
+	return info != nil && len(info.snaps) > 0
+}
+
+// foreignRoot opens /proc/PID/root when it is not this process's root (a
+// container), so files in it stay readable after the process exits;
+// otherwise it keeps nothing open.
+func foreignRoot(pid uint32) *os.File {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/root", pid))
+	if err != nil {
+		return nil
+	}
+	var theirs, ours unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &theirs) == nil && unix.Stat("/", &ours) == nil &&
+		theirs.Dev == ours.Dev && theirs.Ino == ours.Ino {
+		f.Close()
+		return nil
+	}
+	return f
+}
+
+// exec starts a new, empty mapping list for pid: the kernel's map events
+// for the new program follow.
+func (t *procTable) exec(pid uint32) {
+	t.mu.Lock()
+	info := t.info(pid)
+	info.snaps = append([][]mapping{nil}, info.snaps...)
+	info.fromKernel = true
+	t.mu.Unlock()
+}
+
+// fork gives a new process its parent's mappings: it runs the parent's
+// code until it execs.
+func (t *procTable) fork(child, parent uint32) {
+	t.mu.Lock()
+	pi := t.procs[parent]
+	if pi == nil || len(pi.snaps) == 0 {
+		t.mu.Unlock()
+		t.snapshot(parent)
+		t.mu.Lock()
+		pi = t.procs[parent]
+	}
+	if pi == nil || len(pi.snaps) == 0 {
+		t.mu.Unlock()
+		return
+	}
+	info := t.info(child)
+	info.snaps = append(info.snaps, pi.snaps[0]) // the oldest: anything seen later is newer
+	ms := info.snaps[0]
+	t.changed(child, ms)
+}
+
+// addMapping adds a code mapping the kernel reported as it was made. It
+// replaces the part of any other it overlaps (MAP_FIXED over a
+// reservation, a library mapped where another was).
+func (t *procTable) addMapping(pid uint32, m mapping) {
+	t.mu.Lock()
+	info := t.info(pid)
+	var base []mapping
+	if len(info.snaps) > 0 {
+		base = info.snaps[0] // after a /proc snapshot or a fork: start from it
+	}
+	ms := make([]mapping, 0, len(base)+2)
+	for _, o := range base {
+		if o.end <= m.start || o.start >= m.end {
+			ms = append(ms, o)
+			continue
+		}
+		// Split as the kernel splits a mapping partly mapped over.
+		if o.start < m.start {
+			head := o
+			head.end = m.start
+			ms = append(ms, head)
+		}
+		if o.end > m.end {
+			tail := o
+			tail.offset += m.end - o.start
+			tail.start = m.end
+			ms = append(ms, tail)
+		}
+	}
+	ms = append(ms, m)
+	sort.Slice(ms, func(i, j int) bool { return ms[i].start < ms[j].start })
+	if info.fromKernel && len(info.snaps) > 0 {
+		info.snaps[0] = ms
+	} else {
+		info.snaps = append([][]mapping{ms}, info.snaps...)
+		info.fromKernel = true
+	}
+	t.changed(pid, ms)
+}
+
+// kernelFile opens the file of a mapping the kernel reported: by device
+// and inode if it is already open, else by its path, checked to be the
+// same file (not one replaced on disk since).
+func (t *procTable) kernelFile(pid uint32, dev, ino uint64, path string) *symFile {
+	key := fmt.Sprintf("%d:%d", dev, ino)
+	return t.files.openChecked(key, path, dev, ino, path, fmt.Sprintf("/proc/%d/root%s", pid, path))
 }
 
 func sameMappings(a, b []mapping) bool {

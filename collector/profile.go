@@ -28,14 +28,17 @@ const (
 )
 
 type profBuilder struct {
-	p       *profile.Profile
-	sym     *symbolizer
-	kmap    *profile.Mapping
-	maps    map[string]*profile.Mapping
-	locs    map[[2]uint64]*profile.Location
-	funcs   map[[2]string]*profile.Function
-	unknown map[uint32]*profile.Mapping
-	markers map[string]*profile.Location
+	p    *profile.Profile
+	sym  *symbolizer
+	kmap *profile.Mapping
+	maps map[string]*profile.Mapping
+	// Per file segment and offset (see fileLoc).
+	fileMaps map[fileSeg]*profile.Mapping
+	fileLocs map[fileOff]*profile.Location
+	locs     map[[2]uint64]*profile.Location
+	funcs    map[[2]string]*profile.Function
+	unknown  map[uint32]*profile.Mapping
+	markers  map[string]*profile.Location
 }
 
 // Label keys of wake-up data (see package schema).
@@ -50,12 +53,14 @@ const (
 
 func newProfBuilder(sym *symbolizer, types ...*profile.ValueType) *profBuilder {
 	b := &profBuilder{
-		sym:     sym,
-		maps:    map[string]*profile.Mapping{},
-		locs:    map[[2]uint64]*profile.Location{},
-		funcs:   map[[2]string]*profile.Function{},
-		unknown: map[uint32]*profile.Mapping{},
-		markers: map[string]*profile.Location{},
+		sym:      sym,
+		maps:     map[string]*profile.Mapping{},
+		fileMaps: map[fileSeg]*profile.Mapping{},
+		fileLocs: map[fileOff]*profile.Location{},
+		locs:     map[[2]uint64]*profile.Location{},
+		funcs:    map[[2]string]*profile.Function{},
+		unknown:  map[uint32]*profile.Mapping{},
+		markers:  map[string]*profile.Location{},
 	}
 	b.p = &profile.Profile{SampleType: types, DefaultSampleType: types[0].Type,
 		PeriodType: &profile.ValueType{Type: types[0].Type, Unit: types[0].Unit}, Period: 1}
@@ -70,8 +75,8 @@ func (b *profBuilder) stack(pid uint32, kernel, user []uint64, userErr int64, kt
 	for _, a := range kernel {
 		locs = append(locs, b.kernelLoc(a))
 	}
-	for _, a := range user {
-		locs = append(locs, b.userLoc(pid, a))
+	for i, a := range user {
+		locs = append(locs, b.userLoc(pid, a, i == 0))
 	}
 	if len(user) == 0 && userErr < 0 && !kthread {
 		locs = append(locs, b.marker(fmt.Sprintf("[user stack: %s]", errnoName(userErr))))
@@ -105,7 +110,7 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 		&profile.ValueType{Type: schema.CPU, Unit: schema.Nanoseconds})
 	sort.Slice(d.records, func(i, j int) bool { return d.records[i].ns > d.records[j].ns })
 	for _, r := range d.records {
-		th := d.threads[r.tid]
+		th := d.threadOf(&r)
 		locs := b.stack(r.tgid, trimKernel(r.kernel, sym.kern), r.user, r.userErr, isKernelThread(r))
 		if len(r.user) > 0 { // the last location is the outermost user frame
 			if unwind.IsThreadStart(locs[len(locs)-1].Line[0].Function.Name) {
@@ -226,7 +231,7 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 			wuser = nil
 		}
 		for i := len(wuser) - 1; i >= 0; i-- {
-			locs = append(locs, ob.userLoc(r.waker.tgid, wuser[i]))
+			locs = append(locs, ob.userLoc(r.waker.tgid, wuser[i], i == 0))
 		}
 		if len(wuser) > 0 {
 			locs = append(locs, ob.marker("-"))
@@ -247,7 +252,7 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 		ob.p.Sample = append(ob.p.Sample, &profile.Sample{
 			Location: locs,
 			Value:    []int64{int64(r.ns), int64(r.count)},
-			Label:    map[string][]string{LabelThread: {d.threads[r.tid].comm}, LabelWaker: {names.waker(r.waker, sym.kern)}},
+			Label:    map[string][]string{LabelThread: {d.threadOf(&r).comm}, LabelWaker: {names.waker(r.waker, sym.kern)}},
 			NumLabel: map[string][]int64{LabelTID: {int64(r.tid)}, LabelWakerTID: {int64(r.waker.tid)}},
 		})
 	}
@@ -436,18 +441,71 @@ func (b *profBuilder) marker(text string) *profile.Location {
 	return l
 }
 
-func (b *profBuilder) userLoc(pid uint32, addr uint64) *profile.Location {
+// userLoc is the location of a user frame. leaf: addr is where the thread
+// stopped (the registers' instruction pointer); otherwise it is a return
+// address, and the call instruction before it is looked up.
+func (b *profBuilder) userLoc(pid uint32, addr uint64, leaf bool) *profile.Location {
 	key := [2]uint64{uint64(pid) + 1, addr}
+	look := addr - 1
+	if leaf {
+		key[0] |= 1 << 40
+		look = addr
+	}
 	if l, ok := b.locs[key]; ok {
 		return l
 	}
-	// addr is a return address: look up the call instruction before it.
-	fr, m := b.sym.user(pid, addr-1)
+	p := b.sym.procs.get(pid)
+	var m *mapping
+	if p != nil {
+		m = p.find(look)
+	}
+	if m != nil && m.file != nil {
+		// Code from a file: one location per file offset, shared by every
+		// process that maps the file (each has its own addresses), so that
+		// many short-lived processes do not each add their own.
+		l := b.fileLoc(pid, m, addr, look, leaf)
+		b.locs[key] = l
+		return l
+	}
+	fr, m := b.sym.user(pid, look)
 	l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Address: addr, Mapping: b.mapping(pid, m),
 		Line: []profile.Line{{Function: b.function(fr.fn, fr.file), Line: fr.line}}}
 	b.p.Location = append(b.p.Location, l)
 	b.locs[key] = l
 	return l
+}
+
+// fileLoc is the location of addr in file mapping m, keyed by file and
+// offset. Its address is in the first mapping of that file segment seen,
+// so that pprof still finds the file offset from it.
+func (b *profBuilder) fileLoc(pid uint32, m *mapping, addr, look uint64, leaf bool) *profile.Location {
+	seg := fileSeg{m.file, m.offset}
+	pm, ok := b.fileMaps[seg]
+	if !ok {
+		pm = b.mapping(pid, m)
+		b.fileMaps[seg] = pm
+	}
+	key := fileOff{seg, addr - m.start, leaf}
+	if l, ok := b.fileLocs[key]; ok {
+		return l
+	}
+	fr, _ := b.sym.user(pid, look)
+	l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Address: pm.Start + (addr - m.start), Mapping: pm,
+		Line: []profile.Line{{Function: b.function(fr.fn, fr.file), Line: fr.line}}}
+	b.p.Location = append(b.p.Location, l)
+	b.fileLocs[key] = l
+	return l
+}
+
+type fileSeg struct {
+	file   *symFile
+	offset uint64
+}
+
+type fileOff struct {
+	seg  fileSeg
+	off  uint64 // from the segment's start
+	leaf bool
 }
 
 func (b *profBuilder) mapping(pid uint32, m *mapping) *profile.Mapping {

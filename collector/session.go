@@ -46,6 +46,9 @@ type Session struct {
 
 	unw              *unwinder // nil with FramePointersOnly
 	unwStop, unwDone chan struct{}
+	spill            *stackSpill
+	spillStop        chan struct{}
+	spillDone        chan struct{}
 	start            time.Time
 	// flushIter: open intervals are flushed by the iter/task program
 	// (tp_btf); otherwise read from the starts map.
@@ -55,12 +58,18 @@ type Session struct {
 	bpfOn     io.Closer
 
 	readerDone chan struct{}
-	stopOnce   sync.Once
-	prof       *profile.Profile
-	wakeProf   *profile.Profile
-	offwake    *profile.Profile
-	stats      Stats
-	stopErr    error
+	// kernelMaps: code mappings come from the kernel's map events.
+	kernelMaps bool
+	// exited: names of threads that exited during the recording, moved
+	// out of the threads map at their last switch-out.
+	exitedMu sync.Mutex
+	exited   map[[2]uint32]thread // by tid and incarnation
+	stopOnce sync.Once
+	prof     *profile.Profile
+	wakeProf *profile.Profile
+	offwake  *profile.Profile
+	stats    Stats
+	stopErr  error
 }
 
 // Stats describes a finished recording, losses included.
@@ -71,6 +80,9 @@ type Stats struct {
 	OffCPU    time.Duration `json:"off_cpu_ns"`  // their total
 	Keys      int           `json:"keys"`        // distinct aggregation keys
 	Stacks    int           `json:"stacks"`      // distinct stacks
+	// StacksMoved: stacks moved from the full BPF map to memory while
+	// recording (many short-lived processes), not lost.
+	StacksMoved uint64 `json:"stacks_moved"`
 
 	UserStackLost   uint64        `json:"user_stack_lost"` // user stack not stored (map full or collision)
 	KernelStackLost uint64        `json:"kernel_stack_lost"`
@@ -226,7 +238,7 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 	}
 	_ = rlimit.RemoveMemlock()
 
-	s := &Session{opts: opts, procs: newProcTable(), readerDone: make(chan struct{})}
+	s := &Session{opts: opts, procs: newProcTable(), readerDone: make(chan struct{}), exited: map[[2]uint32]thread{}}
 	var err error
 	if !opts.ForceTracepoint {
 		err = s.load(cgroupID, true)
@@ -270,6 +282,12 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 	}
 	s.rd = rd
 	go s.readEvents()
+	s.spill = newStackSpill(s.coll, s.opts.StackEntries)
+	s.spillStop, s.spillDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(s.spillDone)
+		s.spill.run(s.spillStop)
+	}()
 	if s.unw != nil {
 		s.unwStop = make(chan struct{})
 		s.unwDone = make(chan struct{})
@@ -336,6 +354,7 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 		bpf.OffcpuVarWantWakeups:       !o.NoWakeups,
 		bpf.OffcpuVarThreadSize:        kernelThreadSize(),
 		bpf.OffcpuVarWantUnwind:        !o.FramePointersOnly,
+		bpf.OffcpuVarWantMaps:          !o.NoUserStacks,
 	} {
 		if err := set(name, v); err != nil {
 			return fmt.Errorf("setting %s: %w", name, err)
@@ -349,10 +368,8 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 	spec.Maps[bpf.OffcpuMapCpuSamples].MaxEntries = uint32(o.AggEntries)
 	spec.Maps[bpf.OffcpuMapLastWaker].MaxEntries = uint32(o.MaxThreads)
 	spec.Maps[bpf.OffcpuMapBlockedUstacks].MaxEntries = uint32(o.MaxThreads)
-	if o.FramePointersOnly {
-		delete(spec.Programs, bpf.OffcpuProgOffcpuMmapEnter)
-		delete(spec.Programs, bpf.OffcpuProgOffcpuMmapExit)
-	} else {
+	s.kernelMaps = !o.NoUserStacks && btfMode
+	if !o.FramePointersOnly {
 		spec.Maps[bpf.OffcpuMapUnwindRows].MaxEntries = uint32(o.UnwindRows)
 		spec.Maps[bpf.OffcpuMapUnwindProcs].MaxEntries = MaxUnwindProcs
 	}
@@ -428,13 +445,21 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 			l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[name], AttachType: ebpf.AttachTraceRawTp})
 			if err != nil {
 				if name == bpf.OffcpuProgOffcpuRename || name == bpf.OffcpuProgOffcpuExec {
+					if name == bpf.OffcpuProgOffcpuExec {
+						s.kernelMaps = false
+					}
 					continue // optional: names and exec snapshots are also read from /proc
 				}
 				return fmt.Errorf("attaching %s (tp_btf): %w", name, err)
 			}
 			s.links = append(s.links, l)
 		}
-		s.attachMmap()
+		if !s.attachMmap() {
+			s.kernelMaps = false
+		}
+		if s.kernelMaps && s.unw != nil {
+			s.unw.rescan = false // every code mapping is reported as it is made
+		}
 		return nil
 	}
 	if err := ensureTracefs(); err != nil {
@@ -460,23 +485,25 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 }
 
 // attachMmap follows executable mmaps of the targets so that a library's
-// unwind table is loaded as soon as the dynamic loader maps it. Optional:
-// without syscall tracepoints, mappings are re-read on a timer only.
-func (s *Session) attachMmap() {
+// unwind table is loaded and its mapping known as soon as the dynamic
+// loader maps it. Optional: without syscall tracepoints, mappings are
+// re-read on a timer only.
+func (s *Session) attachMmap() bool {
 	enter, exit := s.coll.Programs[bpf.OffcpuProgOffcpuMmapEnter], s.coll.Programs[bpf.OffcpuProgOffcpuMmapExit]
 	if enter == nil || exit == nil || ensureTracefs() != nil {
-		return
+		return false
 	}
 	le, err := link.Tracepoint("syscalls", "sys_enter_mmap", enter, nil)
 	if err != nil {
-		return
+		return false
 	}
 	lx, err := link.Tracepoint("syscalls", "sys_exit_mmap", exit, nil)
 	if err != nil {
 		le.Close()
-		return
+		return false
 	}
 	s.links = append(s.links, le, lx)
+	return true
 }
 
 // allProcesses lists the processes running now (none if /proc cannot be
@@ -540,16 +567,83 @@ func (s *Session) AddPID(pid int) error {
 func (s *Session) readEvents() {
 	defer close(s.readerDone)
 	for {
+		// Most events do not wake the reader: poll.
+		s.rd.SetDeadline(time.Now().Add(5 * time.Millisecond))
 		rec, err := s.rd.Read()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			continue
+		}
 		if err != nil {
 			return // closed
 		}
-		if len(rec.RawSample) < 8 {
-			continue
-		}
-		tgid := binary.NativeEndian.Uint32(rec.RawSample[0:4])
-		s.procs.snapshot(tgid)
+		s.procEvent(rec.RawSample)
 	}
+}
+
+// Process event kinds (enum proc_event_kind).
+const (
+	evSeen = iota
+	evExec
+	evFork
+	evExit
+	evThreadExit
+	evMap
+	evReread
+)
+
+func (s *Session) procEvent(raw []byte) {
+	if len(raw) < 4 {
+		return
+	}
+	switch binary.NativeEndian.Uint32(raw) {
+	case evMap:
+		var ev bpf.OffcpuMapEvent
+		if _, err := binary.Decode(raw, binary.NativeEndian, &ev); err != nil {
+			return
+		}
+		s.procs.addMapping(ev.Tgid, kernelMapping(&ev, s.procs))
+		return
+	}
+	var ev bpf.OffcpuProcEvent
+	if _, err := binary.Decode(raw, binary.NativeEndian, &ev); err != nil {
+		return
+	}
+	switch ev.Kind {
+	case evSeen:
+		if !s.kernelMaps || !s.procs.known(ev.Tgid) {
+			s.procs.snapshot(ev.Tgid)
+		}
+	case evReread:
+		s.procs.snapshot(ev.Tgid)
+	case evExec:
+		s.procs.exec(ev.Tgid)
+		if !s.kernelMaps {
+			s.procs.snapshot(ev.Tgid)
+		}
+	case evFork:
+		s.procs.fork(ev.Tgid, ev.Parent)
+	case evExit:
+		if s.unw != nil {
+			s.unw.forget(ev.Tgid)
+		}
+	case evThreadExit:
+		s.exitedMu.Lock()
+		s.exited[[2]uint32{ev.Tid, ev.Gen}] = thread{tgid: ev.Tgid, gen: ev.Gen, comm: cString(ev.Comm[:]), exited: true}
+		s.exitedMu.Unlock()
+	}
+}
+
+// kernelMapping turns a map event into a mapping, opening its file.
+func kernelMapping(ev *bpf.OffcpuMapEvent, procs *procTable) mapping {
+	names := make([]string, 0, ev.Depth)
+	for i := int(min(ev.Depth, uint32(len(ev.Names)))) - 1; i >= 0; i-- {
+		names = append(names, cString(ev.Names[i][:]))
+	}
+	path := "/" + strings.Join(names, "/")
+	dev := unix.Mkdev(ev.Dev>>20, ev.Dev&0xfffff)
+	m := mapping{start: ev.Start, end: ev.End, offset: ev.Offset, path: path}
+	m.file = procs.kernelFile(ev.Tgid, dev, ev.Ino, path)
+	return m
 }
 
 // closeLinks detaches every probe.
@@ -592,6 +686,11 @@ func (s *Session) Stop() (*profile.Profile, error) {
 		if s.unwStop != nil {
 			close(s.unwStop)
 			<-s.unwDone
+		}
+		if s.spillStop != nil {
+			close(s.spillStop)
+			<-s.spillDone
+			s.stats.StacksMoved = s.spill.count()
 		}
 		// Detach first so that the maps no longer change while drained.
 		s.closeLinks()

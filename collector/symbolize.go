@@ -17,6 +17,7 @@ import (
 	"sync"
 
 	"github.com/ianlancetaylor/demangle"
+	"golang.org/x/sys/unix"
 )
 
 // frame is one symbolized instruction address.
@@ -54,6 +55,30 @@ func (c *fileCache) open(key, display string, paths ...string) *symFile {
 	sf := &symFile{path: display, fh: fh}
 	c.files[key] = sf
 	return sf
+}
+
+// openChecked is open for a file known by device and inode (userspace
+// encoding): a path is used only if it still names that file.
+func (c *fileCache) openChecked(key, display string, dev, ino uint64, paths ...string) *symFile {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f, ok := c.files[key]; ok {
+		return f
+	}
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &st) == nil && st.Dev == dev && st.Ino == ino {
+			sf := &symFile{path: display, fh: f}
+			c.files[key] = sf
+			return sf
+		}
+		f.Close()
+	}
+	return nil // not cached: another process may name it later
 }
 
 func (c *fileCache) close() {
@@ -125,9 +150,16 @@ func hasSection(ef *elf.File, name string) bool { return ef.Section(name) != nil
 
 func elfSymbols(ef *elf.File) []elfSym {
 	var out []elfSym
+	var labels []elfSym
 	add := func(syms []elf.Symbol) {
 		for _, s := range syms {
 			t := elf.ST_TYPE(s.Info)
+			if t == elf.STT_NOTYPE && s.Size == 0 && s.Value != 0 && isCode(ef, s.Section) && !strings.HasPrefix(s.Name, ".") {
+				// An assembly entry point (the loader's _start): code
+				// up to the next symbol, unless inside a function.
+				labels = append(labels, elfSym{addr: s.Value, name: s.Name})
+				continue
+			}
 			if (t != elf.STT_FUNC && t != elf.STT_GNU_IFUNC) || s.Value == 0 || s.Section == elf.SHN_UNDEF {
 				continue
 			}
@@ -146,7 +178,31 @@ func elfSymbols(ef *elf.File) []elfSym {
 		add(syms)
 	}
 	sortSyms(out)
+	if len(labels) == 0 {
+		return out
+	}
+	var keep []elfSym
+	for _, l := range labels {
+		i := sort.Search(len(out), func(i int) bool { return out[i].addr > l.addr }) - 1
+		inside := false
+		for j := i; j >= 0 && j > i-64; j-- {
+			if out[j].size > 0 && l.addr < out[j].addr+out[j].size {
+				inside = true
+				break
+			}
+		}
+		if !inside {
+			keep = append(keep, l)
+		}
+	}
+	out = append(out, keep...)
+	sortSyms(out)
 	return out
+}
+
+// isCode says whether section index i holds instructions.
+func isCode(ef *elf.File, i elf.SectionIndex) bool {
+	return int(i) > 0 && int(i) < len(ef.Sections) && ef.Sections[i].Flags&elf.SHF_EXECINSTR != 0
 }
 
 func sortSyms(s []elfSym) {

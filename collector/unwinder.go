@@ -28,6 +28,9 @@ type unwinder struct {
 	scans   map[uint32]*rescan              // live processes and when to look at their mappings again
 	stats   UnwindStats
 	gens    uint32 // last entry generation handed out
+	// rescan: read a process's mappings again after it is first seen
+	// (off when the kernel reports every code mapping as it is made).
+	rescan bool
 }
 
 // MaxUnwindProcs is how many processes can be walked with unwind tables at once.
@@ -72,6 +75,7 @@ func newUnwinder(coll *ebpf.Collection, capacity uint32) *unwinder {
 		entries: map[uint32]bpf.OffcpuUnwindProc{},
 		scans:   map[uint32]*rescan{},
 		stats:   UnwindStats{RowCapacity: capacity},
+		rescan:  true,
 	}
 }
 
@@ -149,7 +153,7 @@ func (u *unwinder) writeRows(keys []uint32, vals []bpf.OffcpuUnwindRow) error {
 func (u *unwinder) update(pid uint32, ms []mapping) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if _, ok := u.scans[pid]; !ok {
+	if _, ok := u.scans[pid]; !ok && u.rescan {
 		u.scans[pid] = &rescan{next: time.Now().Add(10 * time.Millisecond), every: 10 * time.Millisecond}
 	}
 	var entry bpf.OffcpuUnwindProc

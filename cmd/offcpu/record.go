@@ -344,6 +344,9 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 	if st.StacksReused > 0 {
 		fmt.Fprintf(w, "stacks reused: %d switch-outs (same syscall and user registers as the thread's last sleep)\n", st.StacksReused)
 	}
+	if st.StacksMoved > 0 {
+		fmt.Fprintf(w, "stacks moved from the full stack map to memory while recording: %d (none lost by it)\n", st.StacksMoved)
+	}
 	if share := st.CompleteShare(); share >= 0 {
 		fmt.Fprintf(w, "user stacks reaching a thread start: %.1f%% of off-CPU time (%d complete, %d truncated distinct stacks)\n",
 			100*share, st.CompleteStacks, st.TruncatedStacks)

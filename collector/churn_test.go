@@ -1,0 +1,120 @@
+package collector
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/bpf"
+)
+
+// namedUserFrame says whether the sample has a user frame named by a
+// function: not a file offset, an address or a marker.
+func namedUserFrame(s *profile.Sample) bool {
+	for _, l := range s.Location {
+		if l.Mapping == nil || l.Mapping.File == KernelMapping || len(l.Line) == 0 {
+			continue
+		}
+		n := l.Line[0].Function.Name
+		if n != "" && !strings.HasPrefix(n, "[") && !strings.Contains(n, "+0x") {
+			return true
+		}
+	}
+	return false
+}
+
+func mapEntries(t *testing.T, m *ebpf.Map) int {
+	t.Helper()
+	var n int
+	var k uint32
+	var prev any // nil: the first key
+	for m.NextKey(prev, &k) == nil {
+		n++
+		prev = k
+	}
+	return n
+}
+
+// Processes that live about 2 ms, 500 a second for 30 s, recorded
+// system-wide: every one has exited long before the end, yet their frames
+// are named (their code mappings come from the kernel as they are made),
+// their sleeps are where their own clock says, nothing is lost, and the
+// per-process BPF entries leave with them.
+func TestProcessChurn(t *testing.T) {
+	requireBPF(t)
+	dir := t.TempDir()
+	churn, nap := filepath.Join(dir, "churn"), filepath.Join(dir, "nap")
+	build(t, "gcc", "-O2", "-o", churn, "testdata/churn/churn.c")
+	build(t, "gcc", "-O2", "-o", nap, "testdata/churn/nap.c")
+
+	s, err := Start(context.Background(), Options{NoWakeups: true})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	const rate, secs, napUs = 500, 30, 1000
+	out, err := exec.Command(churn, fmt.Sprint(rate), fmt.Sprint(secs), nap, fmt.Sprint(napUs)).Output()
+	if err != nil {
+		s.Stop()
+		t.Fatalf("churn: %v", err)
+	}
+	var started, ok int
+	if _, err := fmt.Sscan(string(out), &started, &ok); err != nil || ok != started || started < rate*secs*9/10 {
+		s.Stop()
+		t.Fatalf("churn printed %q: want about %d processes, all exiting with 0", out, rate*secs)
+	}
+	time.Sleep(100 * time.Millisecond) // the last exits' events
+	procsLeft, threadsLeft := mapEntries(t, s.coll.Maps[bpf.OffcpuMapProcs]), mapEntries(t, s.coll.Maps[bpf.OffcpuMapThreads])
+	p, err := s.Stop()
+	if err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	st := s.Stats()
+
+	var total, named, slept, inNap int64
+	for _, smp := range p.Sample {
+		if smp.Label[LabelThread][0] != "nap" {
+			continue
+		}
+		total += smp.Value[0]
+		if namedUserFrame(smp) {
+			named += smp.Value[0]
+		}
+		if stackHas(smp, "clock_nanosleep", "do_nanosleep") {
+			slept += smp.Value[0]
+			if stackHas(smp, "nap_here") {
+				inNap += smp.Value[0]
+			}
+		}
+	}
+	t.Logf("%d processes: %v off-CPU, %.1f%% with a named user frame, %v in nanosleep (%v of it through nap_here); %d stacks moved to memory; procs %d threads %d entries left",
+		started, time.Duration(total), 100*float64(named)/float64(max(total, 1)), time.Duration(slept), time.Duration(inNap), st.StacksMoved, procsLeft, threadsLeft)
+	if total == 0 || float64(named) < 0.95*float64(total) {
+		t.Errorf("%v of the short-lived processes' %v off-CPU time has a named user frame, want >= 95%%", time.Duration(named), time.Duration(total))
+	}
+	// Each slept napUs in nanosleep (more under load: the wait for a CPU
+	// after the timer). Stacks walked whole show nap_here too; a process
+	// that sleeps before the recorder has loaded its unwind tables (the
+	// reader lags on a busy machine) shows only libc's clock_nanosleep.
+	sleep := time.Duration(started) * napUs * time.Microsecond
+	if slept < int64(sleep*9/10) || slept > int64(sleep*5/2) {
+		t.Errorf("%v in the processes' nanosleeps, want 0.9-2.5 times the %v they slept", time.Duration(slept), sleep)
+	}
+	if inNap == 0 {
+		t.Errorf("no sleep in nap_here: no short-lived process's stack was walked whole")
+	}
+	if lost := st.UserStackLost + st.KernelStackLost + st.AggFull + st.StartFull + st.EventsLost; lost > 0 {
+		t.Errorf("losses: %+v", st)
+	}
+	// Entries of exited processes and threads are removed: what is left
+	// is the machine's own, far fewer than the processes seen.
+	if procsLeft > 2000 || threadsLeft > 4000 {
+		t.Errorf("after %d processes: %d process and %d thread entries left in the BPF maps, want them removed at exit", started, procsLeft, threadsLeft)
+	}
+}

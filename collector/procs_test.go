@@ -1,0 +1,51 @@
+package collector
+
+import "testing"
+
+// Mappings reported by the kernel build each process's list without
+// /proc: an exec starts a new list, mmaps add to it (replacing what they
+// overlap), and a forked child sees its parent's until it execs.
+func TestProcTableKernelMappings(t *testing.T) {
+	pt := newProcTable()
+	libc := &symFile{path: "/lib/libc.so.6"}
+	exe := &symFile{path: "/bin/prog"}
+	var changes int
+	pt.onChange = func(uint32, []mapping) { changes++ }
+
+	pt.exec(10)
+	pt.addMapping(10, mapping{start: 0x1000, end: 0x2000, path: exe.path, file: exe})
+	pt.addMapping(10, mapping{start: 0x7000, end: 0x9000, offset: 0x1000, path: libc.path, file: libc})
+	if m := pt.get(10).find(0x7100); m == nil || m.file != libc {
+		t.Fatalf("0x7100 in %v, want libc", m)
+	}
+	// A mapping over part of another replaces that part only.
+	pt.addMapping(10, mapping{start: 0x8000, end: 0x8800, path: "/lib/other.so"})
+	if m := pt.get(10).find(0x8100); m == nil || m.path != "/lib/other.so" {
+		t.Errorf("0x8100 in %v, want /lib/other.so", m)
+	}
+	if m := pt.get(10).find(0x8900); m == nil || m.file != libc || m.start != 0x8800 || m.offset != 0x2800 {
+		t.Errorf("0x8900 in %+v, want libc's tail from 0x8800 at offset 0x2800", m)
+	}
+
+	// The child runs the parent's code until it execs; afterwards its
+	// own mappings come first, the parent's stay for older stacks.
+	pt.fork(11, 10)
+	if m := pt.get(11).find(0x1100); m == nil || m.file != exe {
+		t.Fatalf("forked child: 0x1100 in %v, want the parent's /bin/prog", m)
+	}
+	pt.exec(11)
+	pt.addMapping(11, mapping{start: 0x1000, end: 0x3000, path: "/bin/true"})
+	if m := pt.get(11).find(0x1100); m == nil || m.path != "/bin/true" {
+		t.Errorf("after exec: 0x1100 in %v, want /bin/true", m)
+	}
+	if m := pt.get(11).find(0x7100); m == nil || m.file != libc {
+		t.Errorf("after exec: 0x7100 in %v, want the parent's libc (its pre-exec frames)", m)
+	}
+	// The parent's list is not changed by the child's.
+	if m := pt.get(10).find(0x1100); m == nil || m.file != exe {
+		t.Errorf("parent: 0x1100 in %v after the child exec'd, want /bin/prog", m)
+	}
+	if changes < 5 {
+		t.Errorf("%d change notifications, want one per new list", changes)
+	}
+}

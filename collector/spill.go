@@ -1,0 +1,132 @@
+package collector
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/offcpu/offcpu/bpf"
+)
+
+// stackSpill moves stacks out of the BPF stacks map into memory whenever
+// the map is half full. Short-lived processes each have their own
+// addresses, so a recording of many of them stores far more distinct
+// stacks than the map holds. A stack id is a hash of its addresses:
+// intervals that name a moved stack still find it here, and a stack
+// stored again after the move gets the same id.
+type stackSpill struct {
+	m        *ebpf.Map
+	stats    *ebpf.Map
+	capacity uint64
+
+	mu     sync.Mutex
+	stacks map[int64][]uint64
+	moved  uint64
+}
+
+func newStackSpill(coll *ebpf.Collection, capacity int) *stackSpill {
+	return &stackSpill{m: coll.Maps[bpf.OffcpuMapStacks], stats: coll.Maps[bpf.OffcpuMapStats],
+		capacity: uint64(capacity), stacks: map[int64][]uint64{}}
+}
+
+// run checks the map's fill every 100 ms until stop is closed.
+func (sp *stackSpill) run(stop <-chan struct{}) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			sp.maybeMove()
+		}
+	}
+}
+
+// maybeMove moves every stack out once the map holds half its capacity
+// (stored less moved: an estimate, stores and moves race).
+func (sp *stackSpill) maybeMove() {
+	var per []uint64
+	if err := sp.stats.Lookup(uint32(bpf.OffcpuOffcpuStatSTAT_STACKS_STORED), &per); err != nil {
+		return
+	}
+	var stored uint64
+	for _, v := range per {
+		stored += v
+	}
+	sp.mu.Lock()
+	held := stored - min(stored, sp.moved)
+	sp.mu.Unlock()
+	if held < sp.capacity/2 {
+		return
+	}
+	sp.move()
+}
+
+func (sp *stackSpill) move() {
+	keys := make([]int64, 1024)
+	vals := make([]bpf.OffcpuStackBuf, 1024)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := sp.m.BatchLookupAndDelete(&cursor, keys, vals, nil)
+		sp.mu.Lock()
+		for i := range n {
+			sp.stacks[keys[i]] = trimStack(vals[i].Ips[:])
+		}
+		sp.moved += uint64(n)
+		sp.mu.Unlock()
+		if err != nil {
+			if !errors.Is(err, ebpf.ErrKeyNotExist) {
+				sp.moveOneByOne()
+			}
+			return
+		}
+	}
+}
+
+// moveOneByOne is move for kernels without batch operations on hash maps.
+func (sp *stackSpill) moveOneByOne() {
+	var id int64
+	var raw bpf.OffcpuStackBuf
+	var ids []int64
+	it := sp.m.Iterate()
+	for it.Next(&id, &raw) {
+		ids = append(ids, id)
+		sp.mu.Lock()
+		sp.stacks[id] = trimStack(raw.Ips[:])
+		sp.mu.Unlock()
+	}
+	for _, id := range ids {
+		if sp.m.Delete(id) == nil {
+			sp.mu.Lock()
+			sp.moved++
+			sp.mu.Unlock()
+		}
+	}
+}
+
+// get returns a moved stack.
+func (sp *stackSpill) get(id int64) ([]uint64, bool) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	st, ok := sp.stacks[id]
+	return st, ok
+}
+
+// count is how many stacks were moved out.
+func (sp *stackSpill) count() uint64 {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	return sp.moved
+}
+
+// trimStack copies the addresses up to the first zero.
+func trimStack(ips []uint64) []uint64 {
+	n := 0
+	for n < len(ips) && ips[n] != 0 {
+		n++
+	}
+	return append([]uint64(nil), ips[:n]...)
+}
