@@ -811,7 +811,7 @@ static __always_inline u32 task_gen(struct task_struct *t)
 
 /* Events are sent without waking the reader (a wake-up from a program
  * run with interrupts on costs tens of µs in a VM: an IPI); it polls every
- * few ms. A library mapped by mmap wakes it: the unwinder needs the
+ * 50 ms. A library mapped by mmap wakes it: the unwinder needs the
  * process's tables before its code blocks, and by then the events of its
  * fork and exec are queued before it. */
 static __always_inline void proc_event(u32 kind, u32 tgid, u32 tid, u32 parent)

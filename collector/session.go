@@ -47,6 +47,8 @@ type Session struct {
 	unw              *unwinder // nil with FramePointersOnly
 	unwStop, unwDone chan struct{}
 	spill            *stackSpill
+	flushStop        chan struct{}
+	flushDone        chan struct{}
 	spillStop        chan struct{}
 	spillDone        chan struct{}
 	start            time.Time
@@ -282,6 +284,8 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 	}
 	s.rd = rd
 	go s.readEvents()
+	s.flushStop, s.flushDone = make(chan struct{}), make(chan struct{})
+	go s.flushEvents()
 	s.spill = newStackSpill(s.coll, s.opts.StackEntries)
 	s.spillStop, s.spillDone = make(chan struct{}), make(chan struct{})
 	go func() {
@@ -564,13 +568,29 @@ func (s *Session) AddPID(pid int) error {
 	return nil
 }
 
+// flushEvents hands the reader what is queued every 50 ms: most events
+// do not wake it (the ones the unwinder needs at once do).
+func (s *Session) flushEvents() {
+	defer close(s.flushDone)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.flushStop:
+			return
+		case <-tick.C:
+			if s.rd.AvailableBytes() > 0 {
+				s.rd.Flush()
+			}
+		}
+	}
+}
+
 func (s *Session) readEvents() {
 	defer close(s.readerDone)
 	for {
-		// Most events do not wake the reader: poll.
-		s.rd.SetDeadline(time.Now().Add(5 * time.Millisecond))
 		rec, err := s.rd.Read()
-		if errors.Is(err, os.ErrDeadlineExceeded) {
+		if errors.Is(err, ringbuf.ErrFlushed) {
 			continue
 		}
 		if err != nil {
@@ -698,6 +718,12 @@ func (s *Session) Stop() (*profile.Profile, error) {
 		if s.opts.Stats {
 			s.stats.Programs = s.programStats()
 			s.bpfOn.Close()
+		}
+		close(s.flushStop)
+		<-s.flushDone
+		s.rd.Flush() // the last events are read before the reader closes
+		for i := 0; i < 100 && s.rd.AvailableBytes() > 0; i++ {
+			time.Sleep(2 * time.Millisecond)
 		}
 		s.rd.Close()
 		<-s.readerDone
