@@ -299,7 +299,9 @@ struct unwind_map {
  * sorted by start. Mappings absent here are walked by frame pointers. */
 struct unwind_proc {
 	u32 n;
-	u32 gen; /* changes with the entry: cached stacks walked before are stale */
+	u32 gen;   /* changes with the entry: cached stacks walked before are stale */
+	u32 execs; /* execs seen while recording: user space writes only an entry of the image it knows */
+	u32 pad;
 	struct unwind_map maps[UNWIND_MAX_MAPS];
 };
 
@@ -323,6 +325,121 @@ struct {
 	__type(key, u32);
 	__type(value, struct unwind_proc);
 } unwind_procs SEC(".maps");
+
+/* A file whose rows are loaded, by identity: where its code segment is
+ * in the file and where its rows are. Written by user space when it
+ * loads a file's rows; read when a process maps the file, so that the
+ * process's entry in unwind_procs is made at once, in the kernel, not
+ * when user space gets to it (a process living for milliseconds has
+ * often slept by then). */
+struct file_key {
+	u64 ino;
+	u32 dev; /* kernel dev_t */
+	u32 pad;
+};
+
+struct file_unwind {
+	u64 seg_off, seg_end; /* file offsets of the code segment [page start, end) */
+	s64 off_vaddr;        /* its file offset less its virtual address */
+	u32 first, count;     /* its rows in unwind_rows */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct file_key);
+	__type(value, struct file_unwind);
+} unwind_files SEC(".maps");
+
+/* A zeroed unwind_proc to create entries from (too large for the stack),
+ * and the generation counter of entries made here. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct unwind_proc);
+} unwind_zero SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u32);
+} unwind_gen SEC(".maps");
+
+struct insert_ctx {
+	struct unwind_proc *p;
+	u64 start;
+	u32 n, pos;
+};
+
+/* pos: the first mapping starting at or after start. */
+static long insert_find(u64 i, struct insert_ctx *c)
+{
+	struct unwind_proc *p = c->p;
+	if (i >= c->n)
+		return 1;
+	if (p->maps[i & (UNWIND_MAX_MAPS - 1)].start >= c->start) {
+		c->pos = i;
+		return 1;
+	}
+	return 0;
+}
+
+/* Moves maps[pos, n) up one, last first. */
+static long insert_shift(u64 i, struct insert_ctx *c)
+{
+	struct unwind_proc *p = c->p;
+	u32 j = c->n - (u32)i;
+	if (j <= c->pos || j == 0 || j >= UNWIND_MAX_MAPS)
+		return 1;
+	p->maps[j & (UNWIND_MAX_MAPS - 1)] = p->maps[(j - 1) & (UNWIND_MAX_MAPS - 1)];
+	return 0;
+}
+
+/* Adds a code mapping of a file with loaded rows to the process's entry,
+ * keeping the entry sorted by start. */
+static __noinline void install_unwind(u32 tgid, u64 start, u64 end, u64 offset, struct file_key *k)
+{
+	struct file_unwind *f = bpf_map_lookup_elem(&unwind_files, k);
+	if (!f || offset < f->seg_off || offset >= f->seg_end)
+		return;
+	u32 zero = 0;
+	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	if (!p) {
+		struct unwind_proc *z = bpf_map_lookup_elem(&unwind_zero, &zero);
+		if (!z || bpf_map_update_elem(&unwind_procs, &tgid, z, BPF_NOEXIST))
+			return;
+		p = bpf_map_lookup_elem(&unwind_procs, &tgid);
+		if (!p)
+			return;
+	}
+	u32 n = p->n;
+	if (n >= UNWIND_MAX_MAPS)
+		return;
+	/* Callbacks: the verifier checks each body once. */
+	struct insert_ctx c = { .p = p, .start = start, .n = n, .pos = n };
+	bpf_loop(UNWIND_MAX_MAPS, insert_find, &c, 0);
+	u32 pos = c.pos;
+	if (pos >= n || p->maps[pos & (UNWIND_MAX_MAPS - 1)].start != start) {
+		bpf_loop(UNWIND_MAX_MAPS, insert_shift, &c, 0);
+		p->n = n + 1;
+	}
+	struct unwind_map *m = &p->maps[pos & (UNWIND_MAX_MAPS - 1)];
+	m->start = start;
+	m->end = end;
+	m->bias = start - offset + f->off_vaddr;
+	m->first = f->first;
+	m->count = f->count;
+	/* A new generation: stacks cached before are walked again. Entries
+	 * made here count down from the top, user space's up from 1. */
+	u32 *g = bpf_map_lookup_elem(&unwind_gen, &zero);
+	if (g) {
+		u32 next = *g + 1; /* racy, harmless: it need only differ from the last */
+		*g = next;
+		p->gen = ~next;
+	}
+}
 
 /* The generation of a process's unwind entry (0: none). A thread's cached
  * stack ids are reused only while it is unchanged, so stacks walked before
@@ -731,7 +848,7 @@ static __always_inline s64 user_stack_id(void *ctx, u32 lost)
 	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &tgid);
 	struct task_struct *task = bpf_get_current_task_btf();
 	s64 id;
-	if (!p)
+	if (!p || !p->n) /* no mapping needs tables: the kernel's walker */
 		id = get_stack_id(ctx, BPF_F_USER_STACK, lost);
 	else
 		id = walk_user(0, p, 0, (struct pt_regs *)bpf_task_pt_regs(task), false, lost);
@@ -756,7 +873,8 @@ static __always_inline s64 task_user_stack_id(struct task_struct *task)
 {
 	u32 tgid = task->tgid;
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
-	return walk_user(1, bpf_map_lookup_elem(&unwind_procs, &tgid), task, regs, true, STAT_USTACK_LOST);
+	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	return walk_user(1, p && p->n ? p : 0, task, regs, true, STAT_USTACK_LOST);
 }
 
 static __always_inline bool is_target(u32 tgid, u32 tid)
@@ -853,6 +971,7 @@ static __always_inline void thread_exit(u32 tgid, u32 tid)
 	bpf_map_delete_elem(&threads, &tid);
 	if (tid == tgid) {
 		bpf_map_delete_elem(&procs, &tgid);
+		bpf_map_delete_elem(&unwind_procs, &tgid);
 		proc_event(EV_EXIT, tgid, tid, 0);
 	}
 }
@@ -1223,6 +1342,10 @@ static __noinline void emit_map(u64 tgid_wake, u64 start, u64 end, u64 pgoff, st
 	ev->offset = pgoff << PAGE_SHIFT;
 	ev->ino = BPF_CORE_READ(f, f_inode, i_ino);
 	ev->dev = BPF_CORE_READ(f, f_inode, i_sb, s_dev);
+	if (want_unwind) {
+		struct file_key k = { .ino = ev->ino, .dev = ev->dev };
+		install_unwind((u32)tgid_wake, start, end, pgoff << PAGE_SHIFT, &k);
+	}
 	struct vfsmount *vm = BPF_CORE_READ(f, f_path.mnt);
 	struct path_walk w = {
 		.ev = ev,
@@ -1253,6 +1376,20 @@ int BPF_PROG(offcpu_exec, struct task_struct *p)
 	if (!is_target(tgid, p->pid))
 		return 0;
 	proc_event(EV_EXEC, tgid, p->pid, 0);
+	if (want_unwind) {
+		/* The old program's code is gone: an empty entry, counting the
+		 * execs, that the new program's mappings fill. */
+		u32 zero = 0, execs = 1;
+		struct unwind_proc *old = bpf_map_lookup_elem(&unwind_procs, &tgid);
+		if (old)
+			execs = old->execs + 1;
+		struct unwind_proc *z = bpf_map_lookup_elem(&unwind_zero, &zero);
+		if (z && bpf_map_update_elem(&unwind_procs, &tgid, z, BPF_ANY) == 0) {
+			struct unwind_proc *e = bpf_map_lookup_elem(&unwind_procs, &tgid);
+			if (e)
+				e->execs = execs;
+		}
+	}
 	if (!want_maps || !bpf_ksym_exists(bpf_iter_task_vma_new))
 		return 0;
 	struct bpf_iter_task_vma it;

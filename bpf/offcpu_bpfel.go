@@ -21,6 +21,22 @@ type OffcpuCpuKey struct {
 	Kstack int64
 }
 
+type OffcpuFileKey struct {
+	_   structs.HostLayout
+	Ino uint64
+	Dev uint32
+	Pad uint32
+}
+
+type OffcpuFileUnwind struct {
+	_        structs.HostLayout
+	SegOff   uint64
+	SegEnd   uint64
+	OffVaddr int64
+	First    uint32
+	Count    uint32
+}
+
 type OffcpuMapEvent struct {
 	_      structs.HostLayout
 	Kind   uint32
@@ -159,10 +175,12 @@ type OffcpuUnwindMap struct {
 }
 
 type OffcpuUnwindProc struct {
-	_    structs.HostLayout
-	N    uint32
-	Gen  uint32
-	Maps [64]OffcpuUnwindMap
+	_     structs.HostLayout
+	N     uint32
+	Gen   uint32
+	Execs uint32
+	Pad   uint32
+	Maps  [64]OffcpuUnwindMap
 }
 
 type OffcpuUnwindRow struct {
@@ -225,9 +243,12 @@ const (
 	OffcpuMapTargetTids         = "target_tids"
 	OffcpuMapTaskStarts         = "task_starts"
 	OffcpuMapThreads            = "threads"
+	OffcpuMapUnwindFiles        = "unwind_files"
+	OffcpuMapUnwindGen          = "unwind_gen"
 	OffcpuMapUnwindProcs        = "unwind_procs"
 	OffcpuMapUnwindRows         = "unwind_rows"
 	OffcpuMapUnwindScratch      = "unwind_scratch"
+	OffcpuMapUnwindZero         = "unwind_zero"
 	OffcpuMapWakeups            = "wakeups"
 	OffcpuProgOffcpuCpuSample   = "offcpu_cpu_sample"
 	OffcpuProgOffcpuExec        = "offcpu_exec"
@@ -346,9 +367,12 @@ type OffcpuMapSpecs struct {
 	TargetTids      *ebpf.MapSpec `ebpf:"target_tids"`
 	TaskStarts      *ebpf.MapSpec `ebpf:"task_starts"`
 	Threads         *ebpf.MapSpec `ebpf:"threads"`
+	UnwindFiles     *ebpf.MapSpec `ebpf:"unwind_files"`
+	UnwindGen       *ebpf.MapSpec `ebpf:"unwind_gen"`
 	UnwindProcs     *ebpf.MapSpec `ebpf:"unwind_procs"`
 	UnwindRows      *ebpf.MapSpec `ebpf:"unwind_rows"`
 	UnwindScratch   *ebpf.MapSpec `ebpf:"unwind_scratch"`
+	UnwindZero      *ebpf.MapSpec `ebpf:"unwind_zero"`
 	Wakeups         *ebpf.MapSpec `ebpf:"wakeups"`
 }
 
@@ -417,9 +441,12 @@ type OffcpuMaps struct {
 	TargetTids      *ebpf.Map `ebpf:"target_tids"`
 	TaskStarts      *ebpf.Map `ebpf:"task_starts"`
 	Threads         *ebpf.Map `ebpf:"threads"`
+	UnwindFiles     *ebpf.Map `ebpf:"unwind_files"`
+	UnwindGen       *ebpf.Map `ebpf:"unwind_gen"`
 	UnwindProcs     *ebpf.Map `ebpf:"unwind_procs"`
 	UnwindRows      *ebpf.Map `ebpf:"unwind_rows"`
 	UnwindScratch   *ebpf.Map `ebpf:"unwind_scratch"`
+	UnwindZero      *ebpf.Map `ebpf:"unwind_zero"`
 	Wakeups         *ebpf.Map `ebpf:"wakeups"`
 }
 
@@ -443,9 +470,12 @@ func (m *OffcpuMaps) Close() error {
 		m.TargetTids,
 		m.TaskStarts,
 		m.Threads,
+		m.UnwindFiles,
+		m.UnwindGen,
 		m.UnwindProcs,
 		m.UnwindRows,
 		m.UnwindScratch,
+		m.UnwindZero,
 		m.Wakeups,
 	)
 }

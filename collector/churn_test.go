@@ -99,15 +99,16 @@ func TestProcessChurn(t *testing.T) {
 		t.Errorf("%v of the short-lived processes' %v off-CPU time has a named user frame, want >= 95%%", time.Duration(named), time.Duration(total))
 	}
 	// Each slept napUs in nanosleep (more under load: the wait for a CPU
-	// after the timer). Stacks walked whole show nap_here too; a process
-	// that sleeps before the recorder has loaded its unwind tables (the
-	// reader lags on a busy machine) shows only libc's clock_nanosleep.
+	// after the timer), called from nap_here: libc has no frame pointers
+	// here, so the stack reaches nap_here only if the process's unwind
+	// entry was made as it mapped libc (in the kernel, not when the reader
+	// got to the event).
 	sleep := time.Duration(started) * napUs * time.Microsecond
 	if slept < int64(sleep*9/10) || slept > int64(sleep*5/2) {
 		t.Errorf("%v in the processes' nanosleeps, want 0.9-2.5 times the %v they slept", time.Duration(slept), sleep)
 	}
-	if inNap == 0 {
-		t.Errorf("no sleep in nap_here: no short-lived process's stack was walked whole")
+	if float64(inNap) < 0.9*float64(slept) {
+		t.Errorf("%v of the %v in nanosleep reaches nap_here, want >= 90%%: stacks cut at libc", time.Duration(inNap), time.Duration(slept))
 	}
 	if lost := st.UserStackLost + st.KernelStackLost + st.AggFull + st.StartFull + st.EventsLost; lost > 0 {
 		t.Errorf("losses: %+v", st)

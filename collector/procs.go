@@ -63,8 +63,7 @@ func (t *procTable) snapshot(pid uint32) {
 		mm := mapping{start: uint64(m.StartAddr), end: uint64(m.EndAddr), offset: uint64(m.Offset), path: m.Pathname}
 		if m.Inode != 0 && strings.HasPrefix(m.Pathname, "/") {
 			mapFile := fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.StartAddr, m.EndAddr)
-			key := fmt.Sprintf("%d:%d", m.Dev, m.Inode)
-			mm.file = t.files.open(key, m.Pathname, mapFile, fmt.Sprintf("/proc/%d/root%s", pid, m.Pathname), m.Pathname)
+			mm.file = t.files.open(m.Dev, m.Inode, m.Pathname, mapFile, fmt.Sprintf("/proc/%d/root%s", pid, m.Pathname), m.Pathname)
 		}
 		ms = append(ms, mm)
 	}
@@ -207,8 +206,7 @@ func (t *procTable) addMapping(pid uint32, m mapping) {
 // and inode if it is already open, else by its path, checked to be the
 // same file (not one replaced on disk since).
 func (t *procTable) kernelFile(pid uint32, dev, ino uint64, path string) *symFile {
-	key := fmt.Sprintf("%d:%d", dev, ino)
-	return t.files.openChecked(key, path, dev, ino, path, fmt.Sprintf("/proc/%d/root%s", pid, path))
+	return t.files.openChecked(dev, ino, path, path, fmt.Sprintf("/proc/%d/root%s", pid, path))
 }
 
 func sameMappings(a, b []mapping) bool {

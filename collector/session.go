@@ -636,6 +636,9 @@ func (s *Session) procEvent(raw []byte) {
 	case evReread:
 		s.procs.snapshot(ev.Tgid)
 	case evExec:
+		if s.unw != nil {
+			s.unw.exec(ev.Tgid)
+		}
 		s.procs.exec(ev.Tgid)
 		if !s.kernelMaps {
 			s.procs.snapshot(ev.Tgid)

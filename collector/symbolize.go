@@ -37,9 +37,11 @@ type fileCache struct {
 
 func newFileCache() *fileCache { return &fileCache{files: map[string]*symFile{}} }
 
-// open returns the file with the given identity, opening the first of
-// paths that works; display names it in profiles.
-func (c *fileCache) open(key, display string, paths ...string) *symFile {
+// open returns the file with the given identity (device in userspace
+// encoding, inode), opening the first of paths that works; display names
+// it in profiles.
+func (c *fileCache) open(dev, ino uint64, display string, paths ...string) *symFile {
+	key := fmt.Sprintf("%d:%d", dev, ino)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if f, ok := c.files[key]; ok {
@@ -52,14 +54,15 @@ func (c *fileCache) open(key, display string, paths ...string) *symFile {
 			break
 		}
 	}
-	sf := &symFile{path: display, fh: fh}
+	sf := &symFile{path: display, fh: fh, dev: dev, ino: ino}
 	c.files[key] = sf
 	return sf
 }
 
 // openChecked is open for a file known by device and inode (userspace
 // encoding): a path is used only if it still names that file.
-func (c *fileCache) openChecked(key, display string, dev, ino uint64, paths ...string) *symFile {
+func (c *fileCache) openChecked(dev, ino uint64, display string, paths ...string) *symFile {
+	key := fmt.Sprintf("%d:%d", dev, ino)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if f, ok := c.files[key]; ok {
@@ -72,7 +75,7 @@ func (c *fileCache) openChecked(key, display string, dev, ino uint64, paths ...s
 		}
 		var st unix.Stat_t
 		if unix.Fstat(int(f.Fd()), &st) == nil && st.Dev == dev && st.Ino == ino {
-			sf := &symFile{path: display, fh: f}
+			sf := &symFile{path: display, fh: f, dev: dev, ino: ino}
 			c.files[key] = sf
 			return sf
 		}
@@ -98,8 +101,9 @@ type elfSym struct {
 
 // symFile is an ELF file's symbol information, loaded on first use.
 type symFile struct {
-	path string
-	fh   *os.File
+	path     string
+	fh       *os.File
+	dev, ino uint64 // identity (device in userspace encoding); 0: unknown
 
 	once    sync.Once
 	loads   []elf.ProgHeader

@@ -3,10 +3,12 @@ package collector
 import (
 	"debug/elf"
 	"errors"
+	"sort"
 	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/offcpu/offcpu/bpf"
 	"github.com/offcpu/offcpu/collector/unwind"
@@ -19,15 +21,17 @@ import (
 type unwinder struct {
 	rows  *ebpf.Map
 	procs *ebpf.Map
+	files *ebpf.Map // unwind_files: lets the kernel make a process's entry itself
 
 	mu      sync.Mutex
 	cap     uint32
 	next    uint32                          // first free row
-	files   map[*symFile]*fileRows          // by open file: same identity as the symbolizer's
+	loaded  map[*symFile]*fileRows          // by open file: same identity as the symbolizer's
 	entries map[uint32]bpf.OffcpuUnwindProc // tgid -> the entry last written
 	scans   map[uint32]*rescan              // live processes and when to look at their mappings again
 	stats   UnwindStats
-	gens    uint32 // last entry generation handed out
+	gens    uint32            // last entry generation handed out
+	execs   map[uint32]uint32 // execs seen per process while recording
 	// rescan: read a process's mappings again after it is first seen
 	// (off when the kernel reports every code mapping as it is made).
 	rescan bool
@@ -70,8 +74,10 @@ func newUnwinder(coll *ebpf.Collection, capacity uint32) *unwinder {
 	return &unwinder{
 		rows:    coll.Maps[bpf.OffcpuMapUnwindRows],
 		procs:   coll.Maps[bpf.OffcpuMapUnwindProcs],
+		files:   coll.Maps[bpf.OffcpuMapUnwindFiles],
 		cap:     capacity,
-		files:   map[*symFile]*fileRows{},
+		loaded:  map[*symFile]*fileRows{},
+		execs:   map[uint32]uint32{},
 		entries: map[uint32]bpf.OffcpuUnwindProc{},
 		scans:   map[uint32]*rescan{},
 		stats:   UnwindStats{RowCapacity: capacity},
@@ -81,11 +87,11 @@ func newUnwinder(coll *ebpf.Collection, capacity uint32) *unwinder {
 
 // table returns f's rows, loading them on first use.
 func (u *unwinder) table(f *symFile) *fileRows {
-	if fr, ok := u.files[f]; ok {
+	if fr, ok := u.loaded[f]; ok {
 		return fr
 	}
 	fr := &fileRows{}
-	u.files[f] = fr
+	u.loaded[f] = fr
 	if f.fh == nil {
 		u.stats.Failed++
 		return fr
@@ -127,7 +133,31 @@ func (u *unwinder) table(f *symFile) *fileRows {
 	u.next += fr.count
 	u.stats.Files++
 	u.stats.Rows = u.next
+	u.publish(f, ef, fr)
 	return fr
+}
+
+// publish tells the kernel where f's rows are, so that a process mapping
+// f later gets its entry made at once, as the mapping is made.
+func (u *unwinder) publish(f *symFile, ef *elf.File, fr *fileRows) {
+	if u.files == nil || f.ino == 0 {
+		return
+	}
+	for _, p := range ef.Progs {
+		if p.Type != elf.PT_LOAD || p.Flags&elf.PF_X == 0 {
+			continue
+		}
+		key := bpf.OffcpuFileKey{Ino: f.ino, Dev: kernelDev(f.dev)}
+		val := bpf.OffcpuFileUnwind{SegOff: p.Off &^ 0xfff, SegEnd: p.Off + p.Filesz,
+			OffVaddr: int64(p.Off) - int64(p.Vaddr), First: fr.first, Count: fr.count}
+		u.files.Update(key, val, ebpf.UpdateAny) // full: those processes wait for user space
+		return
+	}
+}
+
+// kernelDev turns a userspace dev_t into the kernel's (major << 20 | minor).
+func kernelDev(dev uint64) uint32 {
+	return unix.Major(dev)<<20 | unix.Minor(dev)
 }
 
 func (u *unwinder) writeRows(keys []uint32, vals []bpf.OffcpuUnwindRow) error {
@@ -178,6 +208,19 @@ func (u *unwinder) update(pid uint32, ms []mapping) {
 		entry.N++
 	}
 	old, had := u.entries[pid]
+	// The kernel makes and grows entries too, as mappings are made. This
+	// list may be behind it: write only over an entry of the program
+	// (exec) this list is of, and keep the mappings the kernel added.
+	var cur bpf.OffcpuUnwindProc
+	if u.procs.Lookup(pid, &cur) == nil {
+		if cur.Execs != u.execs[pid] {
+			return // an exec this list has not seen yet
+		}
+		entry = mergeUnwindMaps(entry, cur)
+	} else if u.execs[pid] > 0 {
+		return // exec'd while recording, and the kernel has no entry: exited
+	}
+	entry.Execs = u.execs[pid]
 	if entry.N == 0 {
 		if had {
 			u.procs.Delete(pid)
@@ -197,6 +240,25 @@ func (u *unwinder) update(pid uint32, ms []mapping) {
 		return // map full: this process keeps frame pointers
 	}
 	u.entries[pid] = entry
+}
+
+// mergeUnwindMaps adds to e the mappings of k that start where none of
+// e's does, keeping the result sorted by start.
+func mergeUnwindMaps(e, k bpf.OffcpuUnwindProc) bpf.OffcpuUnwindProc {
+	have := map[uint64]bool{}
+	for _, m := range e.Maps[:e.N] {
+		have[m.Start] = true
+	}
+	out := e
+	for _, m := range k.Maps[:min(int(k.N), len(k.Maps))] {
+		if !have[m.Start] && int(out.N) < len(out.Maps) {
+			out.Maps[out.N] = m
+			out.N++
+		}
+	}
+	ms := out.Maps[:out.N]
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Start < ms[j].Start })
+	return out
 }
 
 // loadBias is pc - (ELF virtual address) for mapping m of a file with the
@@ -229,11 +291,20 @@ func (u *unwinder) due(now time.Time) []uint32 {
 	return out
 }
 
+// exec counts an exec of pid, in the order of the kernel's events.
+func (u *unwinder) exec(pid uint32) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.execs[pid]++
+	delete(u.entries, pid) // the kernel replaced it
+}
+
 // forget drops an exited process.
 func (u *unwinder) forget(pid uint32) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	delete(u.scans, pid)
+	delete(u.execs, pid)
 	if _, ok := u.entries[pid]; ok {
 		u.procs.Delete(pid)
 		delete(u.entries, pid)
