@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # Recording system-wide under process churn, side by side in one run:
-# (a) nothing, (b) offcpu record, (c) libbpf-tools offcputime, while a C
+# (a) offcpu record, (b) optionally another offcpu build, (c) libbpf-tools
+# offcputime, while a C
 # launcher starts RATE short-lived processes a second for SECS seconds
 # (collector/testdata/churn: each sleeps 1 ms in nap_here and exits).
 # Reports, per recorder: the share of the processes' off-CPU time with a
 # named user frame, peak RSS, BPF map memory, its own CPU per process
 # while the launcher runs, its BPF programs' run time per process (kernel
 # bpf_stats; every program, the switch programs of all threads included),
-# its CPU over its whole life, and the machine's busy time per process
-# over (a). Needs root.
-# Usage: bench/churn.sh [RATE] [SECS]
+# and its CPU over its whole life. Needs root.
+# Usage: bench/churn.sh [RATE] [SECS] [OTHER_OFFCPU_BINARY (e.g. an older build)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RATE=${1:-500}
 SECS=${2:-30}
+OTHER=${3:-}
 OUT=bench/out/churn
 mkdir -p "$OUT"
 gcc -O2 -o "$OUT/churn" collector/testdata/churn/churn.c
@@ -22,7 +23,6 @@ go build -o "$OUT/offcpu" ./cmd/offcpu
 OFFCPUTIME=$(command -v offcputime || echo /usr/sbin/offcputime)
 [ -x "$OFFCPUTIME" ] || { echo "libbpf-tools offcputime not found: apt-get install libbpf-tools" >&2; OFFCPUTIME=""; }
 
-busy() { awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
 # bpf_ids: the ids of the programs and maps loaded now.
 bpf_ids() { { bpftool -j prog show; echo; bpftool -j map show; } | python3 -c '
 import json, sys
@@ -74,18 +74,12 @@ print(f"{100*named/max(tot,1):.1f}")
 PY
 }
 
-# churn_run: runs the launcher; prints "PROCESSES BUSY_TICKS".
-churn_run() {
-	local b0 t0 b1 t1 n
-	read -r b0 t0 < <(busy)
-	n=$("$OUT/churn" "$RATE" "$SECS" "$OUT/nap" 1000 | awk '{print $1}')
-	read -r b1 t1 < <(busy)
-	echo "$n $((b1 - b0))"
-}
+# churn_run: runs the launcher; prints how many processes it started.
+churn_run() { "$OUT/churn" "$RATE" "$SECS" "$OUT/nap" 1000 | awk '{print $1}'; }
 # record NAME CMD...: runs CMD (a recorder) around the launcher; prints
-# "PROCESSES BUSY_TICKS BPF_NS MAP_BYTES CPU_TICKS_DURING CPU_S_ALL PEAK_RSS_KB".
+# "PROCESSES BPF_NS MAP_BYTES CPU_TICKS_DURING CPU_S_ALL PEAK_RSS_KB".
 record() {
-	local name=$1 n busy bpf mem ids c0 c1
+	local name=$1 n bpf mem ids c0 c1
 	shift
 	ids=$(bpf_ids)
 	/usr/bin/time -f "%U %S %M" -o "$OUT/$name.time" "$@" > "$OUT/$name.out" 2> "$OUT/$name.log" &
@@ -93,35 +87,40 @@ record() {
 	sleep 3
 	local rec; rec=$(pgrep -P $pid | head -1)
 	c0=$(cpu_ticks "$rec")
-	read -r n busy < <(churn_run)
+	n=$(churn_run)
 	c1=$(cpu_ticks "$rec")
 	read -r bpf mem < <(bpf_since "$ids")
 	kill -INT "$rec" 2>/dev/null || true
 	wait $pid || true
-	awk -v n="$n" -v busy="$busy" -v bpf="$bpf" -v mem="$mem" -v c="$((c1 - c0))" '{print n, busy, bpf, mem, c, $1 + $2, $3}' "$OUT/$name.time"
+	awk -v n="$n" -v bpf="$bpf" -v mem="$mem" -v c="$((c1 - c0))" '{print n, bpf, mem, c, $1 + $2, $3}' "$OUT/$name.time"
 }
 
 sysctl -qw kernel.bpf_stats_enabled=1
 trap 'sysctl -qw kernel.bpf_stats_enabled=0' EXIT
 hz=$(getconf CLK_TCK)
 
-read -r n0 busy0 < <(churn_run)
 ours=$(record offcpu "$OUT/offcpu" record -d 1h --folded "$OUT/offcpu.folded" -o "$OUT/offcpu.pb.gz")
 ours_named=$(named "$OUT/offcpu.folded" nap)
+other=""
+if [ -n "$OTHER" ]; then
+	cp "$OTHER" "$OUT/offcpu-other"
+	other=$(record offcpu-other "$OUT/offcpu-other" record -d 1h --folded "$OUT/offcpu-other.folded" -o "$OUT/offcpu-other.pb.gz")
+	other_named=$(named "$OUT/offcpu-other.folded" nap)
+fi
 theirs=""
 if [ -n "$OFFCPUTIME" ]; then
 	theirs=$(record offcputime "$OFFCPUTIME")
 	theirs_named=$(named_offcputime "$OUT/offcputime.out")
 fi
 
-printf "%d processes a second for %d s (each sleeps 1 ms and exits); without a recorder: %d processes, %.0f us of CPU busy per process\n" \
-	"$RATE" "$SECS" "$n0" "$(awk -v b="$busy0" -v n="$n0" -v hz="$hz" 'BEGIN{print b*1e6/hz/n}')"
-echo "| recorder | processes | named user frame | peak RSS | BPF map memory | recorder CPU per process while recording | BPF run time per process | recorder CPU in all (start and end too) | machine busy per process, over none |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-line() { # NAME NAMED% N BUSY BPF MEM CPU_TICKS CPU_S RSS
-	awk -v name="$1" -v named="$2" -v n="$3" -v busy="$4" -v bpf="$5" -v mem="$6" -v ticks="$7" -v cpu="$8" -v rss="$9" -v b0="$busy0" -v n0="$n0" -v hz="$hz" 'BEGIN {
-		printf "| %s | %d | %s%% | %.0f MB | %.1f MB | %.0f us | %.1f us | %.2f s | +%.0f us |\n", name, n, named, rss/1024, mem/1048576, ticks*1e6/hz/n, bpf/1e3/n, cpu, (busy/n - b0/n0)*1e6/hz }'
+printf "%d processes a second for %d s, each sleeping 1 ms in nap_here\n" "$RATE" "$SECS"
+echo "| recorder | processes | named user frame | peak RSS | BPF map memory | recorder CPU per process while recording | BPF run time per process | recorder CPU in all (start and end too) |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+line() { # NAME NAMED% N BPF MEM CPU_TICKS CPU_S RSS
+	awk -v name="$1" -v named="$2" -v n="$3" -v bpf="$4" -v mem="$5" -v ticks="$6" -v cpu="$7" -v rss="$8" -v hz="$hz" 'BEGIN {
+		printf "| %s | %d | %s%% | %.0f MB | %.1f MB | %.0f us | %.1f us | %.2f s |\n", name, n, named, rss/1024, mem/1048576, ticks*1e6/hz/n, bpf/1e3/n, cpu }'
 }
 line "offcpu record" "$ours_named" $ours
+[ -n "$other" ] && line "$OTHER record" "$other_named" $other
 [ -n "$theirs" ] && line "offcputime (libbpf-tools)" "$theirs_named" $theirs
 echo "Files: $OUT/"
