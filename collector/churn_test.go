@@ -77,12 +77,15 @@ func TestProcessChurn(t *testing.T) {
 	}
 	st := s.Stats()
 
-	var total, named, slept, inNap int64
+	var total, named, slept, inNap, prestart int64
 	for _, smp := range p.Sample {
 		if smp.Label[LabelThread][0] != "nap" {
 			continue
 		}
 		total += smp.Value[0]
+		if iv := smp.Label[LabelInterval]; len(iv) > 0 && iv[0] != "open" {
+			prestart += smp.Value[0] // created during the recording: never blocked before it
+		}
 		if namedUserFrame(smp) {
 			named += smp.Value[0]
 		}
@@ -109,6 +112,9 @@ func TestProcessChurn(t *testing.T) {
 	}
 	if float64(inNap) < 0.9*float64(slept) {
 		t.Errorf("%v of the %v in nanosleep reaches nap_here, want >= 90%%: stacks cut at libc", time.Duration(inNap), time.Duration(slept))
+	}
+	if prestart > 0 {
+		t.Errorf("%v of the short-lived processes' time counted as blocked since before the recording", time.Duration(prestart))
 	}
 	if lost := st.UserStackLost + st.KernelStackLost + st.AggFull + st.StartFull + st.EventsLost; lost > 0 {
 		t.Errorf("losses: %+v", st)
