@@ -206,7 +206,7 @@ func (t *procTable) addMapping(pid uint32, m mapping) {
 // and inode if it is already open, else by its path, checked to be the
 // same file (not one replaced on disk since).
 func (t *procTable) kernelFile(pid uint32, dev, ino uint64, path string) *symFile {
-	return t.files.openChecked(dev, ino, path, path, fmt.Sprintf("/proc/%d/root%s", pid, path))
+	return t.files.open(dev, ino, path, path, fmt.Sprintf("/proc/%d/root%s", pid, path))
 }
 
 func sameMappings(a, b []mapping) bool {

@@ -38,36 +38,18 @@ type fileCache struct {
 func newFileCache() *fileCache { return &fileCache{files: map[string]*symFile{}} }
 
 // open returns the file with the given identity (device in userspace
-// encoding, inode), opening the first of paths that works; display names
-// it in profiles.
+// encoding, inode), opening the first of paths that still names it (a
+// file replaced on disk since it was mapped is not the one to read);
+// display names it in profiles. A file none of the paths opens gets an
+// entry without a handle: its frames are named by file and offset.
 func (c *fileCache) open(dev, ino uint64, display string, paths ...string) *symFile {
 	key := fmt.Sprintf("%d:%d", dev, ino)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if f, ok := c.files[key]; ok {
+	if f, ok := c.files[key]; ok && f.fh != nil {
 		return f
 	}
-	var fh *os.File
-	for _, p := range paths {
-		if f, err := os.Open(p); err == nil {
-			fh = f
-			break
-		}
-	}
-	sf := &symFile{path: display, fh: fh, dev: dev, ino: ino}
-	c.files[key] = sf
-	return sf
-}
-
-// openChecked is open for a file known by device and inode (userspace
-// encoding): a path is used only if it still names that file.
-func (c *fileCache) openChecked(dev, ino uint64, display string, paths ...string) *symFile {
-	key := fmt.Sprintf("%d:%d", dev, ino)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if f, ok := c.files[key]; ok {
-		return f
-	}
+	sf := &symFile{path: display, dev: dev, ino: ino}
 	for _, p := range paths {
 		f, err := os.Open(p)
 		if err != nil {
@@ -75,13 +57,16 @@ func (c *fileCache) openChecked(dev, ino uint64, display string, paths ...string
 		}
 		var st unix.Stat_t
 		if unix.Fstat(int(f.Fd()), &st) == nil && st.Dev == dev && st.Ino == ino {
-			sf := &symFile{path: display, fh: f, dev: dev, ino: ino}
-			c.files[key] = sf
-			return sf
+			sf.fh = f
+			break
 		}
 		f.Close()
 	}
-	return nil // not cached: another process may name it later
+	if old, ok := c.files[key]; ok && sf.fh == nil {
+		return old // tried again, still unreadable
+	}
+	c.files[key] = sf
+	return sf
 }
 
 func (c *fileCache) close() {
