@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/offcpu/offcpu/collector/unwind"
+	"github.com/offcpu/offcpu/schema"
 )
 
 // Options narrows an analysis.
@@ -303,7 +304,7 @@ func outermostUser(s *Stack) (string, bool) {
 func foldedOf(s *Stack) string {
 	parts := []string{}
 	if s.Thread != "" {
-		parts = append(parts, s.Thread)
+		parts = append(parts, schema.FoldedFrame(s.Thread))
 	}
 	kernel := false
 	for _, f := range s.Frames {
@@ -311,7 +312,7 @@ func foldedOf(s *Stack) string {
 			parts = append(parts, "-")
 			kernel = true
 		}
-		parts = append(parts, f.Name)
+		parts = append(parts, schema.FoldedFrame(f.Name))
 	}
 	return strings.Join(parts, ";")
 }

@@ -3,13 +3,11 @@
 package analysis
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/google/pprof/profile"
@@ -213,32 +211,18 @@ func FoldedStack(stack string) Stack {
 }
 
 func (d *Data) addFolded(path string, b []byte, unit FoldedUnit) error {
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	n := 0
-	for sc.Scan() {
-		n++
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
+	err := schema.ScanFolded(b, func(stack []byte, v int64) error {
+		line := string(stack)
+		if strings.Contains(line, ";--;") {
+			return nil // offwake lines: blocked and waker stacks together
 		}
-		sp := strings.LastIndexByte(line, ' ')
-		if sp < 0 {
-			return fmt.Errorf("%s:%d: no value at the end of the line: not folded stacks", path, n)
-		}
-		v, err := strconv.ParseInt(line[sp+1:], 10, 64)
-		if err != nil {
-			return fmt.Errorf("%s:%d: value %q is not a number: not folded stacks", path, n, line[sp+1:])
-		}
-		if strings.Contains(line[:sp], ";--;") {
-			continue // offwake lines: blocked and waker stacks together
-		}
-		st := FoldedStack(line[:sp])
+		st := FoldedStack(line)
 		st.Value = v * int64(unit)
 		d.Stacks = append(d.Stacks, st)
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("reading %s: %w", path, err)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
 }

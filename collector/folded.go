@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/schema"
 )
 
 // WriteFolded writes p in bcc's folded format, one line per stack:
@@ -67,7 +69,7 @@ func WriteWakeupsFolded(w io.Writer, p *profile.Profile) error {
 	return writeFoldedBy(w, p, 0, 1, func(s *profile.Sample) string {
 		target := "[unnamed]"
 		if t := s.Label[LabelTarget]; len(t) > 0 {
-			target = strings.ReplaceAll(t[0], ";", ":")
+			target = schema.FoldedFrame(t[0])
 		}
 		return target + ";" + FoldedStack(s)
 	})
@@ -106,7 +108,7 @@ func writeFoldedBy(w io.Writer, p *profile.Profile, sampleIndex int, div int64, 
 
 func threadOf(s *profile.Sample) string {
 	if t := s.Label[LabelThread]; len(t) > 0 && t[0] != "" {
-		return strings.ReplaceAll(t[0], ";", ":")
+		return schema.FoldedFrame(t[0])
 	}
 	return "[unnamed]"
 }
@@ -115,5 +117,5 @@ func frameName(l profile.Line) string {
 	if l.Function == nil {
 		return "[unknown]"
 	}
-	return strings.ReplaceAll(l.Function.Name, ";", ":")
+	return schema.FoldedFrame(l.Function.Name)
 }

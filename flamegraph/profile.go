@@ -15,11 +15,11 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/schema"
 )
 
 // Line is one stack, frames root first separated by ';'. Base is its
@@ -43,31 +43,14 @@ type Profile struct {
 // keep referring to b.
 func ParseFolded(b []byte, unit string) (*Profile, error) {
 	p := &Profile{Unit: unit, Lines: make([]Line, 0, bytes.Count(b, []byte{'\n'})+1)}
-	line := 0
-	for len(b) > 0 {
-		line++
-		end := bytes.IndexByte(b, '\n')
-		var l []byte
-		if end < 0 {
-			l, b = b, nil
-		} else {
-			l, b = b[:end], b[end+1:]
-		}
-		l = bytes.TrimRight(l, "\r ")
-		if len(l) == 0 || l[0] == '#' {
-			continue
-		}
-		sp := bytes.LastIndexByte(l, ' ')
-		if sp < 0 {
-			return nil, fmt.Errorf("line %d: no value at the end: not folded stacks", line)
-		}
-		v, err := strconv.ParseInt(string(l[sp+1:]), 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("line %d: value %q is not a number: not folded stacks", line, l[sp+1:])
-		}
+	err := schema.ScanFolded(b, func(stack []byte, v int64) error {
 		if v > 0 {
-			p.Lines = append(p.Lines, Line{Stack: l[:sp], Value: v})
+			p.Lines = append(p.Lines, Line{Stack: stack, Value: v})
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return p, nil
 }
@@ -111,7 +94,7 @@ func FromData(d *analysis.Data, kind string) *Profile {
 	return p
 }
 
-func clean(s string) string { return strings.ReplaceAll(s, ";", ":") }
+var clean = schema.FoldedFrame
 
 // ErrNoSamples: the input holds nothing to draw.
 var ErrNoSamples = errors.New("no samples")
