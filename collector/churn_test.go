@@ -71,6 +71,7 @@ func TestProcessChurn(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond) // the last exits' events
 	procsLeft, threadsLeft := mapEntries(t, s.coll.Maps[bpf.OffcpuMapProcs]), mapEntries(t, s.coll.Maps[bpf.OffcpuMapThreads])
+	unwindLeft := mapEntries(t, s.coll.Maps[bpf.OffcpuMapUnwindProcs])
 	p, err := s.Stop()
 	if err != nil {
 		t.Fatalf("Stop: %v", err)
@@ -96,6 +97,7 @@ func TestProcessChurn(t *testing.T) {
 			}
 		}
 	}
+	t.Logf("%d unwind entries left", unwindLeft)
 	t.Logf("%d processes: %v off-CPU, %.1f%% with a named user frame, %v in nanosleep (%v of it through nap_here); %d stacks moved to memory; procs %d threads %d entries left",
 		started, time.Duration(total), 100*float64(named)/float64(max(total, 1)), time.Duration(slept), time.Duration(inNap), st.StacksMoved, procsLeft, threadsLeft)
 	if total == 0 || float64(named) < 0.95*float64(total) {
@@ -111,7 +113,15 @@ func TestProcessChurn(t *testing.T) {
 		t.Errorf("%v in the processes' nanosleeps, want 0.9-2.5 times the %v they slept", time.Duration(slept), sleep)
 	}
 	if float64(inNap) < 0.9*float64(slept) {
-		t.Errorf("%v of the %v in nanosleep reaches nap_here, want >= 90%%: stacks cut at libc", time.Duration(inNap), time.Duration(slept))
+		t.Errorf("%v of the %v in nanosleep reaches nap_here, want >= 90%%: stacks cut at libc (unwind stats %+v; %d unwind entries left)",
+			time.Duration(inNap), time.Duration(slept), *st.Unwind, unwindLeft)
+		n := 0
+		for _, smp := range p.Sample {
+			if smp.Label[LabelThread][0] == "nap" && stackHas(smp, "clock_nanosleep") && !stackHas(smp, "nap_here") && n < 5 {
+				n++
+				t.Logf("cut: %v %s", time.Duration(smp.Value[0]), FoldedStack(smp))
+			}
+		}
 	}
 	if prestart > 0 {
 		t.Errorf("%v of the short-lived processes' time counted as blocked since before the recording", time.Duration(prestart))
