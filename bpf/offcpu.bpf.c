@@ -928,10 +928,11 @@ static __always_inline u32 task_gen(struct task_struct *t)
 }
 
 /* Events are sent without waking the reader (a wake-up from a program
- * run with interrupts on costs tens of µs in a VM: an IPI); it polls every
- * 50 ms. A library mapped by mmap wakes it: the unwinder needs the
- * process's tables before its code blocks, and by then the events of its
- * fork and exec are queued before it. */
+ * run with interrupts on costs tens of µs in a VM: an IPI); it reads what
+ * is queued every 50 ms. Nothing waits for it: a process's unwind entry
+ * is made here (install_unwind), and only a file mapped for the first
+ * time waits for user space to load its rows. A new process to snapshot
+ * from /proc (EV_SEEN, EV_REREAD) wakes it if it is idle. */
 static __always_inline void proc_event(u32 kind, u32 tgid, u32 tid, u32 parent)
 {
 	struct proc_event ev = { .kind = kind, .tgid = tgid, .tid = tid, .parent = parent };
@@ -1713,7 +1714,7 @@ int offcpu_mmap_exit(struct mmap_exit_args *ctx)
 		return 0;
 	struct vma_copy c = {};
 	if (want_maps && bpf_find_vma(bpf_get_current_task_btf(), ctx->ret, copy_vma, &c, 0) == 0 && c.file)
-		emit_map(tgid | (u64)BPF_RB_FORCE_WAKEUP << 32, c.start, c.end, c.pgoff, c.file);
+		emit_map(tgid | (u64)BPF_RB_NO_WAKEUP << 32, c.start, c.end, c.pgoff, c.file);
 	else
 		proc_event(EV_REREAD, tgid, tid, 0);
 	return 0;

@@ -97,9 +97,8 @@ func TestProcessChurn(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d unwind entries left", unwindLeft)
-	t.Logf("%d processes: %v off-CPU, %.1f%% with a named user frame, %v in nanosleep (%v of it through nap_here); %d stacks moved to memory; procs %d threads %d entries left",
-		started, time.Duration(total), 100*float64(named)/float64(max(total, 1)), time.Duration(slept), time.Duration(inNap), st.StacksMoved, procsLeft, threadsLeft)
+	t.Logf("%d processes: %v off-CPU, %.1f%% with a named user frame, %v in nanosleep (%v of it through nap_here); %d stacks moved to memory; procs %d threads %d unwind %d entries left",
+		started, time.Duration(total), 100*float64(named)/float64(max(total, 1)), time.Duration(slept), time.Duration(inNap), st.StacksMoved, procsLeft, threadsLeft, unwindLeft)
 	if total == 0 || float64(named) < 0.95*float64(total) {
 		t.Errorf("%v of the short-lived processes' %v off-CPU time has a named user frame, want >= 95%%", time.Duration(named), time.Duration(total))
 	}
@@ -131,7 +130,8 @@ func TestProcessChurn(t *testing.T) {
 	}
 	// Entries of exited processes and threads are removed: what is left
 	// is the machine's own, far fewer than the processes seen.
-	if procsLeft > 2000 || threadsLeft > 4000 {
-		t.Errorf("after %d processes: %d process and %d thread entries left in the BPF maps, want them removed at exit", started, procsLeft, threadsLeft)
+	if procsLeft > 2000 || threadsLeft > 4000 || unwindLeft > 1000 {
+		t.Errorf("after %d processes: %d process, %d thread and %d unwind entries left in the BPF maps, want them removed at exit",
+			started, procsLeft, threadsLeft, unwindLeft)
 	}
 }

@@ -158,8 +158,9 @@ func (t *procTable) fork(child, parent uint32) {
 	}
 	info := t.info(child)
 	info.snaps = append(info.snaps, pi.snaps[0]) // the oldest: anything seen later is newer
-	ms := info.snaps[0]
-	t.changed(child, ms)
+	// Not reported as a change: the child is walked by frame pointers
+	// until it execs (usually within microseconds).
+	t.mu.Unlock()
 }
 
 // addMapping adds a code mapping the kernel reported as it was made. It

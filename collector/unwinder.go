@@ -217,8 +217,8 @@ func (u *unwinder) update(pid uint32, ms []mapping) {
 			return // an exec this list has not seen yet
 		}
 		entry = mergeUnwindMaps(entry, cur)
-	} else if u.execs[pid] > 0 {
-		return // exec'd while recording, and the kernel has no entry: exited
+	} else if u.execs[pid] > 0 || !processExists(int(pid)) {
+		return // the kernel has no entry and the process has exited
 	}
 	entry.Execs = u.execs[pid]
 	if entry.N == 0 {
@@ -305,10 +305,8 @@ func (u *unwinder) forget(pid uint32) {
 	defer u.mu.Unlock()
 	delete(u.scans, pid)
 	delete(u.execs, pid)
-	if _, ok := u.entries[pid]; ok {
-		u.procs.Delete(pid)
-		delete(u.entries, pid)
-	}
+	delete(u.entries, pid)
+	u.procs.Delete(pid) // the kernel's too: it may not have seen the exit
 }
 
 // run rescans mappings until stop is closed.
