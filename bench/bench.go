@@ -482,14 +482,8 @@ func scenarioLabel(name string) string {
 func scenarioLine(cfg *Config, name string) string {
 	s := ""
 	if sc, err := dispatcher.LoadScenario(name); err == nil {
-		if cfg.Messages > 0 {
-			sc.Messages, sc.Duration = cfg.Messages, 0
-		}
-		if cfg.Duration > 0 {
-			sc.Messages, sc.Duration = 0, cfg.Duration
-		}
-		if cfg.Rate >= 0 {
-			sc.Rate = cfg.Rate
+		if scaled, err := sc.Scaled(dispatcher.Scale{Messages: cfg.Messages, Duration: cfg.Duration, Rate: cfg.Rate, Churn: -1}); err == nil {
+			sc = scaled
 		}
 		amount := fmt.Sprintf("%d messages per run", sc.Messages)
 		if sc.Messages == 0 {

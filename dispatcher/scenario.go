@@ -121,6 +121,49 @@ func LoadScenario(nameOrFile string) (Scenario, error) {
 	return s, s.Validate()
 }
 
+// Scale changes a scenario's size. Zero fields keep the scenario's;
+// Rate and Churn keep it when negative (0 is a value for both).
+type Scale struct {
+	Messages  int64
+	Duration  time.Duration
+	Rate      float64
+	Producers int
+	Consumers int // per subscription
+	Churn     time.Duration
+}
+
+// Scaled returns s changed by c, validated.
+func (s Scenario) Scaled(c Scale) (Scenario, error) {
+	if c.Messages < 0 || c.Duration < 0 || c.Producers < 0 || c.Consumers < 0 {
+		return s, fmt.Errorf("--messages, --duration, --producers and --consumers must not be negative")
+	}
+	if c.Messages > 0 && c.Duration > 0 {
+		return s, fmt.Errorf("give --messages or --duration, not both")
+	}
+	if c.Messages > 0 {
+		s.Messages, s.Duration = c.Messages, 0
+	}
+	if c.Duration > 0 {
+		s.Duration, s.Messages = c.Duration, 0
+	}
+	if c.Rate >= 0 {
+		s.Rate = c.Rate
+	}
+	if c.Producers > 0 {
+		s.Producers = c.Producers
+	}
+	if c.Consumers > 0 {
+		s.Subscriptions = append([]Subscription(nil), s.Subscriptions...)
+		for i := range s.Subscriptions {
+			s.Subscriptions[i].Consumers = c.Consumers
+		}
+	}
+	if c.Churn >= 0 {
+		s.Churn = c.Churn
+	}
+	return s, s.Validate()
+}
+
 func (s Scenario) withDefaults() Scenario {
 	def := func(v *int, d int) {
 		if *v == 0 {

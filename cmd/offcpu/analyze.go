@@ -1,17 +1,12 @@
 package main
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 
 	"github.com/spf13/cobra"
 
 	"github.com/offcpu/offcpu/analysis"
-	"github.com/offcpu/offcpu/schema"
 )
 
 type analyzeFlags struct {
@@ -94,7 +89,7 @@ func analyzeFiles(f *analyzeFlags, args []string) (*analysis.Report, error) {
 			return nil, fmt.Errorf("--threads: %v", err)
 		}
 	}
-	files, metrics, err := expandRuns(args)
+	files, metrics, err := analysis.RunFiles(args)
 	if err != nil {
 		return nil, err
 	}
@@ -103,9 +98,7 @@ func analyzeFiles(f *analyzeFlags, args []string) (*analysis.Report, error) {
 	}
 	messages := f.messages
 	if messages == 0 {
-		for _, m := range metrics {
-			messages += publishedIn(m)
-		}
+		messages = analysis.Published(metrics)
 	}
 	unit := analysis.Microseconds
 	if f.foldedNs {
@@ -116,51 +109,4 @@ func analyzeFiles(f *analyzeFlags, args []string) (*analysis.Report, error) {
 		return nil, err
 	}
 	return analysis.Analyze(data, rules, analysis.Options{Threads: re, Messages: messages, Top: f.top}), nil
-}
-
-// expandRuns turns run directories into their profiles and metrics files.
-func expandRuns(args []string) (files, metrics []string, err error) {
-	for _, a := range args {
-		st, err := os.Stat(a)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %v", a, errors.Unwrap(err))
-		}
-		if !st.IsDir() {
-			files = append(files, a)
-			continue
-		}
-		found := false
-		for _, name := range schema.RunProfiles {
-			if _, err := os.Stat(filepath.Join(a, name)); err == nil {
-				files = append(files, filepath.Join(a, name))
-				found = true
-			}
-		}
-		if m := filepath.Join(a, schema.MetricsFile); fileExists(m) {
-			metrics = append(metrics, m)
-		}
-		if !found {
-			return nil, nil, fmt.Errorf("%s holds no offcpu.pb.gz: not a profiled run directory", a)
-		}
-	}
-	return files, metrics, nil
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
-}
-
-func publishedIn(path string) int64 {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	var m struct {
-		Published int64 `json:"published"`
-	}
-	if json.Unmarshal(b, &m) != nil {
-		return 0
-	}
-	return m.Published
 }

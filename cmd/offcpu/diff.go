@@ -2,16 +2,12 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/offcpu/offcpu/analysis"
-	"github.com/offcpu/offcpu/schema"
 )
 
 type diffFlags struct {
@@ -89,46 +85,13 @@ comma-separated) exits with status 3 when a condition holds.`,
 	return cmd
 }
 
-// loadSide expands a comma-separated list of paths and globs.
+// loadSide reads one side from a comma-separated list of paths and globs.
 func loadSide(name, list string) (*analysis.Side, error) {
-	var paths []string
-	for _, p := range strings.Split(list, ",") {
-		if p == "" {
-			continue
-		}
-		matches, err := filepath.Glob(p)
-		if err != nil || len(matches) == 0 {
-			return nil, fmt.Errorf("%s: no such file or directory", p)
-		}
-		sort.Strings(matches)
-		for _, m := range matches {
-			paths = append(paths, expandRunDir(m)...)
-		}
+	paths, err := analysis.SidePaths(list)
+	if err != nil {
+		return nil, err
 	}
 	return analysis.LoadSide(name, paths)
-}
-
-// expandRunDir turns a directory of run directories into those runs.
-func expandRunDir(p string) []string {
-	st, err := os.Stat(p)
-	if err != nil || !st.IsDir() || fileExists(filepath.Join(p, schema.MetricsFile)) || fileExists(filepath.Join(p, schema.ProfileFile)) {
-		return []string{p}
-	}
-	entries, err := os.ReadDir(p)
-	if err != nil {
-		return []string{p}
-	}
-	var out []string
-	for _, e := range entries {
-		sub := filepath.Join(p, e.Name())
-		if e.IsDir() && (fileExists(filepath.Join(sub, schema.MetricsFile)) || fileExists(filepath.Join(sub, schema.ProfileFile))) {
-			out = append(out, sub)
-		}
-	}
-	if len(out) == 0 {
-		return []string{p}
-	}
-	return out
 }
 
 // checkFailOn returns exit status 3 when a --fail-on condition holds.

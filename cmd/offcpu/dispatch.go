@@ -83,39 +83,13 @@ func listDispatch(w io.Writer) error {
 	return nil
 }
 
-// scenarioFromFlags applies the scaling flags to a scenario.
+// scenarioFromFlags loads a scenario and applies the scaling flags.
 func scenarioFromFlags(name string, messages int64, duration time.Duration, rate float64, producers, consumers int, churn time.Duration) (dispatcher.Scenario, error) {
 	sc, err := dispatcher.LoadScenario(name)
 	if err != nil {
 		return sc, err
 	}
-	if messages < 0 || duration < 0 || producers < 0 || consumers < 0 {
-		return sc, fmt.Errorf("--messages, --duration, --producers and --consumers must not be negative")
-	}
-	if messages > 0 && duration > 0 {
-		return sc, fmt.Errorf("give --messages or --duration, not both")
-	}
-	if messages > 0 {
-		sc.Messages, sc.Duration = messages, 0
-	}
-	if duration > 0 {
-		sc.Duration, sc.Messages = duration, 0
-	}
-	if rate >= 0 {
-		sc.Rate = rate
-	}
-	if producers > 0 {
-		sc.Producers = producers
-	}
-	if consumers > 0 {
-		for i := range sc.Subscriptions {
-			sc.Subscriptions[i].Consumers = consumers
-		}
-	}
-	if churn >= 0 {
-		sc.Churn = churn
-	}
-	return sc, sc.Validate()
+	return sc.Scaled(dispatcher.Scale{Messages: messages, Duration: duration, Rate: rate, Producers: producers, Consumers: consumers, Churn: churn})
 }
 
 func runDispatch(cmd *cobra.Command, f *dispatchFlags) error {
