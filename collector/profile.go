@@ -84,9 +84,42 @@ func (b *profBuilder) stack(pid uint32, kernel, user []uint64, userErr int64, kt
 	return locs
 }
 
+// buildProfiles symbolizes what was drained into the off-CPU profile
+// (with on-CPU samples), and unless wake-ups were off, the wake-up and
+// offwake profiles.
 func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile, err error) {
-	// Snapshot live processes once more: covers execs, late mappings and
-	// wakers outside the recorded set.
+	s.snapshotLive(d)
+	sym := newSymbolizer(s.procs)
+	names := &threadNames{d: d, procs: s.procs}
+	off = s.offCPUProfile(d, sym, names)
+	if err := s.finish(off, "profile"); err != nil {
+		return nil, nil, nil, err
+	}
+	if s.opts.NoWakeups {
+		return off, nil, nil, nil
+	}
+	wake = s.wakeupProfile(d, sym, names)
+	if err := s.finish(wake, "wake-up profile"); err != nil {
+		return nil, nil, nil, err
+	}
+	offwake = offwakeProfile(d, sym, names)
+	if err := s.finish(offwake, "offwake profile"); err != nil {
+		return nil, nil, nil, err
+	}
+	return off, wake, offwake, nil
+}
+
+func (s *Session) finish(p *profile.Profile, what string) error {
+	s.finishProfile(p)
+	if err := p.CheckValid(); err != nil {
+		return fmt.Errorf("building the %s: %w", what, err)
+	}
+	return nil
+}
+
+// snapshotLive reads the mappings of live processes once more: covers
+// execs, late mappings and wakers outside the recorded set.
+func (s *Session) snapshotLive(d *drained) {
 	seen := map[uint32]bool{}
 	snap := func(tgid uint32) {
 		if tgid != 0 && !seen[tgid] {
@@ -103,9 +136,11 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 	for _, w := range d.wakes {
 		snap(w.waker.tgid)
 	}
-	sym := newSymbolizer(s.procs)
-	names := &threadNames{d: d, procs: s.procs}
+}
 
+// offCPUProfile has a sample per interval record and per on-CPU sample
+// record; it counts complete and truncated stacks in the stats.
+func (s *Session) offCPUProfile(d *drained, sym *symbolizer, names *threadNames) *profile.Profile {
 	b := newProfBuilder(sym, &profile.ValueType{Type: schema.OffCPU, Unit: schema.Nanoseconds}, &profile.ValueType{Type: schema.Switches, Unit: schema.Count},
 		&profile.ValueType{Type: schema.CPU, Unit: schema.Nanoseconds})
 	sort.Slice(d.records, func(i, j int) bool { return d.records[i].ns > d.records[j].ns })
@@ -164,15 +199,12 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 			})
 		}
 	}
-	off = b.p
-	s.finishProfile(off)
-	if err := off.CheckValid(); err != nil {
-		return nil, nil, nil, fmt.Errorf("building the profile: %w", err)
-	}
-	if s.opts.NoWakeups {
-		return off, nil, nil, nil
-	}
+	return b.p
+}
 
+// wakeupProfile has a sample per waker stack and woken thread, with the
+// count and the blocked time it ended; it counts wake-ups by class.
+func (s *Session) wakeupProfile(d *drained, sym *symbolizer, names *threadNames) *profile.Profile {
 	// Wake-ups: the waker's stack, with the blocked time it ended.
 	type wkey struct {
 		target, tid uint32
@@ -210,13 +242,12 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 			NumLabel: map[string][]int64{LabelTargetTID: {int64(w.tid)}, LabelWakerTID: {int64(w.waker.tid)}, LabelTID: {int64(w.waker.tid)}},
 		})
 	}
-	wake = wb.p
-	s.finishProfile(wake)
-	if err := wake.CheckValid(); err != nil {
-		return nil, nil, nil, fmt.Errorf("building the wake-up profile: %w", err)
-	}
+	return wb.p
+}
 
-	// Offwake: blocked stack on top of the waker stack, in one sample.
+// offwakeProfile has a sample per interval with a known waker: the
+// blocked stack on top of the waker's, in one sample.
+func offwakeProfile(d *drained, sym *symbolizer, names *threadNames) *profile.Profile {
 	ob := newProfBuilder(sym, &profile.ValueType{Type: schema.OffCPU, Unit: schema.Nanoseconds}, &profile.ValueType{Type: schema.Switches, Unit: schema.Count})
 	for _, r := range d.records {
 		if !r.waker.valid {
@@ -256,12 +287,7 @@ func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile
 			NumLabel: map[string][]int64{LabelTID: {int64(r.tid)}, LabelWakerTID: {int64(r.waker.tid)}},
 		})
 	}
-	offwake = ob.p
-	s.finishProfile(offwake)
-	if err := offwake.CheckValid(); err != nil {
-		return nil, nil, nil, fmt.Errorf("building the offwake profile: %w", err)
-	}
-	return off, wake, offwake, nil
+	return ob.p
 }
 
 // CompleteShare is the share of off-CPU time whose user stack reaches a
