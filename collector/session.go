@@ -324,11 +324,35 @@ func checkPrivileges() error {
 	return errPermission
 }
 
+// The programs of each attach mode.
+var (
+	btfProgs = []string{bpf.OffcpuProgOffcpuSwitch, bpf.OffcpuProgOffcpuFork, bpf.OffcpuProgOffcpuExec, bpf.OffcpuProgOffcpuRename, bpf.OffcpuProgOffcpuWaking}
+	tpProgs  = []string{bpf.OffcpuProgOffcpuSwitchTp, bpf.OffcpuProgOffcpuForkTp, bpf.OffcpuProgOffcpuRenameTp, bpf.OffcpuProgOffcpuWakingTp}
+)
+
 // load creates the maps and programs for one attach mode and attaches them.
 func (s *Session) load(cgroupID uint64, btfMode bool) error {
+	spec, err := s.spec(cgroupID, btfMode)
+	if err != nil {
+		return err
+	}
+	if err := s.newCollection(spec); err != nil {
+		return err
+	}
+	if err := s.prepare(); err != nil {
+		return err
+	}
+	if btfMode {
+		return s.attachBTF()
+	}
+	return s.attachTracepoints()
+}
+
+// spec is the BPF object set up for the options and the attach mode.
+func (s *Session) spec(cgroupID uint64, btfMode bool) (*ebpf.CollectionSpec, error) {
 	spec, err := bpf.LoadOffcpu()
 	if err != nil {
-		return fmt.Errorf("reading the embedded BPF object: %w", err)
+		return nil, fmt.Errorf("reading the embedded BPF object: %w", err)
 	}
 	o := s.opts
 	set := func(name string, v any) error {
@@ -361,7 +385,7 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 		bpf.OffcpuVarWantMaps:          !o.NoUserStacks,
 	} {
 		if err := set(name, v); err != nil {
-			return fmt.Errorf("setting %s: %w", name, err)
+			return nil, fmt.Errorf("setting %s: %w", name, err)
 		}
 	}
 	spec.Maps[bpf.OffcpuMapStarts].MaxEntries = uint32(o.MaxThreads)
@@ -378,8 +402,6 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 		spec.Maps[bpf.OffcpuMapUnwindProcs].MaxEntries = MaxUnwindProcs
 	}
 
-	btfProgs := []string{bpf.OffcpuProgOffcpuSwitch, bpf.OffcpuProgOffcpuFork, bpf.OffcpuProgOffcpuExec, bpf.OffcpuProgOffcpuRename, bpf.OffcpuProgOffcpuWaking}
-	tpProgs := []string{bpf.OffcpuProgOffcpuSwitchTp, bpf.OffcpuProgOffcpuForkTp, bpf.OffcpuProgOffcpuRenameTp, bpf.OffcpuProgOffcpuWakingTp}
 	if btfMode {
 		for _, p := range tpProgs {
 			delete(spec.Programs, p)
@@ -397,6 +419,12 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 		delete(spec.Maps, bpf.OffcpuMapTaskStarts)
 		s.attach = "tracepoint"
 	}
+	return spec, nil
+}
+
+// newCollection loads the maps and programs, turning the kernel's
+// refusals into errors that say what to do.
+func (s *Session) newCollection(spec *ebpf.CollectionSpec) error {
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
 		// The verifier answers EACCES too: look at its log first.
@@ -413,6 +441,13 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 		return fmt.Errorf("creating BPF maps and programs (%s): %w; if a map is too large, lower --max-threads, --stack-entries or --agg-entries", s.attach, err)
 	}
 	s.coll = coll
+	return nil
+}
+
+// prepare snapshots the processes whose mappings must be known before
+// the probes attach, fills the target maps and opens the window.
+func (s *Session) prepare() error {
+	o, coll := s.opts, s.coll
 	// Mappings, and with them unwind tables, before the probes attach:
 	// the first sleeps walk whole. With tables: system-wide, every
 	// process already running; otherwise also this process, whose C
@@ -441,31 +476,37 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 	if err := s.attachCPUSampling(); err != nil {
 		return err
 	}
-	if btfMode {
-		for _, name := range btfProgs {
-			if name == bpf.OffcpuProgOffcpuWaking && o.NoWakeups {
-				continue
-			}
-			l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[name], AttachType: ebpf.AttachTraceRawTp})
-			if err != nil {
-				if name == bpf.OffcpuProgOffcpuRename || name == bpf.OffcpuProgOffcpuExec {
-					if name == bpf.OffcpuProgOffcpuExec {
-						s.kernelMaps = false
-					}
-					continue // optional: names and exec snapshots are also read from /proc
+	return nil
+}
+
+func (s *Session) attachBTF() error {
+	o, coll := s.opts, s.coll
+	for _, name := range btfProgs {
+		if name == bpf.OffcpuProgOffcpuWaking && o.NoWakeups {
+			continue
+		}
+		l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[name], AttachType: ebpf.AttachTraceRawTp})
+		if err != nil {
+			if name == bpf.OffcpuProgOffcpuRename || name == bpf.OffcpuProgOffcpuExec {
+				if name == bpf.OffcpuProgOffcpuExec {
+					s.kernelMaps = false
 				}
-				return fmt.Errorf("attaching %s (tp_btf): %w", name, err)
+				continue // optional: names and exec snapshots are also read from /proc
 			}
-			s.links = append(s.links, l)
+			return fmt.Errorf("attaching %s (tp_btf): %w", name, err)
 		}
-		if !s.attachMmap() {
-			s.kernelMaps = false
-		}
-		if s.kernelMaps && s.unw != nil {
-			s.unw.rescan = false // every code mapping is reported as it is made
-		}
-		return nil
+		s.links = append(s.links, l)
 	}
+	if !s.attachMmap() {
+		s.kernelMaps = false
+	}
+	if s.kernelMaps && s.unw != nil {
+		s.unw.rescan = false // every code mapping is reported as it is made
+	}
+	return nil
+}
+
+func (s *Session) attachTracepoints() error {
 	if err := ensureTracefs(); err != nil {
 		return err
 	}
@@ -478,7 +519,7 @@ func (s *Session) load(cgroupID uint64, btfMode bool) error {
 		if tp.prog == bpf.OffcpuProgOffcpuWakingTp && s.opts.NoWakeups {
 			continue
 		}
-		l, err := link.Tracepoint(tp.group, tp.name, coll.Programs[tp.prog], nil)
+		l, err := link.Tracepoint(tp.group, tp.name, s.coll.Programs[tp.prog], nil)
 		if err != nil {
 			return fmt.Errorf("attaching tracepoint %s:%s: %w", tp.group, tp.name, err)
 		}
