@@ -106,38 +106,9 @@ written.`,
 }
 
 func runRecord(stderr io.Writer, f *recordFlags, command []string) error {
-	mask, err := collector.ParseStates(f.states)
+	opts, err := f.options(command)
 	if err != nil {
 		return err
-	}
-	if err := checkWritable(f.output); err != nil {
-		return err
-	}
-	if f.noWakeups && (f.wakeupsOut != "" || f.wakeupsFolded != "" || f.offwakeFolded != "") {
-		return fmt.Errorf("--no-wakeups excludes --wakeups-output, --wakeups-folded and --offwake-folded")
-	}
-	if !f.noWakeups && f.wakeupsOut == "" {
-		f.wakeupsOut = strings.TrimSuffix(strings.TrimSuffix(f.output, ".gz"), ".pb") + ".wakeups.pb.gz"
-	}
-	if f.cpuFolded != "" && f.cpuHz == 0 {
-		return fmt.Errorf("--cpu-folded needs --cpu-hz above 0")
-	}
-	for _, p := range []string{f.folded, f.wakeupsOut, f.wakeupsFolded, f.offwakeFolded, f.cpuFolded} {
-		if p != "" {
-			if err := checkWritable(p); err != nil {
-				return err
-			}
-		}
-	}
-	opts := collector.Options{
-		PIDs: f.pids, TIDs: f.tids, Cgroup: f.cgroup,
-		MinBlock: f.minBlock, MaxBlock: f.maxBlock, StateMask: mask,
-		UserThreadsOnly: f.userOnly, KernelThreadsOnly: f.kernelOnly,
-		NoUserStacks: f.noUserStacks, NoKernelStacks: f.noKernelStacks, NoStackReuse: f.noStackReuse, NoWakeups: f.noWakeups, CPUHz: f.cpuHz,
-		FollowForks: f.follow, TargetsOnly: len(command) > 0,
-		MaxThreads: f.maxThreads, StackEntries: f.stackEntries, AggEntries: f.aggEntries,
-		UnwindRows: f.unwindRows, FramePointersOnly: f.fpOnly,
-		ForceTracepoint: f.tracepoint, Stats: f.stats,
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
@@ -161,7 +132,73 @@ func runRecord(stderr io.Writer, f *recordFlags, command []string) error {
 	if !f.quiet {
 		fmt.Fprintf(stderr, "offcpu: recording %s; Ctrl-C to stop\n", describeTargets(f, command))
 	}
+	cmdErr, cmdEnded := waitForEnd(ctx, f, cmdDone)
+	cancel()
 
+	prof, err := sess.Stop()
+	if err != nil {
+		return err
+	}
+	if err := f.write(sess, prof); err != nil {
+		return err
+	}
+	if !f.quiet {
+		printSummary(stderr, sess.Stats(), prof, f)
+	}
+	if child != nil {
+		if !cmdEnded { // still running: recording ended first
+			child.Process.Signal(syscall.SIGTERM)
+			cmdErr = <-cmdDone
+		}
+		var ee *exec.ExitError
+		if errors.As(cmdErr, &ee) && ee.ExitCode() > 0 {
+			return &exitError{code: ee.ExitCode(), msg: fmt.Sprintf("%s exited with status %d (profile written)", command[0], ee.ExitCode())}
+		}
+	}
+	return nil
+}
+
+// options checks the flags and turns them into the recorder's options.
+func (f *recordFlags) options(command []string) (collector.Options, error) {
+	mask, err := collector.ParseStates(f.states)
+	if err != nil {
+		return collector.Options{}, err
+	}
+	if err := checkWritable(f.output); err != nil {
+		return collector.Options{}, err
+	}
+	if f.noWakeups && (f.wakeupsOut != "" || f.wakeupsFolded != "" || f.offwakeFolded != "") {
+		return collector.Options{}, fmt.Errorf("--no-wakeups excludes --wakeups-output, --wakeups-folded and --offwake-folded")
+	}
+	if !f.noWakeups && f.wakeupsOut == "" {
+		f.wakeupsOut = strings.TrimSuffix(strings.TrimSuffix(f.output, ".gz"), ".pb") + ".wakeups.pb.gz"
+	}
+	if f.cpuFolded != "" && f.cpuHz == 0 {
+		return collector.Options{}, fmt.Errorf("--cpu-folded needs --cpu-hz above 0")
+	}
+	for _, p := range []string{f.folded, f.wakeupsOut, f.wakeupsFolded, f.offwakeFolded, f.cpuFolded} {
+		if p != "" {
+			if err := checkWritable(p); err != nil {
+				return collector.Options{}, err
+			}
+		}
+	}
+	opts := collector.Options{
+		PIDs: f.pids, TIDs: f.tids, Cgroup: f.cgroup,
+		MinBlock: f.minBlock, MaxBlock: f.maxBlock, StateMask: mask,
+		UserThreadsOnly: f.userOnly, KernelThreadsOnly: f.kernelOnly,
+		NoUserStacks: f.noUserStacks, NoKernelStacks: f.noKernelStacks, NoStackReuse: f.noStackReuse, NoWakeups: f.noWakeups, CPUHz: f.cpuHz,
+		FollowForks: f.follow, TargetsOnly: len(command) > 0,
+		MaxThreads: f.maxThreads, StackEntries: f.stackEntries, AggEntries: f.aggEntries,
+		UnwindRows: f.unwindRows, FramePointersOnly: f.fpOnly,
+		ForceTracepoint: f.tracepoint, Stats: f.stats,
+	}
+	return opts, nil
+}
+
+// waitForEnd waits for Ctrl-C, --duration, the --pid processes' exit or
+// the command's; it returns the command's result if it ended.
+func waitForEnd(ctx context.Context, f *recordFlags, cmdDone chan error) (cmdErr error, cmdEnded bool) {
 	var timer <-chan time.Time
 	if f.duration > 0 {
 		timer = time.After(f.duration)
@@ -170,20 +207,18 @@ func runRecord(stderr io.Writer, f *recordFlags, command []string) error {
 	if len(f.pids) > 0 {
 		pidsGone = watchPIDs(ctx, f.pids)
 	}
-	var cmdErr error
 	select {
 	case <-ctx.Done():
 	case <-timer:
 	case <-pidsGone:
 	case cmdErr = <-cmdDone:
-		cmdDone = nil
+		cmdEnded = true
 	}
-	cancel()
+	return cmdErr, cmdEnded
+}
 
-	prof, err := sess.Stop()
-	if err != nil {
-		return err
-	}
+// write writes the profiles and folded files the flags ask for.
+func (f *recordFlags) write(sess *collector.Session, prof *profile.Profile) error {
 	if err := writeProfile(f.output, prof); err != nil {
 		return err
 	}
@@ -210,19 +245,6 @@ func runRecord(stderr io.Writer, f *recordFlags, command []string) error {
 			if err := writeFile(f.offwakeFolded, func(w io.Writer) error { return collector.WriteFoldedPlain(w, sess.Offwake(), 0, 1000) }); err != nil {
 				return err
 			}
-		}
-	}
-	if !f.quiet {
-		printSummary(stderr, sess.Stats(), prof, f)
-	}
-	if child != nil {
-		if cmdDone != nil { // still running: recording ended first
-			child.Process.Signal(syscall.SIGTERM)
-			cmdErr = <-cmdDone
-		}
-		var ee *exec.ExitError
-		if errors.As(cmdErr, &ee) && ee.ExitCode() > 0 {
-			return &exitError{code: ee.ExitCode(), msg: fmt.Sprintf("%s exited with status %d (profile written)", command[0], ee.ExitCode())}
 		}
 	}
 	return nil
