@@ -233,30 +233,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, ct := range cl.consThr {
-		ct := ct
-		cl.consDone.Add(1)
-		StartThread(ct.name, func() { cl.runConsumerThread(ct) })
-	}
 	defer cl.stop()
-	n := 0
-	for i, s := range sc.Subscriptions {
-		for j := 0; j < s.Consumers; j++ {
-			if _, err := cl.subscribe(i, cl.consThr[n%len(cl.consThr)], nil); err != nil {
-				return nil, fmt.Errorf("subscribing: %w", err)
-			}
-			n++
-		}
-	}
-	if err := waitFor(ctx, 10*time.Second, func() bool {
-		for i, d := range b.subs {
-			if len(d.Consumers()) != sc.Subscriptions[i].Consumers {
-				return false
-			}
-		}
-		return true
-	}); err != nil {
-		return nil, fmt.Errorf("consumers did not subscribe: %w", err)
+	if err := subscribeAll(ctx, b, cl, sc); err != nil {
+		return nil, err
 	}
 
 	cpu0, proc0 := threadCPU()
@@ -335,6 +314,47 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	} else if d := pubEnd.Sub(start).Seconds(); d > 0 {
 		r.PublishRate = float64(published) / d
 	}
+	collect(r, sc, b, cl, backlog)
+	if interrupted {
+		return r, ctx.Err()
+	}
+	return r, nil
+}
+
+// subscribeAll starts the consumer threads and subscribes every consumer
+// of the scenario, round-robin over the threads.
+func subscribeAll(ctx context.Context, b *Broker, cl *Client, sc Scenario) error {
+	for _, ct := range cl.consThr {
+		ct := ct
+		cl.consDone.Add(1)
+		StartThread(ct.name, func() { cl.runConsumerThread(ct) })
+	}
+	n := 0
+	for i, s := range sc.Subscriptions {
+		for j := 0; j < s.Consumers; j++ {
+			if _, err := cl.subscribe(i, cl.consThr[n%len(cl.consThr)], nil); err != nil {
+				return fmt.Errorf("subscribing: %w", err)
+			}
+			n++
+		}
+	}
+	if err := waitFor(ctx, 10*time.Second, func() bool {
+		for i, d := range b.subs {
+			if len(d.Consumers()) != sc.Subscriptions[i].Consumers {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return fmt.Errorf("consumers did not subscribe: %w", err)
+	}
+	return nil
+}
+
+// collect fills r with latencies, per-subscription deliveries and the
+// broker's counters.
+func collect(r *Result, sc Scenario, b *Broker, cl *Client, backlog []int64) {
+	published := r.Published
 	pub := newHist()
 	for _, cc := range cl.conns {
 		pub.Merge(cc.pubHist)
@@ -378,10 +398,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		r.CPUPerMsgUs = r.BrokerCPUs * 1e6 / float64(published)
 		r.WakeupsPerMsg = float64(r.BrokerWakeups) / float64(published)
 	}
-	if interrupted {
-		return r, ctx.Err()
-	}
-	return r, nil
 }
 
 func (cl *Client) inflight() int64 {
