@@ -147,114 +147,155 @@ func Analyze(d *Data, r *Rules, o Options) *Report {
 	if o.Top == 0 {
 		o.Top = 10
 	}
-	rep := &Report{Sources: d.Sources, Messages: o.Messages, FunctionsCum: map[string]int64{}, FunctionsFlat: map[string]int64{}, WakerFunctions: map[string]int64{}, IdleCategories: r.IdleCategories()}
-	if o.Threads != nil {
-		rep.ThreadFilter = o.Threads.String()
-	}
-	cats := map[string]*CategoryResult{}
-	for _, c := range r.Categories {
-		cats[c.Name] = &CategoryResult{Name: c.Name, Description: c.Description, Idle: c.Idle}
-	}
-	groups := map[string]*GroupResult{}
-	group := func(name string) *GroupResult {
-		g := groups[ThreadGroup(name)]
-		if g == nil {
-			g = &GroupResult{Name: ThreadGroup(name), Categories: map[string]int64{}}
-			groups[g.Name] = g
-		}
-		return g
-	}
-	rep.Wakeups.ByClass = map[string]int64{}
-	targets := map[string]*TargetWakeups{}
-	var top []TopStack
+	a := newAnalyzer(d, r, o)
 	for i := range d.Stacks {
 		s := &d.Stacks[i]
 		switch s.Kind {
 		case KindWakeup:
-			if o.Threads != nil && !o.Threads.MatchString(s.Target) {
-				continue
-			}
-			rep.Wakeups.Total += s.Value
-			rep.Wakeups.ByClass[s.Class] += s.Value
-			fn := r.InnermostApp(s)
-			if fn == "" {
-				fn = ThreadGroup(s.Thread)
-				if !strings.HasPrefix(fn, "[") { // [interrupt], [softirq] are bracketed already
-					fn = "[" + fn + "]"
-				}
-			}
-			rep.WakerFunctions[fn] += s.Value
-			tg := targets[ThreadGroup(s.Target)]
-			if tg == nil {
-				tg = &TargetWakeups{Group: ThreadGroup(s.Target), ByClass: map[string]int64{}}
-				targets[tg.Group] = tg
-			}
-			tg.Total += s.Value
-			tg.ByClass[s.Class] += s.Value
-			continue
+			a.wakeup(s)
 		case KindCPU:
-			if o.Threads == nil || o.Threads.MatchString(s.Thread) {
-				rep.CPUNs += s.Value
-				group(s.Thread).CPUNs += s.Value
-			}
-			continue
+			a.cpu(s)
+		default:
+			a.offCPU(s)
 		}
-		if o.Threads != nil && !o.Threads.MatchString(s.Thread) {
-			continue
-		}
-		rep.TotalOffCPUNs += s.Value
-		if root, ok := outermostUser(s); ok {
-			rep.UserStackNs += s.Value
-			if unwind.IsThreadStart(root) {
-				rep.WholeStackNs += s.Value
-			}
-		}
-		g := group(s.Thread)
-		g.OffCPUNs += s.Value
-		cs := r.Categorize(s)
-		inner := r.InnermostApp(s)
-		idle := r.IsIdle(cs[0])
-		app := inner != "" && s.State != "preempted" && !idle // see AppBlocked
-		for _, c := range cs {
-			if cats[c] != nil {
-				cats[c].Ns += s.Value
-			}
-		}
-		if idle {
-			rep.IdleNs += s.Value
-		}
-		if !app {
-			continue
-		}
-		rep.AppBlockedNs += s.Value
-		g.AppBlockedNs += s.Value
-		for _, c := range cs {
-			if cats[c] != nil {
-				cats[c].AppNs += s.Value
-			}
-			g.Categories[c] += s.Value
-		}
-		if cats[cs[0]] != nil {
-			cats[cs[0]].FirstNs += s.Value
-		}
-		rep.FunctionsFlat[inner] += s.Value
-		seen := map[string]bool{}
-		for _, f := range s.Frames {
-			if r.IsApp(f) && !seen[f.Name] {
-				seen[f.Name] = true
-				rep.FunctionsCum[f.Name] += s.Value
-			}
-		}
-		top = append(top, TopStack{Thread: s.Thread, Ns: s.Value, Categories: cs, Stack: foldedOf(s)})
 	}
+	return a.report()
+}
+
+// analyzer sums the stacks of one analysis.
+type analyzer struct {
+	r       *Rules
+	o       Options
+	rep     *Report
+	cats    map[string]*CategoryResult
+	groups  map[string]*GroupResult
+	targets map[string]*TargetWakeups
+	top     []TopStack
+}
+
+func newAnalyzer(d *Data, r *Rules, o Options) *analyzer {
+	rep := &Report{Sources: d.Sources, Messages: o.Messages, FunctionsCum: map[string]int64{}, FunctionsFlat: map[string]int64{},
+		WakerFunctions: map[string]int64{}, IdleCategories: r.IdleCategories()}
+	rep.Wakeups.ByClass = map[string]int64{}
+	if o.Threads != nil {
+		rep.ThreadFilter = o.Threads.String()
+	}
+	a := &analyzer{r: r, o: o, rep: rep, cats: map[string]*CategoryResult{}, groups: map[string]*GroupResult{}, targets: map[string]*TargetWakeups{}}
 	for _, c := range r.Categories {
-		cr := *cats[c.Name]
+		a.cats[c.Name] = &CategoryResult{Name: c.Name, Description: c.Description, Idle: c.Idle}
+	}
+	return a
+}
+
+func (a *analyzer) group(thread string) *GroupResult {
+	g := a.groups[ThreadGroup(thread)]
+	if g == nil {
+		g = &GroupResult{Name: ThreadGroup(thread), Categories: map[string]int64{}}
+		a.groups[g.Name] = g
+	}
+	return g
+}
+
+func (a *analyzer) wanted(thread string) bool {
+	return a.o.Threads == nil || a.o.Threads.MatchString(thread)
+}
+
+// wakeup counts a wake-up by class, waker function and woken group.
+func (a *analyzer) wakeup(s *Stack) {
+	if !a.wanted(s.Target) {
+		return
+	}
+	rep := a.rep
+	rep.Wakeups.Total += s.Value
+	rep.Wakeups.ByClass[s.Class] += s.Value
+	fn := a.r.InnermostApp(s)
+	if fn == "" {
+		fn = ThreadGroup(s.Thread)
+		if !strings.HasPrefix(fn, "[") { // [interrupt], [softirq] are bracketed already
+			fn = "[" + fn + "]"
+		}
+	}
+	rep.WakerFunctions[fn] += s.Value
+	tg := a.targets[ThreadGroup(s.Target)]
+	if tg == nil {
+		tg = &TargetWakeups{Group: ThreadGroup(s.Target), ByClass: map[string]int64{}}
+		a.targets[tg.Group] = tg
+	}
+	tg.Total += s.Value
+	tg.ByClass[s.Class] += s.Value
+}
+
+func (a *analyzer) cpu(s *Stack) {
+	if a.wanted(s.Thread) {
+		a.rep.CPUNs += s.Value
+		a.group(s.Thread).CPUNs += s.Value
+	}
+}
+
+// offCPU attributes an off-CPU stack to its categories, and when it is
+// application blocked time, to its functions and the top stacks.
+func (a *analyzer) offCPU(s *Stack) {
+	if !a.wanted(s.Thread) {
+		return
+	}
+	rep, r, cats := a.rep, a.r, a.cats
+	rep.TotalOffCPUNs += s.Value
+	if root, ok := outermostUser(s); ok {
+		rep.UserStackNs += s.Value
+		if unwind.IsThreadStart(root) {
+			rep.WholeStackNs += s.Value
+		}
+	}
+	g := a.group(s.Thread)
+	g.OffCPUNs += s.Value
+	cs := r.Categorize(s)
+	inner := r.InnermostApp(s)
+	idle := r.IsIdle(cs[0])
+	app := inner != "" && s.State != "preempted" && !idle // see AppBlocked
+	for _, c := range cs {
+		if cats[c] != nil {
+			cats[c].Ns += s.Value
+		}
+	}
+	if idle {
+		rep.IdleNs += s.Value
+	}
+	if !app {
+		return
+	}
+	rep.AppBlockedNs += s.Value
+	g.AppBlockedNs += s.Value
+	for _, c := range cs {
+		if cats[c] != nil {
+			cats[c].AppNs += s.Value
+		}
+		g.Categories[c] += s.Value
+	}
+	if cats[cs[0]] != nil {
+		cats[cs[0]].FirstNs += s.Value
+	}
+	rep.FunctionsFlat[inner] += s.Value
+	seen := map[string]bool{}
+	for _, f := range s.Frames {
+		if r.IsApp(f) && !seen[f.Name] {
+			seen[f.Name] = true
+			rep.FunctionsCum[f.Name] += s.Value
+		}
+	}
+	a.top = append(a.top, TopStack{Thread: s.Thread, Ns: s.Value, Categories: cs, Stack: foldedOf(s)})
+}
+
+// report orders what was summed and writes the statements.
+func (a *analyzer) report() *Report {
+	rep, o, top := a.rep, a.o, a.top
+	for _, c := range a.r.Categories {
+		cr := *a.cats[c.Name]
 		if rep.AppBlockedNs > 0 {
 			cr.Share = float64(cr.AppNs) / float64(rep.AppBlockedNs)
 		}
 		rep.Categories = append(rep.Categories, cr)
 	}
-	for _, g := range groups {
+	for _, g := range a.groups {
 		rep.ThreadGroups = append(rep.ThreadGroups, *g)
 	}
 	sort.Slice(rep.ThreadGroups, func(i, j int) bool {
@@ -264,7 +305,7 @@ func Analyze(d *Data, r *Rules, o Options) *Report {
 		}
 		return a.Name < b.Name
 	})
-	for _, t := range targets {
+	for _, t := range a.targets {
 		rep.Wakeups.ByTargetGroup = append(rep.Wakeups.ByTargetGroup, *t)
 	}
 	sort.Slice(rep.Wakeups.ByTargetGroup, func(i, j int) bool {
