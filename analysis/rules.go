@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
 )
 
@@ -23,20 +24,22 @@ type rulesFile struct {
 		Description string `yaml:"description"`
 		Idle        bool   `yaml:"idle"`
 	} `yaml:"categories"`
-	Rules []struct {
-		Category     string   `yaml:"category"`
-		Frames       []string `yaml:"frames"`
-		AllFrames    []string `yaml:"all_frames"`
-		InnermostApp string   `yaml:"innermost_app"`
-		Threads      string   `yaml:"threads"`
-		Kernel       bool     `yaml:"kernel"`
-		Kinds        []string `yaml:"kinds"`
-		States       []string `yaml:"states"`
-	} `yaml:"rules"`
+	Rules       []fileRule `yaml:"rules"`
 	Application struct {
 		Not        []string `yaml:"not"`
 		NotModules []string `yaml:"not_modules"`
 	} `yaml:"application"`
+}
+
+type fileRule struct {
+	Category     string   `yaml:"category"`
+	Frames       []string `yaml:"frames"`
+	AllFrames    []string `yaml:"all_frames"`
+	InnermostApp string   `yaml:"innermost_app"`
+	Threads      string   `yaml:"threads"`
+	Kernel       bool     `yaml:"kernel"`
+	Kinds        []string `yaml:"kinds"`
+	States       []string `yaml:"states"`
 }
 
 // Category is one cause of off-CPU time. An idle category is waiting for
@@ -90,29 +93,12 @@ func ParseRules(name string, b []byte) (*Rules, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s", name, oneLine(err.Error()))
 	}
-	at := func(path string) string {
-		p, err := yaml.PathString(path)
-		if err != nil {
-			return name
-		}
-		n, err := p.FilterFile(file)
-		if err != nil || n == nil {
-			return name
-		}
-		return fmt.Sprintf("%s:%d", name, n.GetToken().Position.Line)
-	}
-	compile := func(path, expr string) (*regexp.Regexp, error) {
-		re, err := regexp.Compile(expr)
-		if err != nil {
-			return nil, fmt.Errorf("%s: bad regexp %q: %v", at(path), expr, strings.TrimPrefix(err.Error(), "error parsing regexp: "))
-		}
-		return re, nil
-	}
+	p := &ruleParser{name: name, file: file}
 	r := &Rules{}
 	known := map[string]bool{}
 	for i, c := range f.Categories {
 		if c.Name == "" {
-			return nil, fmt.Errorf("%s: category without a name", at(fmt.Sprintf("$.categories[%d]", i)))
+			return nil, fmt.Errorf("%s: category without a name", p.at(fmt.Sprintf("$.categories[%d]", i)))
 		}
 		known[c.Name] = true
 		r.Categories = append(r.Categories, Category{Name: c.Name, Description: c.Description, Idle: c.Idle})
@@ -125,75 +111,107 @@ func ParseRules(name string, b []byte) (*Rules, error) {
 		known["other"] = true
 	}
 	for i, fr := range f.Rules {
-		base := fmt.Sprintf("$.rules[%d]", i)
-		if !known[fr.Category] {
-			return nil, fmt.Errorf("%s: unknown category %q: declare it under categories", at(base+".category"), fr.Category)
-		}
-		ru := rule{category: fr.Category, kernel: fr.Kernel, kinds: map[string]bool{}}
-		for j, e := range fr.Frames {
-			re, err := compile(fmt.Sprintf("%s.frames[%d]", base, j), e)
-			if err != nil {
-				return nil, err
-			}
-			ru.frames = append(ru.frames, re)
-		}
-		for j, e := range fr.AllFrames {
-			re, err := compile(fmt.Sprintf("%s.all_frames[%d]", base, j), e)
-			if err != nil {
-				return nil, err
-			}
-			ru.allFrames = append(ru.allFrames, re)
-		}
-		if fr.InnermostApp != "" {
-			if ru.innermostApp, err = compile(base+".innermost_app", fr.InnermostApp); err != nil {
-				return nil, err
-			}
-		}
-		if fr.Threads != "" {
-			if ru.threads, err = compile(base+".threads", fr.Threads); err != nil {
-				return nil, err
-			}
-		}
-		if len(fr.Kinds) == 0 {
-			ru.kinds[KindOffCPU] = true
-		}
-		for j, k := range fr.Kinds {
-			if k != KindOffCPU && k != KindWakeup && k != KindCPU {
-				return nil, fmt.Errorf("%s: unknown kind %q (offcpu, wakeup or cpu)", at(fmt.Sprintf("%s.kinds[%d]", base, j)), k)
-			}
-			ru.kinds[k] = true
-		}
-		for j, st := range fr.States {
-			switch st {
-			case "sleeping", "uninterruptible", "preempted", "other":
-			default:
-				return nil, fmt.Errorf("%s: unknown state %q (sleeping, uninterruptible, preempted, other)", at(fmt.Sprintf("%s.states[%d]", base, j)), st)
-			}
-			if ru.states == nil {
-				ru.states = map[string]bool{}
-			}
-			ru.states[st] = true
-		}
-		if len(ru.frames) == 0 && len(ru.allFrames) == 0 && ru.innermostApp == nil && ru.threads == nil && ru.states == nil {
-			return nil, fmt.Errorf("%s: rule for %s matches everything: give frames, all_frames, innermost_app, threads or states", at(base), fr.Category)
+		ru, err := p.rule(fmt.Sprintf("$.rules[%d]", i), fr, known)
+		if err != nil {
+			return nil, err
 		}
 		r.rules = append(r.rules, ru)
 	}
-	for j, e := range f.Application.Not {
-		re, err := compile(fmt.Sprintf("$.application.not[%d]", j), e)
-		if err != nil {
-			return nil, err
-		}
-		r.notApp = append(r.notApp, re)
+	if r.notApp, err = p.compileAll("$.application.not", f.Application.Not); err != nil {
+		return nil, err
 	}
-	for j, e := range f.Application.NotModules {
-		re, err := compile(fmt.Sprintf("$.application.not_modules[%d]", j), e)
-		if err != nil {
-			return nil, err
-		}
-		r.notModules = append(r.notModules, re)
+	if r.notModules, err = p.compileAll("$.application.not_modules", f.Application.NotModules); err != nil {
+		return nil, err
 	}
 	return r, nil
+}
+
+// ruleParser names the line of a rules file an error is about.
+type ruleParser struct {
+	name string
+	file *ast.File
+}
+
+// at is "name:line" of the YAML path, or the name.
+func (p *ruleParser) at(path string) string {
+	yp, err := yaml.PathString(path)
+	if err != nil {
+		return p.name
+	}
+	n, err := yp.FilterFile(p.file)
+	if err != nil || n == nil {
+		return p.name
+	}
+	return fmt.Sprintf("%s:%d", p.name, n.GetToken().Position.Line)
+}
+
+func (p *ruleParser) compile(path, expr string) (*regexp.Regexp, error) {
+	re, err := regexp.Compile(expr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: bad regexp %q: %v", p.at(path), expr, strings.TrimPrefix(err.Error(), "error parsing regexp: "))
+	}
+	return re, nil
+}
+
+func (p *ruleParser) compileAll(path string, exprs []string) ([]*regexp.Regexp, error) {
+	var out []*regexp.Regexp
+	for j, e := range exprs {
+		re, err := p.compile(fmt.Sprintf("%s[%d]", path, j), e)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, re)
+	}
+	return out, nil
+}
+
+// rule checks and compiles one rule at YAML path base.
+func (p *ruleParser) rule(base string, fr fileRule, known map[string]bool) (rule, error) {
+	if !known[fr.Category] {
+		return rule{}, fmt.Errorf("%s: unknown category %q: declare it under categories", p.at(base+".category"), fr.Category)
+	}
+	ru := rule{category: fr.Category, kernel: fr.Kernel, kinds: map[string]bool{}}
+	var err error
+	if ru.frames, err = p.compileAll(base+".frames", fr.Frames); err != nil {
+		return rule{}, err
+	}
+	if ru.allFrames, err = p.compileAll(base+".all_frames", fr.AllFrames); err != nil {
+		return rule{}, err
+	}
+	if fr.InnermostApp != "" {
+		if ru.innermostApp, err = p.compile(base+".innermost_app", fr.InnermostApp); err != nil {
+			return rule{}, err
+		}
+	}
+	if fr.Threads != "" {
+		if ru.threads, err = p.compile(base+".threads", fr.Threads); err != nil {
+			return rule{}, err
+		}
+	}
+	if len(fr.Kinds) == 0 {
+		ru.kinds[KindOffCPU] = true
+	}
+	for j, k := range fr.Kinds {
+		if k != KindOffCPU && k != KindWakeup && k != KindCPU {
+			return rule{}, fmt.Errorf("%s: unknown kind %q (offcpu, wakeup or cpu)", p.at(fmt.Sprintf("%s.kinds[%d]", base, j)), k)
+		}
+		ru.kinds[k] = true
+	}
+	for j, st := range fr.States {
+		switch st {
+		case "sleeping", "uninterruptible", "preempted", "other":
+		default:
+			return rule{}, fmt.Errorf("%s: unknown state %q (sleeping, uninterruptible, preempted, other)", p.at(fmt.Sprintf("%s.states[%d]", base, j)), st)
+		}
+		if ru.states == nil {
+			ru.states = map[string]bool{}
+		}
+		ru.states[st] = true
+	}
+	if len(ru.frames) == 0 && len(ru.allFrames) == 0 && ru.innermostApp == nil && ru.threads == nil && ru.states == nil {
+		return rule{}, fmt.Errorf("%s: rule for %s matches everything: give frames, all_frames, innermost_app, threads or states", p.at(base), fr.Category)
+	}
+	return ru, nil
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
