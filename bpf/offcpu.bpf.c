@@ -7,11 +7,14 @@
 // /sys/kernel/tracing/events/sched/sched_process_fork/format.
 
 #include "offcpu_types.h"
+#include "offcpu_shared.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* ---- constants ---- */
 
 #define PF_KTHREAD 0x00200000
 #define PF_EXITING 0x00000004
@@ -21,45 +24,35 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define TASK_REPORT_MAX 0x100 /* classic tracepoint: preempted */
 #define TASK_DEAD 0x80        /* raw state (tp_btf): the task's last switch */
 #define REPORT_EXITING 0x30   /* classic tracepoint: X or Z, the task's last switch */
-#define PERF_MAX_STACK_DEPTH 127
 #define EEXIST 17
 #define ENOMEM 12
 #define ENODATA 61
 
-/* Why a thread left the CPU; the --state filter is a mask of 1 << state. */
-enum offcpu_state {
-	STATE_SLEEPING = 0,       /* S (and I: idle kernel threads) */
-	STATE_UNINTERRUPTIBLE = 1, /* D */
-	STATE_PREEMPTED = 2,      /* R: runnable, waiting for a CPU */
-	STATE_OTHER = 3,          /* stopped, traced, dead */
-	STATE_UNKNOWN = 4,        /* blocked since before the start, state not seen */
-};
+/* Unrolled binary searches: over a process's mappings (n <= UNWIND_MAX_MAPS)
+ * and over one file's rows (at most --unwind-rows, checked against
+ * maxMapEntries in collector/options.go). ceil(log2(n + 1)) steps each. */
+#define MAP_SEARCH_STEPS 7
+#define ROW_SEARCH_STEPS 25
+#define UNWIND_MAX_ROWS (1 << 24)
+_Static_assert((1 << MAP_SEARCH_STEPS) >= UNWIND_MAX_MAPS + 1, "mapping search too short");
+_Static_assert((1ULL << ROW_SEARCH_STEPS) >= (unsigned long long)UNWIND_MAX_ROWS + 1, "row search too short");
 
-/* Every loss and every filtered event is counted; indexes of stats. */
-enum offcpu_stat {
-	STAT_USTACK_LOST = 0,  /* user stack not stored: stack map full */
-	STAT_KSTACK_LOST,      /* kernel stack not stored: stack map full */
-	STAT_USTACK_FAULT,     /* user stack unreadable (no frame to walk) */
-	STAT_AGG_FULL,         /* aggregation map full: interval dropped */
-	STAT_AGG_FULL_NS,      /* off-CPU ns of those dropped intervals */
-	STAT_START_FULL,       /* no room to remember a switch-out */
-	STAT_NO_START,         /* switch-in of a target blocked since before the start */
-	STAT_OUT_OF_RANGE,     /* interval outside --min-block/--max-block (filter, not a loss) */
-	STAT_THREADS_FULL,     /* thread-name map full: name taken from /proc later */
-	STAT_EVENTS_LOST,      /* new-process notification lost (ring buffer full) */
-	STAT_STACKS_REUSED,    /* switch-outs that reused the thread's previous stack ids */
-	STAT_WAKE_FULL,        /* wake-up aggregation map full: wake-up dropped */
-	STAT_WAKER_STACK_LOST, /* waker stack not stored */
-	STAT_WAKES_REUSED,     /* wake-ups that reused the waker's previous stack ids */
-	STAT_CPU_FULL,         /* on-CPU samples dropped: map full */
-	STAT_DWARF_STACKS,     /* user stacks walked with unwind tables */
-	STAT_DWARF_FRAMES,     /* frames those walks found through unwind rows */
-	STAT_DWARF_END,        /* walks that reached an outermost frame (thread start) */
-	STAT_DWARF_DEPTH,      /* walks cut at the maximum depth */
-	STAT_MISSED_IN,        /* switch-ins the program did not see, recovered at the next switch-out */
-	STAT_STACKS_STORED,    /* stacks added to the stacks map (user space moves them out when it fills) */
-	STAT_MAX,
-};
+/* Reads a search bound again from the map value: kept in a register, the
+ * verifier would follow every path of the search apart. */
+#define RELOAD(x) (*(volatile typeof(x) *)&(x))
+#define VM_EXEC 0x4
+#define PAGE_SHIFT 12
+
+#ifndef bpf_ksym_exists
+#define bpf_ksym_exists(sym) (!!(sym))
+#endif
+
+#define TRACE_FLAG_HARDIRQ 0x08
+#define TRACE_FLAG_SOFTIRQ 0x10
+#define TRACE_FLAG_NMI 0x40
+#define PROT_EXEC 0x4
+
+/* ---- configuration, set by user space before loading ---- */
 
 /* Exposes the enum to bpf2go so Go and C share one list. */
 const volatile enum offcpu_stat stat_count = STAT_MAX;
@@ -90,22 +83,11 @@ u64 rec_start_ns = 0;
  * are flushed: no interval is accounted after it, open ones end there. */
 u64 rec_stop_ns = 0;
 
-/* The end of an interval accounted now: the stop of the window, once set. */
-static __always_inline u64 window_now(void)
-{
-	u64 stop = rec_stop_ns;
-	return stop ? stop : bpf_ktime_get_ns();
-}
+/* Keep both event layouts in the BTF for the Go bindings. */
+const struct proc_event *unused_proc_event __attribute__((unused));
+const struct map_event *unused_map_event __attribute__((unused));
 
-/* Who woke a thread. tid 0 with irq set: an interrupt woke it. */
-struct waker_rec {
-	u32 tgid;
-	u32 tid;
-	s64 ustack; /* waker stacks (ids in stacks), or negative: none */
-	s64 kstack;
-	u32 irq;    /* 1: raised in hard or soft interrupt context */
-	u32 valid;
-};
+/* ---- internal structures ---- */
 
 /* A switch-out waiting for its switch-in. */
 struct start_rec {
@@ -133,77 +115,62 @@ struct start_rec {
 	u64 ran;        /* the thread's se.sum_exec_runtime at switch-out */
 };
 
-struct offcpu_key {
-	u32 tgid;
-	u32 tid;
-	s64 ustack; /* id in stacks; negative: no stack (-errno) */
-	s64 kstack;
-	u32 state;  /* enum offcpu_state */
-	u32 open;   /* 1: still blocked when recording stopped */
-	u32 gen;    /* the thread's incarnation (task_gen): tids are reused */
-	u32 pad;
-	struct waker_rec waker; /* who ended the interval (zero: unknown or off) */
-};
-
-struct wake_key {
-	u32 target_tgid;
-	u32 target_tid;
-	struct waker_rec waker; /* valid is always 1 */
-};
-
-struct offcpu_val {
-	u64 ns;    /* total off-CPU nanoseconds */
-	u64 count; /* number of off-CPU intervals */
-};
-
-struct thread_info {
-	u32 tgid;
-	u32 gen; /* task_gen: which thread of that tid */
-	char comm[16];
-};
-
-/* Process events, read by user space as they come (rare: not per switch). */
-enum proc_event_kind {
-	EV_SEEN = 0,        /* a new process: snapshot its mappings */
-	EV_EXEC = 1,        /* an exec: its new code mappings follow as EV_MAPs */
-	EV_FORK = 2,        /* a new process runs its parent's code until it execs */
-	EV_EXIT = 3,        /* a process's leader exited: free what is kept per process */
-	EV_THREAD_EXIT = 4, /* a thread's last switch-out: its name leaves the threads map */
-	EV_MAP = 5,         /* a code mapping (struct map_event) */
-	EV_REREAD = 6,      /* a code mapping the kernel could not describe: read /proc */
-};
-
-struct proc_event {
-	u32 kind;
-	u32 tgid;
-	u32 tid;
-	u32 parent; /* EV_FORK: the parent's tgid */
-	u32 gen;    /* EV_THREAD_EXIT: task_gen */
-	char comm[16];
-};
-
-#define MAP_PATH_DEPTH 16
-#define MAP_NAME_LEN 64
-
-/* A code mapping captured when it is made (exec, mmap), so that a process
- * that exits within milliseconds is symbolized without /proc. The file is
- * named by its dentries, innermost first, and identified by device and
- * inode, which user space checks against the path it opens. */
-struct map_event {
-	u32 kind; /* EV_MAP */
-	u32 tgid;
+struct insert_ctx {
+	struct unwind_proc *p;
 	u64 start;
-	u64 end;
-	u64 offset; /* file offset of start */
-	u64 ino;
-	u32 dev; /* kernel dev_t: major << 20 | minor */
-	u32 depth;
-	char names[MAP_PATH_DEPTH][MAP_NAME_LEN];
+	u32 n, pos;
 };
 
-/* Keep both event layouts in the BTF for the Go bindings. */
-const struct proc_event *unused_proc_event __attribute__((unused));
-const struct map_event *unused_map_event __attribute__((unused));
+/* The walk's state. It lives in a per-CPU map value, not on the BPF stack:
+ * the verifier tracks stack scalars exactly, so every frame and every
+ * search step would be verified apart; values loaded from a map are
+ * unknown to it, and one pass over the loop bodies suffices. */
+struct unwind_state {
+	u64 pc, sp, bp;
+	u32 n;     /* frames stored */
+	u32 dwarf; /* frames found through rows */
+	u32 end;   /* reached the outermost frame */
+	u32 lo, hi; /* binary search bounds */
+};
+
+struct unwind_ctx {
+	struct unwind_state *u;
+	struct unwind_proc *proc; /* 0: walk by frame pointers only */
+	struct stack_buf *buf;
+	struct task_struct *task; /* walked from another task (iterator) */
+};
+
+struct path_walk {
+	struct map_event *ev;
+	struct dentry *d;
+	struct vfsmount *vm;
+	struct mount *m;
+	u32 n;
+};
+
+/* sys_enter_mmap / sys_exit_mmap records
+ * (/sys/kernel/tracing/events/syscalls/sys_enter_mmap/format): the layout
+ * of syscall tracepoints is fixed. */
+struct mmap_enter_args {
+	u64 common;
+	s32 nr;
+	u32 pad;
+	u64 addr, len, prot, flags, fd, off;
+};
+
+struct mmap_exit_args {
+	u64 common;
+	s32 nr;
+	u32 pad;
+	s64 ret;
+};
+
+struct vma_copy {
+	u64 start, end, pgoff;
+	struct file *file;
+};
+
+/* ---- maps ---- */
 
 /* Key: tid. Value: start_rec. Written at switch-out, consumed at switch-in
  * by the classic tracepoint program, which has no task pointer for next.
@@ -236,10 +203,6 @@ struct {
 	__type(value, struct start_rec);
 } task_starts SEC(".maps");
 
-struct stack_buf {
-	u64 ips[PERF_MAX_STACK_DEPTH]; /* leaf first, zero-filled after the last */
-};
-
 /* Key: stack id, a 64-bit hash of the addresses (positive). Value: the
  * stack. A plain hash map rather than a stack-trace map: a stack-trace
  * map has no chaining, so two stacks meeting in one bucket lose the
@@ -261,50 +224,6 @@ struct {
 	__type(value, struct stack_buf);
 } stack_scratch SEC(".maps");
 
-/* How the unwinder finds the caller at a pc (collector/unwind.Kind). */
-enum unwind_kind {
-	UNWIND_RSP = 0, /* CFA = rsp + cfa_off */
-	UNWIND_RBP,     /* CFA = rbp + cfa_off */
-	UNWIND_END,     /* outermost frame: the thread's start */
-	UNWIND_NONE,    /* no rule: follow the frame pointer */
-	UNWIND_PLT,     /* PLT stub: CFA = rsp + 8, + 8 when (pc & 15) >= rbp_off */
-};
-
-/* One row of a file's unwind table, valid up to the next row's pc. The
- * return address is at CFA - 8. */
-struct unwind_row {
-	u32 pc;      /* ELF virtual address */
-	s16 cfa_off;
-	u8 kind;     /* enum unwind_kind */
-	s8 rbp_off;  /* caller's rbp at CFA + 8 * rbp_off; 0: rbp unchanged */
-};
-
-#define UNWIND_MAX_MAPS 64
-/* Unrolled binary searches: over a process's mappings (n <= UNWIND_MAX_MAPS)
- * and over one file's rows (at most --unwind-rows, checked against
- * maxMapEntries in collector/options.go). ceil(log2(n + 1)) steps each. */
-#define MAP_SEARCH_STEPS 7
-#define ROW_SEARCH_STEPS 25
-#define UNWIND_MAX_ROWS (1 << 24)
-_Static_assert((1 << MAP_SEARCH_STEPS) >= UNWIND_MAX_MAPS + 1, "mapping search too short");
-_Static_assert((1ULL << ROW_SEARCH_STEPS) >= (unsigned long long)UNWIND_MAX_ROWS + 1, "row search too short");
-
-struct unwind_map {
-	u64 start, end;   /* executable mapping [start, end) */
-	u64 bias;         /* ELF virtual address = pc - bias */
-	u32 first, count; /* its file's rows in unwind_rows */
-};
-
-/* A process whose code needs unwind tables: its mappings that have them,
- * sorted by start. Mappings absent here are walked by frame pointers. */
-struct unwind_proc {
-	u32 n;
-	u32 gen;   /* changes with the entry: cached stacks walked before are stale */
-	u32 execs; /* execs seen while recording: user space writes only an entry of the image it knows */
-	u32 pad;
-	struct unwind_map maps[UNWIND_MAX_MAPS];
-};
-
 /* Index: row number. Value: unwind_row. The rows of every file loaded so
  * far, one contiguous sorted run per file, written by user space from the
  * file's .eh_frame. Size: --unwind-rows. */
@@ -325,24 +244,6 @@ struct {
 	__type(key, u32);
 	__type(value, struct unwind_proc);
 } unwind_procs SEC(".maps");
-
-/* A file whose rows are loaded, by identity: where its code segment is
- * in the file and where its rows are. Written by user space when it
- * loads a file's rows; read when a process maps the file, so that the
- * process's entry in unwind_procs is made at once, in the kernel, not
- * when user space gets to it (a process living for milliseconds has
- * often slept by then). */
-struct file_key {
-	u64 ino;
-	u32 dev; /* kernel dev_t */
-	u32 pad;
-};
-
-struct file_unwind {
-	u64 seg_off, seg_end; /* file offsets of the code segment [page start, end) */
-	s64 off_vaddr;        /* its file offset less its virtual address */
-	u32 first, count;     /* its rows in unwind_rows */
-};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -366,89 +267,6 @@ struct {
 	__type(key, u32);
 	__type(value, u32);
 } unwind_gen SEC(".maps");
-
-struct insert_ctx {
-	struct unwind_proc *p;
-	u64 start;
-	u32 n, pos;
-};
-
-/* pos: the first mapping starting at or after start. */
-static long insert_find(u64 i, struct insert_ctx *c)
-{
-	struct unwind_proc *p = c->p;
-	if (i >= c->n)
-		return 1;
-	if (p->maps[i & (UNWIND_MAX_MAPS - 1)].start >= c->start) {
-		c->pos = i;
-		return 1;
-	}
-	return 0;
-}
-
-/* Moves maps[pos, n) up one, last first. */
-static long insert_shift(u64 i, struct insert_ctx *c)
-{
-	struct unwind_proc *p = c->p;
-	u32 j = c->n - (u32)i;
-	if (j <= c->pos || j == 0 || j >= UNWIND_MAX_MAPS)
-		return 1;
-	p->maps[j & (UNWIND_MAX_MAPS - 1)] = p->maps[(j - 1) & (UNWIND_MAX_MAPS - 1)];
-	return 0;
-}
-
-/* Adds a code mapping of a file with loaded rows to the process's entry,
- * keeping the entry sorted by start. */
-static __noinline void install_unwind(u32 tgid, u64 start, u64 end, u64 offset, struct file_key *k)
-{
-	struct file_unwind *f = bpf_map_lookup_elem(&unwind_files, k);
-	if (!f || offset < f->seg_off || offset >= f->seg_end)
-		return;
-	u32 zero = 0;
-	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &tgid);
-	if (!p) {
-		struct unwind_proc *z = bpf_map_lookup_elem(&unwind_zero, &zero);
-		if (!z || bpf_map_update_elem(&unwind_procs, &tgid, z, BPF_NOEXIST))
-			return;
-		p = bpf_map_lookup_elem(&unwind_procs, &tgid);
-		if (!p)
-			return;
-	}
-	u32 n = p->n;
-	if (n >= UNWIND_MAX_MAPS)
-		return;
-	/* Callbacks: the verifier checks each body once. */
-	struct insert_ctx c = { .p = p, .start = start, .n = n, .pos = n };
-	bpf_loop(UNWIND_MAX_MAPS, insert_find, &c, 0);
-	u32 pos = c.pos;
-	if (pos >= n || p->maps[pos & (UNWIND_MAX_MAPS - 1)].start != start) {
-		bpf_loop(UNWIND_MAX_MAPS, insert_shift, &c, 0);
-		p->n = n + 1;
-	}
-	struct unwind_map *m = &p->maps[pos & (UNWIND_MAX_MAPS - 1)];
-	m->start = start;
-	m->end = end;
-	m->bias = start - offset + f->off_vaddr;
-	m->first = f->first;
-	m->count = f->count;
-	/* A new generation: stacks cached before are walked again. Entries
-	 * made here count down from the top, user space's up from 1. */
-	u32 *g = bpf_map_lookup_elem(&unwind_gen, &zero);
-	if (g) {
-		u32 next = *g + 1; /* racy, harmless: it need only differ from the last */
-		*g = next;
-		p->gen = ~next;
-	}
-}
-
-/* The generation of a process's unwind entry (0: none). A thread's cached
- * stack ids are reused only while it is unchanged, so stacks walked before
- * the process's tables were loaded are walked again. */
-static __always_inline u32 unwind_gen_of(u32 tgid)
-{
-	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &tgid);
-	return p ? p->gen : 0;
-}
 
 /* Key: offcpu_key. Value: offcpu_val (ns and count). Written at switch-in,
  * drained by user space at the end. Size: --agg-entries. */
@@ -478,13 +296,6 @@ struct {
 	__type(value, struct waker_rec);
 } last_waker SEC(".maps");
 
-struct cpu_key {
-	u32 tgid;
-	u32 tid;
-	s64 ustack;
-	s64 kstack;
-};
-
 /* Key: cpu_key (thread and on-CPU stacks). Value: number of samples taken
  * by the perf-event program at --cpu-hz. Size: --agg-entries. */
 struct {
@@ -493,22 +304,6 @@ struct {
 	__type(key, struct cpu_key);
 	__type(value, u64);
 } cpu_samples SEC(".maps");
-
-#define PRESTART_DEPTH 40
-
-/* A thread blocked since before the recording started: its time from the
- * start of the window and its kernel stack (its user stack cannot be read
- * from another task's context). */
-struct prestart_val {
-	u64 ns;    /* off-CPU time inside the window */
-	u32 tgid;
-	u32 gen;   /* task_gen */
-	u32 state; /* enum offcpu_state */
-	u32 whole; /* 1: still blocked when recording stopped */
-	u32 kthread;
-	s64 ustack; /* id in stacks, from the walk at the start; negative: none */
-	u64 kstack[PRESTART_DEPTH]; /* kernel return addresses, leaf first, 0-terminated */
-};
 
 /* Key: tid. Value: prestart_val. Written at a target's first switch-in
  * with no switch-out seen, and at Stop for targets that never switched.
@@ -591,6 +386,114 @@ struct {
 	__type(value, u64);
 } stats SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2); /* as stack_scratch */
+	__type(key, u32);
+	__type(value, struct unwind_state);
+} unwind_scratch SEC(".maps");
+
+/* Key: tid. Value: unused. Threads inside an executable mmap. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, u8);
+} exec_mmaps SEC(".maps");
+
+/* ---- kernel functions ---- */
+
+extern int bpf_iter_task_vma_new(struct bpf_iter_task_vma *it, struct task_struct *task, u64 addr) __weak __ksym;
+extern struct vm_area_struct *bpf_iter_task_vma_next(struct bpf_iter_task_vma *it) __weak __ksym;
+extern void bpf_iter_task_vma_destroy(struct bpf_iter_task_vma *it) __weak __ksym;
+
+/* ---- helpers ---- */
+
+/* The end of an interval accounted now: the stop of the window, once set. */
+static __always_inline u64 window_now(void)
+{
+	u64 stop = rec_stop_ns;
+	return stop ? stop : bpf_ktime_get_ns();
+}
+
+/* pos: the first mapping starting at or after start. */
+static long insert_find(u64 i, struct insert_ctx *c)
+{
+	struct unwind_proc *p = c->p;
+	if (i >= c->n)
+		return 1;
+	if (p->maps[i & (UNWIND_MAX_MAPS - 1)].start >= c->start) {
+		c->pos = i;
+		return 1;
+	}
+	return 0;
+}
+
+/* Moves maps[pos, n) up one, last first. */
+static long insert_shift(u64 i, struct insert_ctx *c)
+{
+	struct unwind_proc *p = c->p;
+	u32 j = c->n - (u32)i;
+	if (j <= c->pos || j == 0 || j >= UNWIND_MAX_MAPS)
+		return 1;
+	p->maps[j & (UNWIND_MAX_MAPS - 1)] = p->maps[(j - 1) & (UNWIND_MAX_MAPS - 1)];
+	return 0;
+}
+
+/* Adds a code mapping of a file with loaded rows to the process's entry,
+ * keeping the entry sorted by start. */
+static __noinline void install_unwind(u32 tgid, u64 start, u64 end, u64 offset, struct file_key *k)
+{
+	struct file_unwind *f = bpf_map_lookup_elem(&unwind_files, k);
+	if (!f || offset < f->seg_off || offset >= f->seg_end)
+		return;
+	u32 zero = 0;
+	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	if (!p) {
+		struct unwind_proc *z = bpf_map_lookup_elem(&unwind_zero, &zero);
+		if (!z || bpf_map_update_elem(&unwind_procs, &tgid, z, BPF_NOEXIST))
+			return;
+		p = bpf_map_lookup_elem(&unwind_procs, &tgid);
+		if (!p)
+			return;
+	}
+	u32 n = p->n;
+	if (n >= UNWIND_MAX_MAPS)
+		return;
+	/* Callbacks: the verifier checks each body once. */
+	struct insert_ctx c = { .p = p, .start = start, .n = n, .pos = n };
+	bpf_loop(UNWIND_MAX_MAPS, insert_find, &c, 0);
+	u32 pos = c.pos;
+	if (pos >= n || p->maps[pos & (UNWIND_MAX_MAPS - 1)].start != start) {
+		bpf_loop(UNWIND_MAX_MAPS, insert_shift, &c, 0);
+		p->n = n + 1;
+	}
+	struct unwind_map *m = &p->maps[pos & (UNWIND_MAX_MAPS - 1)];
+	m->start = start;
+	m->end = end;
+	m->bias = start - offset + f->off_vaddr;
+	m->first = f->first;
+	m->count = f->count;
+	/* A new generation: stacks cached before are walked again. Entries
+	 * made here count down from the top, user space's up from 1. */
+	u32 *g = bpf_map_lookup_elem(&unwind_gen, &zero);
+	if (g) {
+		u32 next = *g + 1; /* racy, harmless: it need only differ from the last */
+		*g = next;
+		p->gen = ~next;
+	}
+}
+
+/* The generation of a process's unwind entry (0: none). A thread's cached
+ * stack ids are reused only while it is unchanged, so stacks walked before
+ * the process's tables were loaded are walked again. */
+static __always_inline u32 unwind_gen_of(u32 tgid)
+{
+	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	return p ? p->gen : 0;
+}
+
 static __always_inline void stat_add(u32 idx, u64 n)
 {
 	u64 *v = bpf_map_lookup_elem(&stats, &idx);
@@ -637,36 +540,6 @@ static __always_inline s64 get_stack_id(void *ctx, u64 flags, u32 lost)
 		return n < 0 ? n : -ENODATA;
 	return store_stack(b, lost);
 }
-
-/* The walk's state. It lives in a per-CPU map value, not on the BPF stack:
- * the verifier tracks stack scalars exactly, so every frame and every
- * search step would be verified apart; values loaded from a map are
- * unknown to it, and one pass over the loop bodies suffices. */
-struct unwind_state {
-	u64 pc, sp, bp;
-	u32 n;     /* frames stored */
-	u32 dwarf; /* frames found through rows */
-	u32 end;   /* reached the outermost frame */
-	u32 lo, hi; /* binary search bounds */
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 2); /* as stack_scratch */
-	__type(key, u32);
-	__type(value, struct unwind_state);
-} unwind_scratch SEC(".maps");
-
-struct unwind_ctx {
-	struct unwind_state *u;
-	struct unwind_proc *proc; /* 0: walk by frame pointers only */
-	struct stack_buf *buf;
-	struct task_struct *task; /* walked from another task (iterator) */
-};
-
-/* Reads a search bound again from the map value: kept in a register, the
- * verifier would follow every path of the search apart. */
-#define RELOAD(x) (*(volatile typeof(x) *)&(x))
 
 /* Finds the row for pc in the process's tables; 0 if pc is in a mapping
  * walked by frame pointers. */
@@ -1134,6 +1007,162 @@ static __always_inline void account_prestart(struct task_struct *t, u32 state, u
 		stat_add(STAT_NO_START, 1);
 }
 
+static __always_inline void on_fork(u32 parent_tgid, u32 child_tgid)
+{
+	if (!follow_forks || !filter_tgid || parent_tgid == child_tgid)
+		return;
+	if (!bpf_map_lookup_elem(&target_tgids, &parent_tgid))
+		return;
+	u8 one = 1;
+	bpf_map_update_elem(&target_tgids, &child_tgid, &one, BPF_ANY);
+}
+
+/* One step of the name walk, as d_path builds a name: a dentry up to the
+ * mount's root, then the mount point in the parent mount, up to the root
+ * mount. A callback: the verifier checks its body once. */
+static long path_step(u64 i, struct path_walk *w)
+{
+	/* Locals, not w->...: BPF_CORE_READ would relocate w's own fields. */
+	struct dentry *d = w->d;
+	struct vfsmount *vm = w->vm;
+	struct mount *m = w->m;
+	struct dentry *parent = BPF_CORE_READ(d, d_parent);
+	struct dentry *root = BPF_CORE_READ(vm, mnt_root);
+	if (d == root || d == parent) {
+		struct mount *mp = BPF_CORE_READ(m, mnt_parent);
+		if (d != root || mp == m)
+			return 1; /* the root of the mount tree */
+		w->d = BPF_CORE_READ(m, mnt_mountpoint);
+		w->m = mp;
+		w->vm = (void *)mp + bpf_core_field_offset(struct mount, mnt);
+		return 0;
+	}
+	u32 n = w->n;
+	if (n >= MAP_PATH_DEPTH)
+		return 1;
+	struct map_event *ev = w->ev;
+	bpf_probe_read_kernel_str(ev->names[n], MAP_NAME_LEN, BPF_CORE_READ(d, d_name.name));
+	w->n = n + 1;
+	w->d = parent;
+	return 0;
+}
+
+/* Sends a code mapping with its file's identity and name. f is read with
+ * probe reads: the caller may no longer hold the mapping lock. */
+/* tgid_wake: the tgid, and the ring buffer's wake-up flag << 32 (BPF
+ * functions take at most five arguments). */
+static __noinline void emit_map(u64 tgid_wake, u64 start, u64 end, u64 pgoff, struct file *f)
+{
+	struct map_event *ev = bpf_ringbuf_reserve(&proc_events, sizeof(*ev), 0);
+	if (!ev) {
+		stat_add(STAT_EVENTS_LOST, 1);
+		return;
+	}
+	ev->kind = EV_MAP;
+	ev->tgid = (u32)tgid_wake;
+	ev->start = start;
+	ev->end = end;
+	ev->offset = pgoff << PAGE_SHIFT;
+	ev->ino = BPF_CORE_READ(f, f_inode, i_ino);
+	ev->dev = BPF_CORE_READ(f, f_inode, i_sb, s_dev);
+	if (want_unwind) {
+		struct file_key k = { .ino = ev->ino, .dev = ev->dev };
+		install_unwind((u32)tgid_wake, start, end, pgoff << PAGE_SHIFT, &k);
+	}
+	struct vfsmount *vm = BPF_CORE_READ(f, f_path.mnt);
+	struct path_walk w = {
+		.ev = ev,
+		.d = BPF_CORE_READ(f, f_path.dentry),
+		.vm = vm,
+		.m = (void *)vm - bpf_core_field_offset(struct mount, mnt),
+	};
+	bpf_loop(MAP_PATH_DEPTH + 8, path_step, &w, 0);
+	ev->depth = w.n;
+	bpf_ringbuf_submit(ev, tgid_wake >> 32);
+}
+
+/* True in hard or soft interrupt context. An interrupt taken in kernel
+ * mode runs on the CPU's interrupt stack (x86-64), and so do the softirqs
+ * run at its exit: the tracepoint's argument array (ctx, in the kernel's
+ * own frame; the program's locals may be on a BPF private stack, Linux
+ * 6.14+) is then outside the task's stack. An interrupt taken in user mode
+ * stays on the task stack, but the task's saved registers are then
+ * user-mode ones without a syscall number (orig_ax is ~vector or -1).
+ * Softirqs run in task context (local_bh_enable, ksoftirqd) stay charged
+ * to that task. */
+static __always_inline bool in_interrupt_ctx(void *ctx)
+{
+	struct task_struct *cur = bpf_get_current_task_btf();
+	u64 base = (u64)BPF_CORE_READ(cur, stack);
+	u64 sp = (u64)ctx;
+	if (sp < base || sp >= base + thread_size)
+		return true;
+	if (cur->flags & PF_KTHREAD)
+		return false;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(cur);
+	if (!regs)
+		return false;
+	return (BPF_CORE_READ(regs, cs) & 3) && (s64)BPF_CORE_READ(regs, orig_ax) < 0;
+}
+
+/* Adds one to a u64 counter map entry, creating it; a full map is
+ * counted under stat. */
+static __always_inline void count_one(void *map, void *key, u32 stat)
+{
+	u64 *n = bpf_map_lookup_elem(map, key);
+	if (n) {
+		__sync_fetch_and_add(n, 1);
+		return;
+	}
+	u64 one = 1;
+	if (bpf_map_update_elem(map, key, &one, BPF_NOEXIST)) {
+		n = bpf_map_lookup_elem(map, key); /* lost a race on insert */
+		if (n)
+			__sync_fetch_and_add(n, 1);
+		else
+			stat_add(stat, 1);
+	}
+}
+
+static __always_inline void count_wakeup(u32 ttgid, u32 ttid, struct waker_rec *w)
+{
+	struct wake_key k = { .target_tgid = ttgid, .target_tid = ttid, .waker = *w };
+	count_one(&wakeups, &k, STAT_WAKE_FULL);
+}
+
+/* Fills w with the current (waking) context: an interrupt, or the current
+ * thread with its stacks. ws is the waker's own start_rec for reusing its
+ * previous stacks when it wakes the same target from the same place. */
+static __always_inline void waker_context(void *ctx, struct waker_rec *w, bool irq,
+					  struct start_rec *ws, u32 target)
+{
+	w->valid = 1;
+	w->ustack = -1;
+	w->kstack = get_stack_id(ctx, 0, STAT_WAKER_STACK_LOST);
+	if (irq) {
+		w->irq = 1;
+		return;
+	}
+	u64 id = bpf_get_current_pid_tgid();
+	w->tid = (u32)id;
+	w->tgid = id >> 32;
+	struct task_struct *cur = bpf_get_current_task_btf();
+	if (BPF_CORE_READ(cur, flags) & PF_KTHREAD)
+		return;
+	w->ustack = user_stack_id(ctx, STAT_WAKER_STACK_LOST);
+}
+
+static long copy_vma(struct task_struct *task, struct vm_area_struct *vma, struct vma_copy *c)
+{
+	c->start = vma->vm_start;
+	c->end = vma->vm_end;
+	c->pgoff = vma->vm_pgoff;
+	c->file = vma->vm_file;
+	return 0;
+}
+
+/* ---- programs ---- */
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 	     struct task_struct *next, unsigned int prev_state)
@@ -1250,16 +1279,6 @@ int offcpu_switch_tp(struct trace_event_raw_sched_switch *ctx)
 	return 0;
 }
 
-static __always_inline void on_fork(u32 parent_tgid, u32 child_tgid)
-{
-	if (!follow_forks || !filter_tgid || parent_tgid == child_tgid)
-		return;
-	if (!bpf_map_lookup_elem(&target_tgids, &parent_tgid))
-		return;
-	u8 one = 1;
-	bpf_map_update_elem(&target_tgids, &child_tgid, &one, BPF_ANY);
-}
-
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(offcpu_fork, struct task_struct *parent, struct task_struct *child)
 {
@@ -1283,89 +1302,6 @@ int offcpu_fork_tp(struct trace_event_raw_sched_process_fork *ctx)
 	}
 	return 0;
 }
-
-#define VM_EXEC 0x4
-#define PAGE_SHIFT 12
-
-struct path_walk {
-	struct map_event *ev;
-	struct dentry *d;
-	struct vfsmount *vm;
-	struct mount *m;
-	u32 n;
-};
-
-/* One step of the name walk, as d_path builds a name: a dentry up to the
- * mount's root, then the mount point in the parent mount, up to the root
- * mount. A callback: the verifier checks its body once. */
-static long path_step(u64 i, struct path_walk *w)
-{
-	/* Locals, not w->...: BPF_CORE_READ would relocate w's own fields. */
-	struct dentry *d = w->d;
-	struct vfsmount *vm = w->vm;
-	struct mount *m = w->m;
-	struct dentry *parent = BPF_CORE_READ(d, d_parent);
-	struct dentry *root = BPF_CORE_READ(vm, mnt_root);
-	if (d == root || d == parent) {
-		struct mount *mp = BPF_CORE_READ(m, mnt_parent);
-		if (d != root || mp == m)
-			return 1; /* the root of the mount tree */
-		w->d = BPF_CORE_READ(m, mnt_mountpoint);
-		w->m = mp;
-		w->vm = (void *)mp + bpf_core_field_offset(struct mount, mnt);
-		return 0;
-	}
-	u32 n = w->n;
-	if (n >= MAP_PATH_DEPTH)
-		return 1;
-	struct map_event *ev = w->ev;
-	bpf_probe_read_kernel_str(ev->names[n], MAP_NAME_LEN, BPF_CORE_READ(d, d_name.name));
-	w->n = n + 1;
-	w->d = parent;
-	return 0;
-}
-
-/* Sends a code mapping with its file's identity and name. f is read with
- * probe reads: the caller may no longer hold the mapping lock. */
-/* tgid_wake: the tgid, and the ring buffer's wake-up flag << 32 (BPF
- * functions take at most five arguments). */
-static __noinline void emit_map(u64 tgid_wake, u64 start, u64 end, u64 pgoff, struct file *f)
-{
-	struct map_event *ev = bpf_ringbuf_reserve(&proc_events, sizeof(*ev), 0);
-	if (!ev) {
-		stat_add(STAT_EVENTS_LOST, 1);
-		return;
-	}
-	ev->kind = EV_MAP;
-	ev->tgid = (u32)tgid_wake;
-	ev->start = start;
-	ev->end = end;
-	ev->offset = pgoff << PAGE_SHIFT;
-	ev->ino = BPF_CORE_READ(f, f_inode, i_ino);
-	ev->dev = BPF_CORE_READ(f, f_inode, i_sb, s_dev);
-	if (want_unwind) {
-		struct file_key k = { .ino = ev->ino, .dev = ev->dev };
-		install_unwind((u32)tgid_wake, start, end, pgoff << PAGE_SHIFT, &k);
-	}
-	struct vfsmount *vm = BPF_CORE_READ(f, f_path.mnt);
-	struct path_walk w = {
-		.ev = ev,
-		.d = BPF_CORE_READ(f, f_path.dentry),
-		.vm = vm,
-		.m = (void *)vm - bpf_core_field_offset(struct mount, mnt),
-	};
-	bpf_loop(MAP_PATH_DEPTH + 8, path_step, &w, 0);
-	ev->depth = w.n;
-	bpf_ringbuf_submit(ev, tgid_wake >> 32);
-}
-
-#ifndef bpf_ksym_exists
-#define bpf_ksym_exists(sym) (!!(sym))
-#endif
-
-extern int bpf_iter_task_vma_new(struct bpf_iter_task_vma *it, struct task_struct *task, u64 addr) __weak __ksym;
-extern struct vm_area_struct *bpf_iter_task_vma_next(struct bpf_iter_task_vma *it) __weak __ksym;
-extern void bpf_iter_task_vma_destroy(struct bpf_iter_task_vma *it) __weak __ksym;
 
 /* An exec replaces the mappings: the new program's and its loader's code
  * mappings are sent now (the kernel made them, no mmap call did), and
@@ -1426,77 +1362,6 @@ int offcpu_rename_tp(struct trace_event_raw_task_rename *ctx)
 	return 0;
 }
 
-/* True in hard or soft interrupt context. An interrupt taken in kernel
- * mode runs on the CPU's interrupt stack (x86-64), and so do the softirqs
- * run at its exit: the tracepoint's argument array (ctx, in the kernel's
- * own frame; the program's locals may be on a BPF private stack, Linux
- * 6.14+) is then outside the task's stack. An interrupt taken in user mode
- * stays on the task stack, but the task's saved registers are then
- * user-mode ones without a syscall number (orig_ax is ~vector or -1).
- * Softirqs run in task context (local_bh_enable, ksoftirqd) stay charged
- * to that task. */
-static __always_inline bool in_interrupt_ctx(void *ctx)
-{
-	struct task_struct *cur = bpf_get_current_task_btf();
-	u64 base = (u64)BPF_CORE_READ(cur, stack);
-	u64 sp = (u64)ctx;
-	if (sp < base || sp >= base + thread_size)
-		return true;
-	if (cur->flags & PF_KTHREAD)
-		return false;
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(cur);
-	if (!regs)
-		return false;
-	return (BPF_CORE_READ(regs, cs) & 3) && (s64)BPF_CORE_READ(regs, orig_ax) < 0;
-}
-
-/* Adds one to a u64 counter map entry, creating it; a full map is
- * counted under stat. */
-static __always_inline void count_one(void *map, void *key, u32 stat)
-{
-	u64 *n = bpf_map_lookup_elem(map, key);
-	if (n) {
-		__sync_fetch_and_add(n, 1);
-		return;
-	}
-	u64 one = 1;
-	if (bpf_map_update_elem(map, key, &one, BPF_NOEXIST)) {
-		n = bpf_map_lookup_elem(map, key); /* lost a race on insert */
-		if (n)
-			__sync_fetch_and_add(n, 1);
-		else
-			stat_add(stat, 1);
-	}
-}
-
-static __always_inline void count_wakeup(u32 ttgid, u32 ttid, struct waker_rec *w)
-{
-	struct wake_key k = { .target_tgid = ttgid, .target_tid = ttid, .waker = *w };
-	count_one(&wakeups, &k, STAT_WAKE_FULL);
-}
-
-/* Fills w with the current (waking) context: an interrupt, or the current
- * thread with its stacks. ws is the waker's own start_rec for reusing its
- * previous stacks when it wakes the same target from the same place. */
-static __always_inline void waker_context(void *ctx, struct waker_rec *w, bool irq,
-					  struct start_rec *ws, u32 target)
-{
-	w->valid = 1;
-	w->ustack = -1;
-	w->kstack = get_stack_id(ctx, 0, STAT_WAKER_STACK_LOST);
-	if (irq) {
-		w->irq = 1;
-		return;
-	}
-	u64 id = bpf_get_current_pid_tgid();
-	w->tid = (u32)id;
-	w->tgid = id >> 32;
-	struct task_struct *cur = bpf_get_current_task_btf();
-	if (BPF_CORE_READ(cur, flags) & PF_KTHREAD)
-		return;
-	w->ustack = user_stack_id(ctx, STAT_WAKER_STACK_LOST);
-}
-
 SEC("tp_btf/sched_waking")
 int BPF_PROG(offcpu_waking, struct task_struct *p)
 {
@@ -1551,10 +1416,6 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 		ts->waker = w;
 	return 0;
 }
-
-#define TRACE_FLAG_HARDIRQ 0x08
-#define TRACE_FLAG_SOFTIRQ 0x10
-#define TRACE_FLAG_NMI 0x40
 
 SEC("tracepoint/sched/sched_waking")
 int offcpu_waking_tp(struct trace_event_raw_sched_wakeup_template *ctx)
@@ -1643,34 +1504,6 @@ int offcpu_snap_blocked(struct bpf_iter__task *ctx)
 	return 0;
 }
 
-/* sys_enter_mmap / sys_exit_mmap records
- * (/sys/kernel/tracing/events/syscalls/sys_enter_mmap/format): the layout
- * of syscall tracepoints is fixed. */
-struct mmap_enter_args {
-	u64 common;
-	s32 nr;
-	u32 pad;
-	u64 addr, len, prot, flags, fd, off;
-};
-
-struct mmap_exit_args {
-	u64 common;
-	s32 nr;
-	u32 pad;
-	s64 ret;
-};
-
-#define PROT_EXEC 0x4
-
-/* Key: tid. Value: unused. Threads inside an executable mmap. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 4096);
-	__type(key, u32);
-	__type(value, u8);
-} exec_mmaps SEC(".maps");
-
 /* A target mapping code (the dynamic loader placing a library, dlopen):
  * once the mapping exists, user space is told to read the mappings and
  * load the new file's unwind table before its code blocks. */
@@ -1685,20 +1518,6 @@ int offcpu_mmap_enter(struct mmap_enter_args *ctx)
 		return 0;
 	u8 one = 1;
 	bpf_map_update_elem(&exec_mmaps, &tid, &one, BPF_ANY);
-	return 0;
-}
-
-struct vma_copy {
-	u64 start, end, pgoff;
-	struct file *file;
-};
-
-static long copy_vma(struct task_struct *task, struct vm_area_struct *vma, struct vma_copy *c)
-{
-	c->start = vma->vm_start;
-	c->end = vma->vm_end;
-	c->pgoff = vma->vm_pgoff;
-	c->file = vma->vm_file;
 	return 0;
 }
 

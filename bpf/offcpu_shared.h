@@ -1,0 +1,203 @@
+/* The structures and constants offcpu's BPF programs share with Go
+ * (bpf2go generates their Go types from this file's BTF), in the order
+ * the programs use them. Kernel views are in offcpu_types.h. */
+#pragma once
+
+#include "offcpu_types.h"
+
+#define PERF_MAX_STACK_DEPTH 127
+
+/* Why a thread left the CPU; the --state filter is a mask of 1 << state. */
+enum offcpu_state {
+	STATE_SLEEPING = 0,       /* S (and I: idle kernel threads) */
+	STATE_UNINTERRUPTIBLE = 1, /* D */
+	STATE_PREEMPTED = 2,      /* R: runnable, waiting for a CPU */
+	STATE_OTHER = 3,          /* stopped, traced, dead */
+	STATE_UNKNOWN = 4,        /* blocked since before the start, state not seen */
+};
+
+/* Every loss and every filtered event is counted; indexes of stats. */
+enum offcpu_stat {
+	STAT_USTACK_LOST = 0,  /* user stack not stored: stack map full */
+	STAT_KSTACK_LOST,      /* kernel stack not stored: stack map full */
+	STAT_USTACK_FAULT,     /* user stack unreadable (no frame to walk) */
+	STAT_AGG_FULL,         /* aggregation map full: interval dropped */
+	STAT_AGG_FULL_NS,      /* off-CPU ns of those dropped intervals */
+	STAT_START_FULL,       /* no room to remember a switch-out */
+	STAT_NO_START,         /* switch-in of a target blocked since before the start */
+	STAT_OUT_OF_RANGE,     /* interval outside --min-block/--max-block (filter, not a loss) */
+	STAT_THREADS_FULL,     /* thread-name map full: name taken from /proc later */
+	STAT_EVENTS_LOST,      /* new-process notification lost (ring buffer full) */
+	STAT_STACKS_REUSED,    /* switch-outs that reused the thread's previous stack ids */
+	STAT_WAKE_FULL,        /* wake-up aggregation map full: wake-up dropped */
+	STAT_WAKER_STACK_LOST, /* waker stack not stored */
+	STAT_WAKES_REUSED,     /* wake-ups that reused the waker's previous stack ids */
+	STAT_CPU_FULL,         /* on-CPU samples dropped: map full */
+	STAT_DWARF_STACKS,     /* user stacks walked with unwind tables */
+	STAT_DWARF_FRAMES,     /* frames those walks found through unwind rows */
+	STAT_DWARF_END,        /* walks that reached an outermost frame (thread start) */
+	STAT_DWARF_DEPTH,      /* walks cut at the maximum depth */
+	STAT_MISSED_IN,        /* switch-ins the program did not see, recovered at the next switch-out */
+	STAT_STACKS_STORED,    /* stacks added to the stacks map (user space moves them out when it fills) */
+	STAT_MAX,
+};
+
+/* Who woke a thread. tid 0 with irq set: an interrupt woke it. */
+struct waker_rec {
+	u32 tgid;
+	u32 tid;
+	s64 ustack; /* waker stacks (ids in stacks), or negative: none */
+	s64 kstack;
+	u32 irq;    /* 1: raised in hard or soft interrupt context */
+	u32 valid;
+};
+
+struct offcpu_key {
+	u32 tgid;
+	u32 tid;
+	s64 ustack; /* id in stacks; negative: no stack (-errno) */
+	s64 kstack;
+	u32 state;  /* enum offcpu_state */
+	u32 open;   /* 1: still blocked when recording stopped */
+	u32 gen;    /* the thread's incarnation (task_gen): tids are reused */
+	u32 pad;
+	struct waker_rec waker; /* who ended the interval (zero: unknown or off) */
+};
+
+struct wake_key {
+	u32 target_tgid;
+	u32 target_tid;
+	struct waker_rec waker; /* valid is always 1 */
+};
+
+struct offcpu_val {
+	u64 ns;    /* total off-CPU nanoseconds */
+	u64 count; /* number of off-CPU intervals */
+};
+
+struct thread_info {
+	u32 tgid;
+	u32 gen; /* task_gen: which thread of that tid */
+	char comm[16];
+};
+
+/* Process events, read by user space as they come (rare: not per switch). */
+enum proc_event_kind {
+	EV_SEEN = 0,        /* a new process: snapshot its mappings */
+	EV_EXEC = 1,        /* an exec: its new code mappings follow as EV_MAPs */
+	EV_FORK = 2,        /* a new process runs its parent's code until it execs */
+	EV_EXIT = 3,        /* a process's leader exited: free what is kept per process */
+	EV_THREAD_EXIT = 4, /* a thread's last switch-out: its name leaves the threads map */
+	EV_MAP = 5,         /* a code mapping (struct map_event) */
+	EV_REREAD = 6,      /* a code mapping the kernel could not describe: read /proc */
+};
+
+struct proc_event {
+	u32 kind;
+	u32 tgid;
+	u32 tid;
+	u32 parent; /* EV_FORK: the parent's tgid */
+	u32 gen;    /* EV_THREAD_EXIT: task_gen */
+	char comm[16];
+};
+
+#define MAP_PATH_DEPTH 16
+
+#define MAP_NAME_LEN 64
+
+/* A code mapping captured when it is made (exec, mmap), so that a process
+ * that exits within milliseconds is symbolized without /proc. The file is
+ * named by its dentries, innermost first, and identified by device and
+ * inode, which user space checks against the path it opens. */
+struct map_event {
+	u32 kind; /* EV_MAP */
+	u32 tgid;
+	u64 start;
+	u64 end;
+	u64 offset; /* file offset of start */
+	u64 ino;
+	u32 dev; /* kernel dev_t: major << 20 | minor */
+	u32 depth;
+	char names[MAP_PATH_DEPTH][MAP_NAME_LEN];
+};
+
+struct stack_buf {
+	u64 ips[PERF_MAX_STACK_DEPTH]; /* leaf first, zero-filled after the last */
+};
+
+/* How the unwinder finds the caller at a pc (collector/unwind.Kind). */
+enum unwind_kind {
+	UNWIND_RSP = 0, /* CFA = rsp + cfa_off */
+	UNWIND_RBP,     /* CFA = rbp + cfa_off */
+	UNWIND_END,     /* outermost frame: the thread's start */
+	UNWIND_NONE,    /* no rule: follow the frame pointer */
+	UNWIND_PLT,     /* PLT stub: CFA = rsp + 8, + 8 when (pc & 15) >= rbp_off */
+};
+
+/* One row of a file's unwind table, valid up to the next row's pc. The
+ * return address is at CFA - 8. */
+struct unwind_row {
+	u32 pc;      /* ELF virtual address */
+	s16 cfa_off;
+	u8 kind;     /* enum unwind_kind */
+	s8 rbp_off;  /* caller's rbp at CFA + 8 * rbp_off; 0: rbp unchanged */
+};
+
+#define UNWIND_MAX_MAPS 64
+
+struct unwind_map {
+	u64 start, end;   /* executable mapping [start, end) */
+	u64 bias;         /* ELF virtual address = pc - bias */
+	u32 first, count; /* its file's rows in unwind_rows */
+};
+
+/* A process whose code needs unwind tables: its mappings that have them,
+ * sorted by start. Mappings absent here are walked by frame pointers. */
+struct unwind_proc {
+	u32 n;
+	u32 gen;   /* changes with the entry: cached stacks walked before are stale */
+	u32 execs; /* execs seen while recording: user space writes only an entry of the image it knows */
+	u32 pad;
+	struct unwind_map maps[UNWIND_MAX_MAPS];
+};
+
+/* A file whose rows are loaded, by identity: where its code segment is
+ * in the file and where its rows are. Written by user space when it
+ * loads a file's rows; read when a process maps the file, so that the
+ * process's entry in unwind_procs is made at once, in the kernel, not
+ * when user space gets to it (a process living for milliseconds has
+ * often slept by then). */
+struct file_key {
+	u64 ino;
+	u32 dev; /* kernel dev_t */
+	u32 pad;
+};
+
+struct file_unwind {
+	u64 seg_off, seg_end; /* file offsets of the code segment [page start, end) */
+	s64 off_vaddr;        /* its file offset less its virtual address */
+	u32 first, count;     /* its rows in unwind_rows */
+};
+
+struct cpu_key {
+	u32 tgid;
+	u32 tid;
+	s64 ustack;
+	s64 kstack;
+};
+
+#define PRESTART_DEPTH 40
+
+/* A thread blocked since before the recording started: its time from the
+ * start of the window and its kernel stack (its user stack cannot be read
+ * from another task's context). */
+struct prestart_val {
+	u64 ns;    /* off-CPU time inside the window */
+	u32 tgid;
+	u32 gen;   /* task_gen */
+	u32 state; /* enum offcpu_state */
+	u32 whole; /* 1: still blocked when recording stopped */
+	u32 kthread;
+	s64 ustack; /* id in stacks, from the walk at the start; negative: none */
+	u64 kstack[PRESTART_DEPTH]; /* kernel return addresses, leaf first, 0-terminated */
+};
