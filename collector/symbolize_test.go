@@ -15,7 +15,7 @@ import (
 	"github.com/offcpu/offcpu/internal/testenv"
 )
 
-func build(t *testing.T, name string, args ...string) {
+func build(t testing.TB, name string, args ...string) {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	if out, err := cmd.CombinedOutput(); err != nil {
