@@ -13,7 +13,7 @@ import (
 
 // jdk returns the paths of java, javac and jcmd, or skips: a JDK is not
 // part of what the project installs.
-func jdk(t *testing.T) (java, javac, jcmd string) {
+func jdk(t testing.TB) (java, javac, jcmd string) {
 	t.Helper()
 	var paths []string
 	for _, name := range []string{"java", "javac", "jcmd"} {

@@ -80,7 +80,7 @@ func hasChain(funcs, want []string) bool {
 	return i == len(want)
 }
 
-func buildBlocker(t *testing.T, flags ...string) string {
+func buildBlocker(t testing.TB, flags ...string) string {
 	t.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Fatal("gcc not found: apt-get install gcc")
