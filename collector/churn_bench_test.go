@@ -161,7 +161,9 @@ func processExistsPath(p string) bool {
 }
 
 type progInfo struct {
+	name    string
 	runtime time.Duration
+	runs    uint64
 	maps    int64 // memory of the maps it uses
 }
 
@@ -181,9 +183,10 @@ func bpfPrograms() map[ebpf.ProgramID]progInfo {
 		}
 		var pi progInfo
 		if st, err := p.Stats(); err == nil {
-			pi.runtime = st.Runtime
+			pi.runtime, pi.runs = st.Runtime, st.RunCount
 		}
 		if info, err := p.Info(); err == nil {
+			pi.name = info.Name
 			if ids, ok := info.MapIDs(); ok {
 				for _, mid := range ids {
 					if seen[mid] {

@@ -1,0 +1,188 @@
+package collector
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// The cost of recording off-CPU stacks system-wide, side by side: a C
+// ping-pong (two threads bouncing a byte over pipes, pinned to CPU 0,
+// about two context switches per round; glibc here has no frame pointers,
+// so its stacks go through the unwind tables) run with no recorder, under
+// libbpf-tools offcputime and wakeuptime, and under offcpu without
+// wake-ups (tables, --frame-pointers-only, every switch walked with and
+// without tables) and with them. Reports the ping-pong's wall time and
+// slowdown, and ns per BPF program run from the kernel's bpf_stats;
+// medians of REPEATS. OFFCPU_OVERHEAD="ROUNDS REPEATS" (default "400000
+// 3"). As root:
+//
+//	go test -run XXX -bench RecorderOverhead -benchtime 1x ./collector
+func BenchmarkRecorderOverhead(b *testing.B) {
+	requireBPF(b)
+	rounds, repeats := 400000, 3
+	if v := os.Getenv("OFFCPU_OVERHEAD"); v != "" {
+		if _, err := fmt.Sscan(v, &rounds, &repeats); err != nil {
+			b.Fatalf("OFFCPU_OVERHEAD=%q: want ROUNDS REPEATS", v)
+		}
+	}
+	bin := filepath.Join(b.TempDir(), "pingpong")
+	build(b, "gcc", "-O2", "-pthread", "-o", bin, "testdata/pingpong/pingpong.c")
+	workload := func() time.Duration {
+		out, err := exec.Command("taskset", "-c", "0", bin, strconv.Itoa(rounds)).Output()
+		if err != nil {
+			b.Fatalf("pingpong: %v", err)
+		}
+		ns, _ := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+		return time.Duration(ns)
+	}
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Fatalf("enabling BPF run-time statistics: %v", err)
+	}
+	defer stats.Close()
+	tool := func(name string) string {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+		if processExistsPath("/usr/sbin/" + name) {
+			return "/usr/sbin/" + name
+		}
+		return ""
+	}
+	// under runs the workload under a libbpf-tools recorder; cost: mean ns
+	// per run of its programs named like prog.
+	under := func(path, prog string) (time.Duration, time.Duration) {
+		before := bpfPrograms()
+		cmd := exec.Command(path, "600")
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		wall := workload()
+		var rt time.Duration
+		var runs uint64
+		for id, p := range bpfPrograms() {
+			if _, ok := before[id]; !ok && strings.Contains(p.name, prog) {
+				rt += p.runtime
+				runs += p.runs
+			}
+		}
+		cmd.Process.Signal(syscall.SIGINT)
+		cmd.Wait()
+		return wall, rt / time.Duration(max(runs, 1))
+	}
+	// ours runs the workload under this package's recorder; costs: mean
+	// ns per switch and waking run, and their runs.
+	ours := func(o Options) (wall, sw, wk time.Duration, swRuns, wkRuns uint64) {
+		o.Stats = true
+		s, err := Start(context.Background(), o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		wall = workload()
+		if _, err := s.Stop(); err != nil {
+			b.Fatal(err)
+		}
+		for _, p := range s.Stats().Programs {
+			switch p.Name {
+			case "offcpu_switch":
+				sw, swRuns = p.MeanCost, p.Runs
+			case "offcpu_waking":
+				wk, wkRuns = p.MeanCost, p.Runs
+			}
+		}
+		return
+	}
+	type row struct {
+		label, unit string
+		wall, cost  []time.Duration
+	}
+	rows := []*row{{label: "none"}}
+	add := func(label, unit string) *row {
+		r := &row{label: label, unit: unit}
+		rows = append(rows, r)
+		return r
+	}
+	offcputime, wakeuptime := tool("offcputime"), tool("wakeuptime")
+	var rTool, rWTool *row
+	if offcputime != "" {
+		rTool = add("libbpf-tools offcputime", "sched_switch")
+	}
+	rOurs := add("offcpu record --no-wakeups", "sched_switch")
+	rFP := add("… --frame-pointers-only", "sched_switch")
+	rWalk := add("… --no-stack-reuse (every switch walked, tables)", "sched_switch")
+	rFPWalk := add("… --no-stack-reuse --frame-pointers-only", "sched_switch")
+	if wakeuptime != "" {
+		rWTool = add("libbpf-tools wakeuptime", "wake-up")
+	}
+	rWake := add("offcpu record (wake-ups)", "sched_waking")
+	rTotal := add("… all BPF time per switch, wake-ups on", "switch")
+	for b.Loop() {
+		for range repeats {
+			rows[0].wall = append(rows[0].wall, workload())
+			if rTool != nil {
+				w, c := under(offcputime, "sched_switch")
+				rTool.wall, rTool.cost = append(rTool.wall, w), append(rTool.cost, c)
+			}
+			for _, v := range []struct {
+				r *row
+				o Options
+			}{{rOurs, Options{NoWakeups: true}}, {rFP, Options{NoWakeups: true, FramePointersOnly: true}},
+				{rWalk, Options{NoWakeups: true, NoStackReuse: true}}, {rFPWalk, Options{NoWakeups: true, NoStackReuse: true, FramePointersOnly: true}}} {
+				w, sw, _, _, _ := ours(v.o)
+				v.r.wall, v.r.cost = append(v.r.wall, w), append(v.r.cost, sw)
+			}
+			if rWTool != nil {
+				w, c := under(wakeuptime, "wakeup")
+				rWTool.wall, rWTool.cost = append(rWTool.wall, w), append(rWTool.cost, c)
+			}
+			w, sw, wk, swRuns, wkRuns := ours(Options{})
+			rWake.wall, rWake.cost = append(rWake.wall, w), append(rWake.cost, wk)
+			rTotal.cost = append(rTotal.cost, (sw*time.Duration(swRuns)+wk*time.Duration(wkRuns))/time.Duration(max(swRuns, 1)))
+		}
+	}
+	median := func(d []time.Duration) time.Duration {
+		if len(d) == 0 {
+			return 0
+		}
+		d = slices.Clone(d)
+		slices.Sort(d)
+		return d[len(d)/2]
+	}
+	base := median(rows[0].wall)
+	fmt.Printf("\nworkload: %d round trips, pinned to CPU 0, %d runs each, medians\n\n", rounds, repeats)
+	fmt.Println("| recorder | wall | slowdown | cost |")
+	fmt.Println("|---|---:|---:|---:|")
+	for _, r := range rows {
+		wall, slow, cost := "", "", ""
+		if len(r.wall) > 0 {
+			m := median(r.wall)
+			wall = fmt.Sprintf("%.1f ms", float64(m)/1e6)
+			if r != rows[0] {
+				slow = fmt.Sprintf("%.1f%%", 100*float64(m-base)/float64(base))
+			} else {
+				slow = "–"
+			}
+		}
+		if len(r.cost) > 0 {
+			cost = fmt.Sprintf("%d ns per %s", median(r.cost).Nanoseconds(), r.unit)
+		} else if r == rows[0] {
+			cost = "–"
+		}
+		fmt.Printf("| %s | %s | %s | %s |\n", r.label, wall, slow, cost)
+	}
+	b.ReportMetric(float64(median(rOurs.cost).Nanoseconds()), "ns/switch")
+}
