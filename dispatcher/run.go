@@ -240,17 +240,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	cpu0, proc0 := threadCPU()
 	start := time.Now()
-	if sc.Messages > 0 {
-		cl.toPublish.Store(sc.Messages)
-	} else {
-		cl.toPublish.Store(1 << 62)
-		cl.deadline = start.Add(sc.Duration)
-	}
-	for _, pt := range cl.prodThr {
-		pt := pt
-		cl.pubDone.Add(1)
-		StartThread(pt.name, func() { cl.runProducer(pt) })
-	}
+	startProducers(cl, sc, start)
 	churnStop := make(chan struct{})
 	churnDone := make(chan struct{})
 	go func() {
@@ -286,20 +276,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	close(churnStop)
 	<-churnDone
 	if !interrupted {
-		err := waitFor(ctx, cfg.Drain, func() bool {
-			for _, s := range cl.subs {
-				if s.distinct.Load() < published {
-					return false
-				}
-			}
-			return true
-		})
-		if err != nil && cfg.Progress != nil {
-			fmt.Fprintf(cfg.Progress, "delivery stalled (%v):\n", err)
-			for _, d := range b.subs {
-				fmt.Fprintf(cfg.Progress, "  %s\n", d.State())
-			}
-		}
+		waitDelivered(ctx, cfg, b, cl, published)
 	}
 	elapsed := time.Since(start)
 	stopProgress()
@@ -319,6 +296,41 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return r, ctx.Err()
 	}
 	return r, nil
+}
+
+// startProducers starts the producer threads on the scenario's messages
+// or duration.
+func startProducers(cl *Client, sc Scenario, start time.Time) {
+	if sc.Messages > 0 {
+		cl.toPublish.Store(sc.Messages)
+	} else {
+		cl.toPublish.Store(1 << 62)
+		cl.deadline = start.Add(sc.Duration)
+	}
+	for _, pt := range cl.prodThr {
+		pt := pt
+		cl.pubDone.Add(1)
+		StartThread(pt.name, func() { cl.runProducer(pt) })
+	}
+}
+
+// waitDelivered waits until every subscription received every published
+// message, and says where each dispatcher stands if that stalls.
+func waitDelivered(ctx context.Context, cfg Config, b *Broker, cl *Client, published int64) {
+	err := waitFor(ctx, cfg.Drain, func() bool {
+		for _, s := range cl.subs {
+			if s.distinct.Load() < published {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil && cfg.Progress != nil {
+		fmt.Fprintf(cfg.Progress, "delivery stalled (%v):\n", err)
+		for _, d := range b.subs {
+			fmt.Fprintf(cfg.Progress, "  %s\n", d.State())
+		}
+	}
 }
 
 // subscribeAll starts the consumer threads and subscribes every consumer
