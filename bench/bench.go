@@ -25,6 +25,7 @@ import (
 	"github.com/offcpu/offcpu/analysis"
 	"github.com/offcpu/offcpu/collector"
 	"github.com/offcpu/offcpu/dispatcher"
+	"github.com/offcpu/offcpu/internal/output"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -342,17 +343,7 @@ func saveProfiles(s *collector.Session, dir string) error {
 	if err != nil {
 		return err
 	}
-	write := func(name string, f func(io.Writer) error) error {
-		fh, err := os.Create(filepath.Join(dir, name))
-		if err != nil {
-			return err
-		}
-		if err := f(fh); err != nil {
-			fh.Close()
-			return fmt.Errorf("writing %s: %w", name, err)
-		}
-		return fh.Close()
-	}
+	write := func(name string, f func(io.Writer) error) error { return output.WriteFile(filepath.Join(dir, name), f) }
 	if err := write(schema.ProfileFile, p.Write); err != nil {
 		return err
 	}

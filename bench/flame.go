@@ -3,11 +3,12 @@ package bench
 import (
 	"errors"
 	"fmt"
-	"os"
+	"io"
 	"path/filepath"
 	"regexp"
 
 	"github.com/offcpu/offcpu/flamegraph"
+	"github.com/offcpu/offcpu/internal/output"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -76,13 +77,5 @@ func profiledFiles(cfg *Config, res *Result, side int) []string {
 }
 
 func writeSVG(path string, p *flamegraph.Profile, o flamegraph.Options) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := flamegraph.Write(f, p, o); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return f.Close()
+	return output.WriteFile(path, func(w io.Writer) error { return flamegraph.Write(w, p, o) })
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/offcpu/offcpu/collector"
+	"github.com/offcpu/offcpu/internal/output"
 )
 
 type recordFlags struct {
@@ -311,29 +312,9 @@ func checkWritable(path string) error {
 	return nil
 }
 
-func writeProfile(path string, p *profile.Profile) error {
-	fh, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("writing profile: %w", err)
-	}
-	if err := p.Write(fh); err != nil {
-		fh.Close()
-		return fmt.Errorf("writing profile %s: %w", path, err)
-	}
-	return fh.Close()
-}
+func writeProfile(path string, p *profile.Profile) error { return output.WriteFile(path, p.Write) }
 
-func writeFile(path string, write func(io.Writer) error) error {
-	fh, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := write(fh); err != nil {
-		fh.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return fh.Close()
-}
+var writeFile = output.WriteFile
 
 func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *recordFlags) {
 	fmt.Fprintf(w, "offcpu: %v recorded (%s): %d off-CPU intervals, %v off-CPU, %d stacks\n",
