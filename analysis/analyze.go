@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/offcpu/offcpu/collector/unwind"
@@ -483,33 +482,51 @@ func (rep *Report) writeText(w io.Writer) error {
 	for _, s := range rep.Statements {
 		fmt.Fprintln(w, "  "+s)
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\ncategory\tall\twith app frame\tshare\tfirst match\t")
-	for _, c := range rep.Categories {
-		if c.Ns == 0 && c.AppNs == 0 {
-			continue
+	for _, t := range rep.tables() {
+		if err := t.text(w); err != nil {
+			return err
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", c.label(), Secs(c.Ns), Secs(c.AppNs), pct(c.AppNs, rep.AppBlockedNs), pct(c.FirstNs, rep.AppBlockedNs))
 	}
-	fmt.Fprintln(tw, "\nthread group\toff-CPU\twith app frame\ton-CPU\t")
-	for _, g := range rep.ThreadGroups {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", g.Name, Secs(g.OffCPUNs), Secs(g.AppBlockedNs), Secs(g.CPUNs))
+	fns := &table{head: []string{"waker function", "wake-ups"}}
+	for _, c := range rep.Wakeups.ByWakerFunction {
+		fns.add(ShortFunc(c.Name), fmt.Sprint(c.Value))
 	}
 	if rep.Wakeups.Total > 0 {
-		fmt.Fprintln(tw, "\nwoken group\twake-ups\teventfd\tfutex\tpipe/socket\ttimer\tother\t")
-		for _, t := range rep.Wakeups.ByTargetGroup {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", t.Group, t.Total, t.ByClass["eventfd"], t.ByClass["futex"], t.ByClass["pipe/socket"], t.ByClass["timer"], t.ByClass["other"])
-		}
-		fmt.Fprintln(tw, "\nwaker function\twake-ups\t")
-		for _, c := range rep.Wakeups.ByWakerFunction {
-			fmt.Fprintf(tw, "%s\t%d\t\n", ShortFunc(c.Name), c.Value)
+		if err := fns.text(w); err != nil {
+			return err
 		}
 	}
-	fmt.Fprintln(tw, "\napplication function (innermost)\tblocked\t")
+	app := &table{head: []string{"application function (innermost)", "blocked"}}
 	for _, c := range rep.TopAppFunctions {
-		fmt.Fprintf(tw, "%s\t%s\t\n", ShortFunc(c.Name), Secs(c.Value))
+		app.add(ShortFunc(c.Name), Secs(c.Value))
 	}
-	return tw.Flush()
+	return app.text(w)
+}
+
+// tables are the report's category, thread group and woken group tables.
+func (rep *Report) tables() []*table {
+	cats := &table{head: []string{"category", "all", "with app frame", "share", "first match"},
+		md: []string{"category", "off-CPU", "with an application frame", "share", "first match"}}
+	for _, c := range rep.Categories {
+		if c.Ns != 0 || c.AppNs != 0 {
+			cats.add(c.label(), Secs(c.Ns), Secs(c.AppNs), pct(c.AppNs, rep.AppBlockedNs), pct(c.FirstNs, rep.AppBlockedNs))
+		}
+	}
+	groups := &table{head: []string{"thread group", "off-CPU", "with app frame", "on-CPU"},
+		md: []string{"thread group", "off-CPU", "with an application frame", "on-CPU"}}
+	for _, g := range rep.ThreadGroups {
+		groups.add(g.Name, Secs(g.OffCPUNs), Secs(g.AppBlockedNs), Secs(g.CPUNs))
+	}
+	out := []*table{cats, groups}
+	if rep.Wakeups.Total > 0 {
+		woken := &table{head: []string{"woken group", "wake-ups", "eventfd", "futex", "pipe/socket", "timer", "other"}}
+		for _, t := range rep.Wakeups.ByTargetGroup {
+			woken.add(t.Group, fmt.Sprint(t.Total), fmt.Sprint(t.ByClass["eventfd"]), fmt.Sprint(t.ByClass["futex"]),
+				fmt.Sprint(t.ByClass["pipe/socket"]), fmt.Sprint(t.ByClass["timer"]), fmt.Sprint(t.ByClass["other"]))
+		}
+		out = append(out, woken)
+	}
+	return out
 }
 
 func (rep *Report) writeMarkdown(w io.Writer) error {
@@ -528,22 +545,8 @@ func (rep *Report) writeMarkdown(w io.Writer) error {
 	for _, s := range rep.Statements {
 		fmt.Fprintf(w, "- %s\n", s)
 	}
-	fmt.Fprint(w, "\n| category | off-CPU | with an application frame | share | first match |\n|---|---:|---:|---:|---:|\n")
-	for _, c := range rep.Categories {
-		if c.Ns == 0 && c.AppNs == 0 {
-			continue
-		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", c.label(), Secs(c.Ns), Secs(c.AppNs), pct(c.AppNs, rep.AppBlockedNs), pct(c.FirstNs, rep.AppBlockedNs))
-	}
-	fmt.Fprint(w, "\n| thread group | off-CPU | with an application frame | on-CPU |\n|---|---:|---:|---:|\n")
-	for _, g := range rep.ThreadGroups {
-		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", g.Name, Secs(g.OffCPUNs), Secs(g.AppBlockedNs), Secs(g.CPUNs))
-	}
-	if rep.Wakeups.Total > 0 {
-		fmt.Fprint(w, "\n| woken group | wake-ups | eventfd | futex | pipe/socket | timer | other |\n|---|---:|---:|---:|---:|---:|---:|\n")
-		for _, t := range rep.Wakeups.ByTargetGroup {
-			fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %d | %d |\n", t.Group, t.Total, t.ByClass["eventfd"], t.ByClass["futex"], t.ByClass["pipe/socket"], t.ByClass["timer"], t.ByClass["other"])
-		}
+	for _, t := range rep.tables() {
+		t.markdown(w)
 	}
 	return nil
 }
