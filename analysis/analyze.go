@@ -281,7 +281,7 @@ func (a *analyzer) offCPU(s *Stack) {
 			rep.FunctionsCum[f.Name] += s.Value
 		}
 	}
-	a.top = append(a.top, TopStack{Thread: s.Thread, Ns: s.Value, Categories: cs, Stack: foldedOf(s)})
+	a.top = append(a.top, TopStack{Thread: s.Thread, Ns: s.Value, Categories: cs, Stack: s.Folded()})
 }
 
 // report orders what was summed and writes the statements.
@@ -341,14 +341,16 @@ func outermostUser(s *Stack) (string, bool) {
 	return f.Name, true
 }
 
-func foldedOf(s *Stack) string {
+// Folded is the stack as a folded line without its value: the thread if
+// known, user frames, then "-" and kernel frames.
+func (s *Stack) Folded() string {
 	parts := []string{}
 	if s.Thread != "" {
 		parts = append(parts, schema.FoldedFrame(s.Thread))
 	}
 	kernel := false
 	for _, f := range s.Frames {
-		if f.Kernel && !kernel {
+		if f.Kernel && !kernel && f.Name != "-" {
 			parts = append(parts, "-")
 			kernel = true
 		}

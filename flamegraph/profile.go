@@ -65,31 +65,19 @@ func FromData(d *analysis.Data, kind string) *Profile {
 		unit = "count"
 	}
 	p := &Profile{Unit: unit}
-	var sb strings.Builder
-	for _, s := range d.Stacks {
+	for i := range d.Stacks {
+		s := &d.Stacks[i]
 		if s.Kind != kind || s.Value <= 0 {
 			continue
 		}
-		sb.Reset()
+		line := s.Folded()
+		if s.Thread == "" {
+			line = "[all];" + line
+		}
 		if kind == analysis.KindWakeup && s.Target != "" {
-			sb.WriteString(clean(s.Target))
-			sb.WriteByte(';')
+			line = clean(s.Target) + ";" + line
 		}
-		if s.Thread != "" {
-			sb.WriteString(clean(s.Thread))
-		} else {
-			sb.WriteString("[all]")
-		}
-		kernel := false
-		for _, f := range s.Frames {
-			if f.Kernel && !kernel && f.Name != "-" {
-				sb.WriteString(";-")
-				kernel = true
-			}
-			sb.WriteByte(';')
-			sb.WriteString(clean(f.Name))
-		}
-		p.Lines = append(p.Lines, Line{Stack: []byte(sb.String()), Value: s.Value})
+		p.Lines = append(p.Lines, Line{Stack: []byte(strings.TrimSuffix(line, ";")), Value: s.Value})
 	}
 	return p
 }
