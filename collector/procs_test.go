@@ -1,6 +1,9 @@
 package collector
 
-import "testing"
+import (
+	"os"
+	"testing"
+)
 
 // Mappings reported by the kernel build each process's list without
 // /proc: an exec starts a new list, mmaps add to it (replacing what they
@@ -47,5 +50,19 @@ func TestProcTableKernelMappings(t *testing.T) {
 	}
 	if changes != 4 {
 		t.Errorf("%d change notifications, want one per mapping added (not for the fork)", changes)
+	}
+}
+
+// The exec program's mappings are used only where the kernel has the VMA
+// iterator; a kfunc that does not exist reads as absent.
+func TestKernelHasFunc(t *testing.T) {
+	if _, err := os.Stat(vmlinuxBTF); err != nil {
+		t.Skip("no kernel BTF")
+	}
+	if !kernelHasFunc("bpf_find_vma") && !kernelHasFunc("bpf_iter_task_vma_new") {
+		t.Errorf("neither bpf_find_vma nor bpf_iter_task_vma_new found in the kernel's BTF")
+	}
+	if kernelHasFunc("bpf_iter_task_vma_nope") {
+		t.Errorf("a function that does not exist was found")
 	}
 }

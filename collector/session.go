@@ -24,6 +24,9 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
@@ -303,6 +306,16 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 	return s, nil
 }
 
+// kernelHasFunc says whether the kernel's BTF has the function (a kfunc).
+func kernelHasFunc(name string) bool {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return false
+	}
+	var fn *btf.Func
+	return spec.TypeByName(name, &fn) == nil
+}
+
 // vmlinuxBTF is where the kernel publishes its BTF (a variable for tests).
 var vmlinuxBTF = "/sys/kernel/btf/vmlinux"
 
@@ -366,6 +379,9 @@ func (s *Session) spec(cgroupID uint64, btfMode bool) (*ebpf.CollectionSpec, err
 	if o.MaxBlock > 0 {
 		maxNs = uint64(o.MaxBlock)
 	}
+	// Code mappings from the kernel need bpf_find_vma (Linux 5.17+); with
+	// want_maps off the verifier skips the call as dead code.
+	wantMaps := !o.NoUserStacks && features.HaveProgramHelper(ebpf.TracePoint, asm.FnFindVma) == nil
 	for name, v := range map[string]any{
 		bpf.OffcpuVarFilterTgid:        len(o.PIDs) > 0 || o.TargetsOnly,
 		bpf.OffcpuVarFilterTid:         len(o.TIDs) > 0,
@@ -382,7 +398,7 @@ func (s *Session) spec(cgroupID uint64, btfMode bool) (*ebpf.CollectionSpec, err
 		bpf.OffcpuVarWantWakeups:       !o.NoWakeups,
 		bpf.OffcpuVarThreadSize:        kernelThreadSize(),
 		bpf.OffcpuVarWantUnwind:        !o.FramePointersOnly,
-		bpf.OffcpuVarWantMaps:          !o.NoUserStacks,
+		bpf.OffcpuVarWantMaps:          wantMaps,
 	} {
 		if err := set(name, v); err != nil {
 			return nil, fmt.Errorf("setting %s: %w", name, err)
@@ -396,7 +412,10 @@ func (s *Session) spec(cgroupID uint64, btfMode bool) (*ebpf.CollectionSpec, err
 	spec.Maps[bpf.OffcpuMapCpuSamples].MaxEntries = uint32(o.AggEntries)
 	spec.Maps[bpf.OffcpuMapLastWaker].MaxEntries = uint32(o.MaxThreads)
 	spec.Maps[bpf.OffcpuMapBlockedUstacks].MaxEntries = uint32(o.MaxThreads)
-	s.kernelMaps = !o.NoUserStacks && btfMode
+	// The exec program reports the new program's mappings only where the
+	// kernel has the VMA iterator (Linux 6.7+); elsewhere execs are read
+	// from /proc.
+	s.kernelMaps = wantMaps && btfMode && kernelHasFunc("bpf_iter_task_vma_new")
 	if !o.FramePointersOnly {
 		spec.Maps[bpf.OffcpuMapUnwindRows].MaxEntries = uint32(o.UnwindRows)
 		spec.Maps[bpf.OffcpuMapUnwindProcs].MaxEntries = MaxUnwindProcs
