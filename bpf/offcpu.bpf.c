@@ -1124,9 +1124,9 @@ static __always_inline void count_one(void *map, void *key, u32 stat)
 	}
 }
 
-static __always_inline void count_wakeup(u32 ttgid, u32 ttid, struct waker_rec *w)
+static __always_inline void count_wakeup(u32 ttgid, u32 ttid, u32 tgen, struct waker_rec *w)
 {
-	struct wake_key k = { .target_tgid = ttgid, .target_tid = ttid, .waker = *w };
+	struct wake_key k = { .target_tgid = ttgid, .target_tid = ttid, .target_gen = tgen, .waker = *w };
 	count_one(&wakeups, &k, STAT_WAKE_FULL);
 }
 
@@ -1410,7 +1410,7 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 	} else {
 		waker_context(ctx, &w, irq, 0, ttid);
 	}
-	count_wakeup(ttgid, ttid, &w);
+	count_wakeup(ttgid, ttid, task_gen(p), &w);
 	struct start_rec *ts = bpf_task_storage_get(&task_starts, p, 0, 0);
 	if (ts && ts->pending)
 		ts->waker = w;
@@ -1427,7 +1427,7 @@ int offcpu_waking_tp(struct trace_event_raw_sched_wakeup_template *ctx)
 	bool irq = flags & (TRACE_FLAG_HARDIRQ | TRACE_FLAG_SOFTIRQ | TRACE_FLAG_NMI);
 	struct waker_rec w = {};
 	waker_context(ctx, &w, irq, 0, ttid);
-	count_wakeup(0, ttid, &w);
+	count_wakeup(0, ttid, 0, &w);
 	bpf_map_update_elem(&last_waker, &ttid, &w, BPF_ANY);
 	return 0;
 }
@@ -1447,7 +1447,7 @@ int offcpu_cpu_sample(void *ctx) /* struct bpf_perf_event_data, only passed on *
 	if ((user_threads_only && kthread) || (kernel_threads_only && !kthread))
 		return 0;
 	announce(tgid, tid);
-	struct cpu_key k = { .tgid = tgid, .tid = tid, .ustack = -1, .kstack = -1 };
+	struct cpu_key k = { .tgid = tgid, .tid = tid, .ustack = -1, .kstack = -1, .gen = task_gen(cur) };
 	if (want_kernel_stacks)
 		k.kstack = get_stack_id(ctx, 0, STAT_KSTACK_LOST);
 	if (want_user_stacks && !kthread)

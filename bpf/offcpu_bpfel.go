@@ -19,6 +19,8 @@ type OffcpuCpuKey struct {
 	Tid    uint32
 	Ustack int64
 	Kstack int64
+	Gen    uint32
+	Pad    uint32
 }
 
 type OffcpuFileKey struct {
@@ -208,6 +210,8 @@ type OffcpuWakeKey struct {
 	_          structs.HostLayout
 	TargetTgid uint32
 	TargetTid  uint32
+	TargetGen  uint32
+	Pad        uint32
 	Waker      OffcpuWakerRec
 }
 

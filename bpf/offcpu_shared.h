@@ -67,6 +67,8 @@ struct offcpu_key {
 struct wake_key {
 	u32 target_tgid;
 	u32 target_tid;
+	u32 target_gen; /* the woken thread's incarnation (tp_btf; 0 classic) */
+	u32 pad;
 	struct waker_rec waker; /* valid is always 1 */
 };
 
@@ -184,6 +186,8 @@ struct cpu_key {
 	u32 tid;
 	s64 ustack;
 	s64 kstack;
+	u32 gen; /* the thread's incarnation (task_gen) */
+	u32 pad;
 };
 
 #define PRESTART_DEPTH 40

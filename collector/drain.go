@@ -45,6 +45,7 @@ type waker struct {
 // cpuRecord is one on-CPU sample aggregation entry.
 type cpuRecord struct {
 	tgid, tid    uint32
+	gen          uint32
 	count        uint64
 	user, kernel []uint64
 }
@@ -52,6 +53,7 @@ type cpuRecord struct {
 // wakeRecord is one wake-up aggregation entry.
 type wakeRecord struct {
 	tgid, tid uint32 // woken thread
+	gen       uint32 // its incarnation (0: unknown)
 	count     uint64
 	waker     waker
 }
@@ -136,7 +138,7 @@ func (s *Session) drain() (*drained, error) {
 	var n uint64
 	wit := s.coll.Maps[bpf.OffcpuMapWakeups].Iterate()
 	for wit.Next(&wk, &n) {
-		d.wakes = append(d.wakes, wakeRecord{tgid: wk.TargetTgid, tid: wk.TargetTid, count: n, waker: decodeWaker(wk.Waker, getStack)})
+		d.wakes = append(d.wakes, wakeRecord{tgid: wk.TargetTgid, tid: wk.TargetTid, gen: wk.TargetGen, count: n, waker: decodeWaker(wk.Waker, getStack)})
 		s.stats.Wakeups += n
 	}
 	if err := wit.Err(); err != nil {
@@ -145,7 +147,7 @@ func (s *Session) drain() (*drained, error) {
 	var ck bpf.OffcpuCpuKey
 	cit := s.coll.Maps[bpf.OffcpuMapCpuSamples].Iterate()
 	for cit.Next(&ck, &n) {
-		d.cpu = append(d.cpu, cpuRecord{tgid: ck.Tgid, tid: ck.Tid, count: n, user: getStack(ck.Ustack), kernel: getStack(ck.Kstack)})
+		d.cpu = append(d.cpu, cpuRecord{tgid: ck.Tgid, tid: ck.Tid, gen: ck.Gen, count: n, user: getStack(ck.Ustack), kernel: getStack(ck.Kstack)})
 		s.stats.CPUSamples += n
 	}
 	if err := cit.Err(); err != nil {

@@ -191,7 +191,7 @@ func (s *Session) offCPUProfile(d *drained, sym *symbolizer, names *threadNames)
 				Location: b.stack(c.tgid, trimKernel(c.kernel, sym.kern), c.user, 0, true),
 				Value:    []int64{0, 0, int64(c.count) * period},
 				Label: map[string][]string{
-					LabelThread:  {names.thread(c.tgid, c.tid)},
+					LabelThread:  {names.threadGen(c.tgid, c.tid, c.gen)},
 					LabelProcess: {processName(d, c.tgid, s.procs)},
 					LabelState:   {"on-cpu"},
 				},
@@ -229,7 +229,7 @@ func (s *Session) wakeupProfile(d *drained, sym *symbolizer, names *threadNames)
 		if w.waker.irq {
 			user = nil
 		}
-		target := names.thread(w.tgid, w.tid)
+		target := names.threadGen(w.tgid, w.tid, w.gen)
 		wb.p.Sample = append(wb.p.Sample, &profile.Sample{
 			Location: wb.stack(w.waker.tgid, kernel, user, 0, true),
 			Value:    []int64{int64(w.count), ended[wkey{w.tid, w.waker.tid, w.waker.userID, w.waker.kernelID, w.waker.irq}]},
@@ -332,6 +332,20 @@ func (s *Session) finishProfile(p *profile.Profile) {
 type threadNames struct {
 	d     *drained
 	procs *procTable
+}
+
+// threadGen names a thread of a known incarnation (gen 0: unknown), so
+// that a reused tid names the thread that was sampled or woken.
+func (n *threadNames) threadGen(tgid, tid, gen uint32) string {
+	if gen != 0 {
+		if th, ok := n.d.threads[tid]; ok && th.gen == gen {
+			return th.comm
+		}
+		if th, ok := n.d.exited[[2]uint32{tid, gen}]; ok {
+			return th.comm
+		}
+	}
+	return n.thread(tgid, tid)
 }
 
 func (n *threadNames) thread(tgid, tid uint32) string {
