@@ -3,6 +3,7 @@ package collector
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,9 +21,9 @@ import (
 
 // Recording system-wide under process churn, side by side: offcpu record
 // built from this tree, with OFFCPU_OTHER=PATH another offcpu build (an
-// older one), and libbpf-tools offcputime, while a launcher starts RATE processes a second
-// for SECONDS seconds, each sleeping 1 ms in nap_here (OFFCPU_CHURN="RATE
-// SECONDS", default "500 30"). As root:
+// older one), and libbpf-tools offcputime, while a launcher starts RATE
+// processes a second for SECONDS seconds, each sleeping 1 ms in nap_here
+// (OFFCPU_CHURN="RATE SECONDS", default "500 30"). As root:
 //
 //	go test -run XXX -bench ProcessChurn -benchtime 1x ./collector
 //
@@ -33,11 +34,7 @@ import (
 func BenchmarkProcessChurn(b *testing.B) {
 	requireBPF(b)
 	rate, secs := 500, 30
-	if v := os.Getenv("OFFCPU_CHURN"); v != "" {
-		if _, err := fmt.Sscan(v, &rate, &secs); err != nil {
-			b.Fatalf("OFFCPU_CHURN=%q: want RATE SECONDS", v)
-		}
-	}
+	benchEnv(b, "OFFCPU_CHURN", "RATE SECONDS", &rate, &secs)
 	dir := b.TempDir()
 	churn, nap := filepath.Join(dir, "churn"), filepath.Join(dir, "nap")
 	build(b, "gcc", "-O2", "-o", churn, "testdata/churn/churn.c")
@@ -51,11 +48,7 @@ func BenchmarkProcessChurn(b *testing.B) {
 		fmt.Sscan(string(out), &n)
 		return n
 	}
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err != nil {
-		b.Fatalf("enabling BPF run-time statistics: %v", err)
-	}
-	defer stats.Close()
+	defer enableBPFStats(b).Close()
 
 	self := filepath.Join(dir, "offcpu")
 	build(b, "go", "build", "-o", self, "github.com/offcpu/offcpu/cmd/offcpu")
@@ -73,10 +66,7 @@ func BenchmarkProcessChurn(b *testing.B) {
 	if other := os.Getenv("OFFCPU_OTHER"); other != "" {
 		record(other+" record", other)
 	}
-	if tool, err := exec.LookPath("offcputime"); err == nil || processExistsPath("/usr/sbin/offcputime") {
-		if err != nil {
-			tool = "/usr/sbin/offcputime"
-		}
+	if tool := findTool("offcputime"); tool != "" {
 		out := filepath.Join(dir, "offcputime")
 		r := churnApart(b, launch, out, tool)
 		r.name = "libbpf-tools offcputime"
@@ -155,9 +145,38 @@ func childOf(pid int) int {
 	return c
 }
 
-func processExistsPath(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
+// benchEnv reads integers from an environment variable ("400000 3").
+func benchEnv(b *testing.B, name, form string, vals ...*int) {
+	v := os.Getenv(name)
+	if v == "" {
+		return
+	}
+	args := make([]any, len(vals))
+	for i := range vals {
+		args[i] = vals[i]
+	}
+	if _, err := fmt.Sscan(v, args...); err != nil {
+		b.Fatalf("%s=%q: want %s", name, v, form)
+	}
+}
+
+func enableBPFStats(b *testing.B) io.Closer {
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Fatalf("enabling BPF run-time statistics: %v", err)
+	}
+	return stats
+}
+
+// findTool is a libbpf-tools program's path, or "".
+func findTool(name string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/sbin/" + name); err == nil {
+		return "/usr/sbin/" + name
+	}
+	return ""
 }
 
 type progInfo struct {

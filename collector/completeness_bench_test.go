@@ -50,10 +50,7 @@ func BenchmarkStackCompleteness(b *testing.B) {
 			},
 			before: func(pid int) { exec.Command(jcmd, strconv.Itoa(pid), "Compiler.perfmap").Run() }})
 	}
-	tool, _ := exec.LookPath("offcputime")
-	if tool == "" && processExistsPath("/usr/sbin/offcputime") {
-		tool = "/usr/sbin/offcputime"
-	}
+	tool := findTool("offcputime")
 	fmt.Println("\n| workload | offcpu | offcpu --frame-pointers-only | libbpf-tools offcputime |")
 	fmt.Println("|---|---:|---:|---:|")
 	for b.Loop() {

@@ -3,7 +3,6 @@ package collector
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -12,9 +11,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 )
 
 // The cost of recording off-CPU stacks system-wide, side by side: a C
@@ -32,11 +28,7 @@ import (
 func BenchmarkRecorderOverhead(b *testing.B) {
 	requireBPF(b)
 	rounds, repeats := 400000, 3
-	if v := os.Getenv("OFFCPU_OVERHEAD"); v != "" {
-		if _, err := fmt.Sscan(v, &rounds, &repeats); err != nil {
-			b.Fatalf("OFFCPU_OVERHEAD=%q: want ROUNDS REPEATS", v)
-		}
-	}
+	benchEnv(b, "OFFCPU_OVERHEAD", "ROUNDS REPEATS", &rounds, &repeats)
 	bin := filepath.Join(b.TempDir(), "pingpong")
 	build(b, "gcc", "-O2", "-pthread", "-o", bin, "testdata/pingpong/pingpong.c")
 	workload := func() time.Duration {
@@ -47,20 +39,7 @@ func BenchmarkRecorderOverhead(b *testing.B) {
 		ns, _ := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
 		return time.Duration(ns)
 	}
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err != nil {
-		b.Fatalf("enabling BPF run-time statistics: %v", err)
-	}
-	defer stats.Close()
-	tool := func(name string) string {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-		if processExistsPath("/usr/sbin/" + name) {
-			return "/usr/sbin/" + name
-		}
-		return ""
-	}
+	defer enableBPFStats(b).Close()
 	// under runs the workload under a libbpf-tools recorder; cost: mean ns
 	// per run of its programs named like prog.
 	under := func(path, prog string) (time.Duration, time.Duration) {
@@ -116,7 +95,7 @@ func BenchmarkRecorderOverhead(b *testing.B) {
 		rows = append(rows, r)
 		return r
 	}
-	offcputime, wakeuptime := tool("offcputime"), tool("wakeuptime")
+	offcputime, wakeuptime := findTool("offcputime"), findTool("wakeuptime")
 	var rTool, rWTool *row
 	if offcputime != "" {
 		rTool = add("libbpf-tools offcputime", "sched_switch")
