@@ -13,8 +13,9 @@ import (
 )
 
 // procTable keeps what is needed to symbolize a process after it exits:
-// its executable mappings (taken when it is first seen and again at exec
-// and at the end), the mapped files held open, and its root directory.
+// its executable mappings (reported by the kernel as they are made, at
+// fork, exec and mmap, and read from /proc when it is first seen and at
+// the end), the mapped files held open, and a container's root directory.
 type procTable struct {
 	mu    sync.Mutex
 	procs map[uint32]*procInfo
