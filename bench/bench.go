@@ -122,14 +122,15 @@ func (c *Config) validate() error {
 		if len(c.Scenarios) == 0 {
 			return fmt.Errorf("--scenario: give at least one scenario")
 		}
-		for _, sc := range c.Scenarios {
-			if _, err := dispatcher.LoadScenario(sc); err != nil {
+		for _, name := range c.Scenarios {
+			sc, err := dispatcher.LoadScenario(name)
+			if err != nil {
 				return err
 			}
-		}
-		for _, v := range c.Variants {
-			if _, err := dispatcher.LookupVariant(v); err != nil {
-				return err
+			for _, v := range c.Variants {
+				if err := sc.CheckVariant(v); err != nil {
+					return fmt.Errorf("scenario %s: %w", sc.Name, err)
+				}
 			}
 		}
 	}
@@ -167,7 +168,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		cfg.Executable = exe
 	}
 	if cfg.Threads == "" && cfg.bundled() {
-		cfg.Threads = dispatcher.BrokerThreads
+		// The profiled scenario's story: broker threads, or the client's
+		// listener pools.
+		sc, _ := dispatcher.LoadScenario(cfg.Scenarios[0])
+		cfg.Threads = sc.AnalyzedThreads()
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.Out, "runs"), 0o755); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", cfg.Out, err)

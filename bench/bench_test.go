@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/offcpu/offcpu/analysis"
 	"github.com/offcpu/offcpu/internal/testenv"
 )
+
+type analysisReport = analysis.Report
 
 var requireRoot = testenv.RequireRoot
 
@@ -105,6 +108,58 @@ func TestBenchBundled(t *testing.T) {
 	}
 	md, _ := os.ReadFile(filepath.Join(out, "report.md"))
 	for _, want := range []string{"## Measurements", "Setup: Linux", "interleaved", "Every run delivered all messages", "| publish_rate |", "Off-CPU attribution: baseline", "Wake-ups per message", "diff.svg"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+}
+
+// Seed 003's scenario: the analysis turns to the client's listener pools,
+// whose futex wake-ups per message the candidate cuts, and the flame
+// graphs draw the pools' CPU.
+func TestBenchListener(t *testing.T) {
+	requireRoot(t)
+	out := t.TempDir()
+	res, err := Run(context.Background(), Config{
+		Scenarios: []string{"listener-throughput"}, Variants: []string{"baseline", "candidate"},
+		Runs: 1, ProfiledRuns: 1, Messages: 20000, Rate: -1, Out: out,
+		CooldownIdle: 90, CooldownMax: 2 * time.Second, Executable: buildOffcpu(t), CPUHz: 199,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Runs {
+		if r.Failed {
+			t.Fatalf("run %s failed: %s", r.Name, r.Error)
+		}
+	}
+	b, c := res.Diff.BaseReport, res.Diff.CandReport
+	if b == nil || c == nil {
+		t.Fatal("no profiled report")
+	}
+	if b.ThreadFilter != "^pulsar-(intern|extern)-\\d" {
+		t.Errorf("analyzed threads %q, want the listener pools", b.ThreadFilter)
+	}
+	futex := func(r *analysisReport) float64 {
+		var n int64
+		for _, g := range r.Wakeups.ByTargetGroup {
+			n += g.ByClass["futex"]
+		}
+		return float64(n) / float64(r.Messages)
+	}
+	fb, fc := futex(b), futex(c)
+	t.Logf("futex wake-ups of the pools per message: %.3f → %.3f", fb, fc)
+	if fb < 1 || fc > fb/2 {
+		t.Errorf("futex wake-ups of the pools per message %.3f → %.3f: want at least 1 in the baseline (a round trip per message) and half that in the candidate", fb, fc)
+	}
+	svg, _ := os.ReadFile(filepath.Join(out, "baseline.svg"))
+	for _, want := range []string{"pulsar-intern-N", "pulsar-extern-N", "listenerBaseline.triggerListener", "On-CPU samples"} {
+		if !strings.Contains(string(svg), want) {
+			t.Errorf("baseline.svg lacks %q", want)
+		}
+	}
+	md, _ := os.ReadFile(filepath.Join(out, "report.md"))
+	for _, want := range []string{"| consume_rate |", "| listener_handoffs_per_msg |", "By woken thread group", "| pulsar-extern-N |", "consumed msg/s"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report.md lacks %q", want)
 		}

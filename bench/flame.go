@@ -6,19 +6,48 @@ import (
 	"io"
 	"path/filepath"
 	"regexp"
+	"strings"
 
+	"github.com/offcpu/offcpu/dispatcher"
 	"github.com/offcpu/offcpu/flamegraph"
 	"github.com/offcpu/offcpu/internal/output"
 	"github.com/offcpu/offcpu/schema"
 )
 
-// writeFlameGraphs draws each side's off-CPU time over its profiled runs,
-// and the candidate coloured by its change from the baseline.
+// flameKind is what the bench's flame graphs draw.
+type flameKind struct {
+	sampleType string
+	what       string // "Blocked time with an application frame"
+	blocked    bool
+}
+
+var (
+	blockedFlames = flameKind{schema.OffCPU, "Blocked time with an application frame", true}
+	// A client pool's blocked time is its idle wait for tasks: its story
+	// is where its CPU goes, as seed 003's flame graphs show it.
+	cpuFlames = flameKind{schema.CPU, "On-CPU samples", false}
+)
+
+// flamesFor is the kind of graph the profiled scenario's story needs.
+func flamesFor(cfg *Config) flameKind {
+	if sc, err := dispatcher.LoadScenario(cfg.Scenarios[0]); err == nil && sc.Change == dispatcher.ChangeListener {
+		return cpuFlames
+	}
+	return blockedFlames
+}
+
+// writeFlameGraphs draws each side's profiled runs, and the candidate
+// coloured by its change from the baseline.
 func writeFlameGraphs(cfg *Config, res *Result) error {
 	flameLinks, flameNotes = nil, nil
-	// The blocked time with an application frame of the analyzed threads:
-	// the idle waits of loops and executors would fill most of the width.
-	sel := flamegraph.Select{Blocked: cfg.Rules, GroupThreads: true}
+	kind := flamesFor(cfg)
+	// Only the analyzed threads; for off-CPU time only blocked time with
+	// an application frame: the idle waits of loops and executors would
+	// fill most of the width.
+	sel := flamegraph.Select{GroupThreads: true}
+	if kind.blocked {
+		sel.Blocked = cfg.Rules
+	}
 	if cfg.Threads != "" {
 		sel.Threads = regexp.MustCompile(cfg.Threads)
 	}
@@ -28,9 +57,9 @@ func writeFlameGraphs(cfg *Config, res *Result) error {
 		if len(files) == 0 {
 			continue
 		}
-		p, err := flamegraph.Load(schema.OffCPU, sel, files...)
+		p, err := flamegraph.Load(kind.sampleType, sel, files...)
 		if errors.Is(err, flamegraph.ErrNoSamples) {
-			flameNotes = append(flameNotes, fmt.Sprintf("%s: no blocked time with an application frame, no graph", side))
+			flameNotes = append(flameNotes, fmt.Sprintf("%s: no %s, no graph", side, strings.ToLower(kind.what)))
 			continue
 		}
 		if err != nil {
@@ -38,7 +67,7 @@ func writeFlameGraphs(cfg *Config, res *Result) error {
 		}
 		profiles[i] = p
 		name := side + ".svg"
-		title := "Blocked time with an application frame: " + side
+		title := kind.what + ": " + side
 		if sel.Threads != nil {
 			title += " (threads " + cfg.Threads + ")"
 		}
@@ -53,12 +82,12 @@ func writeFlameGraphs(cfg *Config, res *Result) error {
 	// Drawn at the baseline's widths with the candidate as the after
 	// profile, so a wait the candidate removed keeps its width, in blue.
 	// A fresh copy: SetBase adds the other's stacks to the profile.
-	base, err := flamegraph.Load(schema.OffCPU, sel, profiledFiles(cfg, res, 0)...)
+	base, err := flamegraph.Load(kind.sampleType, sel, profiledFiles(cfg, res, 0)...)
 	if err != nil {
 		return err
 	}
 	base.SetBase(profiles[1], false)
-	title := fmt.Sprintf("Blocked time with an application frame: %s (widths) against %s (blue: less in %s, red: more)", cfg.Variants[0], cfg.Variants[1], cfg.Variants[1])
+	title := fmt.Sprintf("%s: %s (widths) against %s (blue: less in %s, red: more)", kind.what, cfg.Variants[0], cfg.Variants[1], cfg.Variants[1])
 	if err := writeSVG(filepath.Join(cfg.Out, "diff.svg"), base, flamegraph.Options{Title: title, Diff: true, Negate: true}); err != nil {
 		return err
 	}

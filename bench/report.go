@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 
 	"github.com/offcpu/offcpu/analysis"
@@ -135,13 +136,22 @@ func markdown(cfg *Config, res *Result) string {
 		fmt.Fprintf(&b, "| all wake-ups of the analyzed threads | %.4f | %.4f |\n| eventfd wake-ups (event loops woken) | %.4f | %.4f |\n",
 			bw.PerMessage, cw.PerMessage, bw.EventfdPerMessage, cw.EventfdPerMessage)
 		for _, m := range res.Diff.Metrics {
-			if m.Name == "broker_wakeups_per_msg" {
+			switch m.Name {
+			case "broker_wakeups_per_msg":
 				fmt.Fprintf(&b, "| eventfd writes counted by the model (unprofiled runs) | %.4f | %.4f |\n", m.BaseMean, m.CandMean)
+			case "listener_wake_calls_per_msg":
+				fmt.Fprintf(&b, "| futex wake calls of hand-offs between the client pools, counted by the model (unprofiled runs; per message received; a call finds no sleeper when the thread has not gone to sleep yet) | %.4f | %.4f |\n", m.BaseMean, m.CandMean)
 			}
 		}
+		b.WriteString(wakeupsByGroup(res.Diff, cfg))
 	}
 	if len(flameLinks)+len(flameNotes) > 0 {
-		fmt.Fprintf(&b, "\n### Flame graphs\n\nBlocked time with an application frame of the analyzed threads, by thread group; diff.svg is drawn at the baseline's widths, blue where the candidate blocks less.\n\n")
+		kind := flamesFor(cfg)
+		what := "Blocked time with an application frame of the analyzed threads, by thread group; diff.svg is drawn at the baseline's widths, blue where the candidate blocks less."
+		if !kind.blocked {
+			what = "On-CPU samples of the analyzed threads, by thread group; diff.svg is drawn at the baseline's widths, blue where the candidate spends less."
+		}
+		fmt.Fprintf(&b, "\n### Flame graphs\n\n%s\n\n", what)
 		for _, l := range flameLinks {
 			fmt.Fprintf(&b, "- [%s](%s)\n", l, l)
 		}
@@ -150,6 +160,47 @@ func markdown(cfg *Config, res *Result) string {
 		}
 	}
 	fmt.Fprintf(&b, "\nRuns, metrics and profiles: `runs/`; machine-readable: `report.json`.\n")
+	return b.String()
+}
+
+// wakeupsByGroup tabulates, per woken thread group, the wake-ups per
+// published message of the profiled runs, all and through a futex.
+func wakeupsByGroup(d *analysis.DiffReport, cfg *Config) string {
+	br, cr := d.BaseReport, d.CandReport
+	if br.Messages == 0 || cr.Messages == 0 {
+		return ""
+	}
+	type pair struct{ b, c analysis.TargetWakeups }
+	groups := map[string]*pair{}
+	var names []string
+	for i, rep := range []*analysis.Report{br, cr} {
+		for _, t := range rep.Wakeups.ByTargetGroup {
+			p := groups[t.Group]
+			if p == nil {
+				p = &pair{}
+				groups[t.Group] = p
+				names = append(names, t.Group)
+			}
+			if i == 0 {
+				p.b = t
+			} else {
+				p.c = t
+			}
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	sort.Strings(names)
+	per := func(n int64, rep *analysis.Report) float64 { return float64(n) / float64(rep.Messages) }
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "\nBy woken thread group (profiled runs, per published message):\n\n| woken | all %s | all %s | futex %s | futex %s | eventfd %s | eventfd %s |\n|---|---:|---:|---:|---:|---:|---:|\n",
+		cfg.Variants[0], cfg.Variants[1], cfg.Variants[0], cfg.Variants[1], cfg.Variants[0], cfg.Variants[1])
+	for _, n := range names {
+		p := groups[n]
+		fmt.Fprintf(&b, "| %s | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f |\n", n, per(p.b.Total, br), per(p.c.Total, cr),
+			per(p.b.ByClass["futex"], br), per(p.c.ByClass["futex"], cr), per(p.b.ByClass["eventfd"], br), per(p.c.ByClass["eventfd"], cr))
+	}
 	return b.String()
 }
 
@@ -165,7 +216,7 @@ func plural(n int) string {
 // seed 000 reports its high-rate scenario); empty with one subscription.
 func perApplication(res *Result, scenario string, cfg *Config) string {
 	type key struct{ side, app string }
-	vals := map[key][3][]float64{}
+	vals := map[key][4][]float64{}
 	var apps []string
 	for _, r := range res.Runs {
 		if scenarioLabel(r.Scenario) != scenario || r.Failed || r.Profiled {
@@ -187,7 +238,7 @@ func perApplication(res *Result, scenario string, cfg *Config) string {
 				apps = append(apps, s.Name)
 			}
 			v := vals[k]
-			v[0], v[1], v[2] = append(v[0], s.E2EP50ms), append(v[1], s.E2EP99ms), append(v[2], float64(s.Backlog))
+			v[0], v[1], v[2], v[3] = append(v[0], s.E2EP50ms), append(v[1], s.E2EP99ms), append(v[2], float64(s.Backlog)), append(v[3], s.ConsumeRate)
 			vals[k] = v
 		}
 	}
@@ -206,10 +257,10 @@ func perApplication(res *Result, scenario string, cfg *Config) string {
 	}
 	var b bytes.Buffer
 	a, c := cfg.Variants[0], cfg.Variants[1]
-	fmt.Fprintf(&b, "\nPer application (ranges over the unprofiled runs):\n\n| application | e2e p50 ms %s | e2e p50 ms %s | e2e p99 ms %s | e2e p99 ms %s | backlog %s | backlog %s |\n|---|---|---|---|---|---|---|\n", a, c, a, c, a, c)
+	fmt.Fprintf(&b, "\nPer application (ranges over the unprofiled runs):\n\n| application | e2e p50 ms %s | e2e p50 ms %s | e2e p99 ms %s | e2e p99 ms %s | backlog %s | backlog %s | consumed msg/s %s | consumed msg/s %s |\n|---|---|---|---|---|---|---|---|---|\n", a, c, a, c, a, c, a, c)
 	for _, app := range apps {
 		x, y := vals[key{a, app}], vals[key{c, app}]
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", app, span(x[0]), span(y[0]), span(x[1]), span(y[1]), span(x[2]), span(y[2]))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", app, span(x[0]), span(y[0]), span(x[1]), span(y[1]), span(x[2]), span(y[2]), span(x[3]), span(y[3]))
 	}
 	return b.String()
 }

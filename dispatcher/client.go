@@ -48,6 +48,7 @@ type subState struct {
 	duplicates atomic.Int64
 	violations atomic.Int64
 	invalid    atomic.Int64
+	lastNs     atomic.Int64    // unix ns of the last new delivery
 	lastEntry  []atomic.Uint64 // per key: last entry id + 1 (Key_Shared)
 }
 
@@ -61,6 +62,7 @@ func (s *subState) record(entryID uint64, b body) {
 		return
 	}
 	s.distinct.Add(1)
+	s.lastNs.Store(time.Now().UnixNano())
 	if s.lastEntry == nil || int(b.key) >= len(s.lastEntry) {
 		return
 	}
@@ -88,6 +90,11 @@ type clientConfig struct {
 	payload         int
 	keySpace        int
 	rate            float64 // total msg/s; 0: as fast as possible
+	// Consumers with a MessageListener on these pools (seed 003)
+	// instead of consumer threads.
+	listener        listenerVariant
+	internalThreads int
+	listenerThreads int
 }
 
 type producer struct {
@@ -115,6 +122,7 @@ type clientConsumer struct {
 	closed  atomic.Bool
 	permits int      // consumer thread only: processed since the last Flow
 	acks    []uint64 // consumer thread only
+	lc      *listenerConsumer
 }
 
 type delivery struct {
@@ -149,6 +157,8 @@ type Client struct {
 	consThr   []*consumerThread
 	consumers [][]*clientConsumer // per subscription
 	subs      []*subState
+	listener  listenerVariant
+	pools     *listenerPools
 	nextID    atomic.Uint32
 
 	toPublish atomic.Int64 // messages left to publish (message mode)
@@ -173,13 +183,16 @@ func (cl *Client) stop() {
 		for _, l := range cl.loops {
 			l.Shutdown()
 		}
+		if cl.pools != nil {
+			cl.pools.shutdown()
+		}
 	})
 }
 
 func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 120_000_000, 3) }
 
 func newClient(b *Broker, cfg clientConfig, subTypes []SubType) (*Client, error) {
-	cl := &Client{cfg: cfg, broker: b}
+	cl := &Client{cfg: cfg, broker: b, listener: cfg.listener}
 	for i := 0; i < cfg.ioThreads; i++ {
 		l, err := NewEventLoop(fmt.Sprintf("client-io-%d", i))
 		if err != nil {
@@ -195,6 +208,10 @@ func newClient(b *Broker, cfg clientConfig, subTypes []SubType) (*Client, error)
 			s.lastEntry = make([]atomic.Uint64, cfg.keySpace)
 		}
 		cl.subs = append(cl.subs, s)
+	}
+	if cfg.listener != nil {
+		cl.pools = newListenerPools(cfg.internalThreads, cfg.listenerThreads, len(subTypes))
+		cfg.consumerThreads = 0
 	}
 	for i := 0; i < cfg.consumerThreads; i++ {
 		// Thread names hold 15 bytes: keep the number visible.
@@ -249,6 +266,9 @@ func (cl *Client) subscribe(sub int, thread *consumerThread, cc *clientConn) (*c
 		}
 	}
 	c := &clientConsumer{id: cl.nextID.Add(1), sub: sub, cc: cc, thread: thread}
+	if cl.pools != nil {
+		c.lc = cl.newListenerConsumer(c)
+	}
 	cc.mu.Lock()
 	cc.consumers[c.id] = c
 	cc.mu.Unlock()
@@ -276,14 +296,18 @@ func (c *clientConsumer) flushAcks() {
 	if len(c.acks) == 0 {
 		return
 	}
-	b := make([]byte, 8+8*len(c.acks))
-	binary.BigEndian.PutUint32(b[0:], c.id)
-	binary.BigEndian.PutUint32(b[4:], uint32(len(c.acks)))
-	for i, id := range c.acks {
+	c.cc.writeDirect(ackFrame(c.id, c.acks))
+	c.acks = c.acks[:0]
+}
+
+func ackFrame(consumer uint32, acks []uint64) []byte {
+	b := make([]byte, 8+8*len(acks))
+	binary.BigEndian.PutUint32(b[0:], consumer)
+	binary.BigEndian.PutUint32(b[4:], uint32(len(acks)))
+	for i, id := range acks {
 		binary.BigEndian.PutUint64(b[8+8*i:], id)
 	}
-	c.acks = c.acks[:0]
-	c.cc.writeDirect(appendFrame(nil, cmdAck, b))
+	return appendFrame(nil, cmdAck, b)
 }
 
 // close removes the consumer at the broker; queued deliveries are dropped
@@ -320,7 +344,12 @@ func (cc *clientConn) handle(typ byte, body []byte) {
 		}
 		msg := make([]byte, len(body)-16)
 		copy(msg, body[16:])
-		c.thread.q.Put(delivery{c: c, entryID: u64(body, 4), body: msg})
+		d := delivery{c: c, entryID: u64(body, 4), body: msg}
+		if c.lc != nil {
+			c.lc.messageReceived(d)
+			return
+		}
+		c.thread.q.Put(d)
 	}
 }
 

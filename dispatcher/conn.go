@@ -20,8 +20,9 @@ func NewExecutor(name string) *Executor {
 
 func (e *Executor) Start() { StartThread(e.name, e.run) }
 
-// Execute queues a task.
-func (e *Executor) Execute(task func()) { e.q.Put(task) }
+// Execute queues a task; it reports whether the thread slept and was
+// woken (a futex wake, as LinkedBlockingQueue.offer's signalNotEmpty).
+func (e *Executor) Execute(task func()) bool { return e.q.Put(task) }
 
 func (e *Executor) run() {
 	defer close(e.done)

@@ -314,11 +314,24 @@ func TestScenariosEndToEnd(t *testing.T) {
 		for _, v := range []string{"baseline", "candidate"} {
 			t.Run(sc+"/"+v, func(t *testing.T) {
 				r := smallRun(t, sc, v, nil)
-				if v == "candidate" && r.FlowTasks != 0 {
-					t.Errorf("candidate ran %d internalConsumerFlow tasks", r.FlowTasks)
-				}
-				if v == "baseline" && r.FlowTasks == 0 {
-					t.Error("baseline ran no internalConsumerFlow task")
+				switch r.ScenarioDetails.Change {
+				case ChangeFlow:
+					if v == "candidate" && r.FlowTasks != 0 {
+						t.Errorf("candidate ran %d internalConsumerFlow tasks", r.FlowTasks)
+					}
+					if v == "baseline" && r.FlowTasks == 0 {
+						t.Error("baseline ran no internalConsumerFlow task")
+					}
+				case ChangeListener:
+					// Baseline: internal → external and back per message;
+					// candidate: only internal → external.
+					want := map[string]float64{"baseline": 2, "candidate": 1}[v]
+					if r.ListenerHandoffsPerMsg != want {
+						t.Errorf("%.3f hand-offs per message between the pools, want %.0f", r.ListenerHandoffsPerMsg, want)
+					}
+					if r.FlowTasks != 0 {
+						t.Errorf("the broker ran %d internalConsumerFlow tasks: seed 003's runs use seed 000's candidate", r.FlowTasks)
+					}
 				}
 			})
 		}
@@ -342,6 +355,43 @@ func TestSharedDeliveryWithChurn(t *testing.T) {
 	forVariants(t, func(t *testing.T, variant string) {
 		smallRun(t, "shared-500x20", variant, func(s *Scenario) { s.Churn = 15 * time.Millisecond })
 	})
+}
+
+// unorderedListener hands each message to the next listener thread, as a
+// client that ignored keys would: the order check must catch it.
+type unorderedListener struct{ next int }
+
+func (*unorderedListener) Name() string        { return "unordered" }
+func (*unorderedListener) Description() string { return "test: listener threads round robin" }
+func (u *unorderedListener) triggerListener(lc *listenerConsumer) {
+	for {
+		d, ok := lc.poll()
+		if !ok {
+			return
+		}
+		u.next++
+		t := lc.pools.external[u.next%len(lc.pools.external)]
+		lc.handToListener(t, func() { lc.callMessageListener(t, d) })
+	}
+}
+
+func TestListenerOrderCheckCatchesDisorder(t *testing.T) {
+	registerListenerVariant(&unorderedListener{})
+	defer delete(listenerVariants, "unordered")
+	sc, err := LoadScenario("listener-throughput")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Messages, sc.ListenerThreads = 20000, 4
+	r, err := Run(context.Background(), Config{Scenario: sc, Variant: "unordered", Drain: 15 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range r.Subscriptions {
+		if s.Type == "Key_Shared" && s.OrderViolations == 0 {
+			t.Errorf("listener threads taken round robin gave no per-key order violation in %s", s.Name)
+		}
+	}
 }
 
 // stallWriter passes a run's stall report to the test log.

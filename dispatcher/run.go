@@ -43,6 +43,9 @@ type SubResult struct {
 	E2EP50ms        float64 `json:"e2e_p50_ms"`
 	E2EP99ms        float64 `json:"e2e_p99_ms"`
 	Redelivered     uint64  `json:"redelivered"`
+	// ConsumeRate is msg/s received by the consumers from a fifth of
+	// the subscription's deliveries to its last.
+	ConsumeRate float64 `json:"consume_rate"`
 }
 
 // Result is what a run reports (offcpu dispatch --json).
@@ -64,6 +67,8 @@ type Result struct {
 	Backlog         int64       `json:"backlog"`
 	BrokerCPUs      float64     `json:"broker_cpu_s"`
 	CPUPerMsgUs     float64     `json:"cpu_per_msg_us"`
+	// ConsumeRate sums the subscriptions' consume rates (msg/s).
+	ConsumeRate float64 `json:"consume_rate"`
 	// Steady state: from 20% of the messages (or of the duration) to the
 	// last receipt, leaving out the start-up (first reads, batch ramp-up).
 	WarmupS     float64 `json:"warmup_s"`
@@ -73,12 +78,20 @@ type Result struct {
 	DurationS   float64 `json:"duration_s"`
 
 	// Counters behind the story of seed 000.
-	BrokerWakeups   uint64   `json:"broker_eventfd_wakeups"`
-	WakeupsPerMsg   float64  `json:"broker_wakeups_per_msg"`
-	MonitorWaits    uint64   `json:"monitor_waits"`
-	FlowTasks       uint64   `json:"flow_tasks"`
-	Reads           uint64   `json:"reads"`
-	EntriesPerRead  float64  `json:"entries_per_read"`
+	BrokerWakeups  uint64  `json:"broker_eventfd_wakeups"`
+	WakeupsPerMsg  float64 `json:"broker_wakeups_per_msg"`
+	MonitorWaits   uint64  `json:"monitor_waits"`
+	FlowTasks      uint64  `json:"flow_tasks"`
+	Reads          uint64  `json:"reads"`
+	EntriesPerRead float64 `json:"entries_per_read"`
+
+	// Counters behind the story of seed 003 (consumers with a listener),
+	// per message received by the listeners.
+	ListenerHandoffsPerMsg  float64 `json:"listener_handoffs_per_msg,omitempty"`   // tasks between the internal and listener pools
+	ListenerWakeCallsPerMsg float64 `json:"listener_wake_calls_per_msg,omitempty"` // of them, ones that called futex wake: the thread had said it would sleep (the kernel counts the threads really woken: profiled runs)
+	PoolsCPUs               float64 `json:"pools_cpu_s,omitempty"`                 // the pools' threads
+	PoolsCPUPerMsgUs        float64 `json:"pools_cpu_per_msg_us,omitempty"`
+
 	ScenarioDetails Scenario `json:"scenario_parameters"`
 }
 
@@ -121,11 +134,13 @@ var brokerThreads = regexp.MustCompile(BrokerThreads)
 // IsBrokerThread tells broker threads from client threads by name.
 func IsBrokerThread(comm string) bool { return brokerThreads.MatchString(comm) }
 
-// threadCPU returns the CPU seconds of this process's broker threads
-// (alive for the whole run; schedstat, in ns) and of the whole process,
-// from /proc/self/stat, which keeps the time of threads that have exited
-// (producers end when they are done).
-func threadCPU() (broker, total float64) {
+var listenerThreads = regexp.MustCompile(ListenerThreads)
+
+// threadCPU returns the CPU seconds of this process's broker threads and
+// listener pools (alive for the whole run; schedstat, in ns) and of the
+// whole process, from /proc/self/stat, which keeps the time of threads
+// that have exited (producers end when they are done).
+func threadCPU() (broker, pools, total float64) {
 	if p, err := procfs.Self(); err == nil {
 		if st, err := p.Stat(); err == nil {
 			total = st.CPUTime()
@@ -133,18 +148,64 @@ func threadCPU() (broker, total float64) {
 	}
 	threads, err := procfs.AllThreads(os.Getpid())
 	if err != nil {
-		return 0, total
+		return 0, 0, total
 	}
 	for _, t := range threads {
 		comm, err := t.Comm()
-		if err != nil || !IsBrokerThread(comm) {
+		if err != nil {
+			continue
+		}
+		sum := &broker
+		switch {
+		case IsBrokerThread(comm):
+		case listenerThreads.MatchString(comm):
+			sum = &pools
+		default:
 			continue
 		}
 		if st, err := t.Schedstat(); err == nil {
-			broker += float64(st.RunningNanoseconds) / 1e9
+			*sum += float64(st.RunningNanoseconds) / 1e9
 		}
 	}
-	return broker, total
+	return broker, pools, total
+}
+
+// deliveryClock samples each subscription's deliveries over time, for
+// the consume rates.
+type deliveryClock struct {
+	at     []int64   // unix ns
+	counts [][]int64 // per sample, per subscription
+	done   chan struct{}
+}
+
+func watchDeliveries(cl *Client, stop <-chan struct{}) *deliveryClock {
+	dc := &deliveryClock{done: make(chan struct{})}
+	go func() {
+		defer close(dc.done)
+		every(10*time.Millisecond, stop, func() bool {
+			n := make([]int64, len(cl.subs))
+			for i, s := range cl.subs {
+				n[i] = s.distinct.Load()
+			}
+			dc.at, dc.counts = append(dc.at, time.Now().UnixNano()), append(dc.counts, n)
+			return true
+		})
+	}()
+	return dc
+}
+
+// rate is subscription sub's msg/s from the sample where it had a fifth
+// of its final deliveries to its last delivery.
+func (dc *deliveryClock) rate(sub int, final, lastNs int64) float64 {
+	for i, n := range dc.counts {
+		if n[sub] >= final/5 {
+			if d := float64(lastNs-dc.at[i]) / 1e9; d > 0 && final > n[sub] {
+				return float64(final-n[sub]) / d
+			}
+			return 0
+		}
+	}
+	return 0
 }
 
 // warmup notes the published count and the time once a fifth of the run
@@ -193,9 +254,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := sc.Validate(); err != nil {
 		return nil, err
 	}
-	variant, err := LookupVariant(cfg.Variant)
+	variant, listener, err := resolveVariants(sc.Change, cfg.Variant)
 	if err != nil {
 		return nil, err
+	}
+	if !sc.Listener {
+		listener = nil
 	}
 	if cfg.Drain == 0 {
 		cfg.Drain = 60 * time.Second
@@ -209,6 +273,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	// Every locked thread may hold a P: the kernel, not Go, schedules them.
 	threads := sc.BrokerIOThreads + 1 + sc.TopicWorkers + sc.ClientIOThreads + sc.ProducerThreads + sc.ConsumerThreads
+	if sc.Listener {
+		threads += sc.InternalThreads + sc.ListenerThreads
+	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(threads + 2))
 	pinned := false
 	if cfg.Pin {
@@ -229,6 +296,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		producers: sc.Producers, producerThreads: sc.ProducerThreads, consumerThreads: sc.ConsumerThreads,
 		ioThreads: sc.ClientIOThreads, receiverQueue: sc.ReceiverQueue, maxPending: sc.MaxPending,
 		payload: sc.PayloadSize, keySpace: sc.KeySpace, rate: sc.Rate,
+		listener: listener, internalThreads: sc.InternalThreads, listenerThreads: sc.ListenerThreads,
 	}, types)
 	if err != nil {
 		return nil, err
@@ -238,8 +306,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 
-	cpu0, proc0 := threadCPU()
+	cpu0, pools0, proc0 := threadCPU()
 	start := time.Now()
+	clockStop := make(chan struct{})
+	clock := watchDeliveries(cl, clockStop)
 	startProducers(cl, sc, start)
 	churnStop := make(chan struct{})
 	churnDone := make(chan struct{})
@@ -280,18 +350,23 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	elapsed := time.Since(start)
 	stopProgress()
-	cpu1, proc1 := threadCPU()
+	close(clockStop)
+	<-clock.done
+	cpu1, pools1, proc1 := threadCPU()
 	cl.stop()
 
-	r := &Result{Scenario: sc.Name, Variant: variant.Name(), Published: published, PID: os.Getpid(),
+	r := &Result{Scenario: sc.Name, Variant: cfg.Variant, Published: published, PID: os.Getpid(),
 		DurationS: elapsed.Seconds(), BrokerCPUs: cpu1 - cpu0, ProcessCPUs: proc1 - proc0, ScenarioDetails: sc, PinnedCPUs: pinned}
+	if sc.Listener {
+		r.PoolsCPUs = pools1 - pools0
+	}
 	if !warm.at.IsZero() && pubEnd.After(warm.at) && published > warm.published {
 		r.WarmupS = warm.at.Sub(start).Seconds()
 		r.PublishRate = float64(published-warm.published) / pubEnd.Sub(warm.at).Seconds()
 	} else if d := pubEnd.Sub(start).Seconds(); d > 0 {
 		r.PublishRate = float64(published) / d
 	}
-	collect(r, sc, b, cl, backlog)
+	collect(r, sc, b, cl, backlog, clock)
 	if interrupted {
 		return r, ctx.Err()
 	}
@@ -344,7 +419,11 @@ func subscribeAll(ctx context.Context, b *Broker, cl *Client, sc Scenario) error
 	n := 0
 	for i, s := range sc.Subscriptions {
 		for j := 0; j < s.Consumers; j++ {
-			if _, err := cl.subscribe(i, cl.consThr[n%len(cl.consThr)], nil); err != nil {
+			var ct *consumerThread // none: the consumer has a listener
+			if len(cl.consThr) > 0 {
+				ct = cl.consThr[n%len(cl.consThr)]
+			}
+			if _, err := cl.subscribe(i, ct, nil); err != nil {
 				return fmt.Errorf("subscribing: %w", err)
 			}
 			n++
@@ -365,7 +444,7 @@ func subscribeAll(ctx context.Context, b *Broker, cl *Client, sc Scenario) error
 
 // collect fills r with latencies, per-subscription deliveries and the
 // broker's counters.
-func collect(r *Result, sc Scenario, b *Broker, cl *Client, backlog []int64) {
+func collect(r *Result, sc Scenario, b *Broker, cl *Client, backlog []int64, clock *deliveryClock) {
 	published := r.Published
 	pub := newHist()
 	for _, cc := range cl.conns {
@@ -378,12 +457,19 @@ func collect(r *Result, sc Scenario, b *Broker, cl *Client, backlog []int64) {
 		for _, ct := range cl.consThr {
 			h.Merge(ct.e2e[i])
 		}
+		if cl.pools != nil {
+			for _, t := range cl.pools.external {
+				h.Merge(t.e2e[i])
+			}
+		}
 		all.Merge(h)
 		d := b.subs[i]
 		sr := SubResult{Name: sc.Subscriptions[i].Name, Type: s.typ.String(), Consumers: sc.Subscriptions[i].Consumers,
 			Delivered: s.distinct.Load(), Duplicates: s.duplicates.Load(), OrderViolations: s.violations.Load(),
 			Invalid: s.invalid.Load(), Lost: max(published-s.distinct.Load(), 0), Backlog: backlog[i],
-			E2EP50ms: ms(h, 50), E2EP99ms: ms(h, 99), Redelivered: d.Redelivered.Load()}
+			E2EP50ms: ms(h, 50), E2EP99ms: ms(h, 99), Redelivered: d.Redelivered.Load(),
+			ConsumeRate: clock.rate(i, s.distinct.Load(), s.lastNs.Load())}
+		r.ConsumeRate += sr.ConsumeRate
 		r.Subscriptions = append(r.Subscriptions, sr)
 		r.Delivered += sr.Delivered
 		r.Duplicates += sr.Duplicates
@@ -409,6 +495,12 @@ func collect(r *Result, sc Scenario, b *Broker, cl *Client, backlog []int64) {
 	if published > 0 {
 		r.CPUPerMsgUs = r.BrokerCPUs * 1e6 / float64(published)
 		r.WakeupsPerMsg = float64(r.BrokerWakeups) / float64(published)
+	}
+	if cl.pools != nil && r.Delivered > 0 {
+		n := float64(r.Delivered)
+		r.ListenerHandoffsPerMsg = float64(cl.pools.handoffs.Load()) / n
+		r.ListenerWakeCallsPerMsg = float64(cl.pools.wakes.Load()) / n
+		r.PoolsCPUPerMsgUs = r.PoolsCPUs * 1e6 / n
 	}
 }
 

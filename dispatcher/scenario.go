@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -32,6 +33,25 @@ type Scenario struct {
 	ProducerThreads int           `yaml:"producer_threads" json:"producer_threads"`
 	ConsumerThreads int           `yaml:"consumer_threads" json:"consumer_threads"`
 	Churn           time.Duration `yaml:"churn" json:"churn,omitempty"` // a consumer leaves and rejoins this often
+
+	// Change is the seed change the scenario measures ("000" or "003"):
+	// --variant picks its side; other changes run their candidate.
+	Change string `yaml:"change" json:"change"`
+	// Listener: consumers receive through a MessageListener on the
+	// client's internal and listener pools (numIoThreads and
+	// numListenerThreads, both 1 by default in Pulsar's client).
+	Listener        bool `yaml:"listener" json:"listener,omitempty"`
+	InternalThreads int  `yaml:"internal_threads" json:"internal_threads,omitempty"`
+	ListenerThreads int  `yaml:"listener_threads" json:"listener_threads,omitempty"`
+}
+
+// AnalyzedThreads is the thread-name pattern the scenario's story is
+// about: the broker's threads, or the client's listener pools.
+func (s Scenario) AnalyzedThreads() string {
+	if s.Change == ChangeListener {
+		return ListenerThreads
+	}
+	return BrokerThreads
 }
 
 // Subscription is one application of a scenario.
@@ -73,6 +93,26 @@ var builtin = map[string]Scenario{
 			{Name: "app-2", Type: "Key_Shared", Consumers: 10}, {Name: "app-3", Type: "Key_Shared", Consumers: 10}, {Name: "app-4", Type: "Key_Shared", Consumers: 10}},
 		Rate:     10_000,
 		Duration: 5 * time.Second,
+	},
+	// Seed 003 (PR 15162): a consumer with a MessageListener, as
+	// Pulsar's PerformanceConsumer runs it, behind producers publishing as
+	// fast as they can. One Shared and one Key_Shared subscription of one
+	// consumer each; Key_Shared messages spread over the listener threads
+	// by key. The client has 1 internal and 2 listener threads (Pulsar's
+	// defaults are 1 and 1; 2 lets keys run in parallel on this 2-CPU
+	// machine).
+	"listener-throughput": {
+		Name:        "listener-throughput",
+		Description: "20 producers as fast as possible; a Shared and a Key_Shared subscription (64 keys) of one consumer each with a MessageListener (seed 003)",
+		Producers:   20,
+		Subscriptions: []Subscription{{Name: "shared", Type: "Shared", Consumers: 1},
+			{Name: "key-shared", Type: "Key_Shared", Consumers: 1}},
+		KeySpace:        64,
+		Messages:        200_000,
+		Change:          ChangeListener,
+		Listener:        true,
+		InternalThreads: 1,
+		ListenerThreads: 2,
 	},
 	"shared-500x20": {
 		Name:          "shared-500x20",
@@ -179,6 +219,11 @@ func (s Scenario) withDefaults() Scenario {
 	def(&s.ClientIOThreads, 2)
 	def(&s.ProducerThreads, 2)
 	def(&s.ConsumerThreads, 4)
+	def(&s.InternalThreads, 1)
+	def(&s.ListenerThreads, 1)
+	if s.Change == "" {
+		s.Change = ChangeFlow
+	}
 	if s.Messages == 0 && s.Duration == 0 {
 		s.Messages = 200_000
 	}
@@ -203,6 +248,15 @@ func (s Scenario) Validate() error {
 	}
 	if s.PayloadSize < 0 || s.KeySpace <= 0 || s.ReceiverQueue < 2 || s.MaxPending <= 0 || s.Rate < 0 || s.Messages < 0 || s.Duration < 0 {
 		return fmt.Errorf("scenario %s: payload_size, key_space, receiver_queue (>= 2), max_pending, rate, messages and duration must be positive", s.Name)
+	}
+	if !slices.Contains(Changes(), s.Change) {
+		return fmt.Errorf("scenario %s: change %q: use one of %s", s.Name, s.Change, strings.Join(Changes(), ", "))
+	}
+	if s.Listener && (s.InternalThreads <= 0 || s.ListenerThreads <= 0) {
+		return fmt.Errorf("scenario %s: internal_threads and listener_threads must be at least 1", s.Name)
+	}
+	if s.Listener && s.Churn > 0 {
+		return fmt.Errorf("scenario %s: churn is not modelled for consumers with a listener", s.Name)
 	}
 	return nil
 }

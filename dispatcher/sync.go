@@ -145,11 +145,14 @@ func (n *Notifier) Wait(token uint32) {
 	n.waiters.Add(-1)
 }
 
-func (n *Notifier) Notify() {
+// Notify wakes the waiter; it reports whether one slept (a futex wake).
+func (n *Notifier) Notify() bool {
 	n.seq.Add(1)
 	if n.waiters.Load() > 0 {
 		futexWake(&n.seq, 1)
+		return true
 	}
+	return false
 }
 
 // BlockingQueue is an executor's task queue: take sleeps in the kernel
@@ -161,10 +164,10 @@ type BlockingQueue[T any] struct {
 
 func NewBlockingQueue[T any]() *BlockingQueue[T] { return &BlockingQueue[T]{q: newMPSC[T]()} }
 
-// Put adds v and wakes the taker if it sleeps.
-func (b *BlockingQueue[T]) Put(v T) {
+// Put adds v and wakes the taker if it sleeps; it reports whether it did.
+func (b *BlockingQueue[T]) Put(v T) bool {
 	b.q.push(v)
-	b.n.Notify()
+	return b.n.Notify()
 }
 
 // Take returns the next element, sleeping while there is none. Only one

@@ -34,19 +34,91 @@ func LookupVariant(name string) (Variant, error) {
 	return nil, fmt.Errorf("unknown variant %q (known: %s)", name, strings.Join(VariantNames(), ", "))
 }
 
-// VariantNames lists the registered variants.
-func VariantNames() []string {
+// The seed changes a scenario can measure (Scenario.Change): --variant
+// picks the side of that change, and every other change runs its
+// candidate, the code as it stands, the same on both sides.
+const (
+	ChangeFlow     = "000" // seed 000: the broker applies Flow permits (Variant)
+	ChangeListener = "003" // seed 003: the client moves messages to a MessageListener (listenerVariant)
+)
+
+// Changes lists the changes a scenario may name.
+func Changes() []string { return []string{ChangeFlow, ChangeListener} }
+
+// listenerVariant is how a consumer with a MessageListener moves messages
+// from its receiver queue to the listener (seed 003).
+type listenerVariant interface {
+	Name() string
+	Description() string
+	// triggerListener runs on the consumer's internal executor after
+	// messages arrive (and, in the baseline, after each listener call).
+	triggerListener(lc *listenerConsumer)
+}
+
+var listenerVariants = map[string]listenerVariant{}
+
+func registerListenerVariant(v listenerVariant) { listenerVariants[v.Name()] = v }
+
+// ChangeVariants returns the names and descriptions of a change's sides.
+func ChangeVariants(change string) [][2]string {
+	var out [][2]string
+	switch change {
+	case ChangeListener:
+		for _, n := range sortedKeys(listenerVariants) {
+			out = append(out, [2]string{n, listenerVariants[n].Description()})
+		}
+	default:
+		for _, n := range VariantNames() {
+			out = append(out, [2]string{n, variants[n].Description()})
+		}
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
 	var out []string
-	for n := range variants {
-		out = append(out, n)
+	for k := range m {
+		out = append(out, k)
 	}
 	sort.Strings(out)
 	return out
 }
 
+// resolveVariants returns the broker and client variants of a run of
+// change with the side named name.
+func resolveVariants(change, name string) (Variant, listenerVariant, error) {
+	broker, listener := Variant(candidate{}), listenerVariant(listenerCandidate{})
+	switch change {
+	case ChangeListener:
+		v, ok := listenerVariants[name]
+		if !ok {
+			return nil, nil, fmt.Errorf("unknown variant %q of change %s (known: %s)", name, change, strings.Join(sortedKeys(listenerVariants), ", "))
+		}
+		listener = v
+	default:
+		v, err := LookupVariant(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		broker = v
+	}
+	return broker, listener, nil
+}
+
+// CheckVariant reports whether name is a side of the scenario's change.
+func (s Scenario) CheckVariant(name string) error {
+	_, _, err := resolveVariants(s.Change, name)
+	return err
+}
+
+// VariantNames lists the registered variants.
+func VariantNames() []string { return sortedKeys(variants) }
+
 func init() {
 	RegisterVariant(baseline{})
 	RegisterVariant(candidate{})
+	registerListenerVariant(listenerBaseline{})
+	registerListenerVariant(listenerCandidate{})
 }
 
 // baseline: consumerFlow hands internalConsumerFlow to a round-robin IO

@@ -55,7 +55,7 @@ non-zero on any violation.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.scenario, "scenario", "key-shared-500x20", "built-in scenario name or YAML file ("+strings.Join(dispatcher.ScenarioNames(), ", ")+")")
-	fl.StringVar(&f.variant, "variant", "baseline", "dispatch variant ("+strings.Join(dispatcher.VariantNames(), ", ")+")")
+	fl.StringVar(&f.variant, "variant", "baseline", "side of the scenario's change: baseline or candidate (see --list)")
 	fl.Int64Var(&f.messages, "messages", 0, "messages to publish (overrides the scenario)")
 	fl.DurationVar(&f.duration, "duration", 0, "publish for this long instead of a message count")
 	fl.Float64Var(&f.rate, "rate", -1, "total publish rate in msg/s (0: as fast as possible)")
@@ -75,10 +75,11 @@ func listDispatch(w io.Writer) error {
 		s, _ := dispatcher.LoadScenario(n)
 		fmt.Fprintf(w, "  %-22s %s\n", n, s.Description)
 	}
-	fmt.Fprintln(w, "variants:")
-	for _, n := range dispatcher.VariantNames() {
-		v, _ := dispatcher.LookupVariant(n)
-		fmt.Fprintf(w, "  %-22s %s\n", n, v.Description())
+	for _, ch := range dispatcher.Changes() {
+		fmt.Fprintf(w, "variants of change %s (scenarios with change: %s):\n", ch, ch)
+		for _, v := range dispatcher.ChangeVariants(ch) {
+			fmt.Fprintf(w, "  %-22s %s\n", v[0], v[1])
+		}
 	}
 	return nil
 }
@@ -97,7 +98,7 @@ func runDispatch(cmd *cobra.Command, f *dispatchFlags) error {
 	if err != nil {
 		return err
 	}
-	if _, err := dispatcher.LookupVariant(f.variant); err != nil {
+	if err := sc.CheckVariant(f.variant); err != nil {
 		return err
 	}
 	if f.jsonOut != "" {
@@ -138,8 +139,12 @@ func printDispatch(w io.Writer, r *dispatcher.Result) {
 		r.Scenario, r.Variant, r.Published, r.DurationS, r.PublishRate, r.PublishP50ms, r.PublishP99ms, r.E2EP50ms, r.E2EP99ms)
 	fmt.Fprintf(w, "broker CPU %.2fs (%.1f µs/msg), eventfd wake-ups %.2f/msg, monitor waits %d, flow tasks %d, %.1f entries/read\n",
 		r.BrokerCPUs, r.CPUPerMsgUs, r.WakeupsPerMsg, r.MonitorWaits, r.FlowTasks, r.EntriesPerRead)
+	if r.ScenarioDetails.Listener {
+		fmt.Fprintf(w, "listeners: %.0f msg/s received, %.2f hand-offs/msg between the internal and listener pools (%.2f called futex wake), pools' CPU %.2fs (%.2f µs/msg)\n",
+			r.ConsumeRate, r.ListenerHandoffsPerMsg, r.ListenerWakeCallsPerMsg, r.PoolsCPUs, r.PoolsCPUPerMsgUs)
+	}
 	for _, s := range r.Subscriptions {
-		fmt.Fprintf(w, "  %-8s %-10s delivered %d lost %d duplicates %d order violations %d invalid %d backlog %d e2e p99 %.2f ms\n",
-			s.Name, s.Type, s.Delivered, s.Lost, s.Duplicates, s.OrderViolations, s.Invalid, s.Backlog, s.E2EP99ms)
+		fmt.Fprintf(w, "  %-10s %-10s delivered %d lost %d duplicates %d order violations %d invalid %d backlog %d e2e p99 %.2f ms, %.0f msg/s\n",
+			s.Name, s.Type, s.Delivered, s.Lost, s.Duplicates, s.OrderViolations, s.Invalid, s.Backlog, s.E2EP99ms, s.ConsumeRate)
 	}
 }
