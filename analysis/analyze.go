@@ -59,10 +59,12 @@ type TargetWakeups struct {
 
 // WakeupResult summarizes wake-ups.
 type WakeupResult struct {
-	Total             int64            `json:"total"`
-	ByClass           map[string]int64 `json:"by_class"`
-	ByWakerFunction   []Count          `json:"by_waker_function"`
-	ByTargetGroup     []TargetWakeups  `json:"by_target_group"`
+	Total           int64            `json:"total"`
+	ByClass         map[string]int64 `json:"by_class"`
+	ByWakerFunction []Count          `json:"by_waker_function"`
+	ByTargetGroup   []TargetWakeups  `json:"by_target_group"`
+	// ByPair counts wake-ups by "waker group → woken group".
+	ByPair            map[string]int64 `json:"by_pair"`
 	PerMessage        float64          `json:"per_message,omitempty"`
 	EventfdPerMessage float64          `json:"eventfd_per_message,omitempty"`
 }
@@ -176,6 +178,7 @@ func newAnalyzer(d *Data, r *Rules, o Options) *analyzer {
 	rep := &Report{Sources: d.Sources, Messages: o.Messages, FunctionsCum: map[string]int64{}, FunctionsFlat: map[string]int64{},
 		WakerFunctions: map[string]int64{}, IdleCategories: r.IdleCategories()}
 	rep.Wakeups.ByClass = map[string]int64{}
+	rep.Wakeups.ByPair = map[string]int64{}
 	if o.Threads != nil {
 		rep.ThreadFilter = o.Threads.String()
 	}
@@ -207,6 +210,7 @@ func (a *analyzer) wakeup(s *Stack) {
 	rep := a.rep
 	rep.Wakeups.Total += s.Value
 	rep.Wakeups.ByClass[s.Class] += s.Value
+	rep.Wakeups.ByPair[ThreadGroup(s.Thread)+" → "+ThreadGroup(s.Target)] += s.Value
 	fn := a.r.InnermostApp(s)
 	if fn == "" {
 		fn = ThreadGroup(s.Thread)

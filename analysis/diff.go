@@ -442,12 +442,20 @@ func diffStatements(dr *DiffReport) []string {
 		}
 		return 100 * float64(ns) / float64(total)
 	}
-	if len(dr.FunctionsFlat) > 0 {
+	// Threads whose waits are all idle (client pools waiting for tasks)
+	// have no cause worth naming: a few preempted milliseconds would read
+	// as 100% of it.
+	negligible := b.AppBlockedNs*100 < b.TotalOffCPUNs && c.AppBlockedNs*100 < c.TotalOffCPUNs
+	if negligible {
+		out = append(out, fmt.Sprintf("Blocked time with an application frame: %s → %s per profiled run, under 1%% of the analyzed threads' off-CPU time on both sides (their waits are idle).",
+			Secs(b.AppBlockedNs/bn), Secs(c.AppBlockedNs/cn)))
+	}
+	if len(dr.FunctionsFlat) > 0 && !negligible {
 		f := dr.FunctionsFlat[0]
 		out = append(out, fmt.Sprintf("In the baseline, threads blocked in %s are %.0f%% of the blocked time with an application frame (%s per profiled run); with the candidate, %.0f%% (%s).",
 			ShortFunc(f.Name), share(f.Base, b.AppBlockedNs/bn), Secs(f.Base), share(f.Cand, c.AppBlockedNs/cn), Secs(f.Cand)))
 	}
-	if top != nil {
+	if top != nil && !negligible {
 		var cs CategoryResult
 		for _, x := range c.Categories {
 			if x.Name == top.Name {
@@ -457,13 +465,23 @@ func diffStatements(dr *DiffReport) []string {
 		out = append(out, fmt.Sprintf("%s, the largest cause in the baseline: %.0f%% → %.0f%% of the blocked time with an application frame (%s → %s per profiled run).",
 			top.Name, 100*top.Share, 100*cs.Share, Secs(top.AppNs/bn), Secs(cs.AppNs/cn)))
 	}
-	out = append(out, fmt.Sprintf("Blocked time with an application frame: %s → %s per profiled run.", Secs(b.AppBlockedNs/bn), Secs(c.AppBlockedNs/cn)))
+	if !negligible {
+		out = append(out, fmt.Sprintf("Blocked time with an application frame: %s → %s per profiled run.", Secs(b.AppBlockedNs/bn), Secs(c.AppBlockedNs/cn)))
+	}
 	if b.Wakeups.Total > 0 || c.Wakeups.Total > 0 {
 		s := fmt.Sprintf("Eventfd wake-ups: %d → %d per profiled run", b.Wakeups.ByClass["eventfd"]/bn, c.Wakeups.ByClass["eventfd"]/cn)
 		if dr.EventfdPerMsg[0] > 0 || dr.EventfdPerMsg[1] > 0 {
 			s += fmt.Sprintf(" (%.4f → %.4f per message)", dr.EventfdPerMsg[0], dr.EventfdPerMsg[1])
 		}
 		out = append(out, s+".")
+		fb, fc := b.Wakeups.ByClass["futex"]/bn, c.Wakeups.ByClass["futex"]/cn
+		if fb > 0 || fc > 0 {
+			s := fmt.Sprintf("Futex wake-ups: %d → %d per profiled run", fb, fc)
+			if b.Messages > 0 && c.Messages > 0 {
+				s += fmt.Sprintf(" (%.4f → %.4f per message)", float64(b.Wakeups.ByClass["futex"])/float64(b.Messages), float64(c.Wakeups.ByClass["futex"])/float64(c.Messages))
+			}
+			out = append(out, s+".")
+		}
 	}
 	return out
 }

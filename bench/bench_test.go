@@ -166,6 +166,48 @@ func TestBenchListener(t *testing.T) {
 	}
 }
 
+// Seed 002's scenario: the analysis turns to the consumer application's
+// threads, where the timer's hand-offs to the internal executor and the
+// timer task's CPU are the baseline's alone.
+func TestBenchMultiTopic(t *testing.T) {
+	requireRoot(t)
+	out := t.TempDir()
+	res, err := Run(context.Background(), Config{
+		Scenarios: []string{"telemetry-multitopic"}, Variants: []string{"baseline", "candidate"},
+		Runs: 1, ProfiledRuns: 1, Duration: 3 * time.Second, Rate: -1, Out: out,
+		CooldownIdle: 90, CooldownMax: 2 * time.Second, Executable: buildOffcpu(t), CPUHz: 199,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Runs {
+		if r.Failed {
+			t.Fatalf("run %s failed: %s", r.Name, r.Error)
+		}
+	}
+	b, c := res.Diff.BaseReport, res.Diff.CandReport
+	if b == nil || c == nil {
+		t.Fatal("no profiled report")
+	}
+	pair := "pulsar-timer → pulsar-intern-N"
+	pb := float64(b.Wakeups.ByPair[pair]) / float64(b.Messages)
+	pc := float64(c.Wakeups.ByPair[pair]) / float64(c.Messages)
+	t.Logf("%s per message: %.3f → %.3f", pair, pb, pc)
+	if pb < 0.5 || pc > pb/4 {
+		t.Errorf("%s per message %.3f → %.3f: want about one per message in the baseline (the batch receive's timeout) and a quarter of that at most in the candidate", pair, pb, pc)
+	}
+	md, _ := os.ReadFile(filepath.Join(out, "report.md"))
+	for _, want := range []string{"| app_cpu_per_msg_us |", "| timer_tasks_per_msg |", "| " + pair + " |", "| pendingBatchReceiveTask |", "worst_app_e2e_p99_ms"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+	svg, _ := os.ReadFile(filepath.Join(out, "baseline.svg"))
+	if !strings.Contains(string(svg), "pendingBatchReceiveTask") {
+		t.Error("the baseline's flame graph lacks the timer task")
+	}
+}
+
 func TestBenchCommands(t *testing.T) {
 	out := t.TempDir()
 	res, err := Run(context.Background(), Config{

@@ -30,7 +30,7 @@ var (
 
 // flamesFor is the kind of graph the profiled scenario's story needs.
 func flamesFor(cfg *Config) flameKind {
-	if sc, err := dispatcher.LoadScenario(cfg.Scenarios[0]); err == nil && sc.Change == dispatcher.ChangeListener {
+	if sc, err := dispatcher.LoadScenario(cfg.Scenarios[0]); err == nil && sc.Change != dispatcher.ChangeFlow {
 		return cpuFlames
 	}
 	return blockedFlames
@@ -93,6 +93,50 @@ func writeFlameGraphs(cfg *Config, res *Result) error {
 	}
 	flameLinks = append(flameLinks, "diff.svg")
 	return nil
+}
+
+// storyCPU sums, per side, the on-CPU time of the analyzed threads in
+// each of the profiled scenario's story functions (inclusive), per
+// published message of the profiled runs.
+func storyCPU(cfg *Config, res *Result) (fns []string, perMsg [2][]float64) {
+	sc, err := dispatcher.LoadScenario(cfg.Scenarios[0])
+	if err != nil || !cfg.bundled() {
+		return nil, perMsg
+	}
+	fns = sc.StoryFunctions()
+	sel := flamegraph.Select{}
+	if cfg.Threads != "" {
+		sel.Threads = regexp.MustCompile(cfg.Threads)
+	}
+	for side := range cfg.Variants {
+		files := profiledFiles(cfg, res, side)
+		var msgs float64
+		for _, r := range res.Runs {
+			if r.Side == cfg.Variants[side] && r.Profiled && !r.Failed {
+				msgs += r.Metrics["published"]
+			}
+		}
+		perMsg[side] = make([]float64, len(fns))
+		p, err := flamegraph.Load(schema.CPU, sel, files...)
+		if err != nil || msgs == 0 {
+			continue
+		}
+		for _, l := range p.Lines {
+			frames := strings.Split(string(l.Stack), ";")
+			for i, fn := range fns {
+				for _, f := range frames {
+					if strings.HasSuffix(f, fn) && (len(f) == len(fn) || strings.ContainsAny(f[len(f)-len(fn)-1:len(f)-len(fn)], ".)")) {
+						perMsg[side][i] += float64(l.Value)
+						break
+					}
+				}
+			}
+		}
+		for i := range perMsg[side] {
+			perMsg[side][i] /= msgs
+		}
+	}
+	return fns, perMsg
 }
 
 func profiledFiles(cfg *Config, res *Result, side int) []string {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"math"
 	"regexp"
 	"sort"
 	"strings"
@@ -144,6 +145,8 @@ func markdown(cfg *Config, res *Result) string {
 			}
 		}
 		b.WriteString(wakeupsByGroup(res.Diff, cfg))
+		b.WriteString(wakeupsByPair(res.Diff, cfg))
+		b.WriteString(storyTable(cfg, res))
 	}
 	if len(flameLinks)+len(flameNotes) > 0 {
 		kind := flamesFor(cfg)
@@ -194,12 +197,62 @@ func wakeupsByGroup(d *analysis.DiffReport, cfg *Config) string {
 	sort.Strings(names)
 	per := func(n int64, rep *analysis.Report) float64 { return float64(n) / float64(rep.Messages) }
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "\nBy woken thread group (profiled runs, per published message):\n\n| woken | all %s | all %s | futex %s | futex %s | eventfd %s | eventfd %s |\n|---|---:|---:|---:|---:|---:|---:|\n",
-		cfg.Variants[0], cfg.Variants[1], cfg.Variants[0], cfg.Variants[1], cfg.Variants[0], cfg.Variants[1])
+	a, c := cfg.Variants[0], cfg.Variants[1]
+	fmt.Fprintf(&b, "\nBy woken thread group (profiled runs, per published message):\n\n| woken | all %s | all %s | futex %s | futex %s | eventfd %s | eventfd %s | timer %s | timer %s |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+		a, c, a, c, a, c, a, c)
 	for _, n := range names {
 		p := groups[n]
-		fmt.Fprintf(&b, "| %s | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f |\n", n, per(p.b.Total, br), per(p.c.Total, cr),
-			per(p.b.ByClass["futex"], br), per(p.c.ByClass["futex"], cr), per(p.b.ByClass["eventfd"], br), per(p.c.ByClass["eventfd"], cr))
+		fmt.Fprintf(&b, "| %s | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f |\n", n, per(p.b.Total, br), per(p.c.Total, cr),
+			per(p.b.ByClass["futex"], br), per(p.c.ByClass["futex"], cr), per(p.b.ByClass["eventfd"], br), per(p.c.ByClass["eventfd"], cr),
+			per(p.b.ByClass["timer"], br), per(p.c.ByClass["timer"], cr))
+	}
+	return b.String()
+}
+
+// wakeupsByPair tabulates who woke whom (thread groups), per published
+// message of the profiled runs, the pairs that changed most first.
+func wakeupsByPair(d *analysis.DiffReport, cfg *Config) string {
+	br, cr := d.BaseReport, d.CandReport
+	if br.Messages == 0 || cr.Messages == 0 || len(br.Wakeups.ByPair)+len(cr.Wakeups.ByPair) == 0 {
+		return ""
+	}
+	rows := map[string][2]float64{}
+	for i, rep := range []*analysis.Report{br, cr} {
+		for k, v := range rep.Wakeups.ByPair {
+			r := rows[k]
+			r[i] = float64(v) / float64(rep.Messages)
+			rows[k] = r
+		}
+	}
+	keys := make([]string, 0, len(rows))
+	for k := range rows {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		di, dj := math.Abs(rows[keys[i]][1]-rows[keys[i]][0]), math.Abs(rows[keys[j]][1]-rows[keys[j]][0])
+		return di > dj || (di == dj && keys[i] < keys[j])
+	})
+	if len(keys) > 12 {
+		keys = keys[:12]
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "\nWho woke whom (waker group → woken group; profiled runs, per published message):\n\n| wake-up | %s | %s |\n|---|---:|---:|\n", cfg.Variants[0], cfg.Variants[1])
+	for _, k := range keys {
+		fmt.Fprintf(&b, "| %s | %.4f | %.4f |\n", k, rows[k][0], rows[k][1])
+	}
+	return b.String()
+}
+
+// storyTable reports the on-CPU time of the scenario's story functions.
+func storyTable(cfg *Config, res *Result) string {
+	fns, per := storyCPU(cfg, res)
+	if len(fns) == 0 || per[0] == nil || per[1] == nil {
+		return ""
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "\nOn-CPU time of the analyzed threads in the scenario's functions (inclusive; profiled runs, µs per published message):\n\n| function | %s | %s |\n|---|---:|---:|\n", cfg.Variants[0], cfg.Variants[1])
+	for i, fn := range fns {
+		fmt.Fprintf(&b, "| %s | %.3f | %.3f |\n", fn, per[0][i]/1000, per[1][i]/1000)
 	}
 	return b.String()
 }

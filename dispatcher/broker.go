@@ -11,8 +11,11 @@ import (
 
 // BrokerConfig sizes the broker's threads.
 type BrokerConfig struct {
-	IOThreads     int // broker-io-N event loops (default 4)
-	TopicWorkers  int // topic-worker-N executors (default 1)
+	IOThreads    int // broker-io-N event loops (default 4)
+	TopicWorkers int // topic-worker-N executors (default 1)
+	// Topics (the partitions of a partitioned topic) each have every
+	// subscription (default 1); their ledgers share ml-worker.
+	Topics        int
 	Variant       Variant
 	Subscriptions []SubscriptionConfig
 }
@@ -23,7 +26,7 @@ type SubscriptionConfig struct {
 	Type SubType
 }
 
-// Broker is the model broker: one topic, its subscriptions, and the
+// Broker is the model broker: its topics, their subscriptions, and the
 // threads that serve them.
 type Broker struct {
 	variant  Variant
@@ -31,8 +34,11 @@ type Broker struct {
 	next     atomic.Uint64
 	mlWorker *Executor
 	workers  []*Executor
-	ledger   *ManagedLedger
-	subs     []*Dispatcher
+	ledgers  []*ManagedLedger // by topic
+	ledger   *ManagedLedger   // topic 0's
+	// subs holds each topic's dispatchers, topic by topic: subscription s
+	// of topic t is subs[t*len(subscriptions)+s].
+	subs []*Dispatcher
 
 	mu    sync.Mutex
 	cnxes []*serverCnx
@@ -61,11 +67,19 @@ func NewBroker(cfg BrokerConfig) (*Broker, error) {
 	for i := 0; i < cfg.TopicWorkers; i++ {
 		b.workers = append(b.workers, NewExecutor(fmt.Sprintf("topic-worker-%d", i)))
 	}
-	b.ledger = NewManagedLedger(b.mlWorker)
-	for i, s := range cfg.Subscriptions {
-		d := newDispatcher(s.Name, s.Type, b, b.ledger.NewCursor(), b.workers[i%len(b.workers)])
-		b.subs = append(b.subs, d)
+	for t := 0; t < max(cfg.Topics, 1); t++ {
+		ml := NewManagedLedger(b.mlWorker)
+		b.ledgers = append(b.ledgers, ml)
+		for _, s := range cfg.Subscriptions {
+			name := s.Name
+			if cfg.Topics > 1 {
+				name = fmt.Sprintf("%s@partition-%d", s.Name, t)
+			}
+			d := newDispatcher(name, s.Type, b, ml.NewCursor(), b.workers[len(b.subs)%len(b.workers)])
+			b.subs = append(b.subs, d)
+		}
 	}
+	b.ledger = b.ledgers[0]
 	return b, nil
 }
 
@@ -142,7 +156,7 @@ type serverCnx struct {
 	broker    *Broker
 	loop      *EventLoop
 	consumers map[uint32]*Consumer // loop thread only
-	adds      []pendingAdd
+	adds      [][]pendingAdd       // by topic; loop thread only
 	receipts  []byte
 }
 
@@ -181,14 +195,21 @@ func (sc *serverCnx) handleFlow(c *Consumer, n int64) { c.flowPermits(sc.loop, n
 //
 //go:noinline
 func (sc *serverCnx) handleSend(body []byte) {
-	if len(body) < 12+bodyHeader {
+	if len(body) < sendHeader+bodyHeader {
 		return
 	}
-	msg := make([]byte, len(body)-12)
-	copy(msg, body[12:])
+	topic := int(u32(body, 12))
+	if topic >= len(sc.broker.ledgers) {
+		return
+	}
+	msg := make([]byte, len(body)-sendHeader)
+	copy(msg, body[sendHeader:])
 	key := binary.BigEndian.Uint32(msg[12:])
 	pid, seq := u32(body, 0), u64(body, 4)
-	sc.adds = append(sc.adds, pendingAdd{key: key, hash: StickyKeyHash(key), body: msg,
+	for len(sc.adds) <= topic {
+		sc.adds = append(sc.adds, nil)
+	}
+	sc.adds[topic] = append(sc.adds[topic], pendingAdd{key: key, hash: StickyKeyHash(key), body: msg,
 		ack: func(entryID uint64) { sc.sendReceipt(pid, seq, entryID) }})
 }
 
@@ -197,18 +218,19 @@ func (sc *serverCnx) handleSend(body []byte) {
 //
 //go:noinline
 func (sc *serverCnx) publishMessages() {
-	if len(sc.adds) == 0 {
-		return
-	}
-	batch := sc.adds
-	sc.adds = nil
-	sc.broker.ledger.AsyncAddEntries(batch, func(ids []uint64) {
-		sc.loop.Execute(nil, func() {
-			for i, a := range batch {
-				a.ack(ids[i])
-			}
+	for topic, batch := range sc.adds {
+		if len(batch) == 0 {
+			continue
+		}
+		sc.adds[topic] = nil
+		sc.broker.ledgers[topic].AsyncAddEntries(batch, func(ids []uint64) {
+			sc.loop.Execute(nil, func() {
+				for i, a := range batch {
+					a.ack(ids[i])
+				}
+			})
 		})
-	})
+	}
 }
 
 func (sc *serverCnx) sendReceipt(pid uint32, seq, entryID uint64) {

@@ -90,6 +90,10 @@ type clientConfig struct {
 	payload         int
 	keySpace        int
 	rate            float64 // total msg/s; 0: as fast as possible
+	topics          int     // producers spread over them round robin
+	// With more than one topic, consumers are multi-topic consumers
+	// that run this batch receive policy (seed 002).
+	batch batchVariant
 	// Consumers with a MessageListener on these pools (seed 003)
 	// instead of consumer threads.
 	listener        listenerVariant
@@ -99,6 +103,7 @@ type clientConfig struct {
 
 type producer struct {
 	id       uint32
+	topic    int
 	cc       *clientConn
 	seq      uint64 // producer thread only
 	inflight atomic.Int64
@@ -123,6 +128,7 @@ type clientConsumer struct {
 	permits int      // consumer thread only: processed since the last Flow
 	acks    []uint64 // consumer thread only
 	lc      *listenerConsumer
+	ic      *internalConsumer
 }
 
 type delivery struct {
@@ -159,11 +165,14 @@ type Client struct {
 	subs      []*subState
 	listener  listenerVariant
 	pools     *listenerPools
+	multi     *multiClient // multi-topic consumers, with more than one topic
+	nSubs     int          // subscriptions per topic
 	nextID    atomic.Uint32
 
-	toPublish atomic.Int64 // messages left to publish (message mode)
-	deadline  time.Time    // end of publishing (duration mode)
-	published atomic.Int64 // receipts
+	toPublish atomic.Int64   // messages left to publish (message mode)
+	deadline  time.Time      // end of publishing (duration mode)
+	published atomic.Int64   // receipts
+	pubTopic  []atomic.Int64 // receipts by topic
 	stopPub   atomic.Bool
 	pubDone   sync.WaitGroup
 	pubEnded  atomic.Int64 // unix ns of the last receipt
@@ -183,6 +192,9 @@ func (cl *Client) stop() {
 		for _, l := range cl.loops {
 			l.Shutdown()
 		}
+		if cl.multi != nil {
+			cl.multi.stop()
+		}
 		if cl.pools != nil {
 			cl.pools.shutdown()
 		}
@@ -192,7 +204,8 @@ func (cl *Client) stop() {
 func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 120_000_000, 3) }
 
 func newClient(b *Broker, cfg clientConfig, subTypes []SubType) (*Client, error) {
-	cl := &Client{cfg: cfg, broker: b, listener: cfg.listener}
+	cfg.topics = max(cfg.topics, 1)
+	cl := &Client{cfg: cfg, broker: b, listener: cfg.listener, pubTopic: make([]atomic.Int64, cfg.topics)}
 	for i := 0; i < cfg.ioThreads; i++ {
 		l, err := NewEventLoop(fmt.Sprintf("client-io-%d", i))
 		if err != nil {
@@ -202,15 +215,20 @@ func newClient(b *Broker, cfg clientConfig, subTypes []SubType) (*Client, error)
 		l.Start()
 		cl.loops = append(cl.loops, l)
 	}
-	for _, t := range subTypes {
-		s := &subState{typ: t}
-		if t == KeyShared {
-			s.lastEntry = make([]atomic.Uint64, cfg.keySpace)
+	// One state per subscription of each topic, as the broker's
+	// dispatchers are laid out.
+	for range cfg.topics {
+		for _, t := range subTypes {
+			s := &subState{typ: t}
+			if t == KeyShared {
+				s.lastEntry = make([]atomic.Uint64, cfg.keySpace)
+			}
+			cl.subs = append(cl.subs, s)
 		}
-		cl.subs = append(cl.subs, s)
 	}
+	cl.nSubs = len(subTypes)
 	if cfg.listener != nil {
-		cl.pools = newListenerPools(cfg.internalThreads, cfg.listenerThreads, len(subTypes))
+		cl.pools = newListenerPools(cfg.internalThreads, cfg.listenerThreads, cfg.topics*len(subTypes))
 		cfg.consumerThreads = 0
 	}
 	for i := 0; i < cfg.consumerThreads; i++ {
@@ -233,20 +251,34 @@ func newClient(b *Broker, cfg clientConfig, subTypes []SubType) (*Client, error)
 			return nil, err
 		}
 		pt := cl.prodThr[i%len(cl.prodThr)]
-		p := &producer{id: uint32(i), cc: cc, sentAt: make([]atomic.Int64, cfg.maxPending), thread: pt}
+		p := &producer{id: uint32(i), topic: i % cfg.topics, cc: cc, sentAt: make([]atomic.Int64, cfg.maxPending), thread: pt}
 		cc.producers[p.id] = p
 		pt.producers = append(pt.producers, p)
 	}
-	cl.consumers = make([][]*clientConsumer, len(subTypes))
+	cl.consumers = make([][]*clientConsumer, len(cl.subs))
+	if cfg.batch != nil {
+		if err := cl.newMultiClient(cfg.batch, cfg.ioThreads); err != nil {
+			cl.stop()
+			return nil, err
+		}
+	}
 	return cl, nil
 }
 
+// publishedTo is the number of messages published to the topic of
+// subscription state k.
+func (cl *Client) publishedTo(k int) int64 { return cl.pubTopic[k/cl.nSubs].Load() }
+
 func (cl *Client) connect() (*clientConn, error) {
+	return cl.connectOn(cl.loops[len(cl.conns)%len(cl.loops)])
+}
+
+// connectOn opens a connection read by loop.
+func (cl *Client) connectOn(loop *EventLoop) (*clientConn, error) {
 	fd, err := cl.broker.Accept()
 	if err != nil {
 		return nil, err
 	}
-	loop := cl.loops[len(cl.conns)%len(cl.loops)]
 	cc := &clientConn{cl: cl, producers: map[uint32]*producer{}, consumers: map[uint32]*clientConsumer{}, pubHist: newHist()}
 	cc.conn = newConn(fd, loop, cc.handle)
 	cl.conns = append(cl.conns, cc)
@@ -259,6 +291,16 @@ func (cl *Client) connect() (*clientConn, error) {
 // subscribe adds a consumer to subscription sub on a new connection and
 // sends its first Flow (the whole receiver queue).
 func (cl *Client) subscribe(sub int, thread *consumerThread, cc *clientConn) (*clientConsumer, error) {
+	return cl.subscribeWith(sub, thread, cc, cl.cfg.receiverQueue, func(c *clientConsumer) {
+		if cl.pools != nil {
+			c.lc = cl.newListenerConsumer(c)
+		}
+	})
+}
+
+// subscribeWith subscribes with a receiver queue of queue messages; attach
+// runs before the broker can send the consumer anything.
+func (cl *Client) subscribeWith(sub int, thread *consumerThread, cc *clientConn, queue int, attach func(*clientConsumer)) (*clientConsumer, error) {
 	if cc == nil {
 		var err error
 		if cc, err = cl.connect(); err != nil {
@@ -266,9 +308,7 @@ func (cl *Client) subscribe(sub int, thread *consumerThread, cc *clientConn) (*c
 		}
 	}
 	c := &clientConsumer{id: cl.nextID.Add(1), sub: sub, cc: cc, thread: thread}
-	if cl.pools != nil {
-		c.lc = cl.newListenerConsumer(c)
-	}
+	attach(c)
 	cc.mu.Lock()
 	cc.consumers[c.id] = c
 	cc.mu.Unlock()
@@ -278,7 +318,7 @@ func (cl *Client) subscribe(sub int, thread *consumerThread, cc *clientConn) (*c
 	if err := cc.writeDirect(appendFrame(nil, cmdSubscribe, b[:])); err != nil {
 		return nil, err
 	}
-	if err := c.sendFlow(cl.cfg.receiverQueue); err != nil {
+	if err := c.sendFlow(queue); err != nil {
 		return nil, err
 	}
 	cl.consumers[sub] = append(cl.consumers[sub], c)
@@ -333,6 +373,7 @@ func (cc *clientConn) handle(typ byte, body []byte) {
 		cc.pubHist.RecordValue(max((now-sent)/1000, 1))
 		p.inflight.Add(-1)
 		p.thread.wake.Notify()
+		cc.cl.pubTopic[p.topic].Add(1)
 		cc.cl.published.Add(1)
 		cc.cl.pubEnded.Store(now)
 	case cmdMessage:
@@ -347,6 +388,10 @@ func (cc *clientConn) handle(typ byte, body []byte) {
 		d := delivery{c: c, entryID: u64(body, 4), body: msg}
 		if c.lc != nil {
 			c.lc.messageReceived(d)
+			return
+		}
+		if c.ic != nil {
+			c.ic.messageReceived(d)
 			return
 		}
 		c.thread.q.Put(d)
@@ -398,9 +443,10 @@ func (cl *Client) runProducer(pt *producerThread) {
 		now := time.Now().UnixNano()
 		p.sentAt[p.seq%uint64(len(p.sentAt))].Store(now)
 		b := makeBody(p.id, p.seq, key, now, payload)
-		var h [12]byte
+		var h [sendHeader]byte
 		binary.BigEndian.PutUint32(h[0:], p.id)
 		binary.BigEndian.PutUint64(h[4:], p.seq)
+		binary.BigEndian.PutUint32(h[12:], uint32(p.topic))
 		frame = appendFrame(frame[:0], cmdSend, h[:], b)
 		p.seq++
 		p.inflight.Add(1)

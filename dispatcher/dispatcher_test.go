@@ -332,6 +332,21 @@ func TestScenariosEndToEnd(t *testing.T) {
 					if r.FlowTasks != 0 {
 						t.Errorf("the broker ran %d internalConsumerFlow tasks: seed 003's runs use seed 000's candidate", r.FlowTasks)
 					}
+				case ChangeBatch:
+					// Low rates: the baseline's batch receive after each
+					// message finds the queue empty and times out; the
+					// candidate's only batch receives that time out empty
+					// are each internal consumer's first.
+					internal := uint64(0)
+					for _, s := range r.ScenarioDetails.Subscriptions {
+						internal += uint64(s.Consumers * r.ScenarioDetails.Topics)
+					}
+					if v == "baseline" && r.EmptyBatchReceives < uint64(r.Delivered/2) {
+						t.Errorf("baseline: %d empty batch receives for %d messages, want at least half as many", r.EmptyBatchReceives, r.Delivered)
+					}
+					if v == "candidate" && r.EmptyBatchReceives > internal {
+						t.Errorf("candidate: %d empty batch receives, more than the %d internal consumers' first", r.EmptyBatchReceives, internal)
+					}
 				}
 			})
 		}

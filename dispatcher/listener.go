@@ -81,31 +81,41 @@ func (p *listenerPools) shutdown() {
 	}
 }
 
+// flowControl is a consumer's permits and grouped acknowledgements
+// (ConsumerImpl's availablePermits and its acknowledgments tracker).
+type flowControl struct {
+	c       *clientConsumer
+	half    int64        // receiverQueueSize / 2: the Flow threshold
+	permits atomic.Int64 // availablePermits
+	ackMu   sync.Mutex
+	acks    []uint64
+}
+
 // listenerConsumer is the client side of one consumer with a listener.
 type listenerConsumer struct {
-	c         *clientConsumer
+	flowControl
 	cl        *Client
 	variant   listenerVariant
 	keyShared bool
-	half      int64 // receiverQueueSize / 2: the Flow threshold
 	pools     *listenerPools
 	internal  *Executor       // internalPinnedExecutor
 	external  *listenerThread // externalPinnedExecutor
 
 	queue    []delivery   // incomingMessages: internal executor only
 	inFlight atomic.Int32 // executorQueueSize (baseline)
-	permits  atomic.Int64 // availablePermits
+}
 
-	ackMu sync.Mutex
-	acks  []uint64
+// pin returns the next internal and external executors, round robin.
+func (p *listenerPools) pin() (*Executor, *listenerThread) {
+	n := int(p.next.Add(1) - 1)
+	return p.internal[n%len(p.internal)], p.external[n%len(p.external)]
 }
 
 func (cl *Client) newListenerConsumer(c *clientConsumer) *listenerConsumer {
-	p := cl.pools
-	n := p.next.Add(1) - 1
-	return &listenerConsumer{c: c, cl: cl, variant: cl.listener, keyShared: cl.subs[c.sub].typ == KeyShared,
-		half: int64(max(cl.cfg.receiverQueue/2, 1)), pools: p,
-		internal: p.internal[int(n)%len(p.internal)], external: p.external[int(n)%len(p.external)]}
+	in, ext := cl.pools.pin()
+	return &listenerConsumer{flowControl: flowControl{c: c, half: int64(max(cl.cfg.receiverQueue/2, 1))},
+		cl: cl, variant: cl.listener, keyShared: cl.subs[c.sub].typ == KeyShared, pools: cl.pools,
+		internal: in, external: ext}
 }
 
 // messageReceived runs on the client IO loop (ConsumerImpl.messageReceived).
@@ -150,11 +160,16 @@ func (lc *listenerConsumer) poll() (delivery, bool) {
 
 // externalFor is the external executor that runs d's listener call.
 func (lc *listenerConsumer) externalFor(d delivery) *listenerThread {
-	if lc.keyShared && len(d.body) >= 16 {
+	return lc.pools.externalFor(lc.keyShared, lc.external, d)
+}
+
+// externalFor is pinned, or for Key_Shared the thread of d's key.
+func (p *listenerPools) externalFor(keyShared bool, pinned *listenerThread, d delivery) *listenerThread {
+	if keyShared && len(d.body) >= 16 {
 		key := binary.BigEndian.Uint32(d.body[12:])
-		return lc.pools.external[StickyKeyHash(key)%uint32(len(lc.pools.external))]
+		return p.external[StickyKeyHash(key)%uint32(len(p.external))]
 	}
-	return lc.external
+	return pinned
 }
 
 // handToListener hands d to its external executor, which runs call.
@@ -168,45 +183,46 @@ func (lc *listenerConsumer) handToListener(t *listenerThread, call func()) {
 // the receiver queue is free (ConsumerImpl.increaseAvailablePermits).
 //
 //go:noinline
-func (lc *listenerConsumer) increaseAvailablePermits(n int64) {
-	v := lc.permits.Add(n)
-	for v >= lc.half {
-		if lc.permits.CompareAndSwap(v, 0) {
-			lc.flushAcks()
-			lc.c.sendFlow(int(v))
+func (f *flowControl) increaseAvailablePermits(n int64) {
+	v := f.permits.Add(n)
+	for v >= f.half {
+		if f.permits.CompareAndSwap(v, 0) {
+			f.flushAcks()
+			f.c.sendFlow(int(v))
 			return
 		}
-		v = lc.permits.Load()
+		v = f.permits.Load()
 	}
 }
 
 // received is the application's MessageListener.received: verify the
-// message, record its end-to-end latency, acknowledge it.
+// message, record its end-to-end latency, acknowledge it through f.
 //
 //go:noinline
-func (lc *listenerConsumer) received(t *listenerThread, d delivery) {
+func (cl *Client) received(t *listenerThread, f *flowControl, d delivery) {
 	b := parseBody(d.body)
-	lc.cl.subs[lc.c.sub].record(d.entryID, b)
+	sub := f.c.sub
+	cl.subs[sub].record(d.entryID, b)
 	if b.valid {
-		t.e2e[lc.c.sub].RecordValue(max((time.Now().UnixNano()-b.publishNs)/1000, 1))
+		t.e2e[sub].RecordValue(max((time.Now().UnixNano()-b.publishNs)/1000, 1))
 	}
-	lc.ackMu.Lock()
-	lc.acks = append(lc.acks, d.entryID)
-	full := len(lc.acks) >= 100
-	lc.ackMu.Unlock()
+	f.ackMu.Lock()
+	f.acks = append(f.acks, d.entryID)
+	full := len(f.acks) >= 100
+	f.ackMu.Unlock()
 	if full {
-		lc.flushAcks()
+		f.flushAcks()
 	}
 }
 
 // flushAcks sends the acknowledgements grouped so far.
-func (lc *listenerConsumer) flushAcks() {
-	lc.ackMu.Lock()
-	acks := lc.acks
-	lc.acks = nil
-	lc.ackMu.Unlock()
+func (f *flowControl) flushAcks() {
+	f.ackMu.Lock()
+	acks := f.acks
+	f.acks = nil
+	f.ackMu.Unlock()
 	if len(acks) > 0 {
-		lc.c.cc.writeDirect(ackFrame(lc.c.id, acks))
+		f.c.cc.writeDirect(ackFrame(f.c.id, acks))
 	}
 }
 
@@ -238,7 +254,7 @@ func (listenerBaseline) triggerListener(lc *listenerConsumer) {
 
 //go:noinline
 func (lc *listenerConsumer) callMessageListenerBaseline(t *listenerThread, d delivery) {
-	lc.received(t, d)
+	lc.cl.received(t, &lc.flowControl, d)
 	lc.inFlight.Add(-1)
 	lc.tryTriggerListener(true)
 }
@@ -268,5 +284,5 @@ func (listenerCandidate) triggerListener(lc *listenerConsumer) {
 //go:noinline
 func (lc *listenerConsumer) callMessageListener(t *listenerThread, d delivery) {
 	lc.increaseAvailablePermits(1)
-	lc.received(t, d)
+	lc.cl.received(t, &lc.flowControl, d)
 }

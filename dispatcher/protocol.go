@@ -8,7 +8,7 @@ import (
 // Frame types of the model's binary protocol. A frame is a 4-byte
 // big-endian length (of what follows), a type byte and a body.
 const (
-	cmdSend        = 1 // producer → broker: producerID u32, seq u64, body
+	cmdSend        = 1 // producer → broker: producerID u32, seq u64, topic u32, body
 	cmdSendReceipt = 2 // broker → producer: producerID u32, seq u64, entryID u64
 	cmdFlow        = 3 // consumer → broker: consumerID u32, permits u32
 	cmdMessage     = 4 // broker → consumer: consumerID u32, entryID u64, redeliveries u32, body
@@ -16,6 +16,9 @@ const (
 	cmdSubscribe   = 6 // consumer → broker: consumerID u32, subscription u32
 	cmdClose       = 7 // consumer → broker: consumerID u32
 )
+
+// sendHeader is the length of a Send frame's fields before the body.
+const sendHeader = 4 + 8 + 4
 
 // A message body as published and delivered: producerID u32, seq u64,
 // key index u32, publish time ns i64, payload, crc32 of everything before.

@@ -92,6 +92,16 @@ type Result struct {
 	PoolsCPUs               float64 `json:"pools_cpu_s,omitempty"`                 // the pools' threads
 	PoolsCPUPerMsgUs        float64 `json:"pools_cpu_per_msg_us,omitempty"`
 
+	// Counters behind the story of seed 002 (multi-topic consumers), per
+	// message received by the applications.
+	AppCPUs              float64 `json:"app_cpu_s,omitempty"` // app-io-N, the pools and pulsar-timer
+	AppCPUPerMsgUs       float64 `json:"app_cpu_per_msg_us,omitempty"`
+	BatchReceiveTimeouts uint64  `json:"batch_receive_timeouts,omitempty"` // batch receives completed by their timeout
+	EmptyBatchReceives   uint64  `json:"empty_batch_receives,omitempty"`   // of them, with no message
+	TimerTasksPerMsg     float64 `json:"timer_tasks_per_msg,omitempty"`    // pendingBatchReceiveTask runs
+	TimerWakeCallsPerMsg float64 `json:"timer_wake_calls_per_msg,omitempty"`
+	WorstAppE2EP99ms     float64 `json:"worst_app_e2e_p99_ms"`
+
 	ScenarioDetails Scenario `json:"scenario_parameters"`
 }
 
@@ -134,40 +144,58 @@ var brokerThreads = regexp.MustCompile(BrokerThreads)
 // IsBrokerThread tells broker threads from client threads by name.
 func IsBrokerThread(comm string) bool { return brokerThreads.MatchString(comm) }
 
-var listenerThreads = regexp.MustCompile(ListenerThreads)
+// AppThreads matches the threads of the multi-topic consumers'
+// application: its IO loops, the listener pools and the timer.
+const AppThreads = `^(app-io-\d|pulsar-(intern|extern)-\d|pulsar-timer)`
 
-// threadCPU returns the CPU seconds of this process's broker threads and
-// listener pools (alive for the whole run; schedstat, in ns) and of the
-// whole process, from /proc/self/stat, which keeps the time of threads
-// that have exited (producers end when they are done).
-func threadCPU() (broker, pools, total float64) {
+var (
+	listenerThreads = regexp.MustCompile(ListenerThreads)
+	appThreads      = regexp.MustCompile(AppThreads)
+)
+
+// cpuTimes are CPU seconds of thread groups.
+type cpuTimes struct{ broker, pools, app, total float64 }
+
+// threadCPU returns the CPU seconds of this process's broker threads,
+// listener pools and consumer application (alive for the whole run;
+// schedstat, in ns) and of the whole process, from /proc/self/stat, which
+// keeps the time of threads that have exited (producers end when they
+// are done).
+func threadCPU() (ct cpuTimes) {
 	if p, err := procfs.Self(); err == nil {
 		if st, err := p.Stat(); err == nil {
-			total = st.CPUTime()
+			ct.total = st.CPUTime()
 		}
 	}
 	threads, err := procfs.AllThreads(os.Getpid())
 	if err != nil {
-		return 0, 0, total
+		return ct
 	}
 	for _, t := range threads {
 		comm, err := t.Comm()
 		if err != nil {
 			continue
 		}
-		sum := &broker
-		switch {
-		case IsBrokerThread(comm):
-		case listenerThreads.MatchString(comm):
-			sum = &pools
-		default:
+		st, err := t.Schedstat()
+		if err != nil {
 			continue
 		}
-		if st, err := t.Schedstat(); err == nil {
-			*sum += float64(st.RunningNanoseconds) / 1e9
+		s := float64(st.RunningNanoseconds) / 1e9
+		if IsBrokerThread(comm) {
+			ct.broker += s
+		}
+		if listenerThreads.MatchString(comm) {
+			ct.pools += s
+		}
+		if appThreads.MatchString(comm) {
+			ct.app += s
 		}
 	}
-	return broker, pools, total
+	return ct
+}
+
+func (a cpuTimes) sub(b cpuTimes) cpuTimes {
+	return cpuTimes{a.broker - b.broker, a.pools - b.pools, a.app - b.app, a.total - b.total}
 }
 
 // deliveryClock samples each subscription's deliveries over time, for
@@ -254,12 +282,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := sc.Validate(); err != nil {
 		return nil, err
 	}
-	variant, listener, err := resolveVariants(sc.Change, cfg.Variant)
+	vs, err := resolveVariants(sc.Change, cfg.Variant)
 	if err != nil {
 		return nil, err
 	}
+	variant, listener, batch := vs.broker, vs.listener, vs.batch
 	if !sc.Listener {
 		listener = nil
+	}
+	if sc.Topics == 1 {
+		batch = nil
 	}
 	if cfg.Drain == 0 {
 		cfg.Drain = 60 * time.Second
@@ -276,6 +308,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if sc.Listener {
 		threads += sc.InternalThreads + sc.ListenerThreads
 	}
+	if batch != nil {
+		threads += sc.ClientIOThreads + 1 // app-io-N, pulsar-timer
+	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(threads + 2))
 	pinned := false
 	if cfg.Pin {
@@ -286,7 +321,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 
-	b, err := NewBroker(BrokerConfig{IOThreads: sc.BrokerIOThreads, TopicWorkers: sc.TopicWorkers, Variant: variant, Subscriptions: subs})
+	b, err := NewBroker(BrokerConfig{IOThreads: sc.BrokerIOThreads, TopicWorkers: sc.TopicWorkers, Topics: sc.Topics, Variant: variant, Subscriptions: subs})
 	if err != nil {
 		return nil, err
 	}
@@ -297,6 +332,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		ioThreads: sc.ClientIOThreads, receiverQueue: sc.ReceiverQueue, maxPending: sc.MaxPending,
 		payload: sc.PayloadSize, keySpace: sc.KeySpace, rate: sc.Rate,
 		listener: listener, internalThreads: sc.InternalThreads, listenerThreads: sc.ListenerThreads,
+		topics: sc.Topics, batch: batch,
 	}, types)
 	if err != nil {
 		return nil, err
@@ -306,7 +342,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 
-	cpu0, pools0, proc0 := threadCPU()
+	cpu0 := threadCPU()
 	start := time.Now()
 	clockStop := make(chan struct{})
 	clock := watchDeliveries(cl, clockStop)
@@ -332,13 +368,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	case <-ctx.Done():
 		interrupted = true
 		cl.stopPub.Store(true)
+		for _, pt := range cl.prodThr {
+			pt.wake.Notify() // a producer waiting for room
+		}
 		<-pubFinished
 	}
 	// Wait for the receipts of what was sent, then note the backlog.
 	waitFor(ctx, cfg.Drain, func() bool { return cl.inflight() == 0 })
 	published := cl.published.Load()
-	for _, d := range b.subs {
-		backlog = append(backlog, published-int64(d.Acked.Load()))
+	for k, d := range b.subs {
+		backlog = append(backlog, cl.publishedTo(k)-int64(d.Acked.Load()))
 	}
 	pubEnd := time.Unix(0, cl.pubEnded.Load())
 	close(warmStop)
@@ -346,19 +385,22 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	close(churnStop)
 	<-churnDone
 	if !interrupted {
-		waitDelivered(ctx, cfg, b, cl, published)
+		waitDelivered(ctx, cfg, b, cl)
 	}
 	elapsed := time.Since(start)
 	stopProgress()
 	close(clockStop)
 	<-clock.done
-	cpu1, pools1, proc1 := threadCPU()
+	cpu := threadCPU().sub(cpu0)
 	cl.stop()
 
 	r := &Result{Scenario: sc.Name, Variant: cfg.Variant, Published: published, PID: os.Getpid(),
-		DurationS: elapsed.Seconds(), BrokerCPUs: cpu1 - cpu0, ProcessCPUs: proc1 - proc0, ScenarioDetails: sc, PinnedCPUs: pinned}
+		DurationS: elapsed.Seconds(), BrokerCPUs: cpu.broker, ProcessCPUs: cpu.total, ScenarioDetails: sc, PinnedCPUs: pinned}
 	if sc.Listener {
-		r.PoolsCPUs = pools1 - pools0
+		r.PoolsCPUs = cpu.pools
+	}
+	if batch != nil {
+		r.AppCPUs = cpu.app
 	}
 	if !warm.at.IsZero() && pubEnd.After(warm.at) && published > warm.published {
 		r.WarmupS = warm.at.Sub(start).Seconds()
@@ -391,10 +433,10 @@ func startProducers(cl *Client, sc Scenario, start time.Time) {
 
 // waitDelivered waits until every subscription received every published
 // message, and says where each dispatcher stands if that stalls.
-func waitDelivered(ctx context.Context, cfg Config, b *Broker, cl *Client, published int64) {
+func waitDelivered(ctx context.Context, cfg Config, b *Broker, cl *Client) {
 	err := waitFor(ctx, cfg.Drain, func() bool {
-		for _, s := range cl.subs {
-			if s.distinct.Load() < published {
+		for k, s := range cl.subs {
+			if s.distinct.Load() < cl.publishedTo(k) {
 				return false
 			}
 		}
@@ -416,6 +458,9 @@ func subscribeAll(ctx context.Context, b *Broker, cl *Client, sc Scenario) error
 		cl.consDone.Add(1)
 		StartThread(ct.name, func() { cl.runConsumerThread(ct) })
 	}
+	if cl.multi != nil {
+		return subscribeMultiAll(ctx, b, cl, sc)
+	}
 	n := 0
 	for i, s := range sc.Subscriptions {
 		for j := 0; j < s.Consumers; j++ {
@@ -429,15 +474,40 @@ func subscribeAll(ctx context.Context, b *Broker, cl *Client, sc Scenario) error
 			n++
 		}
 	}
+	return waitSubscribed(ctx, b, sc)
+}
+
+// waitSubscribed waits until every dispatcher has its consumers.
+func waitSubscribed(ctx context.Context, b *Broker, sc Scenario) error {
 	if err := waitFor(ctx, 10*time.Second, func() bool {
-		for i, d := range b.subs {
-			if len(d.Consumers()) != sc.Subscriptions[i].Consumers {
+		for k, d := range b.subs {
+			if len(d.Consumers()) != sc.Subscriptions[k%len(sc.Subscriptions)].Consumers {
 				return false
 			}
 		}
 		return true
 	}); err != nil {
 		return fmt.Errorf("consumers did not subscribe: %w", err)
+	}
+	return nil
+}
+
+// subscribeMultiAll creates the scenario's multi-topic consumers, one
+// internal consumer per topic each, and starts their receive loops once
+// the broker has them all.
+func subscribeMultiAll(ctx context.Context, b *Broker, cl *Client, sc Scenario) error {
+	for i, s := range sc.Subscriptions {
+		for j := 0; j < s.Consumers; j++ {
+			if _, err := cl.subscribeMulti(i, sc.Topics); err != nil {
+				return fmt.Errorf("subscribing: %w", err)
+			}
+		}
+	}
+	if err := waitSubscribed(ctx, b, sc); err != nil {
+		return err
+	}
+	for _, mt := range cl.multi.multis {
+		mt.start()
 	}
 	return nil
 }
@@ -452,23 +522,34 @@ func collect(r *Result, sc Scenario, b *Broker, cl *Client, backlog []int64, clo
 	}
 	r.PublishP50ms, r.PublishP99ms = ms(pub, 50), ms(pub, 99)
 	all := newHist()
-	for i, s := range cl.subs {
+	for i, scSub := range sc.Subscriptions {
+		// A subscription is one dispatcher per topic.
 		h := newHist()
-		for _, ct := range cl.consThr {
-			h.Merge(ct.e2e[i])
-		}
-		if cl.pools != nil {
-			for _, t := range cl.pools.external {
-				h.Merge(t.e2e[i])
+		sr := SubResult{Name: scSub.Name, Type: cl.subs[i].typ.String(), Consumers: scSub.Consumers}
+		for k := i; k < len(cl.subs); k += len(sc.Subscriptions) {
+			s, d := cl.subs[k], b.subs[k]
+			for _, ct := range cl.consThr {
+				h.Merge(ct.e2e[k])
 			}
+			if cl.pools != nil {
+				for _, t := range cl.pools.external {
+					h.Merge(t.e2e[k])
+				}
+			}
+			sr.Delivered += s.distinct.Load()
+			sr.Duplicates += s.duplicates.Load()
+			sr.OrderViolations += s.violations.Load()
+			sr.Invalid += s.invalid.Load()
+			sr.Lost += max(cl.publishedTo(k)-s.distinct.Load(), 0)
+			sr.Backlog += backlog[k]
+			sr.Redelivered += d.Redelivered.Load()
+			sr.ConsumeRate += clock.rate(k, s.distinct.Load(), s.lastNs.Load())
+			r.MonitorWaits += d.Monitor.Waits()
+			r.FlowTasks += d.FlowTasks.Load()
+			r.Reads += d.cursor.Reads.Load()
 		}
 		all.Merge(h)
-		d := b.subs[i]
-		sr := SubResult{Name: sc.Subscriptions[i].Name, Type: s.typ.String(), Consumers: sc.Subscriptions[i].Consumers,
-			Delivered: s.distinct.Load(), Duplicates: s.duplicates.Load(), OrderViolations: s.violations.Load(),
-			Invalid: s.invalid.Load(), Lost: max(published-s.distinct.Load(), 0), Backlog: backlog[i],
-			E2EP50ms: ms(h, 50), E2EP99ms: ms(h, 99), Redelivered: d.Redelivered.Load(),
-			ConsumeRate: clock.rate(i, s.distinct.Load(), s.lastNs.Load())}
+		sr.E2EP50ms, sr.E2EP99ms = ms(h, 50), ms(h, 99)
 		r.ConsumeRate += sr.ConsumeRate
 		r.Subscriptions = append(r.Subscriptions, sr)
 		r.Delivered += sr.Delivered
@@ -477,9 +558,6 @@ func collect(r *Result, sc Scenario, b *Broker, cl *Client, backlog []int64, clo
 		r.Invalid += sr.Invalid
 		r.Lost += sr.Lost
 		r.Backlog += sr.Backlog
-		r.MonitorWaits += d.Monitor.Waits()
-		r.FlowTasks += d.FlowTasks.Load()
-		r.Reads += d.cursor.Reads.Load()
 	}
 	r.E2EP50ms, r.E2EP99ms = ms(all, 50), ms(all, 99)
 	var entries uint64
@@ -496,7 +574,18 @@ func collect(r *Result, sc Scenario, b *Broker, cl *Client, backlog []int64, clo
 		r.CPUPerMsgUs = r.BrokerCPUs * 1e6 / float64(published)
 		r.WakeupsPerMsg = float64(r.BrokerWakeups) / float64(published)
 	}
-	if cl.pools != nil && r.Delivered > 0 {
+	if mc := cl.multi; mc != nil && r.Delivered > 0 {
+		n := float64(r.Delivered)
+		r.AppCPUPerMsgUs = r.AppCPUs * 1e6 / n
+		r.BatchReceiveTimeouts = mc.batchTimeouts.Load()
+		r.EmptyBatchReceives = mc.emptyBatches.Load()
+		r.TimerTasksPerMsg = float64(mc.timerTasks.Load()) / n
+		r.TimerWakeCallsPerMsg = float64(mc.timerWakes.Load()) / n
+	}
+	for _, s := range r.Subscriptions {
+		r.WorstAppE2EP99ms = max(r.WorstAppE2EP99ms, s.E2EP99ms)
+	}
+	if cl.pools != nil && cl.multi == nil && r.Delivered > 0 {
 		n := float64(r.Delivered)
 		r.ListenerHandoffsPerMsg = float64(cl.pools.handoffs.Load()) / n
 		r.ListenerWakeCallsPerMsg = float64(cl.pools.wakes.Load()) / n

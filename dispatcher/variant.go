@@ -39,11 +39,12 @@ func LookupVariant(name string) (Variant, error) {
 // candidate, the code as it stands, the same on both sides.
 const (
 	ChangeFlow     = "000" // seed 000: the broker applies Flow permits (Variant)
+	ChangeBatch    = "002" // seed 002: multi-topic consumers' batch receives (batchVariant)
 	ChangeListener = "003" // seed 003: the client moves messages to a MessageListener (listenerVariant)
 )
 
 // Changes lists the changes a scenario may name.
-func Changes() []string { return []string{ChangeFlow, ChangeListener} }
+func Changes() []string { return []string{ChangeFlow, ChangeBatch, ChangeListener} }
 
 // listenerVariant is how a consumer with a MessageListener moves messages
 // from its receiver queue to the listener (seed 003).
@@ -67,6 +68,10 @@ func ChangeVariants(change string) [][2]string {
 		for _, n := range sortedKeys(listenerVariants) {
 			out = append(out, [2]string{n, listenerVariants[n].Description()})
 		}
+	case ChangeBatch:
+		for _, n := range sortedKeys(batchVariants) {
+			out = append(out, [2]string{n, batchVariants[n].Description()})
+		}
 	default:
 		for _, n := range VariantNames() {
 			out = append(out, [2]string{n, variants[n].Description()})
@@ -84,30 +89,46 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-// resolveVariants returns the broker and client variants of a run of
-// change with the side named name.
-func resolveVariants(change, name string) (Variant, listenerVariant, error) {
-	broker, listener := Variant(candidate{}), listenerVariant(listenerCandidate{})
+// variantSet is the code a run executes: one side of each change.
+type variantSet struct {
+	broker   Variant
+	listener listenerVariant
+	batch    batchVariant
+}
+
+// resolveVariants returns the variants of a run of change with the side
+// named name.
+func resolveVariants(change, name string) (variantSet, error) {
+	vs := variantSet{broker: candidate{}, listener: listenerCandidate{}, batch: batchCandidate{}}
+	unknown := func(known []string) error {
+		return fmt.Errorf("unknown variant %q of change %s (known: %s)", name, change, strings.Join(known, ", "))
+	}
 	switch change {
 	case ChangeListener:
 		v, ok := listenerVariants[name]
 		if !ok {
-			return nil, nil, fmt.Errorf("unknown variant %q of change %s (known: %s)", name, change, strings.Join(sortedKeys(listenerVariants), ", "))
+			return vs, unknown(sortedKeys(listenerVariants))
 		}
-		listener = v
+		vs.listener = v
+	case ChangeBatch:
+		v, ok := batchVariants[name]
+		if !ok {
+			return vs, unknown(sortedKeys(batchVariants))
+		}
+		vs.batch = v
 	default:
 		v, err := LookupVariant(name)
 		if err != nil {
-			return nil, nil, err
+			return vs, err
 		}
-		broker = v
+		vs.broker = v
 	}
-	return broker, listener, nil
+	return vs, nil
 }
 
 // CheckVariant reports whether name is a side of the scenario's change.
 func (s Scenario) CheckVariant(name string) error {
-	_, _, err := resolveVariants(s.Change, name)
+	_, err := resolveVariants(s.Change, name)
 	return err
 }
 
