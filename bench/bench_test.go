@@ -208,6 +208,42 @@ func TestBenchMultiTopic(t *testing.T) {
 	}
 }
 
+// Seed 004's scenario: the candidate's monitor hands auto-read changes to
+// the broker loops (eventfd wake-ups from broker-rate-mon), the baseline's
+// connections turn reading off themselves.
+func TestBenchThrottle(t *testing.T) {
+	requireRoot(t)
+	out := t.TempDir()
+	res, err := Run(context.Background(), Config{
+		Scenarios: []string{"publish-throttle-100p"}, Variants: []string{"baseline", "candidate"},
+		Runs: 1, ProfiledRuns: 1, Duration: 3 * time.Second, Rate: -1, Out: out,
+		CooldownIdle: 90, CooldownMax: 2 * time.Second, Executable: buildOffcpu(t), CPUHz: 99,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Runs {
+		if r.Failed {
+			t.Fatalf("run %s failed: %s", r.Name, r.Error)
+		}
+	}
+	b, c := res.Diff.BaseReport, res.Diff.CandReport
+	if b == nil || c == nil {
+		t.Fatal("no profiled report")
+	}
+	pair := "broker-rate-mon → broker-io-N"
+	t.Logf("%s: %d → %d", pair, b.Wakeups.ByPair[pair], c.Wakeups.ByPair[pair])
+	if c.Wakeups.ByPair[pair] <= b.Wakeups.ByPair[pair] {
+		t.Errorf("%s: %d → %d wake-ups: the candidate's monitor also turns reading off on the loops", pair, b.Wakeups.ByPair[pair], c.Wakeups.ByPair[pair])
+	}
+	md, _ := os.ReadFile(filepath.Join(out, "report.md"))
+	for _, want := range []string{"| rate_over_limit |", "| publish_bytes_per_s |", "| publish_last_p99_ms |", "| " + pair + " |", "| throttleOnSend |"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+}
+
 func TestBenchCommands(t *testing.T) {
 	out := t.TempDir()
 	res, err := Run(context.Background(), Config{

@@ -16,6 +16,7 @@ type BrokerConfig struct {
 	// Topics (the partitions of a partitioned topic) each have every
 	// subscription (default 1); their ledgers share ml-worker.
 	Topics        int
+	Throttle      ThrottleConfig
 	Variant       Variant
 	Subscriptions []SubscriptionConfig
 }
@@ -38,7 +39,8 @@ type Broker struct {
 	ledger   *ManagedLedger   // topic 0's
 	// subs holds each topic's dispatchers, topic by topic: subscription s
 	// of topic t is subs[t*len(subscriptions)+s].
-	subs []*Dispatcher
+	subs     []*Dispatcher
+	throttle *throttling // nil: no publish rate limit
 
 	mu    sync.Mutex
 	cnxes []*serverCnx
@@ -80,6 +82,7 @@ func NewBroker(cfg BrokerConfig) (*Broker, error) {
 		}
 	}
 	b.ledger = b.ledgers[0]
+	b.throttle = newThrottling(b, cfg.Throttle, len(b.ledgers))
 	return b, nil
 }
 
@@ -98,10 +101,16 @@ func (b *Broker) Start() {
 	for _, w := range b.workers {
 		w.Start()
 	}
+	if b.throttle != nil {
+		b.throttle.start()
+	}
 }
 
 // Stop stops the broker's threads and closes its connections.
 func (b *Broker) Stop() {
+	if b.throttle != nil {
+		b.throttle.stop()
+	}
 	for _, l := range b.loops {
 		l.Shutdown()
 	}
@@ -138,7 +147,7 @@ func (b *Broker) Accept() (int, error) {
 		return -1, fmt.Errorf("socketpair: %w", err)
 	}
 	loop := b.loops[len(b.cnxes)%len(b.loops)]
-	sc := &serverCnx{broker: b, loop: loop, consumers: map[uint32]*Consumer{}}
+	sc := &serverCnx{broker: b, loop: loop, consumers: map[uint32]*Consumer{}, published: make([]bool, len(b.ledgers))}
 	sc.conn = newConn(bfd, loop, sc.handle)
 	sc.conn.onBatch = sc.publishMessages
 	b.mu.Lock()
@@ -158,6 +167,8 @@ type serverCnx struct {
 	consumers map[uint32]*Consumer // loop thread only
 	adds      [][]pendingAdd       // by topic; loop thread only
 	receipts  []byte
+	published []bool      // by topic: this connection published to it (loop thread only)
+	throttled atomic.Bool // auto-read turned off by publish throttling
 }
 
 func (sc *serverCnx) handle(typ byte, body []byte) {
@@ -211,6 +222,9 @@ func (sc *serverCnx) handleSend(body []byte) {
 	}
 	sc.adds[topic] = append(sc.adds[topic], pendingAdd{key: key, hash: StickyKeyHash(key), body: msg,
 		ack: func(entryID uint64) { sc.sendReceipt(pid, seq, entryID) }})
+	if sc.broker.throttle != nil {
+		sc.throttleOnSend(topic, len(msg))
+	}
 }
 
 // publishMessages hands the collected adds to the managed ledger; the

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+	"golang.org/x/sys/unix"
 )
 
 // bitset is a growable set of entry ids safe for concurrent use.
@@ -94,6 +95,10 @@ type clientConfig struct {
 	// With more than one topic, consumers are multi-topic consumers
 	// that run this batch receive policy (seed 002).
 	batch batchVariant
+	// asyncSend: producers hand each Send to their connection's IO loop,
+	// which writes it without blocking (Pulsar's client); publish
+	// latency is then also kept per second.
+	asyncSend bool
 	// Consumers with a MessageListener on these pools (seed 003)
 	// instead of consumer threads.
 	listener        listenerVariant
@@ -149,7 +154,8 @@ type clientConn struct {
 	mu        sync.Mutex
 	producers map[uint32]*producer
 	consumers map[uint32]*clientConsumer
-	pubHist   *hdrhistogram.Histogram // publish latency, µs; loop thread only
+	pubHist   *hdrhistogram.Histogram    // publish latency, µs; loop thread only
+	secHists  *[]*hdrhistogram.Histogram // publish latency by second of the run; the loop's, loop thread only
 }
 
 // Client is the benchmark's client side: producers, consumers, their IO
@@ -173,6 +179,8 @@ type Client struct {
 	deadline  time.Time      // end of publishing (duration mode)
 	published atomic.Int64   // receipts
 	pubTopic  []atomic.Int64 // receipts by topic
+	latStart  atomic.Int64   // unix ns the per-second latencies count from
+	loopSec   map[*EventLoop]*[]*hdrhistogram.Histogram
 	stopPub   atomic.Bool
 	pubDone   sync.WaitGroup
 	pubEnded  atomic.Int64 // unix ns of the last receipt
@@ -205,7 +213,8 @@ func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 120_000_000,
 
 func newClient(b *Broker, cfg clientConfig, subTypes []SubType) (*Client, error) {
 	cfg.topics = max(cfg.topics, 1)
-	cl := &Client{cfg: cfg, broker: b, listener: cfg.listener, pubTopic: make([]atomic.Int64, cfg.topics)}
+	cl := &Client{cfg: cfg, broker: b, listener: cfg.listener, pubTopic: make([]atomic.Int64, cfg.topics),
+		loopSec: map[*EventLoop]*[]*hdrhistogram.Histogram{}}
 	for i := 0; i < cfg.ioThreads; i++ {
 		l, err := NewEventLoop(fmt.Sprintf("client-io-%d", i))
 		if err != nil {
@@ -214,6 +223,9 @@ func newClient(b *Broker, cfg clientConfig, subTypes []SubType) (*Client, error)
 		}
 		l.Start()
 		cl.loops = append(cl.loops, l)
+		if cfg.asyncSend {
+			cl.loopSec[l] = new([]*hdrhistogram.Histogram)
+		}
 	}
 	// One state per subscription of each topic, as the broker's
 	// dispatchers are laid out.
@@ -250,6 +262,9 @@ func newClient(b *Broker, cfg clientConfig, subTypes []SubType) (*Client, error)
 			cl.stop()
 			return nil, err
 		}
+		if cfg.asyncSend {
+			unix.SetNonblock(cc.fd, true) // the loop writes; it must not block
+		}
 		pt := cl.prodThr[i%len(cl.prodThr)]
 		p := &producer{id: uint32(i), topic: i % cfg.topics, cc: cc, sentAt: make([]atomic.Int64, cfg.maxPending), thread: pt}
 		cc.producers[p.id] = p
@@ -279,7 +294,8 @@ func (cl *Client) connectOn(loop *EventLoop) (*clientConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	cc := &clientConn{cl: cl, producers: map[uint32]*producer{}, consumers: map[uint32]*clientConsumer{}, pubHist: newHist()}
+	cc := &clientConn{cl: cl, producers: map[uint32]*producer{}, consumers: map[uint32]*clientConsumer{}, pubHist: newHist(),
+		secHists: cl.loopSec[loop]}
 	cc.conn = newConn(fd, loop, cc.handle)
 	cl.conns = append(cl.conns, cc)
 	if err := loop.RegisterAsync(fd, cc.conn); err != nil {
@@ -371,6 +387,13 @@ func (cc *clientConn) handle(typ byte, body []byte) {
 		sent := p.sentAt[seq%uint64(len(p.sentAt))].Load()
 		now := time.Now().UnixNano()
 		cc.pubHist.RecordValue(max((now-sent)/1000, 1))
+		if h := cc.secHists; h != nil {
+			sec := max(int((now-cc.cl.latStart.Load())/1e9), 0)
+			for len(*h) <= sec {
+				*h = append(*h, newHist())
+			}
+			(*h)[sec].RecordValue(max((now-sent)/1000, 1))
+		}
 		p.inflight.Add(-1)
 		p.thread.wake.Notify()
 		cc.cl.pubTopic[p.topic].Add(1)
@@ -451,6 +474,11 @@ func (cl *Client) runProducer(pt *producerThread) {
 		p.seq++
 		p.inflight.Add(1)
 		pt.sent++
+		if cl.cfg.asyncSend {
+			f, cc := append([]byte(nil), frame...), p.cc
+			cc.loop.Execute(nil, func() { cc.conn.write(f) })
+			continue
+		}
 		if err := p.cc.writeDirect(frame); err != nil {
 			return
 		}

@@ -54,8 +54,10 @@ type conn struct {
 	onFrame func(typ byte, body []byte)
 	onBatch func() // after the frames of one read, if set
 
-	out          []byte // broker side: pending output, loop thread only
+	out          []byte // pending output, loop thread only
 	flushPending bool
+	writeWait    bool // EPOLLOUT wanted: the socket was full
+	readOff      bool // auto-read off: EPOLLIN cleared (loop thread only)
 
 	wmu sync.Mutex // client side: serializes direct writes
 }
@@ -82,7 +84,9 @@ func (c *conn) OnReadable() {
 		// Keep the partial frame at the front of a reused buffer.
 		c.spare = append(c.spare[:0], c.rd.buf...)
 		c.rd.buf, c.spare = c.spare, c.rd.buf[:0]
-		if n < len(c.readBuf) {
+		// Auto-read turned off while handling these frames: the read
+		// in hand is done, no further one (Netty's semantics).
+		if n < len(c.readBuf) || c.readOff {
 			break
 		}
 	}
@@ -110,8 +114,9 @@ func (c *conn) flush() {
 			c.out = c.out[n:]
 			continue
 		}
-		if err == unix.EAGAIN {
-			c.loop.WantWrite(c.fd, true)
+		if err == unix.EAGAIN && !c.writeWait {
+			c.writeWait = true
+			c.loop.setInterest(c.fd, !c.readOff, true)
 		}
 		break
 	}
@@ -122,9 +127,22 @@ func (c *conn) flush() {
 
 func (c *conn) OnWritable() {
 	c.flush()
-	if len(c.out) == 0 {
-		c.loop.WantWrite(c.fd, false)
+	if len(c.out) == 0 && c.writeWait {
+		c.writeWait = false
+		c.loop.setInterest(c.fd, !c.readOff, false)
 	}
+}
+
+// setAutoRead turns reading the connection on or off (Netty's
+// setAutoRead: EPOLLIN set or cleared); on the loop's thread.
+//
+//go:noinline
+func (c *conn) setAutoRead(on bool) {
+	if c.readOff == !on {
+		return
+	}
+	c.readOff = !on
+	c.loop.setInterest(c.fd, on, c.writeWait)
 }
 
 // writeDirect writes a frame from any thread (client side).

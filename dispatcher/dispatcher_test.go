@@ -288,6 +288,10 @@ func smallRun(t *testing.T, scenario, variant string, mutate func(*Scenario)) *R
 	if sc.Rate > 0 {
 		sc.Messages, sc.Duration, sc.Rate = 0, 1500*time.Millisecond, 8000
 	}
+	if sc.throttled() {
+		// Throttled to a few MB/s: a short run with little pending.
+		sc.Messages, sc.Duration, sc.MaxPending = 0, 2*time.Second, 2
+	}
 	if mutate != nil {
 		mutate(&sc)
 	}
@@ -331,6 +335,22 @@ func TestScenariosEndToEnd(t *testing.T) {
 					}
 					if r.FlowTasks != 0 {
 						t.Errorf("the broker ran %d internalConsumerFlow tasks: seed 003's runs use seed 000's candidate", r.FlowTasks)
+					}
+				case ChangeThrottle:
+					// Reading is turned off by the connection's own
+					// handleSend in the baseline; the candidate's monitor
+					// turns it off on the others too.
+					if r.AutoReadOff == 0 {
+						t.Error("throttling never turned reading off")
+					}
+					if v == "baseline" && r.AutoReadOffBySend != r.AutoReadOff {
+						t.Errorf("baseline: reading turned off %d times, %d by handleSend: the monitor must not turn it off", r.AutoReadOff, r.AutoReadOffBySend)
+					}
+					if v == "candidate" && r.AutoReadOffBySend >= r.AutoReadOff {
+						t.Errorf("candidate: reading turned off %d times, all by handleSend: the monitor turned none off", r.AutoReadOff)
+					}
+					if r.RateOverLimit <= 1 {
+						t.Errorf("published %.0f bytes/s under the limit of %.0f: every connection reading a message per second should overshoot it", r.PublishBytesPerS, r.RateLimitBytesPerS)
 					}
 				case ChangeBatch:
 					// Low rates: the baseline's batch receive after each
@@ -417,4 +437,40 @@ func (w stallWriter) Write(b []byte) (int, error) {
 		w.t.Log(strings.TrimRight(s, "\n"))
 	}
 	return len(b), nil
+}
+
+func TestPublishRateLimiter(t *testing.T) {
+	r := newLimiter(1000)
+	r.increment(600)
+	if r.checkPublishRate() || r.isExceeded() {
+		t.Fatal("600 of 1000 bytes: exceeded")
+	}
+	r.increment(600)
+	if !r.checkPublishRate() || !r.isExceeded() {
+		t.Fatal("1200 of 1000 bytes: not exceeded")
+	}
+	if r.checkPublishRate() {
+		t.Error("a second check reported the rate newly exceeded")
+	}
+	r.resetPublishCount()
+	if r.isExceeded() || r.bytes.Load() != 0 {
+		t.Error("reset kept the count or the exceeded mark")
+	}
+	var none *publishRateLimiter
+	none.increment(1 << 40)
+	if none.checkPublishRate() || none.isExceeded() {
+		t.Error("no limit was exceeded")
+	}
+}
+
+// A topic's own limit throttles without a broker-wide one.
+func TestTopicPublishRateLimit(t *testing.T) {
+	forVariants(t, func(t *testing.T, variant string) {
+		r := smallRun(t, "publish-throttle-100p", variant, func(s *Scenario) {
+			s.PublishRateLimit, s.TopicPublishRateLimit = 0, 20_000
+		})
+		if r.AutoReadOff == 0 {
+			t.Error("topic limits of 20,000 bytes/s never turned reading off")
+		}
+	})
 }

@@ -138,10 +138,16 @@ func (l *EventLoop) RegisterAsync(fd int, h FdHandler) error {
 	return <-errc
 }
 
-// WantWrite turns EPOLLOUT interest on or off for fd.
-func (l *EventLoop) WantWrite(fd int, on bool) {
-	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
-	if on {
+// setInterest sets fd's epoll interest: EPOLLIN when read (Netty's
+// auto-read), EPOLLOUT when write; on the loop's thread.
+//
+//go:noinline
+func (l *EventLoop) setInterest(fd int, read, write bool) {
+	ev := unix.EpollEvent{Fd: int32(fd)}
+	if read {
+		ev.Events |= unix.EPOLLIN
+	}
+	if write {
 		ev.Events |= unix.EPOLLOUT
 	}
 	unix.EpollCtl(l.epfd, unix.EPOLL_CTL_MOD, fd, &ev)

@@ -102,6 +102,21 @@ type Result struct {
 	TimerWakeCallsPerMsg float64 `json:"timer_wake_calls_per_msg,omitempty"`
 	WorstAppE2EP99ms     float64 `json:"worst_app_e2e_p99_ms"`
 
+	// Seed 004 (publish throttling): the steady publish rate in bytes
+	// against the limit, and publish latency early and late in the run
+	// (the first and the last 10 s of publishing, or thirds of a shorter
+	// run).
+	PublishBytesPerS   float64 `json:"publish_bytes_per_s,omitempty"`
+	RateLimitBytesPerS float64 `json:"rate_limit_bytes_per_s,omitempty"`
+	RateOverLimit      float64 `json:"rate_over_limit,omitempty"`
+	PublishFirstP50ms  float64 `json:"publish_first_p50_ms,omitempty"`
+	PublishFirstP99ms  float64 `json:"publish_first_p99_ms,omitempty"`
+	PublishLastP50ms   float64 `json:"publish_last_p50_ms,omitempty"`
+	PublishLastP99ms   float64 `json:"publish_last_p99_ms,omitempty"`
+	AutoReadOff        uint64  `json:"auto_read_off,omitempty"`         // connections throttling turned reading off on
+	AutoReadOffBySend  uint64  `json:"auto_read_off_by_send,omitempty"` // of them, by their own handleSend
+	ThrottleChecks     uint64  `json:"throttle_checks,omitempty"`
+
 	ScenarioDetails Scenario `json:"scenario_parameters"`
 }
 
@@ -137,7 +152,7 @@ func (r *Result) Redelivered() uint64 {
 
 // BrokerThreads matches the names of the broker's threads (IO loops, the
 // managed-ledger thread, topic workers); the others are the clients'.
-const BrokerThreads = `^(broker-io-\d|ml-worker$|topic-worker-\d)`
+const BrokerThreads = `^(broker-io-\d|ml-worker$|topic-worker-\d|broker-rate-mon)`
 
 var brokerThreads = regexp.MustCompile(BrokerThreads)
 
@@ -321,7 +336,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 
-	b, err := NewBroker(BrokerConfig{IOThreads: sc.BrokerIOThreads, TopicWorkers: sc.TopicWorkers, Topics: sc.Topics, Variant: variant, Subscriptions: subs})
+	b, err := NewBroker(BrokerConfig{IOThreads: sc.BrokerIOThreads, TopicWorkers: sc.TopicWorkers, Topics: sc.Topics, Variant: variant, Subscriptions: subs,
+		Throttle: ThrottleConfig{BrokerBytesPerS: sc.PublishRateLimit, TopicBytesPerS: sc.TopicPublishRateLimit, Tick: sc.ThrottlingTick, Variant: vs.throttle}})
 	if err != nil {
 		return nil, err
 	}
@@ -332,7 +348,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		ioThreads: sc.ClientIOThreads, receiverQueue: sc.ReceiverQueue, maxPending: sc.MaxPending,
 		payload: sc.PayloadSize, keySpace: sc.KeySpace, rate: sc.Rate,
 		listener: listener, internalThreads: sc.InternalThreads, listenerThreads: sc.ListenerThreads,
-		topics: sc.Topics, batch: batch,
+		topics: sc.Topics, batch: batch, asyncSend: sc.throttled(),
 	}, types)
 	if err != nil {
 		return nil, err
@@ -418,6 +434,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 // startProducers starts the producer threads on the scenario's messages
 // or duration.
 func startProducers(cl *Client, sc Scenario, start time.Time) {
+	cl.latStart.Store(start.UnixNano())
 	if sc.Messages > 0 {
 		cl.toPublish.Store(sc.Messages)
 	} else {
@@ -584,6 +601,15 @@ func collect(r *Result, sc Scenario, b *Broker, cl *Client, backlog []int64, clo
 	}
 	for _, s := range r.Subscriptions {
 		r.WorstAppE2EP99ms = max(r.WorstAppE2EP99ms, s.E2EP99ms)
+	}
+	if t := b.throttle; t != nil {
+		r.PublishBytesPerS = r.PublishRate * float64(sc.PayloadSize+bodyHeader+4)
+		r.RateLimitBytesPerS = float64(sc.PublishRateLimit)
+		if r.RateLimitBytesPerS > 0 {
+			r.RateOverLimit = r.PublishBytesPerS / r.RateLimitBytesPerS
+		}
+		r.AutoReadOff, r.AutoReadOffBySend, r.ThrottleChecks = t.ReadOff.Load(), t.ReadOffSelf.Load(), t.Ticks.Load()
+		r.PublishFirstP50ms, r.PublishFirstP99ms, r.PublishLastP50ms, r.PublishLastP99ms = cl.latencyWindows()
 	}
 	if cl.pools != nil && cl.multi == nil && r.Delivered > 0 {
 		n := float64(r.Delivered)

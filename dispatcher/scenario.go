@@ -47,7 +47,18 @@ type Scenario struct {
 	// spread over them, and with more than one every consumer is a
 	// multi-topic consumer over all of them (needs listener).
 	Topics int `yaml:"topics" json:"topics,omitempty"`
+	// Publish throttling (bytes/s; 0: none): the broker's rate
+	// (brokerPublisherThrottlingMaxByteRate) and each topic's, checked
+	// every throttling_tick (brokerPublisherThrottlingTickTimeMillis, 1ms).
+	// With a limit, producers send as Pulsar's client does: their
+	// connection's IO loop writes, without blocking the producer thread.
+	PublishRateLimit      int64         `yaml:"publish_rate_limit" json:"publish_rate_limit,omitempty"`
+	TopicPublishRateLimit int64         `yaml:"topic_publish_rate_limit" json:"topic_publish_rate_limit,omitempty"`
+	ThrottlingTick        time.Duration `yaml:"throttling_tick" json:"throttling_tick,omitempty"`
 }
+
+// throttled reports whether the scenario limits the publish rate.
+func (s Scenario) throttled() bool { return s.PublishRateLimit > 0 || s.TopicPublishRateLimit > 0 }
 
 // AnalyzedThreads is the thread-name pattern the scenario's story is
 // about: the broker's threads, the client's listener pools, or the
@@ -70,6 +81,8 @@ func (s Scenario) StoryFunctions() []string {
 		return []string{"listenerBaseline.triggerListener", "listenerCandidate.triggerListener", "callMessageListenerBaseline", "callMessageListener"}
 	case ChangeBatch:
 		return []string{"pendingBatchReceiveTask", "doPendingBatchReceiveTask", "batchReceiveAsync", "receiveAsync"}
+	case ChangeThrottle:
+		return []string{"handleSend", "throttleOnSend", "setAutoRead", "checkPublishThrottlingRate", "disableProducerRead", "refreshPublishRate"}
 	}
 	return []string{"internalConsumerFlow", "readMoreEntries", "wakeup"}
 }
@@ -155,6 +168,30 @@ var builtin = map[string]Scenario{
 		Listener:        true,
 		InternalThreads: 1,
 		ListenerThreads: 1,
+	},
+	// Seed 004 (PR 6550): a producer of 500,000-byte messages as fast as
+	// it can to a 100-partition topic, against a broker-wide limit of
+	// 10,000,000 bytes/s checked every 1 ms. Scaled to 50,000-byte
+	// messages and 1,000,000 bytes/s: the message stays 50 times the
+	// bytes a 1 ms tick allows and a twentieth of a second's, so one
+	// message more per connection is what overshoots. One producer per
+	// partition, each on its own connection, one producer thread (as
+	// pulsar-perf -t 1), 4 messages pending per producer (pulsar-perf's
+	// 1,000 would hold 5 GB here); one Shared subscription of one
+	// multi-topic consumer.
+	"publish-throttle-100p": {
+		Name:             "publish-throttle-100p",
+		Description:      "100 producers, one per partition of a 100-partition topic, 50,000-byte messages as fast as possible, broker-wide publish limit 1,000,000 bytes/s checked every 1 ms (seed 004)",
+		Producers:        100,
+		Subscriptions:    []Subscription{{Name: "sub-0", Type: "Shared", Consumers: 1}},
+		PayloadSize:      50_000,
+		Duration:         30 * time.Second,
+		MaxPending:       4,
+		ProducerThreads:  1,
+		Topics:           100,
+		Listener:         true,
+		Change:           ChangeThrottle,
+		PublishRateLimit: 1_000_000,
 	},
 	"shared-500x20": {
 		Name:          "shared-500x20",
@@ -264,6 +301,9 @@ func (s Scenario) withDefaults() Scenario {
 	def(&s.InternalThreads, 1)
 	def(&s.ListenerThreads, 1)
 	def(&s.Topics, 1)
+	if s.ThrottlingTick == 0 {
+		s.ThrottlingTick = time.Millisecond
+	}
 	if s.Change == "" {
 		s.Change = ChangeFlow
 	}
@@ -300,6 +340,9 @@ func (s Scenario) Validate() error {
 	}
 	if s.Topics < 1 || (s.Topics > 1 && !s.Listener) {
 		return fmt.Errorf("scenario %s: topics must be at least 1, and more than 1 needs listener: true (multi-topic consumers deliver to a listener)", s.Name)
+	}
+	if s.PublishRateLimit < 0 || s.TopicPublishRateLimit < 0 || s.ThrottlingTick < 0 {
+		return fmt.Errorf("scenario %s: publish_rate_limit, topic_publish_rate_limit and throttling_tick must not be negative", s.Name)
 	}
 	if s.Listener && s.Churn > 0 {
 		return fmt.Errorf("scenario %s: churn is not modelled for consumers with a listener", s.Name)

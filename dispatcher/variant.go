@@ -41,10 +41,11 @@ const (
 	ChangeFlow     = "000" // seed 000: the broker applies Flow permits (Variant)
 	ChangeBatch    = "002" // seed 002: multi-topic consumers' batch receives (batchVariant)
 	ChangeListener = "003" // seed 003: the client moves messages to a MessageListener (listenerVariant)
+	ChangeThrottle = "004" // seed 004: publish throttling turns reading off (throttleVariant)
 )
 
 // Changes lists the changes a scenario may name.
-func Changes() []string { return []string{ChangeFlow, ChangeBatch, ChangeListener} }
+func Changes() []string { return []string{ChangeFlow, ChangeBatch, ChangeListener, ChangeThrottle} }
 
 // listenerVariant is how a consumer with a MessageListener moves messages
 // from its receiver queue to the listener (seed 003).
@@ -72,6 +73,10 @@ func ChangeVariants(change string) [][2]string {
 		for _, n := range sortedKeys(batchVariants) {
 			out = append(out, [2]string{n, batchVariants[n].Description()})
 		}
+	case ChangeThrottle:
+		for _, n := range sortedKeys(throttleVariants) {
+			out = append(out, [2]string{n, throttleVariants[n].Description()})
+		}
 	default:
 		for _, n := range VariantNames() {
 			out = append(out, [2]string{n, variants[n].Description()})
@@ -94,12 +99,13 @@ type variantSet struct {
 	broker   Variant
 	listener listenerVariant
 	batch    batchVariant
+	throttle throttleVariant
 }
 
 // resolveVariants returns the variants of a run of change with the side
 // named name.
 func resolveVariants(change, name string) (variantSet, error) {
-	vs := variantSet{broker: candidate{}, listener: listenerCandidate{}, batch: batchCandidate{}}
+	vs := variantSet{broker: candidate{}, listener: listenerCandidate{}, batch: batchCandidate{}, throttle: throttleCandidate{}}
 	unknown := func(known []string) error {
 		return fmt.Errorf("unknown variant %q of change %s (known: %s)", name, change, strings.Join(known, ", "))
 	}
@@ -116,6 +122,12 @@ func resolveVariants(change, name string) (variantSet, error) {
 			return vs, unknown(sortedKeys(batchVariants))
 		}
 		vs.batch = v
+	case ChangeThrottle:
+		v, ok := throttleVariants[name]
+		if !ok {
+			return vs, unknown(sortedKeys(throttleVariants))
+		}
+		vs.throttle = v
 	default:
 		v, err := LookupVariant(name)
 		if err != nil {

@@ -139,6 +139,10 @@ func printDispatch(w io.Writer, r *dispatcher.Result) {
 		r.Scenario, r.Variant, r.Published, r.DurationS, r.PublishRate, r.PublishP50ms, r.PublishP99ms, r.E2EP50ms, r.E2EP99ms)
 	fmt.Fprintf(w, "broker CPU %.2fs (%.1f µs/msg), eventfd wake-ups %.2f/msg, monitor waits %d, flow tasks %d, %.1f entries/read\n",
 		r.BrokerCPUs, r.CPUPerMsgUs, r.WakeupsPerMsg, r.MonitorWaits, r.FlowTasks, r.EntriesPerRead)
+	if r.RateLimitBytesPerS > 0 {
+		fmt.Fprintf(w, "throttling: %.0f bytes/s published against a limit of %.0f (%.1f×), publish p50/p99 %.0f/%.0f ms in the first seconds and %.0f/%.0f ms in the last, reading turned off %d times (%d by the connection's own handleSend), %d checks\n",
+			r.PublishBytesPerS, r.RateLimitBytesPerS, r.RateOverLimit, r.PublishFirstP50ms, r.PublishFirstP99ms, r.PublishLastP50ms, r.PublishLastP99ms, r.AutoReadOff, r.AutoReadOffBySend, r.ThrottleChecks)
+	}
 	if r.ScenarioDetails.Topics > 1 {
 		fmt.Fprintf(w, "applications: %.0f msg/s received, CPU %.2fs (%.2f µs/msg), %d batch receives timed out (%d empty), %.2f timer tasks/msg (%.2f called futex wake), worst application's e2e p99 %.2f ms\n",
 			r.ConsumeRate, r.AppCPUs, r.AppCPUPerMsgUs, r.BatchReceiveTimeouts, r.EmptyBatchReceives, r.TimerTasksPerMsg, r.TimerWakeCallsPerMsg, r.WorstAppE2EP99ms)
