@@ -86,6 +86,9 @@ type Result struct {
 	Scenarios   []ScenarioResult     `json:"scenarios,omitempty"`
 	Interrupted bool                 `json:"interrupted"`
 	Report      string               `json:"-"`
+
+	// The SVGs written next to report.md, and which were not drawn.
+	flameLinks, flameNotes []string
 }
 
 // ScenarioResult is the comparison of one scenario's runs.

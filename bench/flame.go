@@ -30,6 +30,9 @@ var (
 
 // flamesFor is the kind of graph the profiled scenario's story needs.
 func flamesFor(cfg *Config) flameKind {
+	if len(cfg.Scenarios) == 0 {
+		return blockedFlames
+	}
 	if sc, err := dispatcher.LoadScenario(cfg.Scenarios[0]); err == nil && sc.Change != dispatcher.ChangeFlow {
 		return cpuFlames
 	}
@@ -39,7 +42,6 @@ func flamesFor(cfg *Config) flameKind {
 // writeFlameGraphs draws each side's profiled runs, and the candidate
 // coloured by its change from the baseline.
 func writeFlameGraphs(cfg *Config, res *Result) error {
-	flameLinks, flameNotes = nil, nil
 	kind := flamesFor(cfg)
 	// Only the analyzed threads; for off-CPU time only blocked time with
 	// an application frame: the idle waits of loops and executors would
@@ -59,7 +61,7 @@ func writeFlameGraphs(cfg *Config, res *Result) error {
 		}
 		p, err := flamegraph.Load(kind.sampleType, sel, files...)
 		if errors.Is(err, flamegraph.ErrNoSamples) {
-			flameNotes = append(flameNotes, fmt.Sprintf("%s: no %s, no graph", side, strings.ToLower(kind.what)))
+			res.flameNotes = append(res.flameNotes, fmt.Sprintf("%s: no %s, no graph", side, strings.ToLower(kind.what)))
 			continue
 		}
 		if err != nil {
@@ -74,7 +76,7 @@ func writeFlameGraphs(cfg *Config, res *Result) error {
 		if err := writeSVG(filepath.Join(cfg.Out, name), p, flamegraph.Options{Title: title}); err != nil {
 			return err
 		}
-		flameLinks = append(flameLinks, name)
+		res.flameLinks = append(res.flameLinks, name)
 	}
 	if profiles[0] == nil || profiles[1] == nil {
 		return nil
@@ -91,7 +93,7 @@ func writeFlameGraphs(cfg *Config, res *Result) error {
 	if err := writeSVG(filepath.Join(cfg.Out, "diff.svg"), base, flamegraph.Options{Title: title, Diff: true, Negate: true}); err != nil {
 		return err
 	}
-	flameLinks = append(flameLinks, "diff.svg")
+	res.flameLinks = append(res.flameLinks, "diff.svg")
 	return nil
 }
 
@@ -99,8 +101,11 @@ func writeFlameGraphs(cfg *Config, res *Result) error {
 // each of the profiled scenario's story functions (inclusive), per
 // published message of the profiled runs.
 func storyCPU(cfg *Config, res *Result) (fns []string, perMsg [2][]float64) {
+	if !cfg.bundled() || len(cfg.Scenarios) == 0 {
+		return nil, perMsg
+	}
 	sc, err := dispatcher.LoadScenario(cfg.Scenarios[0])
-	if err != nil || !cfg.bundled() {
+	if err != nil {
 		return nil, perMsg
 	}
 	fns = sc.StoryFunctions()

@@ -69,10 +69,6 @@ func diffScenario(cfg *Config, res *Result, sc string, o analysis.Options) (*ana
 	return analysis.Diff(sides[0], sides[1], cfg.Rules, o)
 }
 
-// flameLinks lists the SVGs written next to report.md; flameNotes says
-// which were not drawn.
-var flameLinks, flameNotes []string
-
 func markdown(cfg *Config, res *Result) string {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "## Measurements\n\n")
@@ -148,17 +144,17 @@ func markdown(cfg *Config, res *Result) string {
 		b.WriteString(wakeupsByPair(res.Diff, cfg))
 		b.WriteString(storyTable(cfg, res))
 	}
-	if len(flameLinks)+len(flameNotes) > 0 {
+	if len(res.flameLinks)+len(res.flameNotes) > 0 {
 		kind := flamesFor(cfg)
 		what := "Blocked time with an application frame of the analyzed threads, by thread group; diff.svg is drawn at the baseline's widths, blue where the candidate blocks less."
 		if !kind.blocked {
 			what = "On-CPU samples of the analyzed threads, by thread group; diff.svg is drawn at the baseline's widths, blue where the candidate spends less."
 		}
 		fmt.Fprintf(&b, "\n### Flame graphs\n\n%s\n\n", what)
-		for _, l := range flameLinks {
+		for _, l := range res.flameLinks {
 			fmt.Fprintf(&b, "- [%s](%s)\n", l, l)
 		}
-		for _, n := range flameNotes {
+		for _, n := range res.flameNotes {
 			fmt.Fprintf(&b, "- %s\n", n)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -78,6 +79,9 @@ func runWorkload(t *testing.T, opts Options, args ...string) (*profile.Profile, 
 // recordCommand records cmd, started under a new session, until it exits;
 // with byPID the command is started first and recorded by pid (-p)
 // 100 ms later.
+// recordCommand records cmd as a started command, or with byPID[0] by
+// its pid once it runs; with byPID[1] too, cmd is sent SIGUSR1 once the
+// recorder is attached.
 func recordCommand(t *testing.T, opts Options, cmd *exec.Cmd, byPID ...bool) (*profile.Profile, *Session) {
 	t.Helper()
 	var s *Session
@@ -91,6 +95,11 @@ func recordCommand(t *testing.T, opts Options, cmd *exec.Cmd, byPID ...bool) (*p
 		if s, err = Start(context.Background(), opts); err != nil {
 			cmd.Process.Kill()
 			t.Fatalf("Start: %v", err)
+		}
+		if len(byPID) > 1 && byPID[1] {
+			// It waits for this to start its timed work, so a slow
+			// attach (a loaded machine, -race) misses none of it.
+			cmd.Process.Signal(syscall.SIGUSR1)
 		}
 	} else {
 		opts.TargetsOnly = true

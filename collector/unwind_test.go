@@ -96,8 +96,11 @@ func buildBlocker(t testing.TB, flags ...string) string {
 func recordBlocker(t *testing.T, bin string, opts Options, byPID bool) (whole, all map[string]int64, _ *profile.Profile, _ Stats) {
 	t.Helper()
 	cmd := exec.Command(bin, "1500")
+	if byPID {
+		cmd.Args = append(cmd.Args, "signal") // start once attached
+	}
 	cmd.Stderr = os.Stderr
-	p, s := recordCommand(t, opts, cmd, byPID)
+	p, s := recordCommand(t, opts, cmd, byPID, byPID)
 	lastWakeups = s.Wakeups()
 	whole, all = map[string]int64{}, map[string]int64{}
 	for _, smp := range p.Sample {

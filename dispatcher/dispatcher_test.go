@@ -288,6 +288,10 @@ func smallRun(t *testing.T, scenario, variant string, mutate func(*Scenario)) *R
 	if sc.Rate > 0 {
 		sc.Messages, sc.Duration, sc.Rate = 0, 1500*time.Millisecond, 8000
 	}
+	if sc.Change == ChangeBatch {
+		// Its story needs the low rate: queues empty between messages.
+		sc.Messages, sc.Duration, sc.Rate = 0, 2*time.Second, 500
+	}
 	if sc.throttled() {
 		// Throttled to a few MB/s: a short run with little pending.
 		sc.Messages, sc.Duration, sc.MaxPending = 0, 2*time.Second, 2

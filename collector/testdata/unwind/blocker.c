@@ -2,6 +2,7 @@
 // until the main thread has run for argv[1] milliseconds. Built by the
 // tests with and without frame pointers.
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <time.h>
@@ -57,9 +58,17 @@ static void *run_epoll(void *a) { while (!done) epoll_a(); return a; }
 int main(int argc, char **argv) {
 	long ms = argc > 1 ? atol(argv[1]) : 2000;
 	if (pipe(pipefd) || (epfd = epoll_create1(0)) < 0) return 1;
+	/* With a second argument, the timed part waits for SIGUSR1: a
+	 * recorder that attaches by pid cannot miss it however slow it is. */
+	sigset_t usr1;
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &usr1, NULL);
 	pthread_t t[4];
 	void *(*fn[4])(void *) = {run_cond, run_sleep, run_read, run_epoll};
 	for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, fn[i], NULL);
+	int sig;
+	if (argc > 2 && sigwait(&usr1, &sig)) return 1;
 	for (long i = 0; i < ms / 5; i++) {
 		struct timespec ts = {0, 5000000};
 		nanosleep(&ts, NULL);
