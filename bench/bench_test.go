@@ -114,16 +114,17 @@ func TestBenchBundled(t *testing.T) {
 	}
 }
 
-// Seed 003's scenario: the analysis turns to the client's listener pools,
-// whose futex wake-ups per message the candidate cuts, and the flame
-// graphs draw the pools' CPU.
-func TestBenchListener(t *testing.T) {
+// benchClient runs one unprofiled and one profiled run per side of a
+// client-story scenario and returns the result, its directory and the
+// two profiled reports.
+func benchClient(t *testing.T, scenario string, messages int64, duration time.Duration, hz int) (*Result, string, *analysis.Report, *analysis.Report) {
+	t.Helper()
 	requireRoot(t)
 	out := t.TempDir()
 	res, err := Run(context.Background(), Config{
-		Scenarios: []string{"listener-throughput"}, Variants: []string{"baseline", "candidate"},
-		Runs: 1, ProfiledRuns: 1, Messages: 20000, Rate: -1, Out: out,
-		CooldownIdle: 90, CooldownMax: 2 * time.Second, Executable: buildOffcpu(t), CPUHz: 199,
+		Scenarios: []string{scenario}, Variants: []string{"baseline", "candidate"},
+		Runs: 1, ProfiledRuns: 1, Messages: messages, Duration: duration, Rate: -1, Out: out,
+		CooldownIdle: 90, CooldownMax: 2 * time.Second, Executable: buildOffcpu(t), CPUHz: hz,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -137,6 +138,25 @@ func TestBenchListener(t *testing.T) {
 	if b == nil || c == nil {
 		t.Fatal("no profiled report")
 	}
+	return res, out, b, c
+}
+
+// reportHas checks that the bench's report.md holds each of want.
+func reportHas(t *testing.T, out string, want ...string) {
+	t.Helper()
+	md, _ := os.ReadFile(filepath.Join(out, "report.md"))
+	for _, w := range want {
+		if !strings.Contains(string(md), w) {
+			t.Errorf("report.md lacks %q", w)
+		}
+	}
+}
+
+// Seed 003's scenario: the analysis turns to the client's listener pools,
+// whose futex wake-ups per message the candidate cuts, and the flame
+// graphs draw the pools' CPU.
+func TestBenchListener(t *testing.T) {
+	_, out, b, c := benchClient(t, "listener-throughput", 20000, 0, 199)
 	if b.ThreadFilter != "^pulsar-(intern|extern)-\\d" {
 		t.Errorf("analyzed threads %q, want the listener pools", b.ThreadFilter)
 	}
@@ -158,37 +178,14 @@ func TestBenchListener(t *testing.T) {
 			t.Errorf("baseline.svg lacks %q", want)
 		}
 	}
-	md, _ := os.ReadFile(filepath.Join(out, "report.md"))
-	for _, want := range []string{"| consume_rate |", "| listener_handoffs_per_msg |", "By woken thread group", "| pulsar-extern-N |", "consumed msg/s"} {
-		if !strings.Contains(string(md), want) {
-			t.Errorf("report.md lacks %q", want)
-		}
-	}
+	reportHas(t, out, "| consume_rate |", "| listener_handoffs_per_msg |", "By woken thread group", "| pulsar-extern-N |", "consumed msg/s")
 }
 
 // Seed 002's scenario: the analysis turns to the consumer application's
 // threads, where the timer's hand-offs to the internal executor and the
 // timer task's CPU are the baseline's alone.
 func TestBenchMultiTopic(t *testing.T) {
-	requireRoot(t)
-	out := t.TempDir()
-	res, err := Run(context.Background(), Config{
-		Scenarios: []string{"telemetry-multitopic"}, Variants: []string{"baseline", "candidate"},
-		Runs: 1, ProfiledRuns: 1, Duration: 3 * time.Second, Rate: -1, Out: out,
-		CooldownIdle: 90, CooldownMax: 2 * time.Second, Executable: buildOffcpu(t), CPUHz: 199,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range res.Runs {
-		if r.Failed {
-			t.Fatalf("run %s failed: %s", r.Name, r.Error)
-		}
-	}
-	b, c := res.Diff.BaseReport, res.Diff.CandReport
-	if b == nil || c == nil {
-		t.Fatal("no profiled report")
-	}
+	_, out, b, c := benchClient(t, "telemetry-multitopic", 0, 3*time.Second, 199)
 	pair := "pulsar-timer → pulsar-intern-N"
 	pb := float64(b.Wakeups.ByPair[pair]) / float64(b.Messages)
 	pc := float64(c.Wakeups.ByPair[pair]) / float64(c.Messages)
@@ -196,12 +193,7 @@ func TestBenchMultiTopic(t *testing.T) {
 	if pb < 0.5 || pc > pb/4 {
 		t.Errorf("%s per message %.3f → %.3f: want about one per message in the baseline (the batch receive's timeout) and a quarter of that at most in the candidate", pair, pb, pc)
 	}
-	md, _ := os.ReadFile(filepath.Join(out, "report.md"))
-	for _, want := range []string{"| app_cpu_per_msg_us |", "| timer_tasks_per_msg |", "| " + pair + " |", "| pendingBatchReceiveTask |", "worst_app_e2e_p99_ms"} {
-		if !strings.Contains(string(md), want) {
-			t.Errorf("report.md lacks %q", want)
-		}
-	}
+	reportHas(t, out, "| app_cpu_per_msg_us |", "| timer_tasks_per_msg |", "| "+pair+" |", "| pendingBatchReceiveTask |", "worst_app_e2e_p99_ms")
 	svg, _ := os.ReadFile(filepath.Join(out, "baseline.svg"))
 	if !strings.Contains(string(svg), "pendingBatchReceiveTask") {
 		t.Error("the baseline's flame graph lacks the timer task")
@@ -212,36 +204,13 @@ func TestBenchMultiTopic(t *testing.T) {
 // the broker loops (eventfd wake-ups from broker-rate-mon), the baseline's
 // connections turn reading off themselves.
 func TestBenchThrottle(t *testing.T) {
-	requireRoot(t)
-	out := t.TempDir()
-	res, err := Run(context.Background(), Config{
-		Scenarios: []string{"publish-throttle-100p"}, Variants: []string{"baseline", "candidate"},
-		Runs: 1, ProfiledRuns: 1, Duration: 3 * time.Second, Rate: -1, Out: out,
-		CooldownIdle: 90, CooldownMax: 2 * time.Second, Executable: buildOffcpu(t), CPUHz: 99,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range res.Runs {
-		if r.Failed {
-			t.Fatalf("run %s failed: %s", r.Name, r.Error)
-		}
-	}
-	b, c := res.Diff.BaseReport, res.Diff.CandReport
-	if b == nil || c == nil {
-		t.Fatal("no profiled report")
-	}
+	_, out, b, c := benchClient(t, "publish-throttle-100p", 0, 3*time.Second, 99)
 	pair := "broker-rate-mon → broker-io-N"
 	t.Logf("%s: %d → %d", pair, b.Wakeups.ByPair[pair], c.Wakeups.ByPair[pair])
 	if c.Wakeups.ByPair[pair] <= b.Wakeups.ByPair[pair] {
 		t.Errorf("%s: %d → %d wake-ups: the candidate's monitor also turns reading off on the loops", pair, b.Wakeups.ByPair[pair], c.Wakeups.ByPair[pair])
 	}
-	md, _ := os.ReadFile(filepath.Join(out, "report.md"))
-	for _, want := range []string{"| rate_over_limit |", "| publish_bytes_per_s |", "| publish_last_p99_ms |", "| " + pair + " |", "| throttleOnSend |"} {
-		if !strings.Contains(string(md), want) {
-			t.Errorf("report.md lacks %q", want)
-		}
-	}
+	reportHas(t, out, "| rate_over_limit |", "| publish_bytes_per_s |", "| publish_last_p99_ms |", "| "+pair+" |", "| throttleOnSend |")
 }
 
 func TestBenchCommands(t *testing.T) {

@@ -34,7 +34,7 @@ type Scenario struct {
 	ConsumerThreads int           `yaml:"consumer_threads" json:"consumer_threads"`
 	Churn           time.Duration `yaml:"churn" json:"churn,omitempty"` // a consumer leaves and rejoins this often
 
-	// Change is the seed change the scenario measures ("000" or "003"):
+	// Change is the seed change the scenario measures (Changes()):
 	// --variant picks its side; other changes run their candidate.
 	Change string `yaml:"change" json:"change"`
 	// Listener: consumers receive through a MessageListener on the
