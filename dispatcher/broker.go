@@ -36,7 +36,6 @@ type Broker struct {
 	mlWorker *Executor
 	workers  []*Executor
 	ledgers  []*ManagedLedger // by topic
-	ledger   *ManagedLedger   // topic 0's
 	// subs holds each topic's dispatchers, topic by topic: subscription s
 	// of topic t is subs[t*len(subscriptions)+s].
 	subs     []*Dispatcher
@@ -81,7 +80,6 @@ func NewBroker(cfg BrokerConfig) (*Broker, error) {
 			b.subs = append(b.subs, d)
 		}
 	}
-	b.ledger = b.ledgers[0]
 	b.throttle = newThrottling(b, cfg.Throttle, len(b.ledgers))
 	return b, nil
 }
@@ -133,8 +131,8 @@ func (b *Broker) executor() *EventLoop {
 // Dispatchers returns the subscriptions' dispatchers.
 func (b *Broker) Dispatchers() []*Dispatcher { return b.subs }
 
-// Ledger returns the topic's managed ledger.
-func (b *Broker) Ledger() *ManagedLedger { return b.ledger }
+// Ledger returns topic 0's managed ledger.
+func (b *Broker) Ledger() *ManagedLedger { return b.ledgers[0] }
 
 // Loops returns the IO loops.
 func (b *Broker) Loops() []*EventLoop { return b.loops }

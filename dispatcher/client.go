@@ -49,7 +49,6 @@ type subState struct {
 	duplicates atomic.Int64
 	violations atomic.Int64
 	invalid    atomic.Int64
-	lastNs     atomic.Int64    // unix ns of the last new delivery
 	lastEntry  []atomic.Uint64 // per key: last entry id + 1 (Key_Shared)
 }
 
@@ -63,7 +62,6 @@ func (s *subState) record(entryID uint64, b body) {
 		return
 	}
 	s.distinct.Add(1)
-	s.lastNs.Store(time.Now().UnixNano())
 	if s.lastEntry == nil || int(b.key) >= len(s.lastEntry) {
 		return
 	}

@@ -269,13 +269,12 @@ type topicMessage struct {
 
 // multiClient holds what multi-topic consumers share and count.
 type multiClient struct {
-	variant  batchVariant
-	loops    []*EventLoop  // the consumers' IO loops (app-io-N)
-	conns    []*clientConn // their connections, one per loop
-	next     int
-	timer    *wheelTimer
-	multis   []*multiTopicConsumer
-	received atomic.Uint64
+	variant batchVariant
+	loops   []*EventLoop  // the consumers' IO loops (app-io-N)
+	conns   []*clientConn // their connections, one per loop
+	next    int
+	timer   *wheelTimer
+	multis  []*multiTopicConsumer
 
 	timerTasks    atomic.Uint64 // pendingBatchReceiveTask runs
 	timerWakes    atomic.Uint64 // of them, hand-offs that called futex wake
@@ -332,7 +331,6 @@ func (mt *multiTopicConsumer) triggerListener() {
 func (mt *multiTopicConsumer) callMessageListener(t *listenerThread, m topicMessage) {
 	m.ic.increaseAvailablePermits(1)
 	mt.cl.received(t, &m.ic.flowControl, m.d)
-	mt.cl.multi.received.Add(1)
 }
 
 // newMultiClient creates the multi-topic consumers' IO loops, their

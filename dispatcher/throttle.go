@@ -122,7 +122,6 @@ type throttling struct {
 	Ticks       atomic.Uint64 // checks run
 	ReadOff     atomic.Uint64 // auto-read turned off (connections)
 	ReadOffSelf atomic.Uint64 // of them, by the connection's own handleSend
-	Resets      atomic.Uint64
 }
 
 func newThrottling(b *Broker, cfg ThrottleConfig, topics int) *throttling {
@@ -237,7 +236,6 @@ func (t *throttling) checkPublishThrottlingRate() {
 
 //go:noinline
 func (t *throttling) refreshPublishRate() {
-	t.Resets.Add(1)
 	t.broker.resetPublishCount()
 	for _, r := range t.topics {
 		r.resetPublishCount()
