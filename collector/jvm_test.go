@@ -34,7 +34,10 @@ func TestJVMMonitorStacks(t *testing.T) {
 	java, javac, jcmd := jdk(t)
 	dir := t.TempDir()
 	build(t, javac, "-d", dir, "testdata/jvm/Contend.java")
-	cmd := exec.Command(java, "-XX:+PreserveFramePointer", "-Xss512k", "-cp", dir, "Contend", "6000")
+	// Long enough to outlive a slow attach (-race, a loaded machine): the
+	// test kills it. After 6 s it had exited once before jcmd ran, and
+	// jcmd waited 10 s on the zombie.
+	cmd := exec.Command(java, "-XX:+PreserveFramePointer", "-Xss512k", "-cp", dir, "Contend", "60000")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
