@@ -45,6 +45,7 @@ type Consumer struct {
 	// (candidate variant).
 	flowMu    sync.Mutex
 	accounted bool
+	unapplied int64 // baseline: Flow permits whose task has not run
 
 	pendingMu   sync.Mutex
 	pendingAcks map[uint64]uint32 // entry id → hash
@@ -91,7 +92,7 @@ type Dispatcher struct {
 	members               map[*Consumer]bool
 	havePendingRead       bool
 	havePendingReplayRead bool
-	sendInProgress        bool
+	sendInProgress        atomic.Bool // read without the monitor by requestRead
 	readBatchSize         int
 	replay                map[uint64]uint32 // entry id → hash
 	replayHashes          map[uint32]int
@@ -135,11 +136,17 @@ func (d *Dispatcher) internalConsumerFlow(c *Consumer, n int64) {
 	d.Monitor.Enter()
 	defer d.Monitor.Exit()
 	d.FlowTasks.Add(1)
-	if !d.members[c] {
+	c.flowMu.Lock()
+	c.unapplied -= n
+	member := d.members[c]
+	if member {
+		d.totalPermits.Add(n)
+	}
+	c.flowMu.Unlock()
+	if !member {
 		return
 	}
-	d.totalPermits.Add(n)
-	d.readMoreEntriesAsync(nil)
+	d.requestRead(nil)
 }
 
 // consumerFlowAccounted adds a Flow to the consumer's permits and, while
@@ -157,16 +164,40 @@ func (d *Dispatcher) consumerFlowAccounted(c *Consumer, n int64) {
 	c.flowMu.Unlock()
 }
 
+// requestRead is a Flow's read request. While a send is in progress it
+// is coalesced into the dispatch cycle, whose end reads with the permits
+// added before (Shared: at once; Key_Shared: when the pass's writes
+// complete, or on the retry when nothing was sent); otherwise it is a
+// coalesced readMoreEntriesAsync. Seed 000: "readMoreEntriesAsync already
+// coalesces read requests".
+//
+//go:noinline
+func (d *Dispatcher) requestRead(from *EventLoop) {
+	if d.sendInProgress.Load() {
+		return
+	}
+	d.readMoreEntriesAsync(from)
+}
+
 // readMoreEntriesAsync coalesces read requests into one executor task.
 //
 //go:noinline
 func (d *Dispatcher) readMoreEntriesAsync(from *EventLoop) {
 	if d.readMoreEntriesRequested.CompareAndSwap(false, true) {
-		d.broker.executor().Execute(from, func() {
-			d.readMoreEntriesRequested.Store(false)
-			d.readMoreEntries()
-		})
+		d.broker.executor().Execute(from, d.readMoreEntriesRequestedTask)
 	}
+}
+
+// readMoreEntriesRequestedTask serves the pending request. It clears the
+// request once it holds the monitor: a request made while it waited is
+// served by this read, which sees the permits added before it.
+//
+//go:noinline
+func (d *Dispatcher) readMoreEntriesRequestedTask() {
+	d.Monitor.Enter()
+	d.readMoreEntriesRequested.Store(false)
+	d.readMoreEntriesLocked()
+	d.Monitor.Exit()
 }
 
 // readMoreEntries is synchronized.
@@ -179,7 +210,7 @@ func (d *Dispatcher) readMoreEntries() {
 }
 
 func (d *Dispatcher) readMoreEntriesLocked() {
-	if d.sendInProgress || len(d.consumers) == 0 {
+	if d.sendInProgress.Load() || len(d.consumers) == 0 {
 		return
 	}
 	first := d.firstConsumerWithPermits()
@@ -260,7 +291,7 @@ func (d *Dispatcher) readEntriesComplete(entries []*Entry, replay bool) {
 		}
 		return
 	}
-	d.sendInProgress = true
+	d.sendInProgress.Store(true)
 	d.worker.Execute(func() { d.handleSendingMessagesAndReadingMore(entries, replay) })
 }
 
@@ -277,9 +308,13 @@ func (d *Dispatcher) handleSendingMessagesAndReadingMore(entries []*Entry, repla
 		}
 	}
 	sent := d.sendMessagesToConsumers(entries, replay)
-	d.sendInProgress = false
+	d.sendInProgress.Store(false)
 	if sent > 0 {
-		d.readMoreEntriesLocked()
+		// Shared reads on at once; Key_Shared's next read waits for the
+		// writes of this pass (trySendMessagesToConsumers returns false).
+		if d.typ == Shared {
+			d.readMoreEntriesLocked()
+		}
 		return
 	}
 	if d.firstConsumerWithPermits() != nil {
@@ -314,7 +349,7 @@ func (d *Dispatcher) trySendShared(entries []*Entry, replay bool) int {
 			break
 		}
 		batch := entries[i : i+int(k)]
-		d.sendTo(c, batch, replay)
+		d.sendTo(c, batch, replay, nil)
 		i += int(k)
 		sent += int(k)
 	}
@@ -378,6 +413,11 @@ func (d *Dispatcher) trySendKeyShared(entries []*Entry, replay bool) int {
 		groups[c] = append(groups[c], e)
 	}
 	sent := 0
+	// The pass's last completed write requests the next read, as upstream's
+	// remainingConsumersToFinishSending does
+	// (PersistentStickyKeyDispatcherMultipleConsumers.trySendMessagesToConsumers).
+	remaining := &atomic.Int32{}
+	remaining.Store(int32(len(order)))
 	for _, c := range order {
 		g := groups[c]
 		if replay {
@@ -385,7 +425,7 @@ func (d *Dispatcher) trySendKeyShared(entries []*Entry, replay bool) int {
 				d.removeFromReplay(e)
 			}
 		}
-		d.sendTo(c, g, replay)
+		d.sendTo(c, g, replay, remaining)
 		sent += len(g)
 	}
 	if !replay {
@@ -418,7 +458,7 @@ func (d *Dispatcher) oldestOutsideBatch(entries []*Entry) map[uint32]uint64 {
 
 // sendTo is Consumer.sendMessages: records pending acks, takes permits,
 // and hands the write to the consumer connection's event loop.
-func (d *Dispatcher) sendTo(c *Consumer, entries []*Entry, redelivery bool) {
+func (d *Dispatcher) sendTo(c *Consumer, entries []*Entry, redelivery bool, remaining *atomic.Int32) {
 	c.pendingMu.Lock()
 	for _, e := range entries {
 		c.pendingAcks[e.ID] = e.Hash
@@ -430,14 +470,14 @@ func (d *Dispatcher) sendTo(c *Consumer, entries []*Entry, redelivery bool) {
 	}
 	c.permits.Add(-n)
 	d.totalPermits.Add(-n)
-	d.sendMessagesToConsumer(c, entries, redelivery)
+	d.sendMessagesToConsumer(c, entries, redelivery, remaining)
 }
 
 // sendMessagesToConsumer is PulsarCommandSenderImpl.sendMessagesToConsumer:
 // it always hands the write to the connection's loop, waking it if asleep.
 //
 //go:noinline
-func (d *Dispatcher) sendMessagesToConsumer(c *Consumer, entries []*Entry, redelivery bool) {
+func (d *Dispatcher) sendMessagesToConsumer(c *Consumer, entries []*Entry, redelivery bool, remaining *atomic.Int32) {
 	loop := c.cnx.loop
 	var red uint32
 	if redelivery {
@@ -447,8 +487,8 @@ func (d *Dispatcher) sendMessagesToConsumer(c *Consumer, entries []*Entry, redel
 		for _, e := range entries {
 			c.cnx.writeMessage(c.ID, e, red)
 		}
-		if d.typ == KeyShared {
-			d.readMoreEntriesAsync(loop) // write completion triggers a read
+		if remaining != nil && remaining.Add(-1) == 0 {
+			d.readMoreEntriesAsync(loop)
 		}
 	})
 }
@@ -600,7 +640,7 @@ func (d *Dispatcher) State() string {
 	d.Monitor.Enter()
 	defer d.Monitor.Exit()
 	s := fmt.Sprintf("%s: total permits %d, pending read %v, pending replay read %v, send in progress %v, replay %d (in flight %d), draining hashes %d, read requested %v; consumers:",
-		d.Name, d.totalPermits.Load(), d.havePendingRead, d.havePendingReplayRead, d.sendInProgress, len(d.replay), len(d.replayInFlight),
+		d.Name, d.totalPermits.Load(), d.havePendingRead, d.havePendingReplayRead, d.sendInProgress.Load(), len(d.replay), len(d.replayInFlight),
 		d.draining.len(), d.readMoreEntriesRequested.Load())
 	for _, c := range d.consumers {
 		c.pendingMu.Lock()

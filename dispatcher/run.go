@@ -223,16 +223,18 @@ type deliveryClock struct {
 
 func watchDeliveries(cl *Client, stop <-chan struct{}) *deliveryClock {
 	dc := &deliveryClock{done: make(chan struct{})}
+	sample := func() bool {
+		n := make([]int64, len(cl.subs))
+		for i, s := range cl.subs {
+			n[i] = s.distinct.Load()
+		}
+		dc.at, dc.counts = append(dc.at, time.Now().UnixNano()), append(dc.counts, n)
+		return true
+	}
 	go func() {
 		defer close(dc.done)
-		every(10*time.Millisecond, stop, func() bool {
-			n := make([]int64, len(cl.subs))
-			for i, s := range cl.subs {
-				n[i] = s.distinct.Load()
-			}
-			dc.at, dc.counts = append(dc.at, time.Now().UnixNano()), append(dc.counts, n)
-			return true
-		})
+		every(10*time.Millisecond, stop, sample)
+		sample() // the last deliveries can come after the last tick
 	}()
 	return dc
 }

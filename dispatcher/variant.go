@@ -163,15 +163,24 @@ func (baseline) Description() string {
 	return "Flow permits applied by an executor task under the dispatcher monitor (before #26716)"
 }
 
+// The consumer's permits count a Flow at once, the total when its task
+// runs; removal debits only what reached the total, so a Flow racing the
+// removal loses nothing (SharedDispatcherPermitAccountingTest's
+// testFlowCommandRaceWithConsumerRemovalDoesNotLosePermits, upstream).
 func (baseline) ConsumerFlow(d *Dispatcher, from *EventLoop, c *Consumer, n int64) {
+	c.flowMu.Lock()
 	c.permits.Add(n)
+	c.unapplied += n
+	c.flowMu.Unlock()
 	d.broker.executor().Execute(from, func() { d.internalConsumerFlow(c, n) })
 }
 
 func (baseline) AddConsumerAccounting(d *Dispatcher, c *Consumer) {}
 
 func (baseline) RemoveConsumerAccounting(d *Dispatcher, c *Consumer) {
-	d.totalPermits.Add(-c.permits.Load())
+	c.flowMu.Lock()
+	d.totalPermits.Add(-(c.permits.Load() - c.unapplied))
+	c.flowMu.Unlock()
 }
 
 // candidate (seed 000, #26716): the Flow is applied on the receiving
@@ -186,7 +195,7 @@ func (candidate) Description() string {
 
 func (candidate) ConsumerFlow(d *Dispatcher, from *EventLoop, c *Consumer, n int64) {
 	d.consumerFlowAccounted(c, n)
-	d.readMoreEntriesAsync(from)
+	d.requestRead(from)
 }
 
 func (candidate) AddConsumerAccounting(d *Dispatcher, c *Consumer) {
