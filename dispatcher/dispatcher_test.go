@@ -244,18 +244,23 @@ func TestEventLoopWakesOnlyWhenAsleep(t *testing.T) {
 	}
 }
 
+// Holders that sleep inside make the others park: every parked thread
+// must be woken again (a lost wake-up hangs the test).
 func TestMonitorExcludes(t *testing.T) {
 	var m Monitor
 	var inside atomic.Int32
 	var wg sync.WaitGroup
-	for g := 0; g < 4; g++ {
+	for g := 0; g < 8; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; i < 2000; i++ {
+			for i := 0; i < 1000; i++ {
 				m.Enter()
 				if inside.Add(1) != 1 {
 					t.Error("two holders")
+				}
+				if i%50 == 0 {
+					time.Sleep(200 * time.Microsecond)
 				}
 				inside.Add(-1)
 				m.Exit()
@@ -265,6 +270,9 @@ func TestMonitorExcludes(t *testing.T) {
 	wg.Wait()
 	if m.Held() {
 		t.Error("monitor held after all exits")
+	}
+	if m.Waits() == 0 {
+		t.Error("no acquisition parked: the test did not reach the sleeping path")
 	}
 }
 

@@ -30,6 +30,9 @@ func futexWake(addr *atomic.Uint32, n int) {
 type Monitor struct {
 	state atomic.Uint32 // 0 free, 1 held, 2 held with waiters
 	waits atomic.Uint64 // acquisitions that had to sleep
+	// short is how far HotSpot's _SpinDuration is below SpinLimit (its
+	// starting value): the zero value is a new monitor's.
+	short atomic.Int32
 }
 
 // Enter acquires the monitor.
@@ -42,25 +45,61 @@ func (m *Monitor) Enter() {
 	m.enterSlow()
 }
 
-// monitorSpins bounds the spinning before a contended Enter parks: a few
-// microseconds, as HotSpot's ObjectMonitor::TrySpin spins before
-// EnterI parks (objectMonitor.cpp), so short holds cost no off-CPU wait.
-const monitorSpins = 2000
+// HotSpot's spin knobs (objectMonitor.cpp): a contended enter tries a few
+// times (PreSpin), then probes the owner up to _SpinDuration times, which
+// starts at SpinLimit, grows by Bonus after a spin that won (from at least
+// Poverty) and shrinks by Penalty after one that failed; a thread woken
+// from its park spins again before it parks anew (SpinAfterFutile).
+const (
+	spinLimit   = 5000
+	spinBonus   = 100
+	spinPenalty = 200
+	spinPoverty = 1000
+	preSpin     = 10
+)
 
 //go:noinline
 func (m *Monitor) enterSlow() {
-	for i := 0; i < monitorSpins; i++ {
-		if m.state.Load() == 0 && m.state.CompareAndSwap(0, 1) {
-			return
+	// Once it has slept, a thread takes the monitor marked as having
+	// waiters, so that its exit wakes any other sleeper.
+	var held uint32 = 1
+	for !m.trySpin(held) {
+		if m.state.Swap(2) == 0 {
+			break
 		}
-	}
-	slept := false
-	for m.state.Swap(2) != 0 {
-		slept = true
+		held = 2
 		futexWait(&m.state, 2)
 	}
-	if slept {
+	if held == 2 {
 		m.waits.Add(1)
+	}
+}
+
+// trySpin is ObjectMonitor::TrySpin: it reports whether it took the
+// monitor, leaving it in state held.
+func (m *Monitor) trySpin(held uint32) bool {
+	for i := 0; i <= preSpin; i++ {
+		if m.state.CompareAndSwap(0, held) {
+			m.spinWon()
+			return true
+		}
+	}
+	for ctr := spinLimit - m.short.Load(); ctr > 0; ctr-- {
+		if m.state.Load() == 0 {
+			if m.state.CompareAndSwap(0, held) {
+				m.spinWon()
+				return true
+			}
+			return false // lost the race to another thread: HotSpot stops spinning
+		}
+	}
+	m.short.Store(min(m.short.Load()+spinPenalty, spinLimit))
+	return false
+}
+
+func (m *Monitor) spinWon() {
+	if d := spinLimit - m.short.Load(); d < spinLimit {
+		m.short.Store(spinLimit - min(max(d, spinPoverty)+spinBonus, spinLimit))
 	}
 }
 
