@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"sync/atomic"
+	"time"
 )
 
 // Entry is one stored message.
@@ -64,7 +65,16 @@ type Cursor struct {
 type waitingRead struct {
 	n  int
 	cb func([]*Entry)
+	// notified: the read waits for the next add; before that it waits
+	// for its new-entries check.
+	notified bool
 }
+
+// newEntriesCheckDelay is managedLedgerNewEntriesCheckDelayInMillis (10 ms
+// by default): a read that finds no entries checks again after it, and
+// only then waits to be notified of the next add
+// (ManagedCursorImpl.asyncReadEntriesWithSkipOrWait, checkForNewEntries).
+const newEntriesCheckDelay = 10 * time.Millisecond
 
 // NewCursor must be called before entries are added.
 func (ml *ManagedLedger) NewCursor() *Cursor {
@@ -77,10 +87,28 @@ func (ml *ManagedLedger) NewCursor() *Cursor {
 // none exist yet the read parks until an add arrives.
 func (c *Cursor) AsyncReadEntriesOrWait(n int, cb func([]*Entry)) {
 	c.ml.exec.Execute(func() {
-		if !c.tryRead(n, cb) {
-			c.waiting = &waitingRead{n: n, cb: cb}
+		if c.tryRead(n, cb) {
+			return
 		}
+		w := &waitingRead{n: n, cb: cb}
+		c.waiting = w
+		time.AfterFunc(newEntriesCheckDelay, func() {
+			c.ml.exec.Execute(func() { c.checkForNewEntries(w) })
+		})
 	})
+}
+
+// checkForNewEntries reads what arrived during the delay, or has the
+// read notified by the next add.
+func (c *Cursor) checkForNewEntries(w *waitingRead) {
+	if c.waiting != w {
+		return
+	}
+	c.waiting = nil
+	if !c.tryRead(w.n, w.cb) {
+		w.notified = true
+		c.waiting = w
+	}
 }
 
 func (c *Cursor) tryRead(n int, cb func([]*Entry)) bool {
@@ -99,7 +127,7 @@ func (c *Cursor) tryRead(n int, cb func([]*Entry)) bool {
 }
 
 func (c *Cursor) notifyEntriesAvailable() {
-	if w := c.waiting; w != nil {
+	if w := c.waiting; w != nil && w.notified {
 		c.waiting = nil
 		c.tryRead(w.n, w.cb)
 	}
