@@ -84,7 +84,8 @@ func (ml *ManagedLedger) NewCursor() *Cursor {
 }
 
 // AsyncReadEntriesOrWait reads up to n entries from the read position; if
-// none exist yet the read parks until an add arrives.
+// none exist yet it checks again after newEntriesCheckDelay, then waits
+// for the next add.
 func (c *Cursor) AsyncReadEntriesOrWait(n int, cb func([]*Entry)) {
 	c.ml.exec.Execute(func() {
 		if c.tryRead(n, cb) {
