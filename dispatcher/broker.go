@@ -13,6 +13,10 @@ import (
 type BrokerConfig struct {
 	IOThreads    int // broker-io-N event loops (default 4)
 	TopicWorkers int // topic-worker-N executors (default 1)
+	// SendOnReadThread: a read's completion sends on its own thread, not
+	// on the topic worker (dispatcherDispatchMessagesInSubscriptionThread
+	// false, Pulsar 5.0's default).
+	SendOnReadThread bool
 	// Topics (the partitions of a partitioned topic) each have every
 	// subscription (default 1); their ledgers share ml-worker.
 	Topics        int
@@ -41,6 +45,8 @@ type Broker struct {
 	subs     []*Dispatcher
 	throttle *throttling // nil: no publish rate limit
 
+	sendOnReadThread bool
+
 	mu    sync.Mutex
 	cnxes []*serverCnx
 }
@@ -56,7 +62,7 @@ func NewBroker(cfg BrokerConfig) (*Broker, error) {
 	if cfg.Variant == nil {
 		cfg.Variant = baseline{}
 	}
-	b := &Broker{variant: cfg.Variant, mlWorker: NewExecutor("ml-worker")}
+	b := &Broker{variant: cfg.Variant, mlWorker: NewExecutor("ml-worker"), sendOnReadThread: cfg.SendOnReadThread}
 	for i := 0; i < cfg.IOThreads; i++ {
 		l, err := NewEventLoop(fmt.Sprintf("broker-io-%d", i))
 		if err != nil {

@@ -269,7 +269,8 @@ func (d *Dispatcher) smallestReplayIDs(n int) []uint64 {
 }
 
 // readEntriesComplete runs on the managed-ledger thread and takes the
-// monitor, then hands the send to the topic worker.
+// monitor, then sends on this thread (dispatcherDispatchMessagesInSubscriptionThread
+// false, Pulsar 5.0's default) or hands the send to the topic worker.
 //
 //go:noinline
 func (d *Dispatcher) readEntriesComplete(entries []*Entry, replay bool) {
@@ -292,6 +293,10 @@ func (d *Dispatcher) readEntriesComplete(entries []*Entry, replay bool) {
 		return
 	}
 	d.sendInProgress.Store(true)
+	if d.broker.sendOnReadThread {
+		d.handleSendingMessagesAndReadingMoreLocked(entries, replay)
+		return
+	}
 	d.worker.Execute(func() { d.handleSendingMessagesAndReadingMore(entries, replay) })
 }
 
@@ -302,6 +307,11 @@ func (d *Dispatcher) readEntriesComplete(entries []*Entry, replay bool) {
 func (d *Dispatcher) handleSendingMessagesAndReadingMore(entries []*Entry, replay bool) {
 	d.Monitor.Enter()
 	defer d.Monitor.Exit()
+	d.handleSendingMessagesAndReadingMoreLocked(entries, replay)
+}
+
+//go:noinline
+func (d *Dispatcher) handleSendingMessagesAndReadingMoreLocked(entries []*Entry, replay bool) {
 	if replay {
 		for _, e := range entries {
 			delete(d.replayInFlight, e.ID)

@@ -343,7 +343,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 
-	b, err := NewBroker(BrokerConfig{IOThreads: sc.BrokerIOThreads, TopicWorkers: sc.TopicWorkers, Topics: sc.Topics, Variant: variant, Subscriptions: subs,
+	b, err := NewBroker(BrokerConfig{IOThreads: sc.BrokerIOThreads, TopicWorkers: sc.TopicWorkers, SendOnReadThread: sc.SendOnReadThread, Topics: sc.Topics, Variant: variant, Subscriptions: subs,
 		Throttle: ThrottleConfig{BrokerBytesPerS: sc.PublishRateLimit, TopicBytesPerS: sc.TopicPublishRateLimit, Tick: sc.ThrottlingTick, Variant: vs.throttle}})
 	if err != nil {
 		return nil, err
