@@ -1,0 +1,494 @@
+// Package hotspot reads a running HotSpot JVM's own description of its
+// structures (the gHotSpotVMStructs and gHotSpotVMTypes tables libjvm.so
+// exports for the Serviceability Agent) to list its code cache and name
+// its methods, with no flag, agent or attach. The fields read are those
+// the OpenTelemetry eBPF profiler (interpreter/hotspot/data.go) and the
+// Serviceability Agent (sun.jvm.hotspot.code.CodeCache, CodeHeap) use.
+package hotspot
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+)
+
+// Frame layout of the x86-64 template interpreter (frame_x86.hpp, JDK 9
+// to 25): slots below the frame pointer, in words.
+const (
+	InterpreterMethodSlot   = -3 // interpreter_frame_method_offset: the Method*
+	InterpreterSenderSPSlot = -1 // interpreter_frame_sender_sp_offset: the caller's sp
+)
+
+// VM is one JVM process's introspection data and the names read so far.
+type VM struct {
+	mem     io.ReaderAt
+	Version string // e.g. "17.0.15+6-Debian-1deb12u1"
+
+	off   map[string]uint64 // "Type::_field" -> offset in the type
+	addr  map[string]uint64 // "Type::_field" -> address of a static field
+	sizes map[string]uint64 // type -> sizeof
+
+	methods map[uint64]string // Method* -> pkg.Class.method
+	symbols map[uint64]string // Symbol* -> text
+	cstrs   map[uint64]string // char* -> text (blob names)
+}
+
+// tables names the exported symbols of one introspection table.
+type table struct {
+	base, stride, typeName, fieldName, isStatic, offset, address, size string
+}
+
+var (
+	structTable = table{base: "gHotSpotVMStructs", stride: "gHotSpotVMStructEntryArrayStride",
+		typeName: "gHotSpotVMStructEntryTypeNameOffset", fieldName: "gHotSpotVMStructEntryFieldNameOffset",
+		isStatic: "gHotSpotVMStructEntryIsStaticOffset", offset: "gHotSpotVMStructEntryOffsetOffset",
+		address: "gHotSpotVMStructEntryAddressOffset"}
+	typeTable = table{base: "gHotSpotVMTypes", stride: "gHotSpotVMTypeEntryArrayStride",
+		typeName: "gHotSpotVMTypeEntryTypeNameOffset", size: "gHotSpotVMTypeEntrySizeOffset"}
+)
+
+// ErrNotJVM: the file exports no introspection tables.
+var ErrNotJVM = errors.New("no HotSpot introspection tables (gHotSpotVMStructs) in this library")
+
+// errNotReady: the VM has not set up its code cache yet; try again later.
+var errNotReady = errors.New("the JVM's code cache is not set up yet")
+
+// IsNotReady says whether err means the JVM is still starting.
+func IsNotReady(err error) bool { return errors.Is(err, errNotReady) }
+
+// Open reads the introspection tables of the JVM whose libjvm.so (lib) is
+// loaded at bias (run-time address less ELF virtual address) in the
+// process whose memory mem reads (/proc/PID/mem).
+func Open(mem io.ReaderAt, lib *elf.File, bias uint64) (*VM, error) {
+	syms, err := lib.DynamicSymbols()
+	if err != nil {
+		return nil, ErrNotJVM
+	}
+	at := map[string]uint64{}
+	for _, s := range syms {
+		if strings.HasPrefix(s.Name, "gHotSpotVM") {
+			at[s.Name] = s.Value + bias
+		}
+	}
+	if at[structTable.base] == 0 || at[typeTable.base] == 0 {
+		return nil, ErrNotJVM
+	}
+	vm := &VM{mem: mem, off: map[string]uint64{}, addr: map[string]uint64{}, sizes: map[string]uint64{},
+		methods: map[uint64]string{}, symbols: map[uint64]string{}, cstrs: map[uint64]string{}}
+	if err := vm.readTable(at, structTable); err != nil {
+		return nil, err
+	}
+	if err := vm.readTable(at, typeTable); err != nil {
+		return nil, err
+	}
+	if a := vm.addr["Abstract_VM_Version::_s_vm_release"]; a != 0 {
+		if p, err := vm.u64(a); err == nil {
+			vm.Version, _ = vm.cstring(p)
+		}
+	}
+	for _, need := range []string{"CodeCache::_heaps", "CodeHeap::_memory", "CodeHeap::_log2_segment_size",
+		"VirtualSpace::_low", "VirtualSpace::_high", "VirtualSpace::_low_boundary", "VirtualSpace::_high_boundary",
+		"CodeBlob::_name", "CodeBlob::_frame_size", "Method::_constMethod", "ConstMethod::_constants",
+		"ConstMethod::_name_index", "ConstantPool::_pool_holder", "Klass::_name", "Symbol::_body"} {
+		if _, ok := vm.field(need); !ok {
+			return nil, fmt.Errorf("JVM %s: %s not described by its introspection tables", vm.Version, need)
+		}
+	}
+	return vm, nil
+}
+
+func (vm *VM) readTable(at map[string]uint64, t table) error {
+	word := func(name string) (uint64, error) {
+		a, ok := at[name]
+		if !ok {
+			return 0, fmt.Errorf("%s not exported", name)
+		}
+		return vm.u64(a)
+	}
+	base, err := word(t.base)
+	if err != nil {
+		return err
+	}
+	stride, err := word(t.stride)
+	if err != nil {
+		return err
+	}
+	offs := map[string]uint64{}
+	for _, n := range []string{t.typeName, t.fieldName, t.isStatic, t.offset, t.address, t.size} {
+		if n == "" {
+			continue
+		}
+		if offs[n], err = word(n); err != nil {
+			return err
+		}
+	}
+	if base == 0 || stride == 0 || stride > 256 {
+		return fmt.Errorf("bad introspection table %s (base %#x, stride %d)", t.base, base, stride)
+	}
+	e := make([]byte, stride)
+	for i := uint64(0); i < 1<<16; i++ {
+		if _, err := vm.mem.ReadAt(e, int64(base+i*stride)); err != nil {
+			return fmt.Errorf("reading %s: %w", t.base, err)
+		}
+		get := func(name string) uint64 { return binary.LittleEndian.Uint64(e[offs[name]:]) }
+		tp := get(t.typeName)
+		if tp == 0 {
+			return nil
+		}
+		typeName, err := vm.cstring(tp)
+		if err != nil {
+			return err
+		}
+		if t.size != "" {
+			vm.sizes[typeName] = get(t.size)
+			continue
+		}
+		fieldName, err := vm.cstring(get(t.fieldName))
+		if err != nil {
+			return err
+		}
+		key := typeName + "::" + fieldName
+		if binary.LittleEndian.Uint32(e[offs[t.isStatic]:]) != 0 {
+			vm.addr[key] = get(t.address)
+		} else {
+			vm.off[key] = get(t.offset)
+		}
+	}
+	return fmt.Errorf("%s: no end", t.base)
+}
+
+// field is the offset of a field, by any of its names across versions.
+func (vm *VM) field(names ...string) (uint64, bool) {
+	for _, n := range names {
+		if o, ok := vm.off[n]; ok {
+			return o, true
+		}
+		if a, ok := vm.addr[n]; ok {
+			return a, true
+		}
+	}
+	return 0, false
+}
+
+func (vm *VM) read(addr uint64, n int) ([]byte, error) {
+	b := make([]byte, n)
+	if addr == 0 {
+		return nil, errors.New("null pointer")
+	}
+	if _, err := vm.mem.ReadAt(b, int64(addr)); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func (vm *VM) u64(addr uint64) (uint64, error) {
+	b, err := vm.read(addr, 8)
+	if err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(b), nil
+}
+
+func (vm *VM) u32(addr uint64) (uint32, error) {
+	b, err := vm.read(addr, 4)
+	if err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint32(b), nil
+}
+
+func (vm *VM) u16(addr uint64) (uint16, error) {
+	b, err := vm.read(addr, 2)
+	if err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint16(b), nil
+}
+
+func (vm *VM) cstring(addr uint64) (string, error) {
+	if s, ok := vm.cstrs[addr]; ok {
+		return s, nil
+	}
+	var out []byte
+	for len(out) < 4096 {
+		b := make([]byte, 64)
+		n, err := vm.mem.ReadAt(b, int64(addr)+int64(len(out)))
+		if n == 0 && err != nil {
+			return "", err
+		}
+		if i := indexByte(b[:n], 0); i >= 0 {
+			out = append(out, b[:i]...)
+			s := string(out)
+			vm.cstrs[addr] = s
+			return s, nil
+		}
+		out = append(out, b[:n]...)
+	}
+	return "", fmt.Errorf("string at %#x too long", addr)
+}
+
+func indexByte(b []byte, c byte) int {
+	for i, x := range b {
+		if x == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// Kind says how a frame in a blob is unwound and named.
+type Kind uint8
+
+const (
+	KindStub        Kind = iota // frame of FrameSize bytes, or a frame-pointer frame when 0
+	KindInterpreter             // template interpreter: rbp frames holding their Method*
+	KindCompiled                // an nmethod: FrameSize bytes, named by its Method
+)
+
+// Blob is one piece of code in the code cache.
+type Blob struct {
+	Start, End uint64 // its instructions [Start, End)
+	FrameSize  uint32 // bytes from sp to the caller's sp (return address included); 0: unknown
+	Kind       Kind
+	Name       string // the blob's own name ("nmethod", "Interpreter", a stub's)
+	Method     uint64 // KindCompiled: its Method*
+}
+
+// CodeCache is where the JVM's generated code may be, and what is there now.
+type CodeCache struct {
+	Low, High uint64 // reserved bounds of all code heaps
+	Blobs     []Blob // sorted by Start
+}
+
+// CodeCache walks every code heap's blocks (CodeHeap::next_block: a block
+// header's length in segments leads to the next) and describes each blob.
+func (vm *VM) CodeCache() (*CodeCache, error) {
+	heaps, err := vm.heaps()
+	if err != nil {
+		return nil, err
+	}
+	o := vm.off
+	memory, segShift := o["CodeHeap::_memory"], o["CodeHeap::_log2_segment_size"]
+	hbSize := vm.sizes["HeapBlock"]
+	if hbSize == 0 {
+		hbSize = 16
+	}
+	lenOff, usedOff := uint64(0), uint64(8)
+	if v, ok := vm.field("HeapBlock::Header::_length"); ok {
+		lenOff = v
+	}
+	if v, ok := vm.field("HeapBlock::Header::_used"); ok {
+		usedOff = v
+	}
+	cc := &CodeCache{Low: ^uint64(0)}
+	for _, h := range heaps {
+		hdr, err := vm.read(h, int(max(memory, segShift)+64))
+		if err != nil {
+			return nil, err
+		}
+		vs := func(f string) uint64 { return binary.LittleEndian.Uint64(hdr[memory+o["VirtualSpace::"+f]:]) }
+		low, high := vs("_low"), vs("_high")
+		cc.Low = min(cc.Low, vs("_low_boundary"))
+		cc.High = max(cc.High, vs("_high_boundary"))
+		shift := binary.LittleEndian.Uint32(hdr[segShift:])
+		if shift == 0 || shift > 20 || high < low {
+			return nil, fmt.Errorf("bad code heap at %#x", h)
+		}
+		for p := low; p < high; {
+			hb, err := vm.read(p, int(hbSize))
+			if err != nil {
+				return nil, err
+			}
+			var n uint64
+			if usedOff-lenOff >= 8 { // size_t up to JDK 24, uint32_t from 25
+				n = binary.LittleEndian.Uint64(hb[lenOff:])
+			} else {
+				n = uint64(binary.LittleEndian.Uint32(hb[lenOff:]))
+			}
+			if n == 0 {
+				break
+			}
+			if hb[usedOff] != 0 {
+				if b, ok := vm.blob(p + hbSize); ok {
+					cc.Blobs = append(cc.Blobs, b)
+				}
+			}
+			p += n << shift
+		}
+	}
+	if len(cc.Blobs) == 0 || cc.Low >= cc.High {
+		return nil, errNotReady
+	}
+	sort.Slice(cc.Blobs, func(i, j int) bool { return cc.Blobs[i].Start < cc.Blobs[j].Start })
+	return cc, nil
+}
+
+// heaps returns the CodeHeap* of CodeCache::_heaps (a GrowableArray).
+func (vm *VM) heaps() ([]uint64, error) {
+	arr, err := vm.u64(vm.addr["CodeCache::_heaps"])
+	if err != nil || arr == 0 {
+		return nil, errNotReady
+	}
+	lenOff, ok := vm.field("GrowableArrayBase::_len", "GenericGrowableArray::_len")
+	if !ok {
+		return nil, fmt.Errorf("JVM %s: GrowableArray length not described", vm.Version)
+	}
+	dataOff, ok := vm.field("GrowableArray<int>::_data")
+	if !ok {
+		return nil, fmt.Errorf("JVM %s: GrowableArray data not described", vm.Version)
+	}
+	n, err := vm.u32(arr + lenOff)
+	if err != nil || n == 0 {
+		return nil, errNotReady
+	}
+	if n > 16 {
+		return nil, fmt.Errorf("JVM %s: %d code heaps", vm.Version, n)
+	}
+	data, err := vm.u64(arr + dataOff)
+	if err != nil || data == 0 {
+		return nil, errNotReady
+	}
+	b, err := vm.read(data, int(8*n))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = binary.LittleEndian.Uint64(b[8*i:])
+		if out[i] == 0 {
+			return nil, errNotReady
+		}
+	}
+	return out, nil
+}
+
+// blob describes the CodeBlob at a: its code range is two pointers up to
+// JDK 22 (_code_begin, _code_end) and offsets from JDK 23 (_code_offset,
+// _data_offset).
+func (vm *VM) blob(a uint64) (Blob, bool) {
+	hdr, err := vm.read(a, 256)
+	if err != nil {
+		return Blob{}, false
+	}
+	o := vm.off
+	ptr := func(f string) uint64 { return binary.LittleEndian.Uint64(hdr[o[f]:]) }
+	i32 := func(f string) int32 { return int32(binary.LittleEndian.Uint32(hdr[o[f]:])) }
+	var b Blob
+	if _, ok := o["CodeBlob::_code_begin"]; ok {
+		b.Start, b.End = ptr("CodeBlob::_code_begin"), ptr("CodeBlob::_code_end")
+	} else if _, ok := o["CodeBlob::_code_offset"]; ok {
+		b.Start, b.End = a+uint64(i32("CodeBlob::_code_offset")), a+uint64(i32("CodeBlob::_data_offset"))
+	} else {
+		return Blob{}, false
+	}
+	if b.End <= b.Start || b.Start < a || b.End-b.Start > 1<<28 {
+		return Blob{}, false
+	}
+	if fs := i32("CodeBlob::_frame_size"); fs > 0 && fs < 1<<16 {
+		b.FrameSize = uint32(fs) * 8
+	}
+	b.Name, _ = vm.cstring(ptr("CodeBlob::_name"))
+	switch b.Name {
+	case "Interpreter":
+		b.Kind = KindInterpreter
+	case "nmethod", "native nmethod": // JDK 25 names native wrappers apart
+		b.Kind = KindCompiled
+		if mo, ok := vm.field("nmethod::_method", "CompiledMethod::_method"); ok {
+			b.Method, _ = vm.u64(a + mo)
+		}
+	}
+	return b, true
+}
+
+// MethodName names a Method* as pkg.Class.method (the class's name from
+// its constant pool holder, the method's from the pool entry at its name
+// index), remembering the answer: the method stays named after the
+// process exits.
+func (vm *VM) MethodName(m uint64) (string, error) {
+	if s, ok := vm.methods[m]; ok {
+		return s, nil
+	}
+	o := vm.off
+	cm, err := vm.u64(m + o["Method::_constMethod"])
+	if err != nil {
+		return "", err
+	}
+	cp, err := vm.u64(cm + o["ConstMethod::_constants"])
+	if err != nil {
+		return "", err
+	}
+	idx, err := vm.u16(cm + o["ConstMethod::_name_index"])
+	if err != nil {
+		return "", err
+	}
+	holder, err := vm.u64(cp + o["ConstantPool::_pool_holder"])
+	if err != nil {
+		return "", err
+	}
+	ksym, err := vm.u64(holder + o["Klass::_name"])
+	if err != nil {
+		return "", err
+	}
+	class, err := vm.symbol(ksym)
+	if err != nil {
+		return "", err
+	}
+	cpSize := vm.sizes["ConstantPool"]
+	if cpSize == 0 || idx == 0 {
+		return "", fmt.Errorf("method %#x: no name index", m)
+	}
+	nsym, err := vm.u64(cp + cpSize + 8*uint64(idx))
+	if err != nil {
+		return "", err
+	}
+	name, err := vm.symbol(nsym &^ 1)
+	if err != nil {
+		return "", err
+	}
+	s := strings.ReplaceAll(class, "/", ".") + "." + name
+	vm.methods[m] = s
+	return s, nil
+}
+
+// symbol reads a Symbol's text: a u16 length (in _length_and_refcount's
+// upper half from JDK 12) and the bytes at _body.
+func (vm *VM) symbol(a uint64) (string, error) {
+	if s, ok := vm.symbols[a]; ok {
+		return s, nil
+	}
+	o := vm.off
+	lenOff, ok := o["Symbol::_length"]
+	if !ok {
+		lr, ok := o["Symbol::_length_and_refcount"]
+		if !ok {
+			return "", fmt.Errorf("JVM %s: Symbol length not described", vm.Version)
+		}
+		lenOff = lr + 2
+	}
+	n, err := vm.u16(a + lenOff)
+	if err != nil {
+		return "", err
+	}
+	b, err := vm.read(a+o["Symbol::_body"], int(n))
+	if err != nil {
+		return "", err
+	}
+	for _, c := range b {
+		if c < 0x20 || c == 0x7f {
+			return "", fmt.Errorf("symbol at %#x is not text", a)
+		}
+	}
+	s := string(b)
+	vm.symbols[a] = s
+	return s, nil
+}
+
+// Method returns a name read before, without reading memory.
+func (vm *VM) Method(m uint64) (string, bool) {
+	s, ok := vm.methods[m]
+	return s, ok
+}

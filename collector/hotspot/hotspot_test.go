@@ -1,0 +1,126 @@
+package hotspot
+
+import (
+	"bufio"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// jdks are the JDKs the tests run on: Debian's 17 and any 25 installed.
+func jdks(t *testing.T) map[string]string {
+	out := map[string]string{}
+	for name, dir := range map[string]string{"17": "/usr/lib/jvm/java-17-openjdk-amd64", "25": "/usr/lib/jvm/temurin-25-jdk-amd64"} {
+		if _, err := os.Stat(filepath.Join(dir, "bin", "java")); err == nil {
+			out[name] = dir
+		}
+	}
+	if len(out) == 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("no JDK under /usr/lib/jvm: CI installs openjdk-17-jdk-headless")
+		}
+		t.Skip("no JDK under /usr/lib/jvm")
+	}
+	return out
+}
+
+// Attach finds libjvm.so in a process's mappings and opens its VM.
+func attach(pid int) (*VM, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 6 || !strings.HasSuffix(fs[5], "/libjvm.so") || fs[2] != "00000000" {
+			continue
+		}
+		start, _ := strconv.ParseUint(strings.Split(fs[0], "-")[0], 16, 64)
+		lib, err := elf.Open(fs[5])
+		if err != nil {
+			return nil, err
+		}
+		defer lib.Close()
+		mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+		if err != nil {
+			return nil, err
+		}
+		return Open(mem, lib, start)
+	}
+	return nil, fmt.Errorf("no libjvm.so in process %d", pid)
+}
+
+// A JVM started with no flag: its code cache lists the interpreter and
+// compiled methods, and a compiled method is named as the source says.
+func TestCodeCacheOfUnmodifiedJVM(t *testing.T) {
+	for ver, dir := range jdks(t) {
+		t.Run("jdk"+ver, func(t *testing.T) {
+			tmp := t.TempDir()
+			if out, err := exec.Command(filepath.Join(dir, "bin", "javac"), "-d", tmp, "../testdata/jvm/Contend.java").CombinedOutput(); err != nil {
+				t.Fatalf("javac: %v\n%s", err, out)
+			}
+			cmd := exec.Command(filepath.Join(dir, "bin", "java"), "-cp", tmp, "Contend", "20000")
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { cmd.Process.Kill(); cmd.Wait() }()
+			var cc *CodeCache
+			var vm *VM
+			var err error
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+				if vm == nil {
+					vm, err = attach(cmd.Process.Pid)
+					if err != nil {
+						continue
+					}
+				}
+				cc, err = vm.CodeCache()
+				if err != nil {
+					continue
+				}
+				if named(vm, cc, "Contend.holdLock") {
+					break
+				}
+			}
+			if cc == nil {
+				t.Fatalf("no code cache: %v", err)
+			}
+			kinds := map[Kind]int{}
+			for _, b := range cc.Blobs {
+				kinds[b.Kind]++
+			}
+			t.Logf("JVM %s: code cache %#x-%#x, %d blobs (%d compiled, %d interpreter)", vm.Version, cc.Low, cc.High, len(cc.Blobs), kinds[KindCompiled], kinds[KindInterpreter])
+			if kinds[KindInterpreter] != 1 {
+				t.Errorf("%d interpreter blobs, want 1", kinds[KindInterpreter])
+			}
+			if !named(vm, cc, "Contend.holdLock") {
+				t.Errorf("no compiled blob named Contend.holdLock among %d compiled", kinds[KindCompiled])
+			}
+			for _, b := range cc.Blobs {
+				if b.Start < cc.Low || b.End > cc.High {
+					t.Errorf("blob %s %#x-%#x outside the code cache", b.Name, b.Start, b.End)
+				}
+			}
+		})
+	}
+}
+
+func named(vm *VM, cc *CodeCache, want string) bool {
+	for _, b := range cc.Blobs {
+		if b.Kind != KindCompiled {
+			continue
+		}
+		if n, err := vm.MethodName(b.Method); err == nil && n == want {
+			return true
+		}
+	}
+	return false
+}
