@@ -138,6 +138,7 @@ struct unwind_ctx {
 	struct unwind_proc *proc; /* 0: walk by frame pointers only */
 	struct stack_buf *buf;
 	struct task_struct *task; /* walked from another task (iterator) */
+	u32 tgid;                 /* whose stack it is */
 };
 
 struct path_walk {
@@ -251,6 +252,15 @@ struct {
 	__type(key, struct file_key);
 	__type(value, struct file_unwind);
 } unwind_files SEC(".maps");
+
+/* Key: java_method_key. Value: unused. Method* values found in
+ * interpreter frames; user space names them and removes them. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct java_method_key);
+	__type(value, u8);
+} java_methods SEC(".maps");
 
 /* A zeroed unwind_proc to create entries from (too large for the stack),
  * and the generation counter of entries made here. */
@@ -633,6 +643,23 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 	case UNWIND_END:
 		u->end = 1;
 		return 1;
+	case UNWIND_JAVA_INTERP: {
+		u64 fr[5]; /* rbp - 24 .. rbp + 8: method, last sp, sender sp, rbp, ra */
+		if (!bp || bp < sp || read_user(fr, sizeof(fr), bp - 24, c->task, remote))
+			return 1;
+		u64 method = fr[0];
+		if (method && method <= JAVA_METHOD_MASK) {
+			c->buf->ips[n] = method | JAVA_METHOD_TAG;
+			struct java_method_key k = { .tgid = c->tgid, .method = method };
+			u8 one = 1;
+			bpf_map_update_elem(&java_methods, &k, &one, BPF_NOEXIST);
+		}
+		u->dwarf++;
+		u->pc = fr[4];
+		u->sp = fr[2] >= bp + 16 ? fr[2] : bp + 16;
+		u->bp = fr[3];
+		return 0;
+	}
 	default: {
 		/* Frame pointer: [bp] is the caller's bp, [bp + 8] the return address. */
 		u64 frame[2];
@@ -691,7 +718,8 @@ static __always_inline s64 walk_user(u32 slot, struct unwind_proc *p, struct tas
 	u->n = 0;
 	u->dwarf = 0;
 	u->end = 0;
-	struct unwind_ctx c = { .u = u, .proc = p, .buf = b, .task = task };
+	struct unwind_ctx c = { .u = u, .proc = p, .buf = b, .task = task,
+				.tgid = task ? BPF_CORE_READ(task, tgid) : bpf_get_current_pid_tgid() >> 32 };
 	if (remote)
 		bpf_loop(PERF_MAX_STACK_DEPTH, unwind_step_remote, &c, 0);
 	else

@@ -39,6 +39,13 @@ type OffcpuFileUnwind struct {
 	Count    uint32
 }
 
+type OffcpuJavaMethodKey struct {
+	_      structs.HostLayout
+	Tgid   uint32
+	Pad    uint32
+	Method uint64
+}
+
 type OffcpuMapEvent struct {
 	_      structs.HostLayout
 	Kind   uint32
@@ -232,6 +239,7 @@ const (
 	OffcpuMapBlockedUstacks     = "blocked_ustacks"
 	OffcpuMapCpuSamples         = "cpu_samples"
 	OffcpuMapExecMmaps          = "exec_mmaps"
+	OffcpuMapJavaMethods        = "java_methods"
 	OffcpuMapLastWaker          = "last_waker"
 	OffcpuMapNewborn            = "newborn"
 	OffcpuMapOffcpu             = "offcpu"
@@ -356,6 +364,7 @@ type OffcpuMapSpecs struct {
 	BlockedUstacks  *ebpf.MapSpec `ebpf:"blocked_ustacks"`
 	CpuSamples      *ebpf.MapSpec `ebpf:"cpu_samples"`
 	ExecMmaps       *ebpf.MapSpec `ebpf:"exec_mmaps"`
+	JavaMethods     *ebpf.MapSpec `ebpf:"java_methods"`
 	LastWaker       *ebpf.MapSpec `ebpf:"last_waker"`
 	Newborn         *ebpf.MapSpec `ebpf:"newborn"`
 	Offcpu          *ebpf.MapSpec `ebpf:"offcpu"`
@@ -430,6 +439,7 @@ type OffcpuMaps struct {
 	BlockedUstacks  *ebpf.Map `ebpf:"blocked_ustacks"`
 	CpuSamples      *ebpf.Map `ebpf:"cpu_samples"`
 	ExecMmaps       *ebpf.Map `ebpf:"exec_mmaps"`
+	JavaMethods     *ebpf.Map `ebpf:"java_methods"`
 	LastWaker       *ebpf.Map `ebpf:"last_waker"`
 	Newborn         *ebpf.Map `ebpf:"newborn"`
 	Offcpu          *ebpf.Map `ebpf:"offcpu"`
@@ -459,6 +469,7 @@ func (m *OffcpuMaps) Close() error {
 		m.BlockedUstacks,
 		m.CpuSamples,
 		m.ExecMmaps,
+		m.JavaMethods,
 		m.LastWaker,
 		m.Newborn,
 		m.Offcpu,

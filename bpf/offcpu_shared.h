@@ -134,6 +134,23 @@ enum unwind_kind {
 	UNWIND_END,     /* outermost frame: the thread's start */
 	UNWIND_NONE,    /* no rule: follow the frame pointer */
 	UNWIND_PLT,     /* PLT stub: CFA = rsp + 8, + 8 when (pc & 15) >= rbp_off */
+	UNWIND_JAVA_INTERP, /* HotSpot interpreter frame: rbp frame holding its Method* */
+};
+
+/* HotSpot's x86-64 interpreter frame (frame_x86.hpp, JDK 9-25), in words
+ * from rbp: the Method* at -3, the caller's sp at -1 (the caller may be
+ * compiled code whose sp an adapter moved), the caller's rbp at 0 and the
+ * return address at 1. The frame's entry in the stack is the Method*
+ * with this tag in its top bits (user addresses are below 1 << 47). */
+#define JAVA_METHOD_TAG 0xa000000000000000ULL
+#define JAVA_METHOD_MASK 0x0000ffffffffffffULL
+
+/* A Method* seen in an interpreter frame, for user space to name while
+ * the process lives. */
+struct java_method_key {
+	u32 tgid;
+	u32 pad;
+	u64 method;
 };
 
 /* One row of a file's unwind table, valid up to the next row's pc. The

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/pprof/profile"
 )
 
 // jdk returns the paths of java, javac and jcmd, or skips: a JDK is not
@@ -85,4 +87,183 @@ func TestJVMMonitorStacks(t *testing.T) {
 	}
 	st := s.Stats()
 	t.Logf("monitor waits %v, %.1f%% whole; all stacks complete %.1f%%; tables %+v", time.Duration(monitor), 100*float64(whole)/float64(monitor), 100*st.CompleteShare(), *st.Unwind)
+}
+
+// jdkHomes are the JDKs to test unmodified JVMs on: Debian's 17 (CI
+// installs it) and a 25 when one is installed.
+func jdkHomes(t *testing.T) map[string]string {
+	t.Helper()
+	homes := map[string]string{}
+	for ver, dir := range map[string]string{"17": "/usr/lib/jvm/java-17-openjdk-amd64", "25": "/usr/lib/jvm/temurin-25-jdk-amd64"} {
+		if _, err := os.Stat(filepath.Join(dir, "bin", "javac")); err == nil {
+			homes[ver] = dir
+		}
+	}
+	if homes["17"] == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("no JDK 17 at /usr/lib/jvm/java-17-openjdk-amd64: .ci/run installs openjdk-17-jdk-headless")
+		}
+		t.Skip("no JDK 17 at /usr/lib/jvm/java-17-openjdk-amd64")
+	}
+	return homes
+}
+
+// javaShare is the share of the off-CPU time of the threads whose name
+// starts with thread (and, when set, whose stack holds inside) that has
+// a frame for which named is true.
+func javaShare(t *testing.T, p *profile.Profile, thread, inside string, named func(string) bool) (float64, time.Duration) {
+	var all, hit int64
+	for _, smp := range p.Sample {
+		if !strings.HasPrefix(smp.Label[LabelThread][0], thread) {
+			continue
+		}
+		f := userFuncs(smp)
+		if inside != "" && !containsFunc(f, inside) {
+			continue
+		}
+		all += smp.Value[0]
+		ok := false
+		for _, fn := range f {
+			ok = ok || named(fn)
+		}
+		if ok {
+			hit += smp.Value[0]
+		} else if smp.Value[0] > int64(5*time.Millisecond) {
+			t.Logf("unnamed (%v): %v", time.Duration(smp.Value[0]), f)
+		}
+	}
+	if all == 0 {
+		return 0, 0
+	}
+	return float64(hit) / float64(all), time.Duration(all)
+}
+
+// JVMs started with no profiling flag, frames neither kept nor mapped:
+// the walker unwinds compiled frames by their sizes and interpreter
+// frames by rbp, and the names come from the JVM's own structures. Each
+// JDK runs once under G1 attached while running, and once under ZGC
+// started as a command that exits before the recording ends (its names
+// were read while it lived).
+func TestJVMUnmodifiedMonitorStacks(t *testing.T) {
+	requireBPF(t)
+	for ver, home := range jdkHomes(t) {
+		dir := t.TempDir()
+		build(t, filepath.Join(home, "bin", "javac"), "-d", dir, "testdata/jvm/Contend.java")
+		java := filepath.Join(home, "bin", "java")
+		t.Run("jdk"+ver+"-g1-running", func(t *testing.T) {
+			cmd := exec.Command(java, "-XX:+UseG1GC", "-cp", dir, "Contend", "60000")
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { cmd.Process.Kill(); cmd.Wait() }()
+			time.Sleep(1500 * time.Millisecond)
+			s, err := Start(context.Background(), Options{PIDs: []int{cmd.Process.Pid}, NoWakeups: true})
+			if err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			time.Sleep(2 * time.Second)
+			p, err := s.Stop()
+			if err != nil {
+				t.Fatalf("Stop: %v", err)
+			}
+			checkContend(t, s, p)
+		})
+		t.Run("jdk"+ver+"-zgc-command-exited", func(t *testing.T) {
+			s, err := Start(context.Background(), Options{TargetsOnly: true, NoWakeups: true})
+			if err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			cmd := exec.Command(java, "-XX:+UseZGC", "-cp", dir, "Contend", "3000")
+			if err := s.StartCommand(cmd); err != nil {
+				s.Stop()
+				t.Fatal(err)
+			}
+			err = cmd.Wait()
+			time.Sleep(300 * time.Millisecond) // gone well before the end
+			p, stopErr := s.Stop()
+			if err != nil {
+				t.Fatalf("java: %v", err)
+			}
+			if stopErr != nil {
+				t.Fatalf("Stop: %v", stopErr)
+			}
+			checkContend(t, s, p)
+		})
+	}
+}
+
+func checkContend(t *testing.T, s *Session, p *profile.Profile) {
+	t.Helper()
+	share, total := javaShare(t, p, "contender-", "ObjectMonitor::enter", func(fn string) bool { return fn == "Contend.holdLock" })
+	if total == 0 {
+		t.Fatal("no contender thread blocked in ObjectMonitor::enter")
+	}
+	want := []string{"start_thread", "java.lang.Thread.run", "Contend.holdLock", "ObjectMonitor::enter", "pthread_cond_*"}
+	var whole, monitor int64
+	for _, smp := range p.Sample {
+		f := userFuncs(smp)
+		if !strings.HasPrefix(smp.Label[LabelThread][0], "contender-") || !containsFunc(f, "ObjectMonitor::enter") {
+			continue
+		}
+		monitor += smp.Value[0]
+		if inOrder(f, want) {
+			whole += smp.Value[0]
+		}
+	}
+	st := s.Stats()
+	t.Logf("monitor waits %v: %.1f%% name Contend.holdLock, %.1f%% whole; JVM stats %+v", total, 100*share, 100*float64(whole)/float64(monitor), st.JVM)
+	if share < 0.9 {
+		t.Errorf("%.1f%% of the contenders' monitor waits name Contend.holdLock, want ≥ 90%%", 100*share)
+	}
+	if float64(whole) < 0.9*float64(monitor) {
+		t.Errorf("%.1f%% of the monitor waits have the whole stack %v, want ≥ 90%%", 100*float64(whole)/float64(monitor), want)
+	}
+	if st.JVM.JVMs != 1 || st.JVM.Failed != 0 {
+		t.Errorf("JVM stats %+v: want one JVM read, none failed", st.JVM)
+	}
+}
+
+// A Netty NIO event loop (Debian's libnetty-java), woken from another
+// thread every 3 ms, recorded from its first 300 ms when most of its code
+// still runs in the interpreter: its off-CPU time names Netty frames.
+func TestJVMUnmodifiedNettyLoop(t *testing.T) {
+	requireBPF(t)
+	home := jdkHomes(t)["17"]
+	var jars []string
+	for _, j := range []string{"netty-common", "netty-buffer", "netty-resolver", "netty-transport"} {
+		p := "/usr/share/java/" + j + ".jar"
+		if _, err := os.Stat(p); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s missing: .ci/run installs libnetty-java", p)
+			}
+			t.Skipf("%s missing (apt-get install libnetty-java)", p)
+		}
+		jars = append(jars, p)
+	}
+	dir := t.TempDir()
+	cp := strings.Join(jars, ":")
+	build(t, filepath.Join(home, "bin", "javac"), "-cp", cp, "-d", dir, "testdata/jvm/NettyLoop.java")
+	cmd := exec.Command(filepath.Join(home, "bin", "java"), "-cp", dir+":"+cp, "NettyLoop", "60000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	time.Sleep(300 * time.Millisecond)
+	s, err := Start(context.Background(), Options{PIDs: []int{cmd.Process.Pid}, NoWakeups: true})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	p, err := s.Stop()
+	if err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	share, total := javaShare(t, p, "nioEventLoopGro", "", func(fn string) bool { return strings.HasPrefix(fn, "io.netty.") })
+	t.Logf("event loop off-CPU %v: %.1f%% names a Netty frame; JVM stats %+v", total, 100*share, s.Stats().JVM)
+	if total < time.Second {
+		t.Fatalf("event loop off-CPU time %v, want most of the 2.5 s recorded", total)
+	}
+	if share < 0.9 {
+		t.Errorf("%.1f%% of the event loop's off-CPU time names a Netty frame, want ≥ 90%%", 100*share)
+	}
 }

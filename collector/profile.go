@@ -90,6 +90,9 @@ func (b *profBuilder) stack(pid uint32, kernel, user []uint64, userErr int64, kt
 func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile, err error) {
 	s.snapshotLive(d)
 	sym := newSymbolizer(s.procs)
+	if s.unw != nil {
+		sym.jvms = s.unw.jvms
+	}
 	names := &threadNames{d: d, procs: s.procs}
 	off = s.offCPUProfile(d, sym, names)
 	if err := s.finish(off, "profile"); err != nil {
@@ -487,6 +490,9 @@ func (b *profBuilder) marker(text string) *profile.Location {
 func (b *profBuilder) userLoc(pid uint32, addr uint64, leaf bool) *profile.Location {
 	key := [2]uint64{uint64(pid) + 1, addr}
 	look := addr - 1
+	if leaf || isJavaMethod(addr) { // a Method*, not a return address
+		look = addr
+	}
 	if leaf {
 		key[0] |= 1 << 40
 		look = addr

@@ -119,6 +119,7 @@ type Stats struct {
 	Programs []ProgramStat `json:"programs"` // with Options.Stats
 
 	Unwind *UnwindStats `json:"unwind"` // .eh_frame unwinding; nil with FramePointersOnly
+	JVM    JVMStats     `json:"jvm"`    // HotSpot JVMs walked and named through their VMStructs
 	// User stacks of the off-CPU profile that reach a thread-start frame
 	// (clone3, start_thread, _start, runtime.goexit...) versus the others,
 	// by distinct stack and by off-CPU time.
@@ -475,6 +476,7 @@ func (s *Session) prepare() error {
 	pids := o.PIDs
 	if !o.FramePointersOnly {
 		s.unw = newUnwinder(coll, uint32(o.UnwindRows))
+		s.unw.jvms = newJVMTracker(s.unw, coll.Maps[bpf.OffcpuMapJavaMethods])
 		s.procs.onChange = s.unw.update
 		pids = append([]int{os.Getpid()}, o.PIDs...)
 		if len(o.PIDs) == 0 && len(o.TIDs) == 0 && !o.TargetsOnly {
@@ -483,6 +485,9 @@ func (s *Session) prepare() error {
 	}
 	for _, p := range pids {
 		s.procs.snapshot(uint32(p))
+	}
+	if s.unw != nil {
+		s.unw.jvms.now()
 	}
 	if err := s.fillTargets(); err != nil {
 		return err
@@ -777,6 +782,10 @@ func (s *Session) Stop() (*profile.Profile, error) {
 		}
 		// Detach first so that the maps no longer change while drained.
 		s.closeLinks()
+		if s.unw != nil && s.unw.jvms != nil {
+			s.unw.jvms.final()
+			s.stats.JVM = s.unw.jvms.snapshotStats()
+		}
 		s.stats.SwitchMissed = s.switchMisses()
 		if s.opts.Stats {
 			s.stats.Programs = s.programStats()

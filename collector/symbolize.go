@@ -426,6 +426,7 @@ type symbolizer struct {
 	procs    *procTable
 	kern     *kernelSyms
 	perfMaps map[uint32]*perfMap
+	jvms     *jvmTracker // nil: no JVM named through its structures
 }
 
 func newSymbolizer(procs *procTable) *symbolizer {
@@ -471,6 +472,11 @@ func (s *symbolizer) user(pid uint32, addr uint64) (frame, *mapping) {
 		m = p.find(addr)
 	}
 	if m == nil || m.file == nil {
+		if s.jvms != nil {
+			if name, ok := s.jvms.name(pid, addr); ok {
+				return frame{fn: name}, m
+			}
+		}
 		if name, ok := s.perfMapFor(pid, p).lookup(addr); ok {
 			return frame{fn: name}, m
 		}

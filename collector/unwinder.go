@@ -35,6 +35,23 @@ type unwinder struct {
 	// rescan: read a process's mappings again after it is first seen
 	// (off when the kernel reports every code mapping as it is made).
 	rescan bool
+
+	// Generated code (a JVM's code cache): rows written by jvms into
+	// regions of unwind_rows of their own, and the mapping to add to the
+	// process's entry.
+	jvms    *jvmTracker
+	extra   map[uint32]bpf.OffcpuUnwindMap
+	regions map[uint32]*rowRegions
+	last    map[uint32][]mapping // the mapping list each entry was made from
+}
+
+// rowRegions are two runs of unwind_rows a process's generated code
+// alternates between, so that a rewrite does not change the rows a walk
+// in flight reads.
+type rowRegions struct {
+	first [2]uint32
+	cap   uint32
+	cur   int
 }
 
 // MaxUnwindProcs is how many processes can be walked with unwind tables at once.
@@ -82,7 +99,42 @@ func newUnwinder(coll *ebpf.Collection, capacity uint32) *unwinder {
 		scans:   map[uint32]*rescan{},
 		stats:   UnwindStats{RowCapacity: capacity},
 		rescan:  true,
+		extra:   map[uint32]bpf.OffcpuUnwindMap{},
+		regions: map[uint32]*rowRegions{},
+		last:    map[uint32][]mapping{},
 	}
+}
+
+// setGenerated writes rows for pid's generated code [start, end) (row pcs
+// relative to start) and adds the code to the process's entry.
+func (u *unwinder) setGenerated(pid uint32, start, end uint64, rows []bpf.OffcpuUnwindRow) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := uint32(len(rows))
+	rr := u.regions[pid]
+	if rr == nil || rr.cap < n {
+		c := max(2*n, 4096)
+		if uint64(u.next)+2*uint64(c) > uint64(u.cap) {
+			u.stats.RowsFull++
+			return errors.New("unwind rows full")
+		}
+		rr = &rowRegions{first: [2]uint32{u.next, u.next + c}, cap: c, cur: 1}
+		u.next += 2 * c
+		u.stats.Rows = u.next
+		u.regions[pid] = rr
+	}
+	rr.cur ^= 1
+	first := rr.first[rr.cur]
+	keys := make([]uint32, n)
+	for i := range keys {
+		keys[i] = first + uint32(i)
+	}
+	if err := u.writeRows(keys, rows); err != nil {
+		return err
+	}
+	u.extra[pid] = bpf.OffcpuUnwindMap{Start: start, End: end, Bias: start, First: first, Count: n}
+	u.updateLocked(pid, u.last[pid])
+	return nil
 }
 
 // table returns f's rows, loading them on first use.
@@ -183,6 +235,14 @@ func (u *unwinder) writeRows(keys []uint32, vals []bpf.OffcpuUnwindRow) error {
 func (u *unwinder) update(pid uint32, ms []mapping) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if u.jvms != nil {
+		u.jvms.seen(pid, ms)
+	}
+	u.updateLocked(pid, ms)
+}
+
+func (u *unwinder) updateLocked(pid uint32, ms []mapping) {
+	u.last[pid] = ms
 	if _, ok := u.scans[pid]; !ok && u.rescan {
 		u.scans[pid] = &rescan{next: time.Now().Add(10 * time.Millisecond), every: 10 * time.Millisecond}
 	}
@@ -206,6 +266,16 @@ func (u *unwinder) update(pid uint32, ms []mapping) {
 		}
 		entry.Maps[entry.N] = bpf.OffcpuUnwindMap{Start: m.start, End: m.end, Bias: bias, First: fr.first, Count: fr.count}
 		entry.N++
+	}
+	if x, ok := u.extra[pid]; ok {
+		if int(entry.N) < len(entry.Maps) {
+			entry.Maps[entry.N] = x
+			entry.N++
+			ms := entry.Maps[:entry.N]
+			sort.Slice(ms, func(i, j int) bool { return ms[i].Start < ms[j].Start })
+		} else {
+			u.stats.MapsDropped++
+		}
 	}
 	old, had := u.entries[pid]
 	// The kernel makes and grows entries too, as mappings are made. This
@@ -306,6 +376,11 @@ func (u *unwinder) forget(pid uint32) {
 	delete(u.scans, pid)
 	delete(u.execs, pid)
 	delete(u.entries, pid)
+	delete(u.extra, pid)
+	delete(u.last, pid)
+	if u.jvms != nil {
+		u.jvms.forget(pid)
+	}
 	u.procs.Delete(pid) // the kernel's too: it may not have seen the exit
 }
 
@@ -318,6 +393,9 @@ func (u *unwinder) run(procs *procTable, stop <-chan struct{}) {
 		case <-stop:
 			return
 		case now := <-tick.C:
+			if u.jvms != nil {
+				u.jvms.tick(now)
+			}
 			for _, pid := range u.due(now) {
 				if !processExists(int(pid)) {
 					u.forget(pid)

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"sort"
 	"strings"
 )
@@ -240,6 +241,8 @@ func indexByte(b []byte, c byte) int {
 	return -1
 }
 
+var hiddenSuffix = regexp.MustCompile(`[+/]0x[0-9a-f]+$`)
+
 // Kind says how a frame in a blob is unwound and named.
 type Kind uint8
 
@@ -449,6 +452,9 @@ func (vm *VM) MethodName(m uint64) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// A hidden class (lambda forms) carries its address: drop it, so
+	// that one lambda has one name across runs.
+	class = hiddenSuffix.ReplaceAllString(class, "")
 	s := strings.ReplaceAll(class, "/", ".") + "." + name
 	vm.methods[m] = s
 	return s, nil

@@ -13,11 +13,12 @@ type Kind uint8
 
 // Values shared with bpf/offcpu.bpf.c (enum unwind_kind).
 const (
-	KindRSP  Kind = iota // CFA = rsp + CFAOffset
-	KindRBP              // CFA = rbp + CFAOffset
-	KindEnd              // return address undefined: the outermost frame (thread start)
-	KindNone             // no usable rule: fall back to frame pointers
-	KindPLT              // PLT stub: CFA = rsp + 8, + 8 more when (pc & 15) >= RBPOffset
+	KindRSP        Kind = iota // CFA = rsp + CFAOffset
+	KindRBP                    // CFA = rbp + CFAOffset
+	KindEnd                    // return address undefined: the outermost frame (thread start)
+	KindNone                   // no usable rule: fall back to frame pointers
+	KindPLT                    // PLT stub: CFA = rsp + 8, + 8 more when (pc & 15) >= RBPOffset
+	KindJavaInterp             // HotSpot interpreter frame: rbp frame, its Method* recorded
 )
 
 func (k Kind) String() string {
@@ -32,6 +33,8 @@ func (k Kind) String() string {
 		return "none"
 	case KindPLT:
 		return "plt"
+	case KindJavaInterp:
+		return "java-interp"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

@@ -1,0 +1,330 @@
+package collector
+
+import (
+	"debug/elf"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/collector/hotspot"
+	"github.com/offcpu/offcpu/collector/unwind"
+)
+
+// jvmTracker follows the HotSpot JVMs among the recorded processes: it
+// reads each one's code cache while it runs, gives the BPF walker a row
+// per blob (compiled frames have fixed sizes, interpreter frames keep
+// rbp), and names compiled code and the Method* values the walker found
+// in interpreter frames before the process can exit.
+type jvmTracker struct {
+	unw     *unwinder
+	methods *ebpf.Map // java_methods
+
+	mu   sync.Mutex
+	jvms map[uint32]*jvm
+
+	stats JVMStats
+}
+
+// JVMStats describes the JVMs walked through their own structures.
+type JVMStats struct {
+	JVMs       int           `json:"jvms"`        // processes whose VMStructs were read
+	Failed     int           `json:"failed"`      // JVMs whose structures could not be read
+	Refreshes  int           `json:"refreshes"`   // code cache walks
+	Blobs      int           `json:"blobs"`       // blobs in the last walks, summed over JVMs
+	Methods    int           `json:"methods"`     // Method* named
+	Unnamed    int           `json:"unnamed"`     // Method* that could not be read
+	ResolveCPU time.Duration `json:"resolve_cpu"` // wall time spent walking code caches and naming
+}
+
+type jvm struct {
+	pid     uint32
+	lib     mapping // libjvm.so's executable mapping
+	vm      *hotspot.VM
+	mem     *os.File
+	err     error
+	next    time.Time
+	every   time.Duration
+	blobs   map[uint64]hotspot.Blob // every blob seen, by start: code that was freed still names old stacks
+	low     uint64
+	high    uint64
+	sorted  []hotspot.Blob // blobs by start, made when symbolizing
+	dirty   bool
+	stopped bool
+}
+
+func newJVMTracker(u *unwinder, methods *ebpf.Map) *jvmTracker {
+	return &jvmTracker{unw: u, methods: methods, jvms: map[uint32]*jvm{}}
+}
+
+// seen looks for libjvm.so among a process's mappings.
+func (t *jvmTracker) seen(pid uint32, ms []mapping) {
+	for _, m := range ms {
+		if m.file == nil || !strings.HasSuffix(m.path, "/libjvm.so") {
+			continue
+		}
+		t.mu.Lock()
+		if _, ok := t.jvms[pid]; !ok {
+			t.jvms[pid] = &jvm{pid: pid, lib: m, next: time.Now().Add(20 * time.Millisecond),
+				every: 50 * time.Millisecond, blobs: map[uint64]hotspot.Blob{}}
+		}
+		t.mu.Unlock()
+		return
+	}
+}
+
+// forget stops reading an exited process; its names stay.
+func (t *jvmTracker) forget(pid uint32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if j := t.jvms[pid]; j != nil && !j.stopped {
+		j.stopped = true
+		if j.mem != nil {
+			j.mem.Close()
+		}
+	}
+}
+
+// tick refreshes the JVMs that are due: after 20, 50, 100 ... ms, then
+// every second, since a JVM compiles most of its code early.
+func (t *jvmTracker) tick(now time.Time) {
+	t.mu.Lock()
+	var due []*jvm
+	for _, j := range t.jvms {
+		if !j.stopped && j.err == nil && !now.Before(j.next) {
+			j.next = now.Add(j.every)
+			j.every = min(2*j.every, time.Second)
+			due = append(due, j)
+		}
+	}
+	t.mu.Unlock()
+	if len(due) == 0 {
+		return
+	}
+	start := time.Now()
+	for _, j := range due {
+		t.refresh(j)
+	}
+	t.nameMethods()
+	t.mu.Lock()
+	t.stats.ResolveCPU += time.Since(start)
+	t.mu.Unlock()
+}
+
+// refresh walks j's code cache and rewrites its rows.
+func (t *jvmTracker) refresh(j *jvm) {
+	if j.vm == nil {
+		if err := t.open(j); err != nil {
+			if !hotspot.IsNotReady(err) {
+				t.fail(j, err)
+			}
+			return
+		}
+	}
+	cc, err := j.vm.CodeCache()
+	if err != nil {
+		if !hotspot.IsNotReady(err) && !processExists(int(j.pid)) {
+			t.forget(j.pid)
+		}
+		return
+	}
+	if cc.High-cc.Low > 0xffffffff {
+		t.fail(j, fmt.Errorf("code cache of %d MiB: beyond what a row addresses", (cc.High-cc.Low)>>20))
+		return
+	}
+	for _, b := range cc.Blobs {
+		if b.Kind == hotspot.KindCompiled && b.Method != 0 {
+			j.vm.MethodName(b.Method) // now: the method may be unloaded later
+		}
+	}
+	t.mu.Lock()
+	for _, b := range cc.Blobs {
+		j.blobs[b.Start] = b
+	}
+	j.low, j.high, j.dirty = cc.Low, cc.High, true
+	t.stats.Refreshes++
+	t.stats.Blobs += len(cc.Blobs)
+	t.mu.Unlock()
+	t.unw.setGenerated(j.pid, cc.Low, cc.High, codeCacheRows(cc))
+}
+
+func (t *jvmTracker) open(j *jvm) error {
+	f := j.lib.file
+	f.load()
+	bias, ok := loadBias(f.loads, j.lib)
+	if !ok || f.fh == nil {
+		return fmt.Errorf("libjvm.so of process %d: no executable segment", j.pid)
+	}
+	ef, err := elf.NewFile(f.fh)
+	if err != nil {
+		return err
+	}
+	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", j.pid))
+	if err != nil {
+		return err
+	}
+	vm, err := hotspot.Open(mem, ef, bias)
+	if err != nil {
+		mem.Close()
+		return err
+	}
+	j.vm, j.mem = vm, mem
+	t.mu.Lock()
+	t.stats.JVMs++
+	t.mu.Unlock()
+	return nil
+}
+
+func (t *jvmTracker) fail(j *jvm, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	j.err = err
+	t.stats.Failed++
+}
+
+// now reads every JVM seen so far at once: threads blocked since before
+// the recording started are walked right after.
+func (t *jvmTracker) now() {
+	t.mu.Lock()
+	var all []*jvm
+	for _, j := range t.jvms {
+		if !j.stopped && j.err == nil {
+			all = append(all, j)
+		}
+	}
+	t.mu.Unlock()
+	for _, j := range all {
+		t.refresh(j)
+	}
+}
+
+// final names what the walker found since the last tick, once the
+// programs are detached.
+func (t *jvmTracker) final() {
+	start := time.Now()
+	t.nameMethods()
+	t.mu.Lock()
+	t.stats.ResolveCPU += time.Since(start)
+	t.mu.Unlock()
+}
+
+// nameMethods names the Method* values the walker found since the last
+// tick and removes them from the map (a walk adds them again, cheaply).
+func (t *jvmTracker) nameMethods() {
+	if t.methods == nil {
+		return
+	}
+	var k bpf.OffcpuJavaMethodKey
+	var v uint8
+	var done []bpf.OffcpuJavaMethodKey
+	it := t.methods.Iterate()
+	for it.Next(&k, &v) {
+		t.mu.Lock()
+		j := t.jvms[k.Tgid]
+		t.mu.Unlock()
+		if j != nil && j.vm == nil && j.err == nil && !j.stopped {
+			continue // named once the JVM's structures are read
+		}
+		done = append(done, k)
+		if j == nil || j.vm == nil {
+			continue
+		}
+		if _, ok := j.vm.Method(k.Method); ok {
+			continue
+		}
+		_, err := j.vm.MethodName(k.Method)
+		t.mu.Lock()
+		if err != nil {
+			t.stats.Unnamed++
+		} else {
+			t.stats.Methods++
+		}
+		t.mu.Unlock()
+	}
+	for _, k := range done {
+		t.methods.Delete(k)
+	}
+}
+
+// codeCacheRows are the walker's rows for a code cache, relative to its
+// low bound: interpreter frames by rbp with their Method*, frames of a
+// known size (compiled methods, runtime stubs) by rsp with the caller's
+// rbp saved below the return address, the rest by frame pointers.
+func codeCacheRows(cc *hotspot.CodeCache) []bpf.OffcpuUnwindRow {
+	rows := []bpf.OffcpuUnwindRow{{Pc: 0, Kind: uint8(unwind.KindNone)}}
+	add := func(pc uint64, r bpf.OffcpuUnwindRow) {
+		r.Pc = uint32(pc - cc.Low)
+		if last := &rows[len(rows)-1]; last.Pc == r.Pc {
+			*last = r
+			return
+		}
+		rows = append(rows, r)
+	}
+	for _, b := range cc.Blobs {
+		r := bpf.OffcpuUnwindRow{Kind: uint8(unwind.KindNone)}
+		switch {
+		case b.Kind == hotspot.KindInterpreter:
+			r.Kind = uint8(unwind.KindJavaInterp)
+		case b.FrameSize > 0 && b.FrameSize < 1<<15:
+			r.Kind, r.CfaOff, r.RbpOff = uint8(unwind.KindRSP), int16(b.FrameSize), -2
+		}
+		add(b.Start, r)
+		add(b.End, bpf.OffcpuUnwindRow{Kind: uint8(unwind.KindNone)})
+	}
+	return rows
+}
+
+// name names an address of process pid: a tagged Method* from an
+// interpreter frame, or code in its code cache.
+func (t *jvmTracker) name(pid uint32, addr uint64) (string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	j := t.jvms[pid]
+	if j == nil || j.vm == nil {
+		if isJavaMethod(addr) {
+			return "Interpreter", true
+		}
+		return "", false
+	}
+	if isJavaMethod(addr) {
+		if n, ok := j.vm.Method(addr & bpf.JavaMethodMask); ok {
+			return n, true
+		}
+		return "Interpreter", true
+	}
+	if addr < j.low || addr >= j.high {
+		return "", false
+	}
+	if j.dirty {
+		j.sorted = j.sorted[:0]
+		for _, b := range j.blobs {
+			j.sorted = append(j.sorted, b)
+		}
+		sort.Slice(j.sorted, func(a, b int) bool { return j.sorted[a].Start < j.sorted[b].Start })
+		j.dirty = false
+	}
+	i := sort.Search(len(j.sorted), func(i int) bool { return j.sorted[i].Start > addr }) - 1
+	if i < 0 || addr >= j.sorted[i].End {
+		return "", false
+	}
+	b := j.sorted[i]
+	if b.Kind == hotspot.KindCompiled {
+		if n, ok := j.vm.Method(b.Method); ok {
+			return n, true
+		}
+	}
+	return b.Name, true
+}
+
+func isJavaMethod(addr uint64) bool { return addr&^bpf.JavaMethodMask == bpf.JavaMethodTag }
+
+func (t *jvmTracker) snapshotStats() JVMStats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stats
+}
