@@ -4,12 +4,14 @@ import (
 	"debug/elf"
 	"fmt"
 	"os"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/offcpu/offcpu/bpf"
 	"github.com/offcpu/offcpu/collector/hotspot"
@@ -36,10 +38,11 @@ type JVMStats struct {
 	JVMs       int           `json:"jvms"`        // processes whose VMStructs were read
 	Failed     int           `json:"failed"`      // JVMs whose structures could not be read
 	Refreshes  int           `json:"refreshes"`   // code cache walks
-	Blobs      int           `json:"blobs"`       // blobs in the last walks, summed over JVMs
+	Blobs      int           `json:"blobs"`       // blobs in each JVM's latest walk, summed
+	Compiled   int           `json:"compiled"`    // of them compiled methods
 	Methods    int           `json:"methods"`     // Method* named
 	Unnamed    int           `json:"unnamed"`     // Method* that could not be read
-	ResolveCPU time.Duration `json:"resolve_cpu"` // wall time spent walking code caches and naming
+	ResolveCPU time.Duration `json:"resolve_cpu"` // CPU time of the recorder's thread walking code caches and naming
 }
 
 type jvm struct {
@@ -54,6 +57,7 @@ type jvm struct {
 	low     uint64
 	high    uint64
 	sorted  []hotspot.Blob // blobs by start, made when symbolizing
+	last    [2]int         // blobs and compiled methods in the latest walk
 	dirty   bool
 	stopped bool
 }
@@ -106,13 +110,13 @@ func (t *jvmTracker) tick(now time.Time) {
 	if len(due) == 0 {
 		return
 	}
-	start := time.Now()
+	start := ownThreadCPU()
 	for _, j := range due {
 		t.refresh(j)
 	}
 	t.nameMethods()
 	t.mu.Lock()
-	t.stats.ResolveCPU += time.Since(start)
+	t.stats.ResolveCPU += ownThreadCPU() - start
 	t.mu.Unlock()
 }
 
@@ -148,7 +152,12 @@ func (t *jvmTracker) refresh(j *jvm) {
 	}
 	j.low, j.high, j.dirty = cc.Low, cc.High, true
 	t.stats.Refreshes++
-	t.stats.Blobs += len(cc.Blobs)
+	j.last = [2]int{len(cc.Blobs), 0}
+	for _, b := range cc.Blobs {
+		if b.Kind == hotspot.KindCompiled {
+			j.last[1]++
+		}
+	}
 	t.mu.Unlock()
 	t.unw.setGenerated(j.pid, cc.Low, cc.High, codeCacheRows(cc))
 }
@@ -206,10 +215,12 @@ func (t *jvmTracker) now() {
 // final names what the walker found since the last tick, once the
 // programs are detached.
 func (t *jvmTracker) final() {
-	start := time.Now()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	start := ownThreadCPU()
 	t.nameMethods()
 	t.mu.Lock()
-	t.stats.ResolveCPU += time.Since(start)
+	t.stats.ResolveCPU += ownThreadCPU() - start
 	t.mu.Unlock()
 }
 
@@ -321,10 +332,25 @@ func (t *jvmTracker) name(pid uint32, addr uint64) (string, bool) {
 	return b.Name, true
 }
 
+// ownThreadCPU is the calling thread's CPU time (user and system); callers
+// keep their goroutine on one thread.
+func ownThreadCPU() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_THREAD, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 func isJavaMethod(addr uint64) bool { return addr&^bpf.JavaMethodMask == bpf.JavaMethodTag }
 
 func (t *jvmTracker) snapshotStats() JVMStats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.stats
+	st := t.stats
+	for _, j := range t.jvms {
+		st.Blobs += j.last[0]
+		st.Compiled += j.last[1]
+	}
+	return st
 }

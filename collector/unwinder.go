@@ -3,6 +3,7 @@ package collector
 import (
 	"debug/elf"
 	"errors"
+	"runtime"
 	"sort"
 	"sync"
 	"time"
@@ -386,6 +387,8 @@ func (u *unwinder) forget(pid uint32) {
 
 // run rescans mappings until stop is closed.
 func (u *unwinder) run(procs *procTable, stop <-chan struct{}) {
+	runtime.LockOSThread() // the JVM tracker measures this thread's CPU time
+	defer runtime.UnlockOSThread()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {

@@ -364,6 +364,13 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 			fmt.Fprintf(w, "offcpu: warning: %d processes left to frame pointers: more than %d processes need unwind tables at once\n", u.ProcsFull, collector.MaxUnwindProcs)
 		}
 	}
+	if j := st.JVM; j.JVMs > 0 || j.Failed > 0 {
+		fmt.Fprintf(w, "JVMs read through their VMStructs: %d (%d code blobs, %d compiled methods; %d Method* of interpreter frames named, %d unreadable; %d code cache walks in %v)\n",
+			j.JVMs, j.Blobs, j.Compiled, j.Methods, j.Unnamed, j.Refreshes, j.ResolveCPU.Round(time.Millisecond))
+		if j.Failed > 0 {
+			fmt.Fprintf(w, "offcpu: warning: %d JVMs could not be read: their Java frames are named from perf maps only\n", j.Failed)
+		}
+	}
 	if st.NoStart > 0 {
 		fmt.Fprintf(w, "blocked since before the start: %d threads (counted from the start; label interval=before-start or whole)\n", st.NoStart)
 	}

@@ -288,6 +288,12 @@ func (vm *VM) CodeCache() (*CodeCache, error) {
 		usedOff = v
 	}
 	cc := &CodeCache{Low: ^uint64(0)}
+	// The walk reads every block: through a window of the heap read a
+	// megabyte at a time, not a read per block (5,500 compiled methods:
+	// 47 ms a walk read by block).
+	mem := vm.mem
+	defer func() { vm.mem = mem }()
+	vm.mem = &window{r: mem}
 	for _, h := range heaps {
 		hdr, err := vm.read(h, int(max(memory, segShift)+64))
 		if err != nil {
@@ -328,6 +334,38 @@ func (vm *VM) CodeCache() (*CodeCache, error) {
 	}
 	sort.Slice(cc.Blobs, func(i, j int) bool { return cc.Blobs[i].Start < cc.Blobs[j].Start })
 	return cc, nil
+}
+
+// window serves reads from the last megabyte read; reads crossing its
+// end, or larger, go to r.
+type window struct {
+	r    io.ReaderAt
+	base int64
+	buf  []byte
+}
+
+const windowSize = 1 << 20
+
+func (w *window) ReadAt(p []byte, off int64) (int, error) {
+	if off < w.base || off+int64(len(p)) > w.base+int64(len(w.buf)) {
+		if len(p) > windowSize/4 {
+			return w.r.ReadAt(p, off)
+		}
+		if w.buf == nil {
+			w.buf = make([]byte, windowSize)
+		}
+		w.base = off &^ 4095
+		n, err := w.r.ReadAt(w.buf[:cap(w.buf)], w.base)
+		w.buf = w.buf[:n]
+		if off+int64(len(p)) > w.base+int64(n) {
+			w.buf = w.buf[:0]
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+			return w.r.ReadAt(p, off) // the window ends early (unmapped): read just p
+		}
+	}
+	return copy(p, w.buf[off-w.base:]), nil
 }
 
 // heaps returns the CodeHeap* of CodeCache::_heaps (a GrowableArray).
