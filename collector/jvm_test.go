@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/internal/testenv"
 )
 
 // jdk returns the paths of java, javac and jcmd, or skips: a JDK is not
@@ -89,25 +91,6 @@ func TestJVMMonitorStacks(t *testing.T) {
 	t.Logf("monitor waits %v, %.1f%% whole; all stacks complete %.1f%%; tables %+v", time.Duration(monitor), 100*float64(whole)/float64(monitor), 100*st.CompleteShare(), *st.Unwind)
 }
 
-// jdkHomes are the JDKs to test unmodified JVMs on: Debian's 17 (CI
-// installs it) and a 25 when one is installed.
-func jdkHomes(t *testing.T) map[string]string {
-	t.Helper()
-	homes := map[string]string{}
-	for ver, dir := range map[string]string{"17": "/usr/lib/jvm/java-17-openjdk-amd64", "25": "/usr/lib/jvm/temurin-25-jdk-amd64"} {
-		if _, err := os.Stat(filepath.Join(dir, "bin", "javac")); err == nil {
-			homes[ver] = dir
-		}
-	}
-	if homes["17"] == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("no JDK 17 at /usr/lib/jvm/java-17-openjdk-amd64: .ci/run installs openjdk-17-jdk-headless")
-		}
-		t.Skip("no JDK 17 at /usr/lib/jvm/java-17-openjdk-amd64")
-	}
-	return homes
-}
-
 // javaShare is the share of the off-CPU time of the threads whose name
 // starts with thread (and, when set, whose stack holds inside) that has
 // a frame for which named is true.
@@ -146,7 +129,7 @@ func javaShare(t *testing.T, p *profile.Profile, thread, inside string, named fu
 // were read while it lived).
 func TestJVMUnmodifiedMonitorStacks(t *testing.T) {
 	requireBPF(t)
-	for ver, home := range jdkHomes(t) {
+	for ver, home := range testenv.JDKHomes(t) {
 		dir := t.TempDir()
 		build(t, filepath.Join(home, "bin", "javac"), "-d", dir, "testdata/jvm/Contend.java")
 		java := filepath.Join(home, "bin", "java")
@@ -228,7 +211,7 @@ func checkContend(t *testing.T, s *Session, p *profile.Profile) {
 // still runs in the interpreter: its off-CPU time names Netty frames.
 func TestJVMUnmodifiedNettyLoop(t *testing.T) {
 	requireBPF(t)
-	home := jdkHomes(t)["17"]
+	home := testenv.JDKHomes(t)["17"]
 	var jars []string
 	for _, j := range []string{"netty-common", "netty-buffer", "netty-resolver", "netty-transport"} {
 		p := "/usr/share/java/" + j + ".jar"

@@ -11,24 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// jdks are the JDKs the tests run on: Debian's 17 and any 25 installed.
-func jdks(t *testing.T) map[string]string {
-	out := map[string]string{}
-	for name, dir := range map[string]string{"17": "/usr/lib/jvm/java-17-openjdk-amd64", "25": "/usr/lib/jvm/temurin-25-jdk-amd64"} {
-		if _, err := os.Stat(filepath.Join(dir, "bin", "java")); err == nil {
-			out[name] = dir
-		}
-	}
-	if len(out) == 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("no JDK under /usr/lib/jvm: CI installs openjdk-17-jdk-headless")
-		}
-		t.Skip("no JDK under /usr/lib/jvm")
-	}
-	return out
-}
+	"github.com/offcpu/offcpu/internal/testenv"
+)
 
 // Attach finds libjvm.so in a process's mappings and opens its VM.
 func attach(pid int) (*VM, error) {
@@ -61,7 +46,7 @@ func attach(pid int) (*VM, error) {
 // A JVM started with no flag: its code cache lists the interpreter and
 // compiled methods, and a compiled method is named as the source says.
 func TestCodeCacheOfUnmodifiedJVM(t *testing.T) {
-	for ver, dir := range jdks(t) {
+	for ver, dir := range testenv.JDKHomes(t) {
 		t.Run("jdk"+ver, func(t *testing.T) {
 			tmp := t.TempDir()
 			if out, err := exec.Command(filepath.Join(dir, "bin", "javac"), "-d", tmp, "../testdata/jvm/Contend.java").CombinedOutput(); err != nil {

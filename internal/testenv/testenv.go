@@ -18,3 +18,23 @@ func RequireRoot(t testing.TB) {
 	}
 	t.Skip("needs root for eBPF (set OFFCPU_REQUIRE_BPF=1 to make this a failure)")
 }
+
+// JDKHomes returns the JDKs to test unmodified JVMs on, by feature
+// version: Debian's 17 (CI installs it: a failure when missing there) and
+// a 25 when one is installed.
+func JDKHomes(t testing.TB) map[string]string {
+	t.Helper()
+	homes := map[string]string{}
+	for ver, dir := range map[string]string{"17": "/usr/lib/jvm/java-17-openjdk-amd64", "25": "/usr/lib/jvm/temurin-25-jdk-amd64"} {
+		if _, err := os.Stat(dir + "/bin/javac"); err == nil {
+			homes[ver] = dir
+		}
+	}
+	if homes["17"] == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("no JDK 17 at /usr/lib/jvm/java-17-openjdk-amd64: .ci/run installs openjdk-17-jdk-headless")
+		}
+		t.Skip("no JDK 17 at /usr/lib/jvm/java-17-openjdk-amd64")
+	}
+	return homes
+}
