@@ -254,7 +254,8 @@ struct {
 } unwind_files SEC(".maps");
 
 /* Key: java_method_key. Value: unused. Method* values found in
- * interpreter frames; user space names them and removes them. */
+ * interpreter frames and pcs in compiled methods; user space names them
+ * and removes them. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
@@ -631,6 +632,13 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 	u8 kind = r ? r->kind : UNWIND_NONE;
 	u64 cfa = 0;
 	switch (kind) {
+	case UNWIND_JAVA_COMPILED: {
+		struct java_method_key k = { .tgid = c->tgid, .kind = 1, .method = pc };
+		u8 one = 1;
+		bpf_map_update_elem(&java_methods, &k, &one, BPF_NOEXIST);
+		cfa = sp + r->cfa_off;
+		break;
+	}
 	case UNWIND_RSP:
 		cfa = sp + r->cfa_off;
 		break;
@@ -643,6 +651,12 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 	case UNWIND_END:
 		u->end = 1;
 		return 1;
+	case UNWIND_JAVA_GAP: {
+		struct java_method_key k = { .tgid = c->tgid, .kind = 2, .method = pc };
+		u8 one = 1;
+		bpf_map_update_elem(&java_methods, &k, &one, BPF_NOEXIST);
+		goto frame_pointer;
+	}
 	case UNWIND_JAVA_INTERP: {
 		u64 fr[5]; /* rbp - 24 .. rbp + 8: method, last sp, sender sp, rbp, ra */
 		if (!bp || bp < sp || read_user(fr, sizeof(fr), bp - 24, c->task, remote))
@@ -660,7 +674,8 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 		u->bp = fr[3];
 		return 0;
 	}
-	default: {
+	default:
+	frame_pointer: {
 		/* Frame pointer: [bp] is the caller's bp, [bp + 8] the return address. */
 		u64 frame[2];
 		if (!bp || bp < sp || read_user(frame, sizeof(frame), bp, c->task, remote))

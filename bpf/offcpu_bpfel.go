@@ -42,7 +42,7 @@ type OffcpuFileUnwind struct {
 type OffcpuJavaMethodKey struct {
 	_      structs.HostLayout
 	Tgid   uint32
-	Pad    uint32
+	Kind   uint32
 	Method uint64
 }
 

@@ -135,6 +135,8 @@ enum unwind_kind {
 	UNWIND_NONE,    /* no rule: follow the frame pointer */
 	UNWIND_PLT,     /* PLT stub: CFA = rsp + 8, + 8 when (pc & 15) >= rbp_off */
 	UNWIND_JAVA_INTERP, /* HotSpot interpreter frame: rbp frame holding its Method* */
+	UNWIND_JAVA_COMPILED, /* HotSpot compiled method: as UNWIND_RSP, its pc noted */
+	UNWIND_JAVA_GAP,      /* HotSpot code cache, no blob known here yet: frame pointer, pc noted */
 };
 
 /* HotSpot's x86-64 interpreter frame (frame_x86.hpp, JDK 9-25), in words
@@ -145,12 +147,15 @@ enum unwind_kind {
 #define JAVA_METHOD_TAG 0xa000000000000000ULL
 #define JAVA_METHOD_MASK 0x0000ffffffffffffULL
 
-/* A Method* seen in an interpreter frame, for user space to name while
- * the process lives. */
+/* What user space names while the process lives: a Method* seen in an
+ * interpreter frame (kind 0), or a pc in a compiled method (kind 1),
+ * whose inlined methods are read from the method's debug information;
+ * or a pc in code compiled since user space last read the code cache
+ * (kind 2), which has it read again. */
 struct java_method_key {
 	u32 tgid;
-	u32 pad;
-	u64 method;
+	u32 kind;
+	u64 method; /* or the pc */
 };
 
 /* One row of a file's unwind table, valid up to the next row's pc. The

@@ -35,14 +35,18 @@ type jvmTracker struct {
 
 // JVMStats describes the JVMs walked through their own structures.
 type JVMStats struct {
-	JVMs       int           `json:"jvms"`        // processes whose VMStructs were read
-	Failed     int           `json:"failed"`      // JVMs whose structures could not be read
-	Refreshes  int           `json:"refreshes"`   // code cache walks
-	Blobs      int           `json:"blobs"`       // blobs in each JVM's latest walk, summed
-	Compiled   int           `json:"compiled"`    // of them compiled methods
-	Methods    int           `json:"methods"`     // Method* named
-	Unnamed    int           `json:"unnamed"`     // Method* that could not be read
-	ResolveCPU time.Duration `json:"resolve_cpu"` // CPU time of the recorder's thread walking code caches and naming
+	JVMs         int           `json:"jvms"`          // processes whose VMStructs were read
+	Failed       int           `json:"failed"`        // JVMs whose structures could not be read
+	Refreshes    int           `json:"refreshes"`     // code cache walks
+	Blobs        int           `json:"blobs"`         // blobs in each JVM's latest walk, summed
+	Compiled     int           `json:"compiled"`      // of them compiled methods
+	Methods      int           `json:"methods"`       // Method* named
+	Unnamed      int           `json:"unnamed"`       // Method* that could not be read
+	PCs          int           `json:"pcs"`           // pcs in compiled code whose frames were read
+	Inlined      int           `json:"inlined"`       // of them, pcs inside inlined methods
+	InlineFailed int           `json:"inline_failed"` // pcs whose debug information could not be read
+	GapWalks     int           `json:"gap_walks"`     // walks brought forward by a stack in code compiled since the last
+	ResolveCPU   time.Duration `json:"resolve_cpu"`   // CPU time of the recorder's thread walking code caches and naming
 }
 
 type jvm struct {
@@ -57,7 +61,10 @@ type jvm struct {
 	low     uint64
 	high    uint64
 	sorted  []hotspot.Blob // blobs by start, made when symbolizing
-	last    [2]int         // blobs and compiled methods in the latest walk
+	cur     *hotspot.CodeCache
+	inlined map[uint64][]string // pc in compiled code -> its Java frames, innermost first
+	last    time.Time           // the latest walk
+	counts  [2]int              // blobs and compiled methods in the latest walk
 	dirty   bool
 	stopped bool
 }
@@ -75,10 +82,28 @@ func (t *jvmTracker) seen(pid uint32, ms []mapping) {
 		t.mu.Lock()
 		if _, ok := t.jvms[pid]; !ok {
 			t.jvms[pid] = &jvm{pid: pid, lib: m, next: time.Now().Add(20 * time.Millisecond),
-				every: 50 * time.Millisecond, blobs: map[uint64]hotspot.Blob{}}
+				every: 50 * time.Millisecond, blobs: map[uint64]hotspot.Blob{}, inlined: map[uint64][]string{}}
 		}
 		t.mu.Unlock()
 		return
+	}
+}
+
+// run ticks every 10 ms until stop is closed, on a thread of its own (a
+// large file's unwind table parsed by the unwinder does not delay it, and
+// its CPU time is what resolving costs).
+func (t *jvmTracker) run(stop <-chan struct{}) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-tick.C:
+			t.tick(now)
+		}
 	}
 }
 
@@ -94,8 +119,9 @@ func (t *jvmTracker) forget(pid uint32) {
 	}
 }
 
-// tick refreshes the JVMs that are due: after 20, 50, 100 ... ms, then
-// every second, since a JVM compiles most of its code early.
+// tick refreshes the JVMs that are due (after 20, 50, 100 ... ms, then
+// every second, since a JVM compiles most of its code early) and names
+// what the walker found since the last tick.
 func (t *jvmTracker) tick(now time.Time) {
 	t.mu.Lock()
 	var due []*jvm
@@ -106,14 +132,17 @@ func (t *jvmTracker) tick(now time.Time) {
 			due = append(due, j)
 		}
 	}
+	n := len(t.jvms)
 	t.mu.Unlock()
-	if len(due) == 0 {
+	if n == 0 {
 		return
 	}
 	start := ownThreadCPU()
 	for _, j := range due {
 		t.refresh(j)
 	}
+	// Every tick, not only at walks: a process may exit within the
+	// second, its Method* values unread.
 	t.nameMethods()
 	t.mu.Lock()
 	t.stats.ResolveCPU += ownThreadCPU() - start
@@ -141,37 +170,48 @@ func (t *jvmTracker) refresh(j *jvm) {
 		t.fail(j, fmt.Errorf("code cache of %d MiB: beyond what a row addresses", (cc.High-cc.Low)>>20))
 		return
 	}
-	for _, b := range cc.Blobs {
-		if b.Kind == hotspot.KindCompiled && b.Method != 0 {
-			j.vm.MethodName(b.Method) // now: the method may be unloaded later
-		}
-	}
 	t.mu.Lock()
 	for _, b := range cc.Blobs {
 		j.blobs[b.Start] = b
 	}
-	j.low, j.high, j.dirty = cc.Low, cc.High, true
+	j.low, j.high, j.dirty, j.cur = cc.Low, cc.High, true, cc
 	t.stats.Refreshes++
-	j.last = [2]int{len(cc.Blobs), 0}
+	j.last = time.Now()
+	j.counts = [2]int{len(cc.Blobs), 0}
 	for _, b := range cc.Blobs {
 		if b.Kind == hotspot.KindCompiled {
-			j.last[1]++
+			j.counts[1]++
 		}
 	}
 	t.mu.Unlock()
 	t.unw.setGenerated(j.pid, cc.Low, cc.High, codeCacheRows(cc))
+	// Named now, after the rows: a method may be unloaded later.
+	for _, b := range cc.Blobs {
+		if b.Kind == hotspot.KindCompiled && b.Method != 0 {
+			j.vm.MethodName(b.Method)
+		}
+	}
 }
 
 func (t *jvmTracker) open(j *jvm) error {
 	f := j.lib.file
-	f.load()
-	bias, ok := loadBias(f.loads, j.lib)
-	if !ok || f.fh == nil {
-		return fmt.Errorf("libjvm.so of process %d: no executable segment", j.pid)
+	if f.fh == nil {
+		return fmt.Errorf("libjvm.so of process %d could not be opened", j.pid)
 	}
+	// Its headers only: f.load() reads every symbol, for names, later.
 	ef, err := elf.NewFile(f.fh)
 	if err != nil {
 		return err
+	}
+	var loads []elf.ProgHeader
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_LOAD {
+			loads = append(loads, p.ProgHeader)
+		}
+	}
+	bias, ok := loadBias(loads, j.lib)
+	if !ok {
+		return fmt.Errorf("libjvm.so of process %d: no executable segment", j.pid)
 	}
 	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", j.pid))
 	if err != nil {
@@ -245,6 +285,19 @@ func (t *jvmTracker) nameMethods() {
 		if j == nil || j.vm == nil {
 			continue
 		}
+		switch k.Kind {
+		case 1:
+			t.nameCompiled(j, k.Method)
+			continue
+		case 2: // new code: read the code cache again soon
+			t.mu.Lock()
+			if soon := j.last.Add(50 * time.Millisecond); soon.Before(j.next) {
+				j.next = soon
+				t.stats.GapWalks++
+			}
+			t.mu.Unlock()
+			continue
+		}
 		if _, ok := j.vm.Method(k.Method); ok {
 			continue
 		}
@@ -262,12 +315,55 @@ func (t *jvmTracker) nameMethods() {
 	}
 }
 
+// nameCompiled reads the Java frames at pc, a pc in compiled code, from
+// the compiled method there now.
+func (t *jvmTracker) nameCompiled(j *jvm, pc uint64) {
+	t.mu.Lock()
+	_, done := j.inlined[pc]
+	cc := j.cur
+	t.mu.Unlock()
+	if done || cc == nil {
+		return
+	}
+	i := sort.Search(len(cc.Blobs), func(i int) bool { return cc.Blobs[i].Start > pc }) - 1
+	if i < 0 || pc >= cc.Blobs[i].End || cc.Blobs[i].Kind != hotspot.KindCompiled {
+		return
+	}
+	names, err := j.vm.Frames(cc.Blobs[i], pc)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil {
+		t.stats.InlineFailed++
+		return
+	}
+	j.inlined[pc] = names
+	t.stats.PCs++
+	if len(names) > 1 {
+		t.stats.Inlined++
+	}
+}
+
+// frames returns the Java frames at pc, a pc in compiled code of process
+// pid whose debug information was read, innermost first.
+func (t *jvmTracker) frames(pid uint32, pc uint64) ([]string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	j := t.jvms[pid]
+	if j == nil {
+		return nil, false
+	}
+	f, ok := j.inlined[pc]
+	return f, ok
+}
+
 // codeCacheRows are the walker's rows for a code cache, relative to its
 // low bound: interpreter frames by rbp with their Method*, frames of a
 // known size (compiled methods, runtime stubs) by rsp with the caller's
-// rbp saved below the return address, the rest by frame pointers.
+// rbp saved below the return address, the rest by frame pointers; where
+// no blob was, the walker asks for the code cache to be read again.
 func codeCacheRows(cc *hotspot.CodeCache) []bpf.OffcpuUnwindRow {
-	rows := []bpf.OffcpuUnwindRow{{Pc: 0, Kind: uint8(unwind.KindNone)}}
+	gap := bpf.OffcpuUnwindRow{Kind: uint8(unwind.KindJavaGap)}
+	rows := []bpf.OffcpuUnwindRow{gap}
 	add := func(pc uint64, r bpf.OffcpuUnwindRow) {
 		r.Pc = uint32(pc - cc.Low)
 		if last := &rows[len(rows)-1]; last.Pc == r.Pc {
@@ -283,9 +379,12 @@ func codeCacheRows(cc *hotspot.CodeCache) []bpf.OffcpuUnwindRow {
 			r.Kind = uint8(unwind.KindJavaInterp)
 		case b.FrameSize > 0 && b.FrameSize < 1<<15:
 			r.Kind, r.CfaOff, r.RbpOff = uint8(unwind.KindRSP), int16(b.FrameSize), -2
+			if b.Kind == hotspot.KindCompiled {
+				r.Kind = uint8(unwind.KindJavaCompiled)
+			}
 		}
 		add(b.Start, r)
-		add(b.End, bpf.OffcpuUnwindRow{Kind: uint8(unwind.KindNone)})
+		add(b.End, gap)
 	}
 	return rows
 }
@@ -349,8 +448,8 @@ func (t *jvmTracker) snapshotStats() JVMStats {
 	defer t.mu.Unlock()
 	st := t.stats
 	for _, j := range t.jvms {
-		st.Blobs += j.last[0]
-		st.Compiled += j.last[1]
+		st.Blobs += j.counts[0]
+		st.Compiled += j.counts[1]
 	}
 	return st
 }

@@ -249,4 +249,27 @@ func TestJVMUnmodifiedNettyLoop(t *testing.T) {
 	if share < 0.9 {
 		t.Errorf("%.1f%% of the event loop's off-CPU time names a Netty frame, want ≥ 90%%", 100*share)
 	}
+	// The whole loop, whether its methods run interpreted, compiled, or
+	// inlined into one another (compiled frames expand what they inlined).
+	chain := []string{"java.lang.Thread.run", "io.netty.util.concurrent.SingleThreadEventExecutor$4.run",
+		"io.netty.channel.nio.NioEventLoop.run", "io.netty.channel.nio.NioEventLoop.select", "sun.nio.ch.EPoll.wait", "epoll_wait"}
+	var in, all int64
+	for _, smp := range p.Sample {
+		if !strings.HasPrefix(smp.Label[LabelThread][0], "nioEventLoopGro") {
+			continue
+		}
+		f := userFuncs(smp)
+		if !containsFunc(f, "epoll_wait") {
+			continue
+		}
+		all += smp.Value[0]
+		if inOrder(f, chain) {
+			in += smp.Value[0]
+		} else if smp.Value[0] > int64(10*time.Millisecond) {
+			t.Logf("partial loop stack (%v): %v", time.Duration(smp.Value[0]), f)
+		}
+	}
+	if all == 0 || float64(in) < 0.9*float64(all) {
+		t.Errorf("%d of %d ns in epoll_wait have the loop's whole chain %v, want ≥ 90%%", in, all, chain)
+	}
 }

@@ -513,6 +513,18 @@ func (b *profBuilder) userLoc(pid uint32, addr uint64, leaf bool) *profile.Locat
 		b.locs[key] = l
 		return l
 	}
+	if b.sym.jvms != nil {
+		// Compiled Java code: the methods inlined at this pc, innermost first.
+		if names, ok := b.sym.jvms.frames(pid, addr); ok {
+			l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Address: addr, Mapping: b.mapping(pid, m)}
+			for _, n := range names {
+				l.Line = append(l.Line, profile.Line{Function: b.function(n, "")})
+			}
+			b.p.Location = append(b.p.Location, l)
+			b.locs[key] = l
+			return l
+		}
+	}
 	fr, m := b.sym.user(pid, look)
 	l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Address: addr, Mapping: b.mapping(pid, m),
 		Line: []profile.Line{{Function: b.function(fr.fn, fr.file), Line: fr.line}}}

@@ -299,9 +299,15 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 	if s.unw != nil {
 		s.unwStop = make(chan struct{})
 		s.unwDone = make(chan struct{})
+		jvmDone := make(chan struct{})
+		go func() {
+			defer close(jvmDone)
+			s.unw.jvms.run(s.unwStop)
+		}()
 		go func() {
 			defer close(s.unwDone)
 			s.unw.run(s.procs, s.unwStop)
+			<-jvmDone
 		}()
 	}
 	return s, nil

@@ -3,7 +3,6 @@ package collector
 import (
 	"debug/elf"
 	"errors"
-	"runtime"
 	"sort"
 	"sync"
 	"time"
@@ -25,6 +24,7 @@ type unwinder struct {
 	files *ebpf.Map // unwind_files: lets the kernel make a process's entry itself
 
 	mu      sync.Mutex
+	loadMu  sync.Mutex // one file's table parsed at a time, outside mu
 	cap     uint32
 	next    uint32                          // first free row
 	loaded  map[*symFile]*fileRows          // by open file: same identity as the symbolizer's
@@ -138,54 +138,77 @@ func (u *unwinder) setGenerated(pid uint32, start, end uint64, rows []bpf.Offcpu
 	return nil
 }
 
-// table returns f's rows, loading them on first use.
+// table returns f's rows, loading them on first use. It parses files
+// one at a time under loadMu and takes mu only to look up and to reserve
+// rows, so that a large file (libjvm: 20 MB of .eh_frame) does not hold
+// up what else needs the entries (the JVM tracker's code-cache rows).
 func (u *unwinder) table(f *symFile) *fileRows {
-	if fr, ok := u.loaded[f]; ok {
+	u.loadMu.Lock()
+	defer u.loadMu.Unlock()
+	u.mu.Lock()
+	fr, ok := u.loaded[f]
+	u.mu.Unlock()
+	if ok {
 		return fr
 	}
-	fr := &fileRows{}
-	u.loaded[f] = fr
+	fr = &fileRows{}
+	count := func(c *int) {
+		u.mu.Lock()
+		*c++
+		u.loaded[f] = fr
+		u.mu.Unlock()
+	}
 	if f.fh == nil {
-		u.stats.Failed++
+		count(&u.stats.Failed)
 		return fr
 	}
 	ef, err := elf.NewFile(f.fh)
 	if err != nil {
-		u.stats.Failed++
+		count(&u.stats.Failed)
 		return fr
 	}
 	t, err := unwind.FromELF(ef)
 	if err != nil {
-		u.stats.Failed++
+		count(&u.stats.Failed)
 		return fr
 	}
 	rows := t.Needed()
 	if len(rows) == 0 {
-		u.stats.FramePointers++
+		count(&u.stats.FramePointers)
 		return fr
 	}
-	n := uint32(len(rows))
-	if uint64(u.next)+uint64(n) > uint64(u.cap) {
-		u.stats.RowsFull++
-		return fr
-	}
-	keys := make([]uint32, 0, n)
-	vals := make([]bpf.OffcpuUnwindRow, 0, n)
-	for i, r := range rows {
+	var vals []bpf.OffcpuUnwindRow
+	for _, r := range rows {
 		if r.PC > 0xffffffff {
 			break // beyond what a row holds: the rest falls back to frame pointers
 		}
-		keys = append(keys, u.next+uint32(i))
 		vals = append(vals, bpf.OffcpuUnwindRow{Pc: uint32(r.PC), CfaOff: r.CFAOffset, Kind: uint8(r.Kind), RbpOff: r.RBPOffset})
 	}
-	if err := u.writeRows(keys, vals); err != nil {
-		u.stats.Failed++
+	n := uint32(len(vals))
+	u.mu.Lock()
+	if uint64(u.next)+uint64(n) > uint64(u.cap) {
+		u.stats.RowsFull++
+		u.loaded[f] = fr
+		u.mu.Unlock()
 		return fr
 	}
-	fr.first, fr.count = u.next, uint32(len(keys))
-	u.next += fr.count
-	u.stats.Files++
+	first := u.next
+	u.next += n
 	u.stats.Rows = u.next
+	u.mu.Unlock()
+	keys := make([]uint32, n)
+	for i := range keys {
+		keys[i] = first + uint32(i)
+	}
+	if err := u.writeRows(keys, vals); err != nil {
+		count(&u.stats.Failed)
+		return fr
+	}
+	fr.first, fr.count = first, n
+	u.mu.Lock()
+	u.stats.Files++
+	u.loaded[f] = fr
+	u.mu.Unlock()
 	u.publish(f, ef, fr)
 	return fr
 }
@@ -234,11 +257,16 @@ func (u *unwinder) writeRows(keys []uint32, vals []bpf.OffcpuUnwindRow) error {
 // update writes the process's entry from its executable mappings: the
 // ones whose code needs tables. A process needing none is removed.
 func (u *unwinder) update(pid uint32, ms []mapping) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
 	if u.jvms != nil {
 		u.jvms.seen(pid, ms)
 	}
+	for _, m := range ms {
+		if m.file != nil {
+			u.table(m.file)
+		}
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
 	u.updateLocked(pid, ms)
 }
 
@@ -252,8 +280,8 @@ func (u *unwinder) updateLocked(pid uint32, ms []mapping) {
 		if m.file == nil {
 			continue
 		}
-		fr := u.table(m.file)
-		if fr.count == 0 {
+		fr, ok := u.loaded[m.file] // loaded by update before it locked
+		if !ok || fr.count == 0 {
 			continue
 		}
 		m.file.load() // its PT_LOAD segments, shared with the symbolizer
@@ -387,8 +415,6 @@ func (u *unwinder) forget(pid uint32) {
 
 // run rescans mappings until stop is closed.
 func (u *unwinder) run(procs *procTable, stop <-chan struct{}) {
-	runtime.LockOSThread() // the JVM tracker measures this thread's CPU time
-	defer runtime.UnlockOSThread()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -396,9 +422,6 @@ func (u *unwinder) run(procs *procTable, stop <-chan struct{}) {
 		case <-stop:
 			return
 		case now := <-tick.C:
-			if u.jvms != nil {
-				u.jvms.tick(now)
-			}
 			for _, pid := range u.due(now) {
 				if !processExists(int(pid)) {
 					u.forget(pid)

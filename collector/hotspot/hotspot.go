@@ -65,20 +65,17 @@ func IsNotReady(err error) bool { return errors.Is(err, errNotReady) }
 // loaded at bias (run-time address less ELF virtual address) in the
 // process whose memory mem reads (/proc/PID/mem).
 func Open(mem io.ReaderAt, lib *elf.File, bias uint64) (*VM, error) {
-	syms, err := lib.DynamicSymbols()
+	at, err := exported(lib, "gHotSpotVM")
 	if err != nil {
 		return nil, ErrNotJVM
 	}
-	at := map[string]uint64{}
-	for _, s := range syms {
-		if strings.HasPrefix(s.Name, "gHotSpotVM") {
-			at[s.Name] = s.Value + bias
-		}
+	for n := range at {
+		at[n] += bias
 	}
 	if at[structTable.base] == 0 || at[typeTable.base] == 0 {
 		return nil, ErrNotJVM
 	}
-	vm := &VM{mem: mem, off: map[string]uint64{}, addr: map[string]uint64{}, sizes: map[string]uint64{},
+	vm := &VM{mem: &window{r: mem}, off: map[string]uint64{}, addr: map[string]uint64{}, sizes: map[string]uint64{},
 		methods: map[uint64]string{}, symbols: map[uint64]string{}, cstrs: map[uint64]string{}}
 	if err := vm.readTable(at, structTable); err != nil {
 		return nil, err
@@ -86,6 +83,7 @@ func Open(mem io.ReaderAt, lib *elf.File, bias uint64) (*VM, error) {
 	if err := vm.readTable(at, typeTable); err != nil {
 		return nil, err
 	}
+	vm.mem = mem // later reads are scattered: read what is asked
 	if a := vm.addr["Abstract_VM_Version::_s_vm_release"]; a != 0 {
 		if p, err := vm.u64(a); err == nil {
 			vm.Version, _ = vm.cstring(p)
@@ -100,6 +98,39 @@ func Open(mem io.ReaderAt, lib *elf.File, bias uint64) (*VM, error) {
 		}
 	}
 	return vm, nil
+}
+
+// exported returns the dynamic symbols whose names start with prefix,
+// scanning .dynsym in place: libjvm exports some 50,000 symbols, and
+// decoding them all (elf.File.DynamicSymbols) took most of a second
+// under the race detector.
+func exported(lib *elf.File, prefix string) (map[string]uint64, error) {
+	syms, strs := lib.Section(".dynsym"), lib.Section(".dynstr")
+	if syms == nil || strs == nil || lib.Class != elf.ELFCLASS64 {
+		return nil, ErrNotJVM
+	}
+	sd, err := syms.Data()
+	if err != nil {
+		return nil, err
+	}
+	st, err := strs.Data()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]uint64{}
+	p := []byte(prefix)
+	for i := 0; i+elf.Sym64Size <= len(sd); i += elf.Sym64Size {
+		name := binary.LittleEndian.Uint32(sd[i:])
+		if int(name)+len(p) > len(st) || string(st[name:int(name)+len(p)]) != prefix {
+			continue
+		}
+		end := int(name)
+		for end < len(st) && st[end] != 0 {
+			end++
+		}
+		out[string(st[name:end])] = binary.LittleEndian.Uint64(sd[i+8:])
+	}
+	return out, nil
 }
 
 func (vm *VM) readTable(at map[string]uint64, t table) error {
@@ -254,6 +285,7 @@ const (
 
 // Blob is one piece of code in the code cache.
 type Blob struct {
+	Addr       uint64 // the CodeBlob
 	Start, End uint64 // its instructions [Start, End)
 	FrameSize  uint32 // bytes from sp to the caller's sp (return address included); 0: unknown
 	Kind       Kind
@@ -288,9 +320,8 @@ func (vm *VM) CodeCache() (*CodeCache, error) {
 		usedOff = v
 	}
 	cc := &CodeCache{Low: ^uint64(0)}
-	// The walk reads every block: through a window of the heap read a
-	// megabyte at a time, not a read per block (5,500 compiled methods:
-	// 47 ms a walk read by block).
+	// The walk reads every block: through windows of the heap, not a read
+	// per block (5,500 compiled methods: 47 ms a walk read by block).
 	mem := vm.mem
 	defer func() { vm.mem = mem }()
 	vm.mem = &window{r: mem}
@@ -336,36 +367,41 @@ func (vm *VM) CodeCache() (*CodeCache, error) {
 	return cc, nil
 }
 
-// window serves reads from the last megabyte read; reads crossing its
-// end, or larger, go to r.
+// window serves reads from the last few blocks of memory read (256 KiB
+// each); reads crossing a block's end, or larger, go to r. Walks read
+// memory mostly in order: the code heap's blocks, the introspection table
+// and the strings it points to.
 type window struct {
 	r    io.ReaderAt
-	base int64
-	buf  []byte
+	base [4]int64
+	buf  [4][]byte
+	next int
 }
 
-const windowSize = 1 << 20
+const windowSize = 256 << 10
 
 func (w *window) ReadAt(p []byte, off int64) (int, error) {
-	if off < w.base || off+int64(len(p)) > w.base+int64(len(w.buf)) {
-		if len(p) > windowSize/4 {
-			return w.r.ReadAt(p, off)
-		}
-		if w.buf == nil {
-			w.buf = make([]byte, windowSize)
-		}
-		w.base = off &^ 4095
-		n, err := w.r.ReadAt(w.buf[:cap(w.buf)], w.base)
-		w.buf = w.buf[:n]
-		if off+int64(len(p)) > w.base+int64(n) {
-			w.buf = w.buf[:0]
-			if err == nil {
-				err = io.ErrUnexpectedEOF
-			}
-			return w.r.ReadAt(p, off) // the window ends early (unmapped): read just p
+	end := off + int64(len(p))
+	for i, b := range w.buf {
+		if off >= w.base[i] && end <= w.base[i]+int64(len(b)) {
+			return copy(p, b[off-w.base[i]:]), nil
 		}
 	}
-	return copy(p, w.buf[off-w.base:]), nil
+	if len(p) > windowSize/4 {
+		return w.r.ReadAt(p, off)
+	}
+	i := w.next
+	w.next = (w.next + 1) % len(w.buf)
+	if w.buf[i] == nil {
+		w.buf[i] = make([]byte, windowSize)
+	}
+	w.base[i] = off &^ 4095
+	n, _ := w.r.ReadAt(w.buf[i][:windowSize], w.base[i])
+	w.buf[i] = w.buf[i][:n]
+	if end > w.base[i]+int64(n) {
+		return w.r.ReadAt(p, off) // the block ends early (unmapped): read just p
+	}
+	return copy(p, w.buf[i][off-w.base[i]:]), nil
 }
 
 // heaps returns the CodeHeap* of CodeCache::_heaps (a GrowableArray).
@@ -418,7 +454,7 @@ func (vm *VM) blob(a uint64) (Blob, bool) {
 	o := vm.off
 	ptr := func(f string) uint64 { return binary.LittleEndian.Uint64(hdr[o[f]:]) }
 	i32 := func(f string) int32 { return int32(binary.LittleEndian.Uint32(hdr[o[f]:])) }
-	var b Blob
+	b := Blob{Addr: a}
 	if _, ok := o["CodeBlob::_code_begin"]; ok {
 		b.Start, b.End = ptr("CodeBlob::_code_begin"), ptr("CodeBlob::_code_end")
 	} else if _, ok := o["CodeBlob::_code_offset"]; ok {
@@ -443,6 +479,154 @@ func (vm *VM) blob(a uint64) (Blob, bool) {
 		}
 	}
 	return b, true
+}
+
+// Frames names the Java frames at pc in compiled method b, innermost
+// first: the methods inlined there, then the one compiled. They come from
+// the nmethod's debug information: the PcDesc for pc (the last at or
+// before it) gives a scope, each scope an enclosing one, a metadata index
+// (the Method*) and a bci, as UNSIGNED5 numbers (libjvm_db.c
+// scopeDesc_chain; the OpenTelemetry profiler's hotspotJITInfo.symbolize).
+func (vm *VM) Frames(b Blob, pc uint64) ([]string, error) {
+	if b.Kind != KindCompiled || pc < b.Start || pc >= b.End {
+		return nil, fmt.Errorf("pc %#x not in compiled method at %#x", pc, b.Addr)
+	}
+	meta, pcs, data, err := vm.scopes(b.Addr)
+	if err != nil {
+		return nil, err
+	}
+	o := vm.off
+	descSize := vm.sizes["PcDesc"]
+	if descSize == 0 {
+		descSize = 16
+	}
+	at := int64(pc - b.Start)
+	best, scope := int64(-2), uint64(0)
+	for i := uint64(0); i+descSize <= uint64(len(pcs)); i += descSize {
+		d := int64(int32(binary.LittleEndian.Uint32(pcs[i+o["PcDesc::_pc_offset"]:])))
+		if d >= best && d <= at {
+			best = d
+			scope = uint64(binary.LittleEndian.Uint32(pcs[i+o["PcDesc::_scope_decode_offset"]:]))
+			if d == at {
+				break
+			}
+		}
+	}
+	var out []string
+	limit := uint64(len(data))
+	for n := 0; scope != 0 && scope < limit && n < 64; n++ {
+		limit = scope // scopes point back: the chain ends
+		r := unsigned5{b: data[scope:], x: vm.unsigned5X()}
+		next, idx := r.next(), r.next()
+		r.next() // bci
+		if r.err {
+			return nil, fmt.Errorf("bad scope data in compiled method at %#x", b.Addr)
+		}
+		if idx > 0 && 8*uint64(idx) <= uint64(len(meta)) {
+			m := binary.LittleEndian.Uint64(meta[8*(idx-1):])
+			name, err := vm.MethodName(m)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, name)
+		}
+		scope = uint64(next)
+	}
+	if len(out) == 0 {
+		name, err := vm.MethodName(b.Method)
+		if err != nil {
+			return nil, err
+		}
+		out = []string{name}
+	}
+	return out, nil
+}
+
+// scopes reads a compiled method's metadata (Method* and other pointers),
+// PcDesc table and scope data. Up to JDK 22 they follow the code in the
+// blob; from 23 the scopes are in "immutable data" and from 25 the
+// metadata in "mutable data", each allocated apart.
+func (vm *VM) scopes(a uint64) (meta, pcs, data []byte, err error) {
+	o := vm.off
+	hdr, err := vm.read(a, int(max(vm.sizes["nmethod"], 256)))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	u32 := func(f string) uint64 { return uint64(binary.LittleEndian.Uint32(hdr[o[f]:])) }
+	ptr := func(f string) uint64 { return binary.LittleEndian.Uint64(hdr[o[f]:]) }
+	const maxSize = 1 << 20
+	if _, ok := o["CompiledMethod::_scopes_data_begin"]; ok {
+		m, d := a+u32("nmethod::_metadata_offset"), ptr("CompiledMethod::_scopes_data_begin")
+		p, end := a+u32("nmethod::_scopes_pcs_offset"), a+u32("nmethod::_dependencies_offset")
+		if !(m <= d && d <= p && p <= end && end-m < maxSize) {
+			return nil, nil, nil, fmt.Errorf("compiled method at %#x: unexpected layout", a)
+		}
+		buf, err := vm.read(m, int(end-m))
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return buf[:d-m], buf[p-m:], buf[d-m : p-m], nil
+	}
+	imm, immSize := ptr("nmethod::_immutable_data"), u32("nmethod::_immutable_data_size")
+	po, do := u32("nmethod::_scopes_pcs_offset"), u32("nmethod::_scopes_data_offset")
+	if imm == 0 || !(po <= do && do <= immSize && immSize < maxSize) {
+		return nil, nil, nil, fmt.Errorf("compiled method at %#x: unexpected layout", a)
+	}
+	var mAddr, mSize uint64
+	if _, ok := o["CodeBlob::_mutable_data"]; ok {
+		rel := u32("CodeBlob::_relocation_size")
+		mAddr, mSize = ptr("CodeBlob::_mutable_data")+rel, u32("CodeBlob::_mutable_data_size")-rel
+	} else {
+		off := u32("CodeBlob::_data_offset") + uint64(binary.LittleEndian.Uint16(hdr[o["nmethod::_metadata_offset"]:]))
+		mAddr, mSize = a+off, u32("CodeBlob::_size")-off
+	}
+	if mSize >= maxSize {
+		return nil, nil, nil, fmt.Errorf("compiled method at %#x: metadata of %d bytes", a, mSize)
+	}
+	if meta, err = vm.read(mAddr, int(mSize)); err != nil {
+		return nil, nil, nil, err
+	}
+	buf, err := vm.read(imm+po, int(immSize-po))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return meta, buf[:do-po], buf[do-po:], nil
+}
+
+// unsigned5X is the byte value UNSIGNED5 numbers start from: 1 from JDK
+// 21 (and 20.0.15), where 0 was set apart; 0 before.
+func (vm *VM) unsigned5X() byte {
+	major := 0
+	fmt.Sscanf(vm.Version, "%d", &major)
+	if major >= 21 {
+		return 1
+	}
+	return 0
+}
+
+// unsigned5 reads HotSpot's compressed stream (CompressedReadStream:
+// UNSIGNED5, up to five bytes, values of 192 and up continue).
+type unsigned5 struct {
+	b   []byte
+	x   byte
+	err bool
+}
+
+func (r *unsigned5) next() uint32 {
+	var sum uint32
+	for i, shift := 0, 0; i < 5; i, shift = i+1, shift+6 {
+		if len(r.b) == 0 || r.b[0] < r.x {
+			r.err = true
+			return 0
+		}
+		c := r.b[0]
+		r.b = r.b[1:]
+		sum += uint32(c-r.x) << shift
+		if c < 192 {
+			break
+		}
+	}
+	return sum
 }
 
 // MethodName names a Method* as pkg.Class.method (the class's name from

@@ -13,12 +13,14 @@ type Kind uint8
 
 // Values shared with bpf/offcpu.bpf.c (enum unwind_kind).
 const (
-	KindRSP        Kind = iota // CFA = rsp + CFAOffset
-	KindRBP                    // CFA = rbp + CFAOffset
-	KindEnd                    // return address undefined: the outermost frame (thread start)
-	KindNone                   // no usable rule: fall back to frame pointers
-	KindPLT                    // PLT stub: CFA = rsp + 8, + 8 more when (pc & 15) >= RBPOffset
-	KindJavaInterp             // HotSpot interpreter frame: rbp frame, its Method* recorded
+	KindRSP          Kind = iota // CFA = rsp + CFAOffset
+	KindRBP                      // CFA = rbp + CFAOffset
+	KindEnd                      // return address undefined: the outermost frame (thread start)
+	KindNone                     // no usable rule: fall back to frame pointers
+	KindPLT                      // PLT stub: CFA = rsp + 8, + 8 more when (pc & 15) >= RBPOffset
+	KindJavaInterp               // HotSpot interpreter frame: rbp frame, its Method* recorded
+	KindJavaCompiled             // HotSpot compiled method: as KindRSP, its pc recorded
+	KindJavaGap                  // HotSpot code cache where no blob was known: frame pointer, pc recorded
 )
 
 func (k Kind) String() string {
@@ -35,6 +37,10 @@ func (k Kind) String() string {
 		return "plt"
 	case KindJavaInterp:
 		return "java-interp"
+	case KindJavaCompiled:
+		return "java-compiled"
+	case KindJavaGap:
+		return "java-gap"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
