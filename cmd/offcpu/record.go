@@ -365,8 +365,8 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 		}
 	}
 	if j := st.JVM; j.JVMs > 0 || j.Failed > 0 {
-		fmt.Fprintf(w, "JVMs read through their VMStructs: %d (%d code blobs, %d compiled methods; %d Method* of interpreter frames named, %d unreadable; %d code cache walks in %v)\n",
-			j.JVMs, j.Blobs, j.Compiled, j.Methods, j.Unnamed, j.Refreshes, j.ResolveCPU.Round(time.Millisecond))
+		fmt.Fprintf(w, "JVMs read through their VMStructs: %d (%d code blobs, %d compiled methods; named: %d Method* of interpreter frames, %d unreadable, %d pcs in compiled code, %d of them in inlined methods, %d unreadable; %d code cache walks, %d brought forward by new code; %v of CPU)\n",
+			j.JVMs, j.Blobs, j.Compiled, j.Methods, j.Unnamed, j.PCs, j.Inlined, j.InlineFailed, j.Refreshes, j.GapWalks, j.ResolveCPU.Round(time.Millisecond))
 		if j.Failed > 0 {
 			fmt.Fprintf(w, "offcpu: warning: %d JVMs could not be read: their Java frames are named from perf maps only\n", j.Failed)
 		}
