@@ -95,16 +95,7 @@ func (t *jvmTracker) seen(pid uint32, ms []mapping) {
 func (t *jvmTracker) run(stop <-chan struct{}) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case now := <-tick.C:
-			t.tick(now)
-		}
-	}
+	every(10*time.Millisecond, stop, t.tick)
 }
 
 // forget stops reading an exited process; its names stay.

@@ -33,14 +33,19 @@ func newStackSpill(coll *ebpf.Collection, capacity int) *stackSpill {
 
 // run checks the map's fill every 100 ms until stop is closed.
 func (sp *stackSpill) run(stop <-chan struct{}) {
-	tick := time.NewTicker(100 * time.Millisecond)
+	every(100*time.Millisecond, stop, func(time.Time) { sp.maybeMove() })
+}
+
+// every calls f with the time every d until stop is closed.
+func every(d time.Duration, stop <-chan struct{}, f func(now time.Time)) {
+	tick := time.NewTicker(d)
 	defer tick.Stop()
 	for {
 		select {
 		case <-stop:
 			return
-		case <-tick.C:
-			sp.maybeMove()
+		case now := <-tick.C:
+			f(now)
 		}
 	}
 }

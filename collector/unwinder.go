@@ -415,22 +415,15 @@ func (u *unwinder) forget(pid uint32) {
 
 // run rescans mappings until stop is closed.
 func (u *unwinder) run(procs *procTable, stop <-chan struct{}) {
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case now := <-tick.C:
-			for _, pid := range u.due(now) {
-				if !processExists(int(pid)) {
-					u.forget(pid)
-					continue
-				}
-				procs.snapshot(pid) // kept only if the mappings changed
+	every(10*time.Millisecond, stop, func(now time.Time) {
+		for _, pid := range u.due(now) {
+			if !processExists(int(pid)) {
+				u.forget(pid)
+				continue
 			}
+			procs.snapshot(pid) // kept only if the mappings changed
 		}
-	}
+	})
 }
 
 func (u *unwinder) snapshotStats() UnwindStats {
