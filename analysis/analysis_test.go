@@ -363,13 +363,16 @@ func TestRealPrograms(t *testing.T) {
 		idle     []string // idle categories that must hold time
 		blocking string   // the largest blocking category (first match), "" if none
 		fn       string   // the most blocked application function
+		// JVMs recorded with no profiling flag: threads whose name starts
+		// with thread spend ≥ 90% of their off-CPU time under frame.
+		thread, frame string
 	}{
-		{"nginx", 0.85, []string{"event-loop-idle", "queue-wait", "signal-wait"}, "monitor-wait", "ngx_thread_cond_wait"},
-		{"memcached", 0.95, []string{"event-loop-idle", "queue-wait", "sleep-timer"}, "monitor-wait", ""},
-		{"python", 0.30, []string{"event-loop-idle"}, "io", "sock_recv_into"},
-		{"go", 0.95, []string{"runtime", "event-loop-idle", "signal-wait", "child-wait"}, "", ""},
-		{"juc", 0.80, []string{"queue-wait", "runtime", "sleep-timer", "child-wait"}, "monitor-wait", "Juc.holdLock"},
-		{"netty", 0.90, []string{"event-loop-idle", "queue-wait", "runtime"}, "gc", ""},
+		{"nginx", 0.85, []string{"event-loop-idle", "queue-wait", "signal-wait"}, "monitor-wait", "ngx_thread_cond_wait", "", ""},
+		{"memcached", 0.95, []string{"event-loop-idle", "queue-wait", "sleep-timer"}, "monitor-wait", "", "", ""},
+		{"python", 0.30, []string{"event-loop-idle"}, "io", "sock_recv_into", "", ""},
+		{"go", 0.95, []string{"runtime", "event-loop-idle", "signal-wait", "child-wait"}, "", "", "", ""},
+		{"juc", 0.80, []string{"queue-wait", "runtime", "sleep-timer", "child-wait"}, "monitor-wait", "Juc.holdLock", "locker-", "Juc.holdLock"},
+		{"netty", 0.90, []string{"event-loop-idle", "queue-wait", "runtime"}, "", "", "nioEventLoopGro", "io.netty.channel.nio.NioEventLoop.select"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join("testdata", "real", tc.name+".pb.gz")
@@ -406,6 +409,24 @@ func TestRealPrograms(t *testing.T) {
 			}
 			if tc.fn != "" && (len(rep.TopAppFunctions) == 0 || rep.TopAppFunctions[0].Name != tc.fn) {
 				t.Errorf("most blocked function %v, want %s", rep.TopAppFunctions, tc.fn)
+			}
+			if tc.thread != "" {
+				var all, under int64
+				for _, st := range d.Stacks {
+					if st.Kind != "offcpu" || !strings.HasPrefix(st.Thread, tc.thread) {
+						continue
+					}
+					all += st.Value
+					for _, f := range st.Frames {
+						if f.Name == tc.frame {
+							under += st.Value
+							break
+						}
+					}
+				}
+				if all == 0 || float64(under) < 0.9*float64(all) {
+					t.Errorf("%s threads: %d of %d ns under %s, want ≥ 90%%", tc.thread, under, all, tc.frame)
+				}
 			}
 			rep.Sources = []string{tc.name + ".pb.gz"}
 			var buf bytes.Buffer
