@@ -36,7 +36,14 @@ type VM struct {
 	methods map[uint64]string // Method* -> pkg.Class.method
 	symbols map[uint64]string // Symbol* -> text
 	cstrs   map[uint64]string // char* -> text (blob names)
+
+	// A compiled method's debug information, read once for all its pcs;
+	// by the whole Blob, so that code replaced at the same address is read
+	// again.
+	scopeCache map[Blob]scopeData
 }
+
+type scopeData struct{ meta, pcs, data []byte }
 
 // tables names the exported symbols of one introspection table.
 type table struct {
@@ -76,7 +83,8 @@ func Open(mem io.ReaderAt, lib *elf.File, bias uint64) (*VM, error) {
 		return nil, ErrNotJVM
 	}
 	vm := &VM{mem: &window{r: mem}, off: map[string]uint64{}, addr: map[string]uint64{}, sizes: map[string]uint64{},
-		methods: map[uint64]string{}, symbols: map[uint64]string{}, cstrs: map[uint64]string{}}
+		methods: map[uint64]string{}, symbols: map[uint64]string{}, cstrs: map[uint64]string{},
+		scopeCache: map[Blob]scopeData{}}
 	if err := vm.readTable(at, structTable); err != nil {
 		return nil, err
 	}
@@ -491,10 +499,18 @@ func (vm *VM) Frames(b Blob, pc uint64) ([]string, error) {
 	if b.Kind != KindCompiled || pc < b.Start || pc >= b.End {
 		return nil, fmt.Errorf("pc %#x not in compiled method at %#x", pc, b.Addr)
 	}
-	meta, pcs, data, err := vm.scopes(b.Addr)
-	if err != nil {
-		return nil, err
+	sc, ok := vm.scopeCache[b]
+	if !ok {
+		var err error
+		if sc.meta, sc.pcs, sc.data, err = vm.scopes(b.Addr); err != nil {
+			return nil, err
+		}
+		if len(vm.scopeCache) >= 4096 {
+			clear(vm.scopeCache)
+		}
+		vm.scopeCache[b] = sc
 	}
+	meta, pcs, data := sc.meta, sc.pcs, sc.data
 	o := vm.off
 	descSize := vm.sizes["PcDesc"]
 	if descSize == 0 {
