@@ -112,7 +112,7 @@ func (t *jvmTracker) forget(pid uint32) {
 }
 
 // tick refreshes the JVMs that are due (after 20, 50, 100 ... ms, then
-// every second, since a JVM compiles most of its code early) and names
+// every second or more, since a JVM compiles most of its code early) and names
 // what the walker found since the last tick.
 func (t *jvmTracker) tick(now time.Time) {
 	t.mu.Lock()
