@@ -62,10 +62,10 @@ type jvm struct {
 	high    uint64
 	sorted  []hotspot.Blob // blobs by start, made when symbolizing
 	cur     *hotspot.CodeCache
-	inlined map[uint64][]string // pc in compiled code -> its Java frames, innermost first
-	last    time.Time           // the latest walk
-	walkCPU time.Duration       // CPU time of the latest walk
-	counts  [2]int              // blobs and compiled methods in the latest walk
+	inlined map[uint64][]hotspot.Frame // pc in compiled code -> its Java frames, innermost first
+	last    time.Time                  // the latest walk
+	walkCPU time.Duration              // CPU time of the latest walk
+	counts  [2]int                     // blobs and compiled methods in the latest walk
 	dirty   bool
 	stopped bool
 }
@@ -83,7 +83,7 @@ func (t *jvmTracker) seen(pid uint32, ms []mapping) {
 		t.mu.Lock()
 		if _, ok := t.jvms[pid]; !ok {
 			t.jvms[pid] = &jvm{pid: pid, lib: m, next: time.Now().Add(20 * time.Millisecond),
-				every: 50 * time.Millisecond, blobs: map[uint64]hotspot.Blob{}, inlined: map[uint64][]string{}}
+				every: 50 * time.Millisecond, blobs: map[uint64]hotspot.Blob{}, inlined: map[uint64][]hotspot.Frame{}}
 		}
 		t.mu.Unlock()
 		return
@@ -345,7 +345,7 @@ func (t *jvmTracker) nameCompiled(j *jvm, pc uint64) {
 
 // frames returns the Java frames at pc, a pc in compiled code of process
 // pid whose debug information was read, innermost first.
-func (t *jvmTracker) frames(pid uint32, pc uint64) ([]string, bool) {
+func (t *jvmTracker) frames(pid uint32, pc uint64) ([]hotspot.Frame, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	j := t.jvms[pid]

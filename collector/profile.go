@@ -517,8 +517,8 @@ func (b *profBuilder) userLoc(pid uint32, addr uint64, leaf bool) *profile.Locat
 		// Compiled Java code: the methods inlined at this pc, innermost first.
 		if names, ok := b.sym.jvms.frames(pid, addr); ok {
 			l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Address: addr, Mapping: b.mapping(pid, m)}
-			for _, n := range names {
-				l.Line = append(l.Line, profile.Line{Function: b.function(n, "")})
+			for _, f := range names {
+				l.Line = append(l.Line, profile.Line{Function: b.function(f.Name, ""), Line: int64(f.Line)})
 			}
 			b.p.Location = append(b.p.Location, l)
 			b.locs[key] = l

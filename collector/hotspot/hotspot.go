@@ -41,6 +41,7 @@ type VM struct {
 	// by the whole Blob, so that code replaced at the same address is read
 	// again.
 	scopeCache map[Blob]scopeData
+	lines      map[uint64][][2]int // Method* -> (bci, line) pairs
 }
 
 type scopeData struct{ meta, pcs, data []byte }
@@ -84,7 +85,7 @@ func Open(mem io.ReaderAt, lib *elf.File, bias uint64) (*VM, error) {
 	}
 	vm := &VM{mem: &window{r: mem}, off: map[string]uint64{}, addr: map[string]uint64{}, sizes: map[string]uint64{},
 		methods: map[uint64]string{}, symbols: map[uint64]string{}, cstrs: map[uint64]string{},
-		scopeCache: map[Blob]scopeData{}}
+		scopeCache: map[Blob]scopeData{}, lines: map[uint64][][2]int{}}
 	if err := vm.readTable(at, structTable); err != nil {
 		return nil, err
 	}
@@ -495,7 +496,7 @@ func (vm *VM) blob(a uint64) (Blob, bool) {
 // before it) gives a scope, each scope an enclosing one, a metadata index
 // (the Method*) and a bci, as UNSIGNED5 numbers (libjvm_db.c
 // scopeDesc_chain; the OpenTelemetry profiler's hotspotJITInfo.symbolize).
-func (vm *VM) Frames(b Blob, pc uint64) ([]string, error) {
+func (vm *VM) Frames(b Blob, pc uint64) ([]Frame, error) {
 	if b.Kind != KindCompiled || pc < b.Start || pc >= b.End {
 		return nil, fmt.Errorf("pc %#x not in compiled method at %#x", pc, b.Addr)
 	}
@@ -528,13 +529,13 @@ func (vm *VM) Frames(b Blob, pc uint64) ([]string, error) {
 			}
 		}
 	}
-	var out []string
+	var out []Frame
 	limit := uint64(len(data))
 	for n := 0; scope != 0 && scope < limit && n < 64; n++ {
 		limit = scope // scopes point back: the chain ends
 		r := unsigned5{b: data[scope:], x: vm.unsigned5X()}
 		next, idx := r.next(), r.next()
-		r.next() // bci
+		bci := int(r.next()) - 1 // stored plus one (InvocationEntryBci is -1)
 		if r.err {
 			return nil, fmt.Errorf("bad scope data in compiled method at %#x", b.Addr)
 		}
@@ -544,7 +545,7 @@ func (vm *VM) Frames(b Blob, pc uint64) ([]string, error) {
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, name)
+			out = append(out, Frame{Name: name, Line: vm.Line(m, bci)})
 		}
 		scope = uint64(next)
 	}
@@ -553,10 +554,89 @@ func (vm *VM) Frames(b Blob, pc uint64) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = []string{name}
+		out = []Frame{{Name: name}}
 	}
 	return out, nil
 }
+
+// Frame is a Java frame: its method and its source line (0: unknown).
+type Frame struct {
+	Name string
+	Line int
+}
+
+// Line is the source line of bci in method m, from the method's
+// compressed line number table (after its bytecodes; each entry a byte of
+// bci and line deltas, or 0xff and two signed UNSIGNED5 deltas; 0 ends
+// it), as the JVM keeps it. 0 when the method has none or bci is outside.
+func (vm *VM) Line(m uint64, bci int) int {
+	if bci < 0 {
+		return 0
+	}
+	t, ok := vm.lines[m]
+	if !ok {
+		t = vm.lineTable(m)
+		vm.lines[m] = t
+	}
+	line, best := 0, -1
+	for _, e := range t {
+		if e[0] <= bci && e[0] >= best {
+			best, line = e[0], e[1]
+		}
+	}
+	return line
+}
+
+func (vm *VM) lineTable(m uint64) [][2]int {
+	o := vm.off
+	cm, err := vm.u64(m + o["Method::_constMethod"])
+	if err != nil {
+		return nil
+	}
+	flagsOff, ok := vm.field("ConstMethod::_flags._flags", "ConstMethod::_flags")
+	codeOff, ok2 := o["ConstMethod::_code_size"]
+	size := vm.sizes["ConstMethod"]
+	if !ok || !ok2 || size == 0 {
+		return nil
+	}
+	hdr, err := vm.read(cm, int(size))
+	if err != nil || hdr[flagsOff]&1 == 0 { // _has_linenumber_table
+		return nil
+	}
+	code := uint64(binary.LittleEndian.Uint16(hdr[codeOff:]))
+	var buf []byte
+	for n := 4096; n >= 64 && buf == nil; n /= 4 { // the table may end near unmapped memory
+		buf, _ = vm.read(cm+size+code, n)
+	}
+	if buf == nil {
+		return nil
+	}
+	r := unsigned5{b: buf, x: vm.unsigned5X()}
+	var out [][2]int
+	bci, line := 0, 0
+	for len(r.b) > 0 && len(out) < 65536 {
+		c := r.b[0]
+		r.b = r.b[1:]
+		switch c {
+		case 0:
+			return out
+		case 0xff:
+			bci += int(zigzag(r.next()))
+			line += int(zigzag(r.next()))
+			if r.err {
+				return out
+			}
+		default:
+			bci += int(c >> 3)
+			line += int(c & 7)
+		}
+		out = append(out, [2]int{bci, line})
+	}
+	return out
+}
+
+// zigzag decodes a signed UNSIGNED5 number.
+func zigzag(v uint32) int32 { return int32(v>>1) ^ -int32(v&1) }
 
 // scopes reads a compiled method's metadata (Method* and other pointers),
 // PcDesc table and scope data. Up to JDK 22 they follow the code in the

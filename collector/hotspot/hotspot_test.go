@@ -94,6 +94,33 @@ func TestCodeCacheOfUnmodifiedJVM(t *testing.T) {
 					t.Errorf("blob %s %#x-%#x outside the code cache", b.Name, b.Start, b.End)
 				}
 			}
+			// The pcs of compiled holdLock carry its source lines: its body
+			// is lines 9 to 16 of Contend.java.
+			lines := map[int]bool{}
+			for _, b := range cc.Blobs {
+				if n, _ := vm.MethodName(b.Method); b.Kind != KindCompiled || n != "Contend.holdLock" {
+					continue
+				}
+				for pc := b.Start; pc < b.End; pc++ {
+					fs, err := vm.Frames(b, pc)
+					if err != nil {
+						t.Fatalf("Frames(%#x): %v", pc, err)
+					}
+					if f := fs[len(fs)-1]; f.Name != "Contend.holdLock" {
+						t.Fatalf("outermost frame at %#x in holdLock: %+v", pc, fs)
+					} else if f.Line != 0 {
+						lines[f.Line] = true
+					}
+				}
+			}
+			for l := range lines {
+				if l < 9 || l > 16 {
+					t.Errorf("holdLock frame at line %d, want 9 to 16 (lines seen %v)", l, lines)
+				}
+			}
+			if len(lines) < 2 {
+				t.Errorf("holdLock's compiled pcs name lines %v, want several of 9 to 16", lines)
+			}
 		})
 	}
 }
