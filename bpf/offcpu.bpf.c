@@ -263,6 +263,15 @@ struct {
 	__type(value, u8);
 } java_methods SEC(".maps");
 
+/* Key: tgid. Value: java_proc. Written by user space once it has read a
+ * JVM's structures: what turns an interpreter frame's bcp into a bci. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, struct java_proc);
+} java_procs SEC(".maps");
+
 /* A zeroed unwind_proc to create entries from (too large for the stack),
  * and the generation counter of entries made here. */
 struct {
@@ -616,6 +625,21 @@ static __always_inline long read_user(void *dst, u32 size, u64 addr, struct task
 	return bpf_probe_read_user(dst, size, (void *)addr);
 }
 
+/* The bytecode index an interpreter frame is at: its bcp less the start
+ * of its method's bytecodes, which follow the ConstMethod. JAVA_BCI_NONE
+ * when the process's layout is not known or the bcp is not in range. */
+static __always_inline u64 java_bci(struct unwind_ctx *c, u64 method, u64 bcp, bool remote)
+{
+	struct java_proc *jp = bpf_map_lookup_elem(&java_procs, &c->tgid);
+	u64 cm;
+	if (!jp || !bcp || read_user(&cm, sizeof(cm), method + jp->const_method_off, c->task, remote))
+		return JAVA_BCI_NONE;
+	u64 code = cm + jp->const_method_size;
+	if (bcp < code || bcp - code >= JAVA_BCI_NONE)
+		return JAVA_BCI_NONE;
+	return bcp - code;
+}
+
 /* One frame: records pc, then finds the caller's pc, sp and bp, by the
  * unwind row when the code has one, else by the frame pointer. */
 static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
@@ -658,20 +682,26 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 		goto frame_pointer;
 	}
 	case UNWIND_JAVA_INTERP: {
-		u64 fr[5]; /* rbp - 24 .. rbp + 8: method, last sp, sender sp, rbp, ra */
-		if (!bp || bp < sp || read_user(fr, sizeof(fr), bp - 24, c->task, remote))
-			return 1;
-		u64 method = fr[0];
-		if (method && method <= JAVA_METHOD_MASK) {
-			c->buf->ips[n] = method | JAVA_METHOD_TAG;
+		/* rbp - 64 .. rbp + 8: bcp, locals, cache, mdp, mirror, method,
+		 * last sp, sender sp, rbp, ra */
+		u64 fr[10];
+		if (!bp || bp < sp || read_user(fr, sizeof(fr), bp - 64, c->task, remote)) {
+			__builtin_memset(fr, 0, sizeof(fr));
+			if (!bp || bp < sp || read_user(&fr[5], 5 * sizeof(u64), bp - 24, c->task, remote))
+				return 1;
+		}
+		u64 method = fr[5];
+		if (method && method <= JAVA_METHOD_MASK && !(method & 7)) {
+			u64 bci = java_bci(c, method, fr[0], remote);
+			c->buf->ips[n] = JAVA_METHOD_TAG | ((bci >> 3) << 47) | method | (bci & 7);
 			struct java_method_key k = { .tgid = c->tgid, .method = method };
 			u8 one = 1;
 			bpf_map_update_elem(&java_methods, &k, &one, BPF_NOEXIST);
 		}
 		u->dwarf++;
-		u->pc = fr[4];
-		u->sp = fr[2] >= bp + 16 ? fr[2] : bp + 16;
-		u->bp = fr[3];
+		u->pc = fr[9];
+		u->sp = fr[7] >= bp + 16 ? fr[7] : bp + 16;
+		u->bp = fr[8];
 		return 0;
 	}
 	default:

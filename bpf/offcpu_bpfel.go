@@ -46,6 +46,12 @@ type OffcpuJavaMethodKey struct {
 	Method uint64
 }
 
+type OffcpuJavaProc struct {
+	_               structs.HostLayout
+	ConstMethodOff  uint32
+	ConstMethodSize uint32
+}
+
 type OffcpuMapEvent struct {
 	_      structs.HostLayout
 	Kind   uint32
@@ -240,6 +246,7 @@ const (
 	OffcpuMapCpuSamples         = "cpu_samples"
 	OffcpuMapExecMmaps          = "exec_mmaps"
 	OffcpuMapJavaMethods        = "java_methods"
+	OffcpuMapJavaProcs          = "java_procs"
 	OffcpuMapLastWaker          = "last_waker"
 	OffcpuMapNewborn            = "newborn"
 	OffcpuMapOffcpu             = "offcpu"
@@ -365,6 +372,7 @@ type OffcpuMapSpecs struct {
 	CpuSamples      *ebpf.MapSpec `ebpf:"cpu_samples"`
 	ExecMmaps       *ebpf.MapSpec `ebpf:"exec_mmaps"`
 	JavaMethods     *ebpf.MapSpec `ebpf:"java_methods"`
+	JavaProcs       *ebpf.MapSpec `ebpf:"java_procs"`
 	LastWaker       *ebpf.MapSpec `ebpf:"last_waker"`
 	Newborn         *ebpf.MapSpec `ebpf:"newborn"`
 	Offcpu          *ebpf.MapSpec `ebpf:"offcpu"`
@@ -440,6 +448,7 @@ type OffcpuMaps struct {
 	CpuSamples      *ebpf.Map `ebpf:"cpu_samples"`
 	ExecMmaps       *ebpf.Map `ebpf:"exec_mmaps"`
 	JavaMethods     *ebpf.Map `ebpf:"java_methods"`
+	JavaProcs       *ebpf.Map `ebpf:"java_procs"`
 	LastWaker       *ebpf.Map `ebpf:"last_waker"`
 	Newborn         *ebpf.Map `ebpf:"newborn"`
 	Offcpu          *ebpf.Map `ebpf:"offcpu"`
@@ -470,6 +479,7 @@ func (m *OffcpuMaps) Close() error {
 		m.CpuSamples,
 		m.ExecMmaps,
 		m.JavaMethods,
+		m.JavaProcs,
 		m.LastWaker,
 		m.Newborn,
 		m.Offcpu,

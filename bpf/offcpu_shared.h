@@ -140,12 +140,24 @@ enum unwind_kind {
 };
 
 /* HotSpot's x86-64 interpreter frame (frame_x86.hpp, JDK 9-25), in words
- * from rbp: the Method* at -3, the caller's sp at -1 (the caller may be
- * compiled code whose sp an adapter moved), the caller's rbp at 0 and the
- * return address at 1. The frame's entry in the stack is the Method*
- * with this tag in its top bits (user addresses are below 1 << 47). */
+ * from rbp: the bcp at -8, the Method* at -3, the caller's sp at -1 (the
+ * caller may be compiled code whose sp an adapter moved), the caller's
+ * rbp at 0 and the return address at 1. The frame's entry in the stack
+ * is the Method* with this tag in its top bits (user addresses are below
+ * 1 << 47) and its bci. */
 #define JAVA_METHOD_TAG 0xa000000000000000ULL
-#define JAVA_METHOD_MASK 0x0000ffffffffffffULL
+#define JAVA_METHOD_MASK 0x00007fffffffffffULL
+/* The frame's bci rides in the bits a Method* leaves free: its low 3
+ * bits in the Method*'s (8-byte aligned) low bits, the rest in bits
+ * 47-59. JAVA_BCI_NONE: not known. */
+#define JAVA_BCI_NONE 0xffffULL
+
+/* A JVM's layout for bcis: where Method* points to its ConstMethod, and
+ * the ConstMethod's size (its bytecodes follow it). */
+struct java_proc {
+	u32 const_method_off;
+	u32 const_method_size;
+};
 
 /* What user space names while the process lives: a Method* seen in an
  * interpreter frame (kind 0), or a pc in a compiled method (kind 1),

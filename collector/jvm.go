@@ -26,6 +26,7 @@ import (
 type jvmTracker struct {
 	unw     *unwinder
 	methods *ebpf.Map // java_methods
+	layouts *ebpf.Map // java_procs
 
 	mu   sync.Mutex
 	jvms map[uint32]*jvm
@@ -70,8 +71,8 @@ type jvm struct {
 	stopped bool
 }
 
-func newJVMTracker(u *unwinder, methods *ebpf.Map) *jvmTracker {
-	return &jvmTracker{unw: u, methods: methods, jvms: map[uint32]*jvm{}}
+func newJVMTracker(u *unwinder, methods, layouts *ebpf.Map) *jvmTracker {
+	return &jvmTracker{unw: u, methods: methods, layouts: layouts, jvms: map[uint32]*jvm{}}
 }
 
 // seen looks for libjvm.so among a process's mappings.
@@ -105,6 +106,9 @@ func (t *jvmTracker) forget(pid uint32) {
 	defer t.mu.Unlock()
 	if j := t.jvms[pid]; j != nil && !j.stopped {
 		j.stopped = true
+		if t.layouts != nil {
+			t.layouts.Delete(pid)
+		}
 		if j.mem != nil {
 			j.mem.Close()
 		}
@@ -219,6 +223,10 @@ func (t *jvmTracker) open(j *jvm) error {
 		return err
 	}
 	j.vm, j.mem = vm, mem
+	if t.layouts != nil {
+		off, size := vm.BCILayout()
+		t.layouts.Update(j.pid, bpf.OffcpuJavaProc{ConstMethodOff: off, ConstMethodSize: size}, ebpf.UpdateAny) // full: no bcis
+	}
 	t.mu.Lock()
 	t.stats.JVMs++
 	t.mu.Unlock()
@@ -302,6 +310,7 @@ func (t *jvmTracker) nameMethods() {
 			continue
 		}
 		_, err := j.vm.MethodName(k.Method)
+		j.vm.Line(k.Method, 0) // its line table, read now
 		t.mu.Lock()
 		if err != nil {
 			t.stats.Unnamed++
@@ -344,13 +353,26 @@ func (t *jvmTracker) nameCompiled(j *jvm, pc uint64) {
 }
 
 // frames returns the Java frames at pc, a pc in compiled code of process
-// pid whose debug information was read, innermost first.
+// pid whose debug information was read (innermost first), or a tagged
+// interpreter frame whose method was named.
 func (t *jvmTracker) frames(pid uint32, pc uint64) ([]hotspot.Frame, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	j := t.jvms[pid]
-	if j == nil {
+	if j == nil || j.vm == nil {
 		return nil, false
+	}
+	if isJavaMethod(pc) { // an interpreter frame: its Method* and bci
+		m, bci := bpf.JavaFrame(pc)
+		name, ok := j.vm.Method(m)
+		if !ok {
+			return nil, false
+		}
+		f := hotspot.Frame{Name: name}
+		if bci != bpf.JavaBCINone {
+			f.Line = j.vm.Line(m, bci)
+		}
+		return []hotspot.Frame{f}, true
 	}
 	f, ok := j.inlined[pc]
 	return f, ok
@@ -402,7 +424,7 @@ func (t *jvmTracker) name(pid uint32, addr uint64) (string, bool) {
 		return "", false
 	}
 	if isJavaMethod(addr) {
-		if n, ok := j.vm.Method(addr & bpf.JavaMethodMask); ok {
+		if n, ok := j.vm.Method(addr & bpf.JavaMethodMask &^ 7); ok {
 			return n, true
 		}
 		return "Interpreter", true
@@ -441,7 +463,7 @@ func ownThreadCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func isJavaMethod(addr uint64) bool { return addr&^bpf.JavaMethodMask == bpf.JavaMethodTag }
+func isJavaMethod(addr uint64) bool { return addr>>60 == bpf.JavaMethodTag>>60 }
 
 func (t *jvmTracker) snapshotStats() JVMStats {
 	t.mu.Lock()

@@ -182,7 +182,7 @@ func checkContend(t *testing.T, s *Session, p *profile.Profile) {
 		t.Fatal("no contender thread blocked in ObjectMonitor::enter")
 	}
 	want := []string{"start_thread", "java.lang.Thread.run", "Contend.holdLock", "ObjectMonitor::enter", "pthread_cond_*"}
-	var whole, monitor int64
+	var whole, monitor, line9 int64
 	for _, smp := range p.Sample {
 		f := userFuncs(smp)
 		if !strings.HasPrefix(smp.Label[LabelThread][0], "contender-") || !containsFunc(f, "ObjectMonitor::enter") {
@@ -192,9 +192,20 @@ func checkContend(t *testing.T, s *Session, p *profile.Profile) {
 		if inOrder(f, want) {
 			whole += smp.Value[0]
 		}
+		// The wait is at `synchronized (lock)`, line 9 of Contend.java,
+		// whether holdLock runs interpreted (its bci) or compiled (its scope).
+		for _, l := range smp.Location {
+			if len(l.Line) > 0 && l.Line[0].Function.Name == "Contend.holdLock" && l.Line[0].Line == 9 {
+				line9 += smp.Value[0]
+				break
+			}
+		}
+	}
+	if float64(line9) < 0.9*float64(monitor) {
+		t.Errorf("%.1f%% of the monitor waits are at Contend.holdLock line 9, want ≥ 90%%", 100*float64(line9)/float64(monitor))
 	}
 	st := s.Stats()
-	t.Logf("monitor waits %v: %.1f%% name Contend.holdLock, %.1f%% whole; JVM stats %+v", total, 100*share, 100*float64(whole)/float64(monitor), st.JVM)
+	t.Logf("monitor waits %v: %.1f%% name Contend.holdLock, %.1f%% whole, %.1f%% at line 9; JVM stats %+v", total, 100*share, 100*float64(whole)/float64(monitor), 100*float64(line9)/float64(monitor), st.JVM)
 	if share < 0.9 {
 		t.Errorf("%.1f%% of the contenders' monitor waits name Contend.holdLock, want ≥ 90%%", 100*share)
 	}

@@ -482,7 +482,7 @@ func (s *Session) prepare() error {
 	pids := o.PIDs
 	if !o.FramePointersOnly {
 		s.unw = newUnwinder(coll, uint32(o.UnwindRows))
-		s.unw.jvms = newJVMTracker(s.unw, coll.Maps[bpf.OffcpuMapJavaMethods])
+		s.unw.jvms = newJVMTracker(s.unw, coll.Maps[bpf.OffcpuMapJavaMethods], coll.Maps[bpf.OffcpuMapJavaProcs])
 		s.procs.onChange = s.unw.update
 		pids = append([]int{os.Getpid()}, o.PIDs...)
 		if len(o.PIDs) == 0 && len(o.TIDs) == 0 && !o.TargetsOnly {

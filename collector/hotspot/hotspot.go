@@ -559,6 +559,13 @@ func (vm *VM) Frames(b Blob, pc uint64) ([]Frame, error) {
 	return out, nil
 }
 
+// BCILayout is what turns an interpreter frame's bcp into a bci: the
+// offset of Method::_constMethod and the size of a ConstMethod, whose
+// bytecodes follow it.
+func (vm *VM) BCILayout() (constMethodOff, constMethodSize uint32) {
+	return uint32(vm.off["Method::_constMethod"]), uint32(vm.sizes["ConstMethod"])
+}
+
 // Frame is a Java frame: its method and its source line (0: unknown).
 type Frame struct {
 	Name string
