@@ -268,6 +268,18 @@ func TestAppFramesByModule(t *testing.T) {
 		{Frame{Name: "handle_request", Module: "server"}, true},
 		{Frame{Name: "handle_request", Module: "libcustom.so"}, true},
 		{Frame{Name: "schedule", Kernel: true}, false},
+		// HotSpot's generated code, as its code cache names it (JDK 17, 25):
+		// the Java method below it is the application frame.
+		{Frame{Name: "_complete_monitor_locking_Java"}, false},
+		{Frame{Name: "C2 Runtime complete_monitor_locking"}, false},
+		{Frame{Name: "C1 Runtime monitorenter_nofpu_blob"}, false},
+		{Frame{Name: "Shared Runtime resolve_virtual_call_blob"}, false},
+		{Frame{Name: "monitorenter_nofpu Runtime1 stub"}, false},
+		{Frame{Name: "NullPointerException at call throw_exception"}, false},
+		{Frame{Name: "StubRoutines (initialstubs)"}, false},
+		{Frame{Name: "g1_post_barrier_slow"}, false},
+		{Frame{Name: "Contend.holdLock"}, true},
+		{Frame{Name: "Echo$1$1.channelRead"}, true},
 	} {
 		if got := rules.IsApp(tc.f); got != tc.want {
 			t.Errorf("IsApp(%+v) = %v, want %v", tc.f, got, tc.want)
