@@ -60,7 +60,12 @@ func newRecordCmd() *cobra.Command {
 stacks. Without -p, --tid, --cgroup or a command, every thread on the machine
 is recorded. Recording ends when --duration elapses, when the command exits,
 when every -p process has exited, or on Ctrl-C; what was recorded is always
-written.`,
+written.
+
+User stacks are whole through code built without frame pointers (from its
+.eh_frame), and through HotSpot JVMs (JDK 9 and later) started with no
+flag: their interpreted, compiled and inlined Java frames are walked and
+named, with source lines, from the JVM's own structures.`,
 		Example: `  sudo offcpu record -p 1234 -d 10s -o offcpu.pb.gz
   sudo offcpu record -o out.pb.gz --folded out.folded -- ./server --port 8080
   go tool pprof -http :8080 offcpu.pb.gz`,
