@@ -63,7 +63,7 @@ when every -p process has exited, or on Ctrl-C; what was recorded is always
 written.
 
 User stacks are whole through code built without frame pointers (from its
-.eh_frame), and through HotSpot JVMs (JDK 9 and later) started with no
+.eh_frame), and through HotSpot JVMs (tested: JDK 17 and 25) started with no
 flag: their interpreted, compiled and inlined Java frames are walked and
 named, with source lines, from the JVM's own structures.`,
 		Example: `  sudo offcpu record -p 1234 -d 10s -o offcpu.pb.gz
