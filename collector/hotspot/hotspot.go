@@ -7,6 +7,7 @@
 package hotspot
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
@@ -261,7 +262,7 @@ func (vm *VM) cstring(addr uint64) (string, error) {
 		if n == 0 && err != nil {
 			return "", err
 		}
-		if i := indexByte(b[:n], 0); i >= 0 {
+		if i := bytes.IndexByte(b[:n], 0); i >= 0 {
 			out = append(out, b[:i]...)
 			s := string(out)
 			vm.cstrs[addr] = s
@@ -270,15 +271,6 @@ func (vm *VM) cstring(addr uint64) (string, error) {
 		out = append(out, b[:n]...)
 	}
 	return "", fmt.Errorf("string at %#x too long", addr)
-}
-
-func indexByte(b []byte, c byte) int {
-	for i, x := range b {
-		if x == c {
-			return i
-		}
-	}
-	return -1
 }
 
 var hiddenSuffix = regexp.MustCompile(`[+/]0x[0-9a-f]+$`)
