@@ -514,7 +514,8 @@ func (b *profBuilder) userLoc(pid uint32, addr uint64, leaf bool) *profile.Locat
 		return l
 	}
 	if b.sym.jvms != nil {
-		// Compiled Java code: the methods inlined at this pc, innermost first.
+		// Java code: an interpreter frame, or a pc in compiled code with the
+		// methods inlined there, innermost first.
 		if names, ok := b.sym.jvms.frames(pid, addr); ok {
 			l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Address: addr, Mapping: b.mapping(pid, m)}
 			for _, f := range names {

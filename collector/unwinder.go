@@ -407,6 +407,7 @@ func (u *unwinder) forget(pid uint32) {
 	delete(u.entries, pid)
 	delete(u.extra, pid)
 	delete(u.last, pid)
+	delete(u.regions, pid) // its rows are not reused
 	if u.jvms != nil {
 		u.jvms.forget(pid)
 	}

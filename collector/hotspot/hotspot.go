@@ -29,6 +29,9 @@ const (
 type VM struct {
 	mem     io.ReaderAt
 	Version string // e.g. "17.0.15+6-Debian-1deb12u1"
+	// x is the byte value UNSIGNED5 numbers start from: 1 from JDK 21
+	// (and 20.0.15), where 0 was set apart; 0 before.
+	x byte
 
 	off   map[string]uint64 // "Type::_field" -> offset in the type
 	addr  map[string]uint64 // "Type::_field" -> address of a static field
@@ -98,6 +101,11 @@ func Open(mem io.ReaderAt, lib *elf.File, bias uint64) (*VM, error) {
 		if p, err := vm.u64(a); err == nil {
 			vm.Version, _ = vm.cstring(p)
 		}
+	}
+	major := 0
+	fmt.Sscanf(vm.Version, "%d", &major)
+	if major >= 21 {
+		vm.x = 1
 	}
 	for _, need := range []string{"CodeCache::_heaps", "CodeHeap::_memory", "CodeHeap::_log2_segment_size",
 		"VirtualSpace::_low", "VirtualSpace::_high", "VirtualSpace::_low_boundary", "VirtualSpace::_high_boundary",
@@ -322,7 +330,8 @@ func (vm *VM) CodeCache() (*CodeCache, error) {
 	}
 	cc := &CodeCache{Low: ^uint64(0)}
 	// The walk reads every block: through windows of the heap, not a read
-	// per block (5,500 compiled methods: 47 ms a walk read by block).
+	// per block (5,500 compiled methods: 47 ms of CPU a walk on average,
+	// naming included, read by block; 15 ms through windows).
 	mem := vm.mem
 	defer func() { vm.mem = mem }()
 	vm.mem = &window{r: mem}
@@ -525,7 +534,7 @@ func (vm *VM) Frames(b Blob, pc uint64) ([]Frame, error) {
 	limit := uint64(len(data))
 	for n := 0; scope != 0 && scope < limit && n < 64; n++ {
 		limit = scope // scopes point back: the chain ends
-		r := unsigned5{b: data[scope:], x: vm.unsigned5X()}
+		r := unsigned5{b: data[scope:], x: vm.x}
 		next, idx := r.next(), r.next()
 		bci := int(r.next()) - 1 // stored plus one (InvocationEntryBci is -1)
 		if r.err {
@@ -610,7 +619,7 @@ func (vm *VM) lineTable(m uint64) [][2]int {
 	if buf == nil {
 		return nil
 	}
-	r := unsigned5{b: buf, x: vm.unsigned5X()}
+	r := unsigned5{b: buf, x: vm.x}
 	var out [][2]int
 	bci, line := 0, 0
 	for len(r.b) > 0 && len(out) < 65536 {
@@ -686,17 +695,6 @@ func (vm *VM) scopes(a uint64) (meta, pcs, data []byte, err error) {
 		return nil, nil, nil, err
 	}
 	return meta, buf[:do-po], buf[do-po:], nil
-}
-
-// unsigned5X is the byte value UNSIGNED5 numbers start from: 1 from JDK
-// 21 (and 20.0.15), where 0 was set apart; 0 before.
-func (vm *VM) unsigned5X() byte {
-	major := 0
-	fmt.Sscanf(vm.Version, "%d", &major)
-	if major >= 21 {
-		return 1
-	}
-	return 0
 }
 
 // unsigned5 reads HotSpot's compressed stream (CompressedReadStream:
