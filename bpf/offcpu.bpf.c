@@ -25,6 +25,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define TASK_DEAD 0x80        /* raw state (tp_btf): the task's last switch */
 #define REPORT_EXITING 0x30   /* classic tracepoint: X or Z, the task's last switch */
 #define EEXIST 17
+#define E2BIG 7
 #define ENOMEM 12
 #define ENODATA 61
 
@@ -99,7 +100,8 @@ struct start_rec {
 	u8 state;    /* enum offcpu_state */
 	u8 pending;  /* 1 while the thread is off-CPU */
 	u8 seen;     /* thread already announced in threads */
-	u8 pad;
+	u8 running;  /* 1 from a switch-in seen to the next switch-out */
+	u8 counting; /* its on-CPU time is counted from a switch seen */
 	/* The last sleep whose stacks were both captured: user registers,
 	 * syscall and its first argument, and the stack ids (tp_btf only).
 	 * ip == 0: nothing cached. */
@@ -113,6 +115,12 @@ struct start_rec {
 	s64 w_ustack, w_kstack;
 	u32 gen, w_gen; /* unwind_gen_of() when the cached stacks were walked */
 	u64 ran;        /* the thread's se.sum_exec_runtime at switch-out */
+	/* The time of the wake-up that ended the current sleep (sched_wakeup:
+	 * the thread is on a run queue from then); 0 until it is woken. */
+	u64 wake_ts;
+	/* The last switch-in: its time and se.sum_exec_runtime then. */
+	u64 in_ts, in_ran;
+	u64 oncpu;      /* ns on a CPU inside the window so far */
 };
 
 struct insert_ctx {
@@ -365,6 +373,17 @@ struct {
 	__type(key, u32);
 	__type(value, struct thread_info);
 } threads SEC(".maps");
+
+/* Key: thread_key. Value: thread_cpu, the thread's exact on-CPU time in
+ * the window. Written at a thread's last switch-out (tp_btf) and by
+ * offcpu_flush_open for the threads alive at the end; drained by user
+ * space at the end. Size: --max-threads. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct thread_key);
+	__type(value, struct thread_cpu);
+} thread_cpus SEC(".maps");
 
 /* Key: tgid. Value: unused. Processes already announced to user space. */
 struct {
@@ -847,13 +866,11 @@ static __always_inline u8 classify(bool preempt, long state)
 	return STATE_OTHER;
 }
 
-/* Filters that need the outgoing (current) task. */
-static __always_inline bool want_out(u32 tgid, u32 tid, u8 state, bool kthread)
+/* Filters that need the outgoing (current) task, but for the state. */
+static __always_inline bool recorded(u32 tgid, u32 tid, bool kthread)
 {
 	if (tid == 0)
 		return false; /* idle */
-	if (!(state_mask & (1u << state)))
-		return false;
 	if (user_threads_only && kthread)
 		return false;
 	if (kernel_threads_only && !kthread)
@@ -863,6 +880,11 @@ static __always_inline bool want_out(u32 tgid, u32 tid, u8 state, bool kthread)
 	if (filter_cgroup && bpf_get_current_cgroup_id() != filter_cgroup)
 		return false;
 	return true;
+}
+
+static __always_inline bool want_out(u32 tgid, u32 tid, u8 state, bool kthread)
+{
+	return (state_mask & (1u << state)) && recorded(tgid, tid, kthread);
 }
 
 /* A thread's incarnation: its creation time in µs (32 bits wrap after 71
@@ -939,13 +961,27 @@ static __always_inline void capture(void *ctx, struct start_rec *s, bool kthread
 	s->ts = now;
 }
 
+/* The part of an interval ending at end spent waiting for a CPU: all of
+ * a preempted one; for a sleep, from its wake-up on. */
+static __always_inline u64 runq_part(struct start_rec *s, u64 end)
+{
+	if (s->state == STATE_PREEMPTED)
+		return end - s->ts;
+	if (s->wake_ts > s->ts && s->wake_ts < end)
+		return end - s->wake_ts;
+	return 0;
+}
+
 /* Adds one interval ending at end to the aggregation map, with its
- * waker; open marks one still running when recording stops. */
-static __always_inline void account_interval(u32 tid, struct start_rec *s, struct waker_rec *w, u32 open, u64 end)
+ * waker and the part of it (runq, <= its length) spent waiting for a
+ * CPU; open marks one still running when recording stops. */
+static __always_inline void account_interval(u32 tid, struct start_rec *s, struct waker_rec *w, u32 open, u64 end, u64 runq)
 {
 	if (end <= s->ts)
 		return; /* started as the window closed */
 	u64 delta = end - s->ts;
+	if (runq > delta)
+		runq = delta;
 	if (delta < min_block_ns || delta > max_block_ns) {
 		stat_add(STAT_OUT_OF_RANGE, 1);
 		return;
@@ -963,7 +999,7 @@ static __always_inline void account_interval(u32 tid, struct start_rec *s, struc
 		key.waker = *w;
 	struct offcpu_val *v = bpf_map_lookup_elem(&offcpu, &key);
 	if (!v) {
-		struct offcpu_val init = { .ns = delta, .count = 1 };
+		struct offcpu_val init = { .ns = delta, .count = 1, .runq_ns = runq };
 		long err = bpf_map_update_elem(&offcpu, &key, &init, BPF_NOEXIST);
 		if (err == 0)
 			return;
@@ -976,6 +1012,8 @@ static __always_inline void account_interval(u32 tid, struct start_rec *s, struc
 	}
 	__sync_fetch_and_add(&v->ns, delta);
 	__sync_fetch_and_add(&v->count, 1);
+	if (runq)
+		__sync_fetch_and_add(&v->runq_ns, runq);
 }
 
 /* A thread that sleeps again in the same syscall, with the same first
@@ -1023,7 +1061,39 @@ static __always_inline void capture_sleep(void *ctx, struct start_rec *s, struct
  * switch-out's is: the program's own cost is on-CPU time on both ends. */
 static __always_inline void account(u32 tid, struct start_rec *s, struct waker_rec *w, u64 now)
 {
-	account_interval(tid, s, w, 0, now);
+	account_interval(tid, s, w, 0, now, runq_part(s, now));
+}
+
+/* The CPU time of the run a switch-out ends (ran: se.sum_exec_runtime
+ * now): the scheduler's own count since the switch-in; for a thread on a
+ * CPU since before the window, the wall time since the window opened. */
+static __always_inline void add_run(struct start_rec *s, u64 ran, u64 now)
+{
+	if (s->running) {
+		if (ran > s->in_ran)
+			s->oncpu += ran - s->in_ran;
+	} else if (!s->counting && rec_start_ns && now > rec_start_ns) {
+		s->oncpu += now - rec_start_ns;
+	}
+	s->running = 0;
+	s->counting = 1;
+}
+
+static __always_inline void switched_in(struct start_rec *s, struct task_struct *t, u64 now)
+{
+	s->running = 1;
+	s->counting = 1;
+	s->in_ts = now;
+	s->in_ran = t->se.sum_exec_runtime;
+}
+
+/* Stores a thread's on-CPU total: at its last switch-out, or at the end. */
+static __always_inline void store_oncpu(struct task_struct *t, u64 oncpu)
+{
+	struct thread_key k = { .tid = t->pid, .gen = task_gen(t) };
+	struct thread_cpu v = { .tgid = t->tgid, .oncpu_ns = oncpu };
+	if (bpf_map_update_elem(&thread_cpus, &k, &v, BPF_ANY))
+		stat_add(STAT_THREAD_CPU_FULL, 1);
 }
 
 /* A switch-out of a thread whose interval is still pending: the kernel ran
@@ -1036,16 +1106,23 @@ static __always_inline void recover_missed_in(u32 tid, struct start_rec *s, u64 
 	stat_add(STAT_MISSED_IN, 1);
 	u64 oncpu = ran - s->ran;
 	if (ran >= s->ran && now - s->ts > oncpu) {
+		/* It waited for a CPU from its wake-up to the missed switch-in,
+		 * and has run since: the run queue part is the rest. */
+		u64 runq = runq_part(s, now);
+		runq = runq > oncpu ? runq - oncpu : 0;
 		s->ts += oncpu;
-		account(tid, s, &s->waker, now);
+		account_interval(tid, s, &s->waker, 0, now, runq);
 	}
+	/* Its run since the missed switch-in is counted by add_run. */
+	s->running = 1;
+	s->in_ran = s->ran;
 	s->pending = 0;
 	s->waker.valid = 0;
 }
 
 /* Accounts a thread blocked since before the start of the window, with its
  * kernel stack; whole: it is still blocked at the end. */
-static __always_inline void account_prestart(struct task_struct *t, u32 state, u32 whole)
+static __always_inline void account_prestart(struct task_struct *t, u32 state, u32 whole, u64 runq)
 {
 	u64 start = rec_start_ns, now = window_now();
 	if (!start || now <= start)
@@ -1065,6 +1142,7 @@ static __always_inline void account_prestart(struct task_struct *t, u32 state, u
 	if (!v)
 		return;
 	v->ns = now - start;
+	v->runq_ns = runq < v->ns ? runq : v->ns;
 	v->tgid = t->tgid;
 	v->gen = task_gen(t);
 	v->state = state;
@@ -1222,7 +1300,50 @@ static __always_inline void waker_context(void *ctx, struct waker_rec *w, bool i
 	struct task_struct *cur = bpf_get_current_task_btf();
 	if (BPF_CORE_READ(cur, flags) & PF_KTHREAD)
 		return;
+	/* A waker outside the recorded set (a load generator) is announced
+	 * as a recorded thread is: its name is kept after it exits, and its
+	 * process's mappings and unwind tables are read, so its next stacks
+	 * are walked whole. */
+	if (!is_target(w->tgid, w->tid))
+		announce(w->tgid, w->tid);
 	w->ustack = user_stack_id(ctx, STAT_WAKER_STACK_LOST);
+}
+
+/* A recorded thread leaves the CPU: its run is counted, and unless it is
+ * dying or its state is filtered out, its interval starts with its
+ * stacks. */
+static __always_inline void switch_out(void *ctx, struct start_rec *s, struct task_struct *prev,
+				       unsigned int prev_state, u8 state, bool kthread, u64 now)
+{
+	u32 ptid = prev->pid, ptgid = prev->tgid;
+	u64 ran = prev->se.sum_exec_runtime;
+	if (s->pending)
+		recover_missed_in(ptid, s, ran, now);
+	add_run(s, ran, now);
+	if (prev_state & TASK_DEAD) {
+		/* Its last switch-out starts no interval; its name is still
+		 * kept (it may never have switched out before). */
+		thread_exit(ptgid, ptid);
+		store_oncpu(prev, s->oncpu);
+		return;
+	}
+	if (!(state_mask & (1u << state)))
+		return;
+	if (!s->seen) {
+		announce(ptgid, ptid);
+		s->seen = 1;
+	}
+	s->tgid = ptgid;
+	s->tgen = task_gen(prev);
+	s->state = state;
+	s->wake_ts = 0;
+	if (reuse_stacks && !kthread && state == STATE_SLEEPING &&
+	    want_user_stacks && want_kernel_stacks)
+		capture_sleep(ctx, s, prev, now);
+	else
+		capture(ctx, s, kthread, now);
+	s->ran = ran;
+	s->pending = 1;
 }
 
 static long copy_vma(struct task_struct *task, struct vm_area_struct *vma, struct vma_copy *c)
@@ -1247,54 +1368,63 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 	u8 state = classify(preempt, prev_state);
 	bool kthread = prev->flags & PF_KTHREAD;
 
-	/* A dying task's last switch-out starts no interval; its name is
-	 * still kept (a thread may never have switched out before). */
-	bool out = want_out(ptgid, ptid, state, kthread);
-	if (out && (prev_state & TASK_DEAD)) {
-		thread_exit(ptgid, ptid);
-		struct start_rec *s = bpf_task_storage_get(&task_starts, prev, 0, 0);
-		if (s && s->pending)
-			recover_missed_in(ptid, s, prev->se.sum_exec_runtime, now);
-	} else if (out) {
+	/* A recorded thread's time on a CPU counts whatever the state filter. */
+	if (recorded(ptgid, ptid, kthread)) {
 		struct start_rec *s = bpf_task_storage_get(&task_starts, prev, 0,
 							   BPF_LOCAL_STORAGE_GET_F_CREATE);
-		if (s) {
-			if (s->pending)
-				recover_missed_in(ptid, s, prev->se.sum_exec_runtime, now);
-			if (!s->seen) {
-				announce(ptgid, ptid);
-				s->seen = 1;
-			}
-			s->tgid = ptgid;
-			s->tgen = task_gen(prev);
-			s->state = state;
-			if (reuse_stacks && !kthread && state == STATE_SLEEPING &&
-			    want_user_stacks && want_kernel_stacks)
-				capture_sleep(ctx, s, prev, now);
-			else
-				capture(ctx, s, kthread, now);
-			s->ran = prev->se.sum_exec_runtime;
-			s->pending = 1;
-		} else {
+		if (s)
+			switch_out(ctx, s, prev, prev_state, state, kthread, now);
+		else
 			stat_add(STAT_START_FULL, 1);
-		}
 	}
 
 	u32 ntid = next->pid;
 	if (ntid == 0)
 		return 0;
 	struct start_rec *s = bpf_task_storage_get(&task_starts, next, 0, 0);
-	if (s && s->pending) {
-		s->pending = 0;
-		account(ntid, s, &s->waker, now);
-		s->waker.valid = 0;
-	} else if (!s && is_target(next->tgid, ntid) &&
+	if (s) {
+		if (s->pending) {
+			s->pending = 0;
+			account(ntid, s, &s->waker, now);
+			s->waker.valid = 0;
+		} else if (!s->counting && s->wake_ts && now > s->wake_ts) {
+			/* Blocked since before the start, woken inside the window
+			 * (offcpu_wakeup made the record). */
+			account_prestart(next, STATE_UNKNOWN, 0, now - s->wake_ts);
+		}
+		switched_in(s, next, now);
+	} else if (is_target(next->tgid, ntid) &&
 		   !((next->flags & PF_KTHREAD) ? user_threads_only : kernel_threads_only)) {
 		/* First switch-in, no switch-out seen: off-CPU since before
 		 * the start. The record created here marks it counted. */
-		account_prestart(next, STATE_UNKNOWN, 0);
-		bpf_task_storage_get(&task_starts, next, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		account_prestart(next, STATE_UNKNOWN, 0, 0);
+		s = bpf_task_storage_get(&task_starts, next, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (s)
+			switched_in(s, next, now);
 	}
+	return 0;
+}
+
+/* The wake-up's enqueue: the woken thread waits for a CPU from here on,
+ * as the kernel's run_delay (schedstat) counts it. sched_waking, earlier
+ * and in the waker's context, names the waker. */
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(offcpu_wakeup, struct task_struct *p)
+{
+	struct start_rec *s = bpf_task_storage_get(&task_starts, p, 0, 0);
+	if (s) {
+		if (s->pending && !s->wake_ts)
+			s->wake_ts = bpf_ktime_get_ns();
+		return 0;
+	}
+	/* Blocked since before the start: a record with only the wake-up's
+	 * time, for its first switch-in. */
+	if (!rec_start_ns || !is_target(p->tgid, p->pid) ||
+	    ((p->flags & PF_KTHREAD) ? user_threads_only : kernel_threads_only))
+		return 0;
+	s = bpf_task_storage_get(&task_starts, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (s && !s->counting && !s->pending)
+		s->wake_ts = bpf_ktime_get_ns();
 	return 0;
 }
 
@@ -1357,8 +1487,15 @@ int BPF_PROG(offcpu_fork, struct task_struct *parent, struct task_struct *child)
 {
 	u32 ptgid = parent->tgid, ctgid = child->tgid;
 	on_fork(ptgid, ctgid);
-	if (ptgid != ctgid && is_target(ctgid, child->pid))
+	if (ptgid != ctgid && is_target(ctgid, child->pid)) {
 		proc_event(EV_FORK, ctgid, child->pid, ptgid);
+		/* A new process runs its parent's code until it execs (prefork
+		 * servers, database backends never do): it is walked with the
+		 * parent's unwind entry, copied now, before it first runs. */
+		struct unwind_proc *pe = want_unwind ? bpf_map_lookup_elem(&unwind_procs, &ptgid) : 0;
+		if (pe && bpf_map_update_elem(&unwind_procs, &ctgid, pe, BPF_NOEXIST) == -E2BIG)
+			stat_add(STAT_FORK_UNWIND_FULL, 1);
+	}
 	return 0;
 }
 
@@ -1538,19 +1675,35 @@ int offcpu_flush_open(struct bpf_iter__task *ctx)
 	struct task_struct *task = ctx->task;
 	if (!task)
 		return 0;
+	u64 end = window_now();
+	bool kthread = task->flags & PF_KTHREAD;
 	struct start_rec *s = bpf_task_storage_get(&task_starts, task, 0, 0);
 	if (s && s->pending) {
 		s->pending = 0;
-		account_interval(task->pid, s, 0, 1, window_now());
+		account_interval(task->pid, s, 0, 1, end, runq_part(s, end));
+	}
+	if (s && task->pid && is_target(task->tgid, task->pid) &&
+	    !(kthread ? user_threads_only : kernel_threads_only)) {
+		/* On a CPU at the end: its run so far, by the clock (the
+		 * scheduler updates a running thread's count only at ticks). */
+		if (s->running && end > s->in_ts)
+			s->oncpu += end - s->in_ts;
+		else if (!s->counting && rec_start_ns && end > rec_start_ns)
+			s->oncpu += end - rec_start_ns;
+		store_oncpu(task, s->oncpu);
 		return 0;
 	}
-	/* Never switched during the recording: blocked for all of it. Only
-	 * for -p/--tid targets (system-wide this would list every idle
-	 * thread of the machine). */
-	if (!s && (filter_tgid || filter_tid) && task->pid && is_target(task->tgid, task->pid)) {
+	/* Never switched during the recording: blocked, or on a CPU, for all
+	 * of it. Only for -p/--tid targets (system-wide this would list every
+	 * idle thread of the machine). */
+	if (!s && (filter_tgid || filter_tid) && task->pid && is_target(task->tgid, task->pid) &&
+	    !(kthread ? user_threads_only : kernel_threads_only)) {
 		unsigned int st = task->__state;
-		if (st != 0)
-			account_prestart(task, classify(false, st), 1);
+		if (st != 0) {
+			account_prestart(task, classify(false, st), 1, 0);
+		} else if (task->on_cpu && rec_start_ns && end > rec_start_ns) {
+			store_oncpu(task, end - rec_start_ns);
+		}
 	}
 	return 0;
 }

@@ -102,18 +102,22 @@ const (
 	OffcpuOffcpuStatSTAT_DWARF_DEPTH      OffcpuOffcpuStat = 18
 	OffcpuOffcpuStatSTAT_MISSED_IN        OffcpuOffcpuStat = 19
 	OffcpuOffcpuStatSTAT_STACKS_STORED    OffcpuOffcpuStat = 20
-	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 21
+	OffcpuOffcpuStatSTAT_THREAD_CPU_FULL  OffcpuOffcpuStat = 21
+	OffcpuOffcpuStatSTAT_FORK_UNWIND_FULL OffcpuOffcpuStat = 22
+	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 23
 )
 
 type OffcpuOffcpuVal struct {
-	_     structs.HostLayout
-	Ns    uint64
-	Count uint64
+	_      structs.HostLayout
+	Ns     uint64
+	Count  uint64
+	RunqNs uint64
 }
 
 type OffcpuPrestartVal struct {
 	_       structs.HostLayout
 	Ns      uint64
+	RunqNs  uint64
 	Tgid    uint32
 	Gen     uint32
 	State   uint32
@@ -149,8 +153,9 @@ type OffcpuStartRec struct {
 	State    uint8
 	Pending  uint8
 	Seen     uint8
-	Pad      uint8
-	_        [4]byte
+	Running  uint8
+	Counting uint8
+	_        [3]byte
 	Ip       uint64
 	Sp       uint64
 	Bp       uint64
@@ -171,6 +176,17 @@ type OffcpuStartRec struct {
 	Gen      uint32
 	W_gen    uint32
 	Ran      uint64
+	WakeTs   uint64
+	InTs     uint64
+	InRan    uint64
+	Oncpu    uint64
+}
+
+type OffcpuThreadCpu struct {
+	_       structs.HostLayout
+	Tgid    uint32
+	Pad     uint32
+	OncpuNs uint64
 }
 
 type OffcpuThreadInfo struct {
@@ -178,6 +194,12 @@ type OffcpuThreadInfo struct {
 	Tgid uint32
 	Gen  uint32
 	Comm [16]int8
+}
+
+type OffcpuThreadKey struct {
+	_   structs.HostLayout
+	Tid uint32
+	Gen uint32
 }
 
 type OffcpuUnwindMap struct {
@@ -261,6 +283,7 @@ const (
 	OffcpuMapTargetTgids        = "target_tgids"
 	OffcpuMapTargetTids         = "target_tids"
 	OffcpuMapTaskStarts         = "task_starts"
+	OffcpuMapThreadCpus         = "thread_cpus"
 	OffcpuMapThreads            = "threads"
 	OffcpuMapUnwindFiles        = "unwind_files"
 	OffcpuMapUnwindGen          = "unwind_gen"
@@ -281,6 +304,7 @@ const (
 	OffcpuProgOffcpuSnapBlocked = "offcpu_snap_blocked"
 	OffcpuProgOffcpuSwitch      = "offcpu_switch"
 	OffcpuProgOffcpuSwitchTp    = "offcpu_switch_tp"
+	OffcpuProgOffcpuWakeup      = "offcpu_wakeup"
 	OffcpuProgOffcpuWaking      = "offcpu_waking"
 	OffcpuProgOffcpuWakingTp    = "offcpu_waking_tp"
 	OffcpuVarFilterCgroup       = "filter_cgroup"
@@ -360,6 +384,7 @@ type OffcpuProgramSpecs struct {
 	OffcpuSnapBlocked *ebpf.ProgramSpec `ebpf:"offcpu_snap_blocked"`
 	OffcpuSwitch      *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
 	OffcpuSwitchTp    *ebpf.ProgramSpec `ebpf:"offcpu_switch_tp"`
+	OffcpuWakeup      *ebpf.ProgramSpec `ebpf:"offcpu_wakeup"`
 	OffcpuWaking      *ebpf.ProgramSpec `ebpf:"offcpu_waking"`
 	OffcpuWakingTp    *ebpf.ProgramSpec `ebpf:"offcpu_waking_tp"`
 }
@@ -387,6 +412,7 @@ type OffcpuMapSpecs struct {
 	TargetTgids     *ebpf.MapSpec `ebpf:"target_tgids"`
 	TargetTids      *ebpf.MapSpec `ebpf:"target_tids"`
 	TaskStarts      *ebpf.MapSpec `ebpf:"task_starts"`
+	ThreadCpus      *ebpf.MapSpec `ebpf:"thread_cpus"`
 	Threads         *ebpf.MapSpec `ebpf:"threads"`
 	UnwindFiles     *ebpf.MapSpec `ebpf:"unwind_files"`
 	UnwindGen       *ebpf.MapSpec `ebpf:"unwind_gen"`
@@ -463,6 +489,7 @@ type OffcpuMaps struct {
 	TargetTgids     *ebpf.Map `ebpf:"target_tgids"`
 	TargetTids      *ebpf.Map `ebpf:"target_tids"`
 	TaskStarts      *ebpf.Map `ebpf:"task_starts"`
+	ThreadCpus      *ebpf.Map `ebpf:"thread_cpus"`
 	Threads         *ebpf.Map `ebpf:"threads"`
 	UnwindFiles     *ebpf.Map `ebpf:"unwind_files"`
 	UnwindGen       *ebpf.Map `ebpf:"unwind_gen"`
@@ -494,6 +521,7 @@ func (m *OffcpuMaps) Close() error {
 		m.TargetTgids,
 		m.TargetTids,
 		m.TaskStarts,
+		m.ThreadCpus,
 		m.Threads,
 		m.UnwindFiles,
 		m.UnwindGen,
@@ -548,6 +576,7 @@ type OffcpuPrograms struct {
 	OffcpuSnapBlocked *ebpf.Program `ebpf:"offcpu_snap_blocked"`
 	OffcpuSwitch      *ebpf.Program `ebpf:"offcpu_switch"`
 	OffcpuSwitchTp    *ebpf.Program `ebpf:"offcpu_switch_tp"`
+	OffcpuWakeup      *ebpf.Program `ebpf:"offcpu_wakeup"`
 	OffcpuWaking      *ebpf.Program `ebpf:"offcpu_waking"`
 	OffcpuWakingTp    *ebpf.Program `ebpf:"offcpu_waking_tp"`
 }
@@ -566,6 +595,7 @@ func (p *OffcpuPrograms) Close() error {
 		p.OffcpuSnapBlocked,
 		p.OffcpuSwitch,
 		p.OffcpuSwitchTp,
+		p.OffcpuWakeup,
 		p.OffcpuWaking,
 		p.OffcpuWakingTp,
 	)

@@ -39,6 +39,8 @@ enum offcpu_stat {
 	STAT_DWARF_DEPTH,      /* walks cut at the maximum depth */
 	STAT_MISSED_IN,        /* switch-ins the program did not see, recovered at the next switch-out */
 	STAT_STACKS_STORED,    /* stacks added to the stacks map (user space moves them out when it fills) */
+	STAT_THREAD_CPU_FULL,  /* a thread's on-CPU total not stored: thread_cpu map full */
+	STAT_FORK_UNWIND_FULL, /* a forked child left to frame pointers: unwind_procs full */
 	STAT_MAX,
 };
 
@@ -73,8 +75,24 @@ struct wake_key {
 };
 
 struct offcpu_val {
-	u64 ns;    /* total off-CPU nanoseconds */
-	u64 count; /* number of off-CPU intervals */
+	u64 ns;      /* total off-CPU nanoseconds: switch-out to switch-in */
+	u64 count;   /* number of off-CPU intervals */
+	u64 runq_ns; /* of ns, waiting for a CPU: from the wake-up to the
+		      * switch-in, or all of a preempted interval */
+};
+
+/* A thread incarnation (tids are reused). */
+struct thread_key {
+	u32 tid;
+	u32 gen; /* task_gen */
+};
+
+/* A thread's exact time on a CPU inside the window, from the scheduler's
+ * own accounting (se.sum_exec_runtime) between its switches. */
+struct thread_cpu {
+	u32 tgid;
+	u32 pad;
+	u64 oncpu_ns;
 };
 
 struct thread_info {
@@ -231,6 +249,7 @@ struct cpu_key {
  * from another task's context). */
 struct prestart_val {
 	u64 ns;    /* off-CPU time inside the window */
+	u64 runq_ns; /* of ns, waiting for a CPU after its wake-up */
 	u32 tgid;
 	u32 gen;   /* task_gen */
 	u32 state; /* enum offcpu_state */

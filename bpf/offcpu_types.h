@@ -22,6 +22,7 @@ struct sched_entity {
 struct task_struct {
 	unsigned int __state;
 	void *stack;
+	int on_cpu;
 	unsigned int flags;
 	int pid;
 	int tgid;

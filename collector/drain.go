@@ -21,6 +21,7 @@ type record struct {
 	gen       uint32 // the thread's incarnation (tids are reused)
 	state     State
 	ns, count uint64
+	runq      uint64 // of ns, waiting for a CPU
 	user      []uint64
 	kernel    []uint64
 	userErr   int64 // negative errno when no user stack was captured
@@ -62,9 +63,17 @@ type drained struct {
 	records []record
 	wakes   []wakeRecord
 	cpu     []cpuRecord
+	// oncpu: each thread's exact time on a CPU in the window, by tid and
+	// incarnation (tp_btf only).
+	oncpu   map[[2]uint32]cpuTotal
 	threads map[uint32]thread
 	// exited: threads that exited while recording, by tid and incarnation.
 	exited map[[2]uint32]thread
+}
+
+type cpuTotal struct {
+	tgid uint32
+	ns   uint64
 }
 
 type thread struct {
@@ -87,7 +96,7 @@ func (d *drained) threadOf(r *record) thread {
 }
 
 func (s *Session) drain() (*drained, error) {
-	d := &drained{threads: map[uint32]thread{}, exited: map[[2]uint32]thread{}}
+	d := &drained{threads: map[uint32]thread{}, exited: map[[2]uint32]thread{}, oncpu: map[[2]uint32]cpuTotal{}}
 	stacks := s.coll.Maps[bpf.OffcpuMapStacks]
 	cache := map[int64][]uint64{}
 	getStack := func(id int64) []uint64 {
@@ -113,7 +122,7 @@ func (s *Session) drain() (*drained, error) {
 	it := s.coll.Maps[bpf.OffcpuMapOffcpu].Iterate()
 	for it.Next(&key, &val) {
 		r := record{tgid: key.Tgid, tid: key.Tid, gen: key.Gen, state: State(key.State), ns: val.Ns, count: val.Count,
-			userErr: min(key.Ustack, 0), kernelErr: min(key.Kstack, 0)}
+			runq: min(val.RunqNs, val.Ns), userErr: min(key.Ustack, 0), kernelErr: min(key.Kstack, 0)}
 		r.user = getStack(key.Ustack)
 		r.kernel = getStack(key.Kstack)
 		r.waker = decodeWaker(key.Waker, getStack)
@@ -125,6 +134,7 @@ func (s *Session) drain() (*drained, error) {
 		d.records = append(d.records, r)
 		s.stats.Intervals += val.Count
 		s.stats.OffCPU += durationNs(val.Ns)
+		s.stats.RunQueue += durationNs(r.runq)
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("reading the aggregation map: %w", err)
@@ -152,6 +162,9 @@ func (s *Session) drain() (*drained, error) {
 	}
 	if err := cit.Err(); err != nil {
 		return nil, fmt.Errorf("reading the on-CPU sample map: %w", err)
+	}
+	if err := s.drainOnCPU(d); err != nil {
+		return nil, err
 	}
 	s.stats.Keys = len(d.records)
 	s.stats.Stacks = len(cache)
@@ -227,6 +240,8 @@ func (s *Session) readStats() error {
 	s.stats.WakerStackLost = get(bpf.OffcpuOffcpuStatSTAT_WAKER_STACK_LOST)
 	s.stats.WakesReused = get(bpf.OffcpuOffcpuStatSTAT_WAKES_REUSED)
 	s.stats.CPUFull = get(bpf.OffcpuOffcpuStatSTAT_CPU_FULL)
+	s.stats.ThreadCPUFull = get(bpf.OffcpuOffcpuStatSTAT_THREAD_CPU_FULL)
+	s.stats.ForkUnwindFull = get(bpf.OffcpuOffcpuStatSTAT_FORK_UNWIND_FULL)
 	if s.unw != nil {
 		u := s.unw.snapshotStats()
 		u.Stacks = get(bpf.OffcpuOffcpuStatSTAT_DWARF_STACKS)
@@ -309,6 +324,26 @@ func kasanEnabled(path string) bool {
 	return err == nil && strings.Contains(string(b), "\nCONFIG_KASAN=y")
 }
 
+// drainOnCPU reads each thread's exact on-CPU time (tp_btf mode).
+func (s *Session) drainOnCPU(d *drained) error {
+	m, ok := s.coll.Maps[bpf.OffcpuMapThreadCpus]
+	if !ok {
+		return nil
+	}
+	var k bpf.OffcpuThreadKey
+	var v bpf.OffcpuThreadCpu
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		d.oncpu[[2]uint32{k.Tid, k.Gen}] = cpuTotal{tgid: v.Tgid, ns: v.OncpuNs}
+		s.stats.OnCPU += durationNs(v.OncpuNs)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading the on-CPU time map: %w", err)
+	}
+	s.stats.ExactOnCPU = true
+	return nil
+}
+
 // drainOpenStarts accounts the intervals still open in the classic
 // tracepoint mode's starts map, up to the moment recording stopped.
 func (s *Session) drainOpenStarts(d *drained, getStack func(int64) []uint64) {
@@ -328,7 +363,11 @@ func (s *Session) drainOpenStarts(d *drained, getStack func(int64) []uint64) {
 		if ns < uint64(s.opts.MinBlock) || (s.opts.MaxBlock > 0 && ns > uint64(s.opts.MaxBlock)) {
 			continue
 		}
-		d.records = append(d.records, record{tgid: st.Tgid, tid: tid, gen: st.Tgen, state: State(st.State), ns: ns, count: 1,
+		var runq uint64
+		if State(st.State) == StatePreempted {
+			runq = ns
+		}
+		d.records = append(d.records, record{tgid: st.Tgid, tid: tid, gen: st.Tgen, state: State(st.State), ns: ns, count: 1, runq: runq,
 			user: getStack(st.Ustack), kernel: getStack(st.Kstack), userErr: min(st.Ustack, 0), kernelErr: min(st.Kstack, 0), open: true})
 		s.stats.Intervals++
 		s.stats.OffCPU += durationNs(ns)
@@ -354,10 +393,11 @@ func (s *Session) drainPrestart(d *drained, getStack func(int64) []uint64) error
 			}
 			kernel = append(kernel, ip)
 		}
-		d.records = append(d.records, record{tgid: v.Tgid, tid: tid, gen: v.Gen, state: State(v.State), ns: v.Ns, count: 1,
+		d.records = append(d.records, record{tgid: v.Tgid, tid: tid, gen: v.Gen, state: State(v.State), ns: v.Ns, count: 1, runq: min(v.RunqNs, v.Ns),
 			kernel: kernel, user: getStack(v.Ustack), userErr: min(v.Ustack, -1), open: v.Whole != 0, prestart: true, kthread: v.Kthread != 0})
 		s.stats.Intervals++
 		s.stats.OffCPU += durationNs(v.Ns)
+		s.stats.RunQueue += durationNs(min(v.RunqNs, v.Ns))
 		if v.Whole != 0 {
 			s.stats.OpenIntervals++
 			s.stats.OpenTime += durationNs(v.Ns)

@@ -3,6 +3,7 @@ package collector
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -145,7 +146,8 @@ func (s *Session) snapshotLive(d *drained) {
 // record; it counts complete and truncated stacks in the stats.
 func (s *Session) offCPUProfile(d *drained, sym *symbolizer, names *threadNames) *profile.Profile {
 	b := newProfBuilder(sym, &profile.ValueType{Type: schema.OffCPU, Unit: schema.Nanoseconds}, &profile.ValueType{Type: schema.Switches, Unit: schema.Count},
-		&profile.ValueType{Type: schema.CPU, Unit: schema.Nanoseconds})
+		&profile.ValueType{Type: schema.CPU, Unit: schema.Nanoseconds},
+		&profile.ValueType{Type: schema.Blocked, Unit: schema.Nanoseconds}, &profile.ValueType{Type: schema.RunQueue, Unit: schema.Nanoseconds})
 	sort.Slice(d.records, func(i, j int) bool { return d.records[i].ns > d.records[j].ns })
 	for _, r := range d.records {
 		th := d.threadOf(&r)
@@ -164,7 +166,7 @@ func (s *Session) offCPUProfile(d *drained, sym *symbolizer, names *threadNames)
 		}
 		smp := &profile.Sample{
 			Location: locs,
-			Value:    []int64{int64(r.ns), int64(r.count), 0},
+			Value:    []int64{int64(r.ns), int64(r.count), 0, int64(r.ns - r.runq), int64(r.runq)},
 			Label: map[string][]string{
 				LabelThread:  {th.comm},
 				LabelProcess: {processName(d, r.tgid, s.procs)},
@@ -182,27 +184,68 @@ func (s *Session) offCPUProfile(d *drained, sym *symbolizer, names *threadNames)
 		}
 		if r.waker.valid {
 			smp.Label[LabelWaker] = []string{names.waker(r.waker, sym.kern)}
-			smp.Label[LabelWakeupClass] = []string{classifyWakeup(r.waker.kernel, sym.kern)}
+			smp.Label[LabelWakeupClass] = []string{classifyWakeup(r.waker, sym.kern)}
 			smp.NumLabel[LabelWakerTID] = []int64{int64(r.waker.tid)}
 		}
 		b.p.Sample = append(b.p.Sample, smp)
 	}
+	s.onCPUSamples(d, b, names)
+	return b.p
+}
+
+// onCPUSamples adds the on-CPU samples. Where the thread's exact on-CPU
+// time is known, its samples share it in proportion to their counts (the
+// sampled stacks estimate where the time went, the switches say how much
+// there was), and a thread that ran unsampled gets one sample of all its
+// time with the frame schema.OnCPUUnsampled.
+func (s *Session) onCPUSamples(d *drained, b *profBuilder, names *threadNames) {
+	var period int64
 	if s.opts.CPUHz > 0 {
-		period := int64(time.Second) / int64(s.opts.CPUHz)
-		for _, c := range d.cpu {
-			b.p.Sample = append(b.p.Sample, &profile.Sample{
-				Location: b.stack(c.tgid, trimKernel(c.kernel, sym.kern), c.user, 0, true),
-				Value:    []int64{0, 0, int64(c.count) * period},
-				Label: map[string][]string{
-					LabelThread:  {names.threadGen(c.tgid, c.tid, c.gen)},
-					LabelProcess: {processName(d, c.tgid, s.procs)},
-					LabelState:   {"on-cpu"},
-				},
-				NumLabel: map[string][]int64{LabelTID: {int64(c.tid)}, LabelPID: {int64(c.tgid)}},
-			})
+		period = int64(time.Second) / int64(s.opts.CPUHz)
+	}
+	sampled := map[[2]uint32]uint64{}
+	for _, c := range d.cpu {
+		sampled[[2]uint32{c.tid, c.gen}] += c.count
+	}
+	add := func(tgid, tid, gen uint32, locs []*profile.Location, ns int64) {
+		b.p.Sample = append(b.p.Sample, &profile.Sample{
+			Location: locs,
+			Value:    []int64{0, 0, ns, 0, 0},
+			Label: map[string][]string{
+				LabelThread:  {names.threadGen(tgid, tid, gen)},
+				LabelProcess: {processName(d, tgid, s.procs)},
+				LabelState:   {"on-cpu"},
+			},
+			NumLabel: map[string][]int64{LabelTID: {int64(tid)}, LabelPID: {int64(tgid)}},
+		})
+	}
+	sort.Slice(d.cpu, func(i, j int) bool { return d.cpu[i].count > d.cpu[j].count })
+	for _, c := range d.cpu {
+		k := [2]uint32{c.tid, c.gen}
+		ns := int64(c.count) * period
+		if exact, ok := d.oncpu[k]; ok {
+			// The rest of its time over the rest of its samples: they add
+			// up to its time exactly.
+			ns = int64(exact.ns * c.count / sampled[k])
+			sampled[k] -= c.count
+			exact.ns -= uint64(ns)
+			d.oncpu[k] = exact
+		}
+		add(c.tgid, c.tid, c.gen, b.stack(c.tgid, trimKernel(c.kernel, b.sym.kern), c.user, 0, true), ns)
+	}
+	keys := make([][2]uint32, 0, len(d.oncpu))
+	for k, t := range d.oncpu {
+		if t.ns > 0 { // what no sample took
+			keys = append(keys, k)
 		}
 	}
-	return b.p
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i][0] < keys[j][0] || keys[i][0] == keys[j][0] && keys[i][1] < keys[j][1]
+	})
+	for _, k := range keys {
+		t := d.oncpu[k]
+		add(t.tgid, k[0], k[1], []*profile.Location{b.marker(schema.OnCPUUnsampled)}, int64(t.ns))
+	}
 }
 
 // wakeupProfile has a sample per waker stack and woken thread, with the
@@ -225,7 +268,7 @@ func (s *Session) wakeupProfile(d *drained, sym *symbolizer, names *threadNames)
 	sort.Slice(d.wakes, func(i, j int) bool { return d.wakes[i].count > d.wakes[j].count })
 	for _, w := range d.wakes {
 		kernel := trimWaker(w.waker.kernel, sym.kern)
-		class := classifyWakeup(w.waker.kernel, sym.kern)
+		class := classifyWakeup(w.waker, sym.kern)
 		s.stats.WakeupsByClass[class] += w.count
 		wakerName := names.waker(w.waker, sym.kern)
 		user := w.waker.user
@@ -379,22 +422,81 @@ func (n *threadNames) waker(w waker, k *kernelSyms) string {
 	return n.thread(w.tgid, w.tid)
 }
 
-// classifyWakeup names the kernel path of a wake-up from its stack.
-func classifyWakeup(kernel []uint64, k *kernelSyms) string {
-	names := make([]string, len(kernel))
-	for i, a := range kernel {
+// classifyWakeup names the kernel path of a wake-up from the waker's
+// kernel stack. A wake-up raised by an interrupt, or by a softirq run in
+// ksoftirqd, is classed by the interrupt's own frames (those leafward of
+// the interrupt entry or the softirq dispatcher), never by the code the
+// interrupt happened to stop.
+func classifyWakeup(w waker, k *kernelSyms) string {
+	names := make([]string, len(w.kernel))
+	for i, a := range w.kernel {
 		names[i] = k.lookup(a)
 	}
-	has := func(subs ...string) bool {
-		for _, n := range names {
-			for _, s := range subs {
-				if strings.Contains(n, s) {
-					return true
-				}
+	if cut, ok := interruptFrames(names, w.irq); ok {
+		return classifyInterrupt(names[:cut])
+	}
+	return classifyTask(names)
+}
+
+// interruptFrames finds, in a waker's kernel stack (leaf first), where the
+// interrupt's own frames end: at the softirq dispatcher, or past the
+// hard-irq entry (whose name tells the vector). ok is false for a wake-up
+// in task context.
+func interruptFrames(names []string, irq bool) (cut int, ok bool) {
+	softirqThread := slices.Contains(names, "run_ksoftirqd")
+	if !irq && !softirqThread {
+		return 0, false
+	}
+	for i, n := range names {
+		switch {
+		case n == "handle_softirqs" || n == "__do_softirq":
+			return i, true
+		case strings.HasPrefix(n, "sysvec_") || strings.HasPrefix(n, "__sysvec_") || n == "common_interrupt" || n == "__common_interrupt" ||
+			strings.HasPrefix(n, "asm_"):
+			return i + 1, true
+		}
+	}
+	return len(names), true
+}
+
+// Wake-up classes of interrupt context.
+const (
+	ClassBlockIO = "block-io" // block I/O completion
+	ClassNetRx   = "net-rx"   // network receive
+	ClassTimer   = "timer"
+	ClassIPI     = "ipi"       // another CPU's request (function call, irq work)
+	ClassIRQ     = "irq-other" // any other interrupt
+)
+
+func classifyInterrupt(names []string) string {
+	has := func(subs ...string) bool { return hasAny(names, subs) }
+	switch {
+	case has("blk_", "bio_endio", "end_buffer", "scsi_", "nvme_", "virtblk", "end_page_writeback", "folio_end_writeback", "_end_io"):
+		return ClassBlockIO
+	case has("net_rx_action", "netif_receive", "napi_", "process_backlog", "ip_rcv", "ip6_rcv", "tcp_v4_rcv", "tcp_v6_rcv", "udp_rcv"):
+		return ClassNetRx
+	case has("hrtimer_", "run_timer", "call_timer_fn", "tick_", "timerfd", "process_timeout", "it_real_fn", "posix_timer", "apic_timer"):
+		return ClassTimer
+	case has("call_function", "smp_call_function", "irq_work", "reschedule_ipi"):
+		return ClassIPI
+	}
+	return ClassIRQ
+}
+
+func hasAny(names, subs []string) bool {
+	for _, n := range names {
+		for _, s := range subs {
+			if strings.Contains(n, s) {
+				return true
 			}
 		}
-		return false
 	}
+	return false
+}
+
+// classifyTask classes a wake-up made by a thread, from its kernel path.
+func classifyTask(names []string) string {
+	has := func(subs ...string) bool { return hasAny(names, subs) }
 	switch {
 	case has("eventfd"):
 		return "eventfd"

@@ -59,12 +59,17 @@ func waitListening(t *testing.T, port int) {
 	t.Fatalf("nothing listens on 127.0.0.1:%d", port)
 }
 
-// threadCPU reads the CPU time the kernel accounted to each thread of the
-// processes (/proc/PID/task/TID/schedstat, first field) and its context
-// switches (voluntary and not, from status).
-func threadCPU(t *testing.T, pids []int) (map[int]time.Duration, map[int]int64) {
+// kernelTime is the kernel's own accounting of one thread
+// (/proc/PID/task/TID/schedstat): time on a CPU, time waiting on a run
+// queue (run_delay), and context switches (voluntary and not, from status).
+type kernelTime struct {
+	cpu, runDelay time.Duration
+	switches      int64
+}
+
+func threadTimes(t *testing.T, pids []int) map[int]kernelTime {
 	t.Helper()
-	out, switches := map[int]time.Duration{}, map[int]int64{}
+	out := map[int]kernelTime{}
 	for _, pid := range pids {
 		threads, err := procfs.AllThreads(pid)
 		if err != nil {
@@ -75,13 +80,14 @@ func threadCPU(t *testing.T, pids []int) (map[int]time.Duration, map[int]int64) 
 			if err != nil {
 				t.Fatalf("schedstat of %d/%d: %v", pid, th.PID, err)
 			}
-			out[th.PID] = time.Duration(st.RunningNanoseconds)
+			kt := kernelTime{cpu: time.Duration(st.RunningNanoseconds), runDelay: time.Duration(st.WaitingNanoseconds)}
 			if status, err := th.NewStatus(); err == nil {
-				switches[th.PID] = int64(status.VoluntaryCtxtSwitches + status.NonVoluntaryCtxtSwitches)
+				kt.switches = int64(status.VoluntaryCtxtSwitches + status.NonVoluntaryCtxtSwitches)
 			}
+			out[th.PID] = kt
 		}
 	}
-	return out, switches
+	return out
 }
 
 // schedPath bounds, per context switch, the scheduler's own path around
@@ -92,25 +98,48 @@ func threadCPU(t *testing.T, pids []int) (map[int]time.Duration, map[int]int64) 
 // -40 ms over 13,000).
 const schedPath = 3 * time.Microsecond
 
+// runqPath bounds, per wake-up, how much earlier the kernel's run_delay
+// stamps a wait's end than the sched_switch tracepoint does.
+const runqPath = 8 * time.Microsecond
+
+// cpuHogs keeps every CPU busy with n processes until the test ends, so
+// that woken threads wait for a CPU.
+func cpuHogs(t *testing.T, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		cmd := exec.Command("/bin/sh", "-c", "while :; do :; done")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	}
+}
+
 // checkAgainstSchedstat records the processes while load runs and compares
-// each thread's off-CPU time with the kernel's own accounting: a thread
-// that exists throughout the window is off-CPU for the window less the CPU
-// time schedstat gave it. The load starts after the window opens and stops
-// before it closes, so the server idles around the schedstat reads.
+// each thread's time with the kernel's own accounting: on a CPU within 1%
+// of schedstat's first field, waiting for a CPU within 5% of its second
+// (run_delay), and on-CPU + waiting + blocked = the window within 1% (and
+// the scheduler's path and the hypervisor's steal, which the recorder
+// cannot see). A thread counts if it exists throughout the window. The
+// load starts after the window opens and stops before it closes, so the
+// server idles around the schedstat reads.
 func checkAgainstSchedstat(t *testing.T, pids []int, load func(stop <-chan struct{})) {
 	t.Helper()
-	before, sw0 := threadCPU(t, pids)
 	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	st0, err := fs.Stat()
 	if err != nil {
 		t.Fatal(err)
 	}
 	s, err := Start(context.Background(), Options{PIDs: pids})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
+	}
+	// The kernel's counts are read inside the window, as close to its ends
+	// as the test can: threads that run on timers (housekeeping) would
+	// otherwise be credited with runs outside it.
+	before := threadTimes(t, pids)
+	st0, err := fs.Stat()
+	if err != nil {
+		t.Fatal(err)
 	}
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -119,45 +148,69 @@ func checkAgainstSchedstat(t *testing.T, pids []int, load func(stop <-chan struc
 	close(stop)
 	<-done
 	time.Sleep(300 * time.Millisecond)
-	p, err := s.Stop()
-	if err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	after, sw1 := threadCPU(t, pids)
+	after := threadTimes(t, pids)
 	st1, err := fs.Stat()
 	if err != nil {
 		t.Fatal(err)
 	}
+	p, err := s.Stop()
+	if err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
 	// Time the hypervisor ran other guests on our vCPUs (steal) is left out
 	// of the running thread's schedstat time: the thread was off a real CPU
-	// then, and the recorder cannot see it. It widens the lower bound.
+	// then, and the recorder cannot see it. It widens the bounds.
 	steal := time.Duration((st1.CPUTotal.Steal - st0.CPUTotal.Steal) * float64(time.Second))
 	t.Logf("steal time in the window: %v", steal)
 	window := s.Stats().Duration
-	recorded, _ := perThread(p)
-	names := map[int64]string{}
-	for _, smp := range p.Sample {
-		names[smp.NumLabel[LabelTID][0]] = smp.Label[LabelThread][0]
+	recorded := map[int64]ThreadTotal{}
+	for _, tt := range ThreadTotals(p) {
+		recorded[tt.TID] = tt
 	}
-	checked := 0
-	for tid, cpu1 := range after {
-		cpu0, ok := before[tid]
+	checked, runqChecked := 0, 0
+	for tid, k1 := range after {
+		k0, ok := before[tid]
 		if !ok {
 			continue // not there throughout
 		}
-		truth := window - (cpu1 - cpu0)
+		cpu, runDelay := k1.cpu-k0.cpu, k1.runDelay-k0.runDelay
+		truth := window - cpu
 		if truth < 100*time.Millisecond {
 			continue
 		}
 		checked++
 		got := recorded[int64(tid)]
-		path := time.Duration(sw1[tid]-sw0[tid]) * schedPath
-		if d := got - truth; d < -truth/50-steal-path || d > truth/50+path {
-			t.Errorf("%s/%d: recorded %v off-CPU; window %v less %v on CPU (schedstat) = %v (want within 2%% and %v of scheduler path, %v of steal below)",
-				names[int64(tid)], tid, got, window, cpu1-cpu0, truth, path, steal)
-		} else {
-			t.Logf("%s/%d: recorded %v, schedstat truth %v (on CPU %v, %d switches): %+.1f%%", names[int64(tid)], tid, got, truth, cpu1-cpu0, sw1[tid]-sw0[tid], 100*float64(got-truth)/float64(truth))
+		name := fmt.Sprintf("%s/%d", got.Thread, tid)
+		path := time.Duration(k1.switches-k0.switches) * schedPath
+		if d := got.OffCPU - truth; d < -truth/50-steal-path || d > truth/50+path {
+			t.Errorf("%s: recorded %v off-CPU; window %v less %v on CPU (schedstat) = %v (want within 2%% and %v of scheduler path, %v of steal below)",
+				name, got.OffCPU, window, cpu, truth, path, steal)
 		}
+		if d := got.OnCPU - cpu; d < -cpu/100-time.Millisecond || d > cpu/100+time.Millisecond {
+			t.Errorf("%s: recorded %v on a CPU, schedstat %v (want within 1%% and 1ms)", name, got.OnCPU, cpu)
+		}
+		if runDelay >= 20*time.Millisecond {
+			runqChecked++
+		}
+		// run_delay runs from the run-queue clock's updates (at the enqueue,
+		// at the start of __schedule), before the tracepoints by the
+		// scheduler's pick: 1-2 µs a wake-up on idle CPUs, up to 7 µs for a
+		// thread woken by a timer on a CPU running a hog. Where waits are
+		// that short, that is the difference.
+		pick := time.Duration(k1.switches-k0.switches) * runqPath
+		if d := got.RunQueue - runDelay; d < -runDelay/20-time.Millisecond-pick || d > runDelay/20+time.Millisecond+pick {
+			t.Errorf("%s: recorded %v waiting for a CPU, schedstat run_delay %v (want within 5%%, 1ms and %v of scheduler path)", name, got.RunQueue, runDelay, pick)
+		}
+		// On-CPU time ends and starts at the run queue's clock updates, the
+		// off-CPU intervals at the tracepoints after the pick: each switch
+		// counts that path on both sides.
+		sum := got.OnCPU + got.RunQueue + got.Blocked
+		if d := sum - window; d < -window/100-steal-pick || d > window/100+pick {
+			t.Errorf("%s: on-CPU %v + waiting for a CPU %v + blocked %v = %v, window %v (want within 1%%, %v of scheduler path, %v of steal)",
+				name, got.OnCPU, got.RunQueue, got.Blocked, sum, window, pick, steal)
+		}
+		t.Logf("%s: on-CPU %v (schedstat %v), waiting for a CPU %v (run_delay %v), blocked %v; sum %v of window %v; %d switches",
+			name, got.OnCPU, cpu, got.RunQueue, runDelay, got.Blocked, sum, window, k1.switches-k0.switches)
 	}
 	if checked < 2 {
 		t.Errorf("only %d threads with more than 100ms off-CPU", checked)
@@ -165,6 +218,10 @@ func checkAgainstSchedstat(t *testing.T, pids []int, load func(stop <-chan struc
 	if st := s.Stats(); st.Lost() != 0 {
 		t.Errorf("losses: %d", st.Lost())
 	}
+	if !s.Stats().ExactOnCPU {
+		t.Errorf("on-CPU time not recorded exactly (attach %s)", s.Stats().Attach)
+	}
+	t.Logf("%d threads checked, %d with 20ms or more of run-queue wait", checked, runqChecked)
 }
 
 // Ground truth on servers nobody here wrote: memcached (an event-loop
@@ -172,6 +229,16 @@ func checkAgainstSchedstat(t *testing.T, pids []int, load func(stop <-chan struc
 // processes and their aio thread pool), under a load on loopback.
 func TestSchedstatTruth(t *testing.T) {
 	requireBPF(t)
+	for _, hogs := range []int{0, 2} {
+		name := "idle-cpus"
+		if hogs > 0 {
+			name = "cpu-hogs"
+		}
+		t.Run(name, func(t *testing.T) { schedstatTruth(t, hogs) })
+	}
+}
+
+func schedstatTruth(t *testing.T, hogs int) {
 	t.Run("memcached", func(t *testing.T) {
 		bin := requireServer(t, "memcached", "memcached")
 		port := freePort(t)
@@ -181,6 +248,7 @@ func TestSchedstatTruth(t *testing.T) {
 		}
 		defer func() { cmd.Process.Kill(); cmd.Wait() }()
 		waitListening(t, port)
+		cpuHogs(t, hogs)
 		checkAgainstSchedstat(t, []int{cmd.Process.Pid}, func(stop <-chan struct{}) {
 			memcachedLoad(t, port, 8, stop)
 		})
@@ -226,6 +294,7 @@ http {
 		if len(pids) < 3 {
 			t.Fatalf("nginx has %d processes, want a master and 2 workers", len(pids))
 		}
+		cpuHogs(t, hogs)
 		checkAgainstSchedstat(t, pids, func(stop <-chan struct{}) {
 			httpLoad(t, fmt.Sprintf("http://127.0.0.1:%d/index.html", port), len(body), 8, stop)
 		})

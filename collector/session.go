@@ -83,8 +83,21 @@ type Stats struct {
 	Duration  time.Duration `json:"duration_ns"` // wall time recorded
 	Intervals uint64        `json:"intervals"`   // off-CPU intervals aggregated
 	OffCPU    time.Duration `json:"off_cpu_ns"`  // their total
-	Keys      int           `json:"keys"`        // distinct aggregation keys
-	Stacks    int           `json:"stacks"`      // distinct stacks
+	// RunQueue: of OffCPU, the time spent waiting for a CPU (from the
+	// wake-up to the switch-in, and preempted intervals); the rest is
+	// blocked.
+	RunQueue time.Duration `json:"runqueue_ns"`
+	// OnCPU: the recorded threads' exact time on a CPU (the scheduler's
+	// own count between their switches); ExactOnCPU says it was recorded
+	// (tp_btf mode).
+	OnCPU         time.Duration `json:"on_cpu_ns"`
+	ExactOnCPU    bool          `json:"exact_on_cpu"`
+	ThreadCPUFull uint64        `json:"thread_cpu_full"` // threads whose on-CPU total was not stored: map full
+	// ForkUnwindFull: forked children walked by frame pointers only, for
+	// lack of room in the unwind entries.
+	ForkUnwindFull uint64 `json:"fork_unwind_full"`
+	Keys           int    `json:"keys"`   // distinct aggregation keys
+	Stacks         int    `json:"stacks"` // distinct stacks
 	// StacksMoved: stacks moved from the full BPF map to memory while
 	// recording (many short-lived processes), not lost.
 	StacksMoved uint64 `json:"stacks_moved"`
@@ -140,7 +153,7 @@ type ProgramStat struct {
 // Lost reports the number of intervals or stacks that were not recorded
 // in full.
 func (s *Stats) Lost() uint64 {
-	return s.UserStackLost + s.KernelStackLost + s.AggFull + s.StartFull + s.EventsLost + s.WakeFull + s.WakerStackLost + s.CPUFull + s.SwitchMissed
+	return s.UserStackLost + s.KernelStackLost + s.AggFull + s.StartFull + s.EventsLost + s.WakeFull + s.WakerStackLost + s.CPUFull + s.SwitchMissed + s.ThreadCPUFull
 }
 
 // attachCPUSampling opens a CPU-clock perf event per online CPU at
@@ -346,7 +359,9 @@ func checkPrivileges() error {
 
 // The programs of each attach mode.
 var (
-	btfProgs = []string{bpf.OffcpuProgOffcpuSwitch, bpf.OffcpuProgOffcpuFork, bpf.OffcpuProgOffcpuExec, bpf.OffcpuProgOffcpuRename, bpf.OffcpuProgOffcpuWaking}
+	// The wake-up first: a thread blocked since before the start and woken
+	// as the switch program attaches has its wait for a CPU split off.
+	btfProgs = []string{bpf.OffcpuProgOffcpuWakeup, bpf.OffcpuProgOffcpuSwitch, bpf.OffcpuProgOffcpuFork, bpf.OffcpuProgOffcpuExec, bpf.OffcpuProgOffcpuRename, bpf.OffcpuProgOffcpuWaking}
 	tpProgs  = []string{bpf.OffcpuProgOffcpuSwitchTp, bpf.OffcpuProgOffcpuForkTp, bpf.OffcpuProgOffcpuRenameTp, bpf.OffcpuProgOffcpuWakingTp}
 )
 
@@ -413,6 +428,7 @@ func (s *Session) spec(cgroupID uint64, btfMode bool) (*ebpf.CollectionSpec, err
 	}
 	spec.Maps[bpf.OffcpuMapStarts].MaxEntries = uint32(o.MaxThreads)
 	spec.Maps[bpf.OffcpuMapThreads].MaxEntries = uint32(o.MaxThreads)
+	spec.Maps[bpf.OffcpuMapThreadCpus].MaxEntries = uint32(o.MaxThreads)
 	spec.Maps[bpf.OffcpuMapStacks].MaxEntries = uint32(o.StackEntries)
 	spec.Maps[bpf.OffcpuMapOffcpu].MaxEntries = uint32(o.AggEntries)
 	spec.Maps[bpf.OffcpuMapWakeups].MaxEntries = uint32(o.AggEntries)
@@ -443,6 +459,7 @@ func (s *Session) spec(cgroupID uint64, btfMode bool) (*ebpf.CollectionSpec, err
 		delete(spec.Programs, bpf.OffcpuProgOffcpuFlushOpen)
 		delete(spec.Programs, bpf.OffcpuProgOffcpuSnapBlocked)
 		delete(spec.Maps, bpf.OffcpuMapTaskStarts)
+		delete(spec.Maps, bpf.OffcpuMapThreadCpus)
 		s.attach = "tracepoint"
 	}
 	return spec, nil

@@ -5,35 +5,58 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/schema"
 )
 
-// ThreadTotal is one thread's off-CPU time and switches in a recording.
+// ThreadTotal is one thread's time in a recording: off a CPU (blocked,
+// then waiting for a CPU) and on one.
 type ThreadTotal struct {
 	Thread   string
 	TID      int64
-	OffCPU   time.Duration
+	OffCPU   time.Duration // Blocked + RunQueue
+	Blocked  time.Duration // from switch-outs to the wake-ups
+	RunQueue time.Duration // waiting for a CPU: from wake-ups to switch-ins, and preempted
+	OnCPU    time.Duration
 	Switches int64
 }
 
-// ThreadTotals sums a recorded profile's off-CPU samples per thread, most
-// off-CPU time first; on-CPU samples are left out.
+// ThreadTotals sums a recorded profile's samples per thread, most off-CPU
+// time first. Sample types are found by name; a profile without the
+// blocked/runqueue split counts all off-CPU time as blocked.
 func ThreadTotals(p *profile.Profile) []ThreadTotal {
+	idx := map[string]int{}
+	for i, st := range p.SampleType {
+		idx[st.Type] = i
+	}
+	value := func(s *profile.Sample, typ string) int64 {
+		if i, ok := idx[typ]; ok {
+			return s.Value[i]
+		}
+		return 0
+	}
+	_, split := idx[schema.RunQueue]
 	byTID := map[int64]*ThreadTotal{}
 	for _, s := range p.Sample {
-		if s.Value[0] == 0 && s.Value[1] == 0 {
-			continue // on-CPU sample
-		}
 		tid := s.NumLabel[LabelTID][0]
 		t := byTID[tid]
 		if t == nil {
 			t = &ThreadTotal{TID: tid}
-			if names := s.Label[LabelThread]; len(names) > 0 {
-				t.Thread = names[0]
-			}
 			byTID[tid] = t
 		}
-		t.OffCPU += time.Duration(s.Value[0])
-		t.Switches += s.Value[1]
+		if names := s.Label[LabelThread]; len(names) > 0 && (t.Thread == "" || value(s, schema.OffCPU) != 0) {
+			t.Thread = names[0]
+		}
+		off := value(s, schema.OffCPU)
+		t.OffCPU += time.Duration(off)
+		t.Switches += value(s, schema.Switches)
+		t.OnCPU += time.Duration(value(s, schema.CPU))
+		if split {
+			t.Blocked += time.Duration(value(s, schema.Blocked))
+			t.RunQueue += time.Duration(value(s, schema.RunQueue))
+		} else {
+			t.Blocked += time.Duration(off)
+		}
 	}
 	out := make([]ThreadTotal, 0, len(byTID))
 	for _, t := range byTID {

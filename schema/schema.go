@@ -7,8 +7,13 @@ package schema
 const (
 	OffCPU   = "off_cpu"  // nanoseconds off a CPU
 	Switches = "switches" // count of off-CPU intervals
-	CPU      = "cpu"      // nanoseconds on a CPU (sampled)
+	CPU      = "cpu"      // nanoseconds on a CPU (samples scaled to the exact time)
 	Wakeups  = "wakeups"  // count of wake-ups
+	// Off-CPU time split at the wake-up: blocked (switch-out to the
+	// wake-up) and waiting for a CPU (the wake-up to the switch-in, or all
+	// of a preempted interval); off_cpu = blocked + runqueue.
+	Blocked  = "blocked"
+	RunQueue = "runqueue"
 
 	Nanoseconds = "nanoseconds"
 	Count       = "count"
@@ -28,6 +33,11 @@ const (
 	LabelTargetTID   = "target_tid"    // numeric
 	LabelInterval    = "interval"      // open, before-start, whole
 )
+
+// OnCPUUnsampled is the frame of on-CPU time no sample fell in (a thread
+// that ran less than a sampling period, or sampling off): the thread's
+// exact time is in the profile all the same.
+const OnCPUUnsampled = "[on-CPU: not sampled]"
 
 // Files of a run directory (offcpu bench runs/NAME/).
 const (

@@ -322,13 +322,18 @@ func writeProfile(path string, p *profile.Profile) error { return output.WriteFi
 var writeFile = output.WriteFile
 
 func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *recordFlags) {
-	fmt.Fprintf(w, "offcpu: %v recorded (%s): %d off-CPU intervals, %v off-CPU, %d stacks\n",
-		st.Duration.Round(time.Millisecond), st.Attach, st.Intervals, st.OffCPU.Round(time.Microsecond), st.Stacks)
+	fmt.Fprintf(w, "offcpu: %v recorded (%s): %d off-CPU intervals, %v off-CPU (%v blocked, %v waiting for a CPU), %d stacks\n",
+		st.Duration.Round(time.Millisecond), st.Attach, st.Intervals, st.OffCPU.Round(time.Microsecond),
+		(st.OffCPU - st.RunQueue).Round(time.Microsecond), st.RunQueue.Round(time.Microsecond), st.Stacks)
+	if st.ExactOnCPU {
+		fmt.Fprintf(w, "on-CPU: %v, exact per thread (the scheduler's own count between switches)\n", st.OnCPU.Round(time.Microsecond))
+	}
 	if totals := collector.ThreadTotals(p); len(totals) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "off-CPU\tswitches\tthread\t")
+		fmt.Fprintln(tw, "blocked\twaiting for a CPU\ton-CPU\tswitches\tthread\t")
 		for _, t := range totals[:min(len(totals), 10)] {
-			fmt.Fprintf(tw, "%v\t%d\t%s (tid %d)\t\n", t.OffCPU.Round(time.Microsecond), t.Switches, t.Thread, t.TID)
+			fmt.Fprintf(tw, "%v\t%v\t%v\t%d\t%s (tid %d)\t\n", t.Blocked.Round(time.Microsecond), t.RunQueue.Round(time.Microsecond),
+				t.OnCPU.Round(time.Microsecond), t.Switches, t.Thread, t.TID)
 		}
 		tw.Flush()
 	}
