@@ -134,8 +134,8 @@ func TestAnalyzeFixture(t *testing.T) {
 	if cat["monitor-wait"].Share != 1 || cat["flow-handling"].AppNs != 3e9 || cat["flow-handling"].Share != 0.75 {
 		t.Errorf("monitor-wait %+v flow-handling %+v", cat["monitor-wait"], cat["flow-handling"])
 	}
-	if cat["event-loop-idle"].Ns != 5e9 || cat["queue-wait"].Ns != 4e9 || cat["preempted"].Ns != 2e9 {
-		t.Errorf("idle %d queue %d preempted %d", cat["event-loop-idle"].Ns, cat["queue-wait"].Ns, cat["preempted"].Ns)
+	if cat["event-loop-idle"].Ns != 5e9 || cat["queue-wait"].Ns != 4e9 || cat["runqueue"].Ns != 2e9 {
+		t.Errorf("idle %d queue %d preempted %d", cat["event-loop-idle"].Ns, cat["queue-wait"].Ns, cat["runqueue"].Ns)
 	}
 	if rep.Wakeups.Total != 500 || rep.Wakeups.ByClass["eventfd"] != 300 || rep.Wakeups.EventfdPerMessage != 0.3 {
 		t.Errorf("wake-ups %+v", rep.Wakeups)
@@ -412,7 +412,7 @@ func TestRealPrograms(t *testing.T) {
 			top := ""
 			var topNs int64
 			for _, c := range rep.Categories {
-				if !c.Idle && c.Name != "other" && c.Name != "preempted" && c.FirstNs > topNs {
+				if !c.Idle && c.Name != "other" && c.Name != "runqueue" && c.FirstNs > topNs {
 					top, topNs = c.Name, c.FirstNs
 				}
 			}

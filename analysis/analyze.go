@@ -40,6 +40,7 @@ type GroupResult struct {
 	Name         string           `json:"name"`
 	OffCPUNs     int64            `json:"offcpu_ns"`
 	AppBlockedNs int64            `json:"app_blocked_ns"`
+	RunQueueNs   int64            `json:"runqueue_ns"` // of OffCPUNs, waiting for a CPU
 	CPUNs        int64            `json:"cpu_ns,omitempty"`
 	Categories   map[string]int64 `json:"categories"` // app ns per category
 }
@@ -82,7 +83,10 @@ type Report struct {
 	Sources       []string `json:"sources"`
 	ThreadFilter  string   `json:"thread_filter,omitempty"`
 	TotalOffCPUNs int64    `json:"total_offcpu_ns"`
-	AppBlockedNs  int64    `json:"app_blocked_ns"`
+	// RunQueueNs: of TotalOffCPUNs, waiting for a CPU (woken and not yet
+	// running, or preempted): never blocked time.
+	RunQueueNs   int64 `json:"runqueue_ns"`
+	AppBlockedNs int64 `json:"app_blocked_ns"`
 	// IdleNs is off-CPU time whose first matching category is idle
 	// (IdleCategories): waiting for work, never counted as blocked.
 	IdleNs         int64    `json:"idle_ns"`
@@ -251,10 +255,14 @@ func (a *analyzer) offCPU(s *Stack) {
 	}
 	g := a.group(s.Thread)
 	g.OffCPUNs += s.Value
+	if s.WaitsForCPU() {
+		rep.RunQueueNs += s.Value
+		g.RunQueueNs += s.Value
+	}
 	cs := r.Categorize(s)
 	inner := r.InnermostApp(s)
 	idle := r.IsIdle(cs[0])
-	app := inner != "" && s.State != "preempted" && !idle // see AppBlocked
+	app := inner != "" && !s.WaitsForCPU() && !idle // see AppBlocked
 	for _, c := range cs {
 		if cats[c] != nil {
 			cats[c].Ns += s.Value
@@ -382,7 +390,11 @@ func TopCounts(m map[string]int64, n int) []Count {
 }
 
 // ShortFunc drops a Go import path: github.com/x/y/pkg.(*T).m → pkg.(*T).m.
+// Bracketed names (a thread such as [ksoftirqd/1], a marker) stay whole.
 func ShortFunc(name string) string {
+	if strings.HasPrefix(name, "[") {
+		return name
+	}
 	if i := strings.LastIndexByte(name, '/'); i >= 0 && !strings.ContainsAny(name[:i], " <") {
 		return name[i+1:]
 	}
@@ -436,6 +448,9 @@ func statements(rep *Report) []string {
 			best.Name, 100*best.Share, Secs(best.AppNs), Secs(rep.AppBlockedNs), where, fn))
 	}
 	out = append(out, fmt.Sprintf("Blocked time with an application frame: %s of %s off-CPU.", Secs(rep.AppBlockedNs), Secs(rep.TotalOffCPUNs)))
+	if rep.RunQueueNs > 0 {
+		out = append(out, fmt.Sprintf("Waiting for a CPU (woken or preempted, not yet running; not blocked): %s, %s of the off-CPU time.", Secs(rep.RunQueueNs), pct(rep.RunQueueNs, rep.TotalOffCPUNs)))
+	}
 	if rep.Wakeups.Total > 0 {
 		s := fmt.Sprintf("Wake-ups: %d, of them %d through an eventfd", rep.Wakeups.Total, rep.Wakeups.ByClass["eventfd"])
 		if rep.Messages > 0 {
@@ -474,7 +489,7 @@ func pct(a, b int64) string {
 }
 
 func (rep *Report) writeText(w io.Writer) error {
-	fmt.Fprintf(w, "off-CPU %s, idle %s, blocked with an application frame %s", Secs(rep.TotalOffCPUNs), Secs(rep.IdleNs), Secs(rep.AppBlockedNs))
+	fmt.Fprintf(w, "off-CPU %s (waiting for a CPU %s), idle %s, blocked with an application frame %s", Secs(rep.TotalOffCPUNs), Secs(rep.RunQueueNs), Secs(rep.IdleNs), Secs(rep.AppBlockedNs))
 	if rep.ThreadFilter != "" {
 		fmt.Fprintf(w, " (threads matching %s)", rep.ThreadFilter)
 	}
@@ -518,17 +533,25 @@ func (rep *Report) tables() []*table {
 			cats.add(c.label(), Secs(c.Ns), Secs(c.AppNs), pct(c.AppNs, rep.AppBlockedNs), pct(c.FirstNs, rep.AppBlockedNs))
 		}
 	}
-	groups := &table{head: []string{"thread group", "off-CPU", "with app frame", "on-CPU"},
-		md: []string{"thread group", "off-CPU", "with an application frame", "on-CPU"}}
+	groups := &table{head: []string{"thread group", "off-CPU", "waiting for CPU", "with app frame", "on-CPU"},
+		md: []string{"thread group", "off-CPU", "of it waiting for a CPU", "blocked with an application frame", "on-CPU"}}
 	for _, g := range rep.ThreadGroups {
-		groups.add(g.Name, Secs(g.OffCPUNs), Secs(g.AppBlockedNs), Secs(g.CPUNs))
+		groups.add(g.Name, Secs(g.OffCPUNs), Secs(g.RunQueueNs), Secs(g.AppBlockedNs), Secs(g.CPUNs))
 	}
 	out := []*table{cats, groups}
 	if rep.Wakeups.Total > 0 {
-		woken := &table{head: []string{"woken group", "wake-ups", "eventfd", "futex", "pipe/socket", "timer", "other"}}
+		// A column per class seen, most wake-ups first.
+		classes := TopCounts(rep.Wakeups.ByClass, len(rep.Wakeups.ByClass))
+		woken := &table{head: []string{"woken group", "wake-ups"}}
+		for _, c := range classes {
+			woken.head = append(woken.head, c.Name)
+		}
 		for _, t := range rep.Wakeups.ByTargetGroup {
-			woken.add(t.Group, fmt.Sprint(t.Total), fmt.Sprint(t.ByClass["eventfd"]), fmt.Sprint(t.ByClass["futex"]),
-				fmt.Sprint(t.ByClass["pipe/socket"]), fmt.Sprint(t.ByClass["timer"]), fmt.Sprint(t.ByClass["other"]))
+			row := []string{t.Group, fmt.Sprint(t.Total)}
+			for _, c := range classes {
+				row = append(row, fmt.Sprint(t.ByClass[c.Name]))
+			}
+			woken.add(row...)
 		}
 		out = append(out, woken)
 	}
@@ -536,7 +559,7 @@ func (rep *Report) tables() []*table {
 }
 
 func (rep *Report) writeMarkdown(w io.Writer) error {
-	fmt.Fprintf(w, "Off-CPU time: %s; idle: %s; blocked time with an application frame: %s", Secs(rep.TotalOffCPUNs), Secs(rep.IdleNs), Secs(rep.AppBlockedNs))
+	fmt.Fprintf(w, "Off-CPU time: %s (of it waiting for a CPU: %s); idle: %s; blocked time with an application frame: %s", Secs(rep.TotalOffCPUNs), Secs(rep.RunQueueNs), Secs(rep.IdleNs), Secs(rep.AppBlockedNs))
 	if rep.ThreadFilter != "" {
 		fmt.Fprintf(w, " (threads matching `%s`)", rep.ThreadFilter)
 	}
@@ -559,10 +582,10 @@ func (rep *Report) writeMarkdown(w io.Writer) error {
 
 // AppBlocked tells whether a stack counts as blocked time with an
 // application frame: an application frame (not runtime, libc or event-loop
-// machinery), not preempted (runnable is not blocked) and not idle (its
-// first matching category waits for work).
+// machinery), not waiting for a CPU (runnable is not blocked) and not idle
+// (its first matching category waits for work).
 func (r *Rules) AppBlocked(s *Stack) bool {
-	return s.State != "preempted" && r.InnermostApp(s) != "" && !r.IsIdle(r.Categorize(s)[0])
+	return !s.WaitsForCPU() && r.InnermostApp(s) != "" && !r.IsIdle(r.Categorize(s)[0])
 }
 
 func (c CategoryResult) label() string {

@@ -165,8 +165,9 @@ type DiffReport struct {
 	Metrics          []MetricDiff `json:"metrics"`
 	BaseReport       *Report      `json:"base_profile,omitempty"`
 	CandReport       *Report      `json:"candidate_profile,omitempty"`
-	Categories       []ValueDiff  `json:"categories"`    // app-blocked ns per category
-	ThreadGroups     []ValueDiff  `json:"thread_groups"` // app-blocked ns per group
+	Categories       []ValueDiff  `json:"categories"`      // app-blocked ns per category
+	ThreadGroups     []ValueDiff  `json:"thread_groups"`   // app-blocked ns per group
+	RunQueueGroups   []ValueDiff  `json:"runqueue_groups"` // ns waiting for a CPU per group
 	FunctionsFlat    []ValueDiff  `json:"functions_flat"`
 	FunctionsCum     []ValueDiff  `json:"functions_cumulative"`
 	WakerFunctions   []ValueDiff  `json:"waker_functions"`
@@ -194,6 +195,7 @@ func Diff(base, cand *Side, r *Rules, o Options) (*DiffReport, error) {
 			dr.Categories = append(dr.Categories, valueDiff(b.Categories[i].Name, b.Categories[i].AppNs/bn, c.Categories[i].AppNs/cn))
 		}
 		dr.ThreadGroups = mapDiff(groupApp(b), groupApp(c), bn, cn, 0)
+		dr.RunQueueGroups = mapDiff(groupRunQueue(b), groupRunQueue(c), bn, cn, 0)
 		dr.FunctionsFlat = mapDiff(b.FunctionsFlat, c.FunctionsFlat, bn, cn, 10)
 		dr.FunctionsCum = mapDiff(b.FunctionsCum, c.FunctionsCum, bn, cn, 10)
 		dr.WakerFunctions = mapDiff(b.WakerFunctions, c.WakerFunctions, bn, cn, 10)
@@ -207,6 +209,16 @@ func groupApp(r *Report) map[string]int64 {
 	m := map[string]int64{}
 	for _, g := range r.ThreadGroups {
 		m[g.Name] = g.AppBlockedNs
+	}
+	return m
+}
+
+func groupRunQueue(r *Report) map[string]int64 {
+	m := map[string]int64{}
+	for _, g := range r.ThreadGroups {
+		if g.RunQueueNs > 0 {
+			m[g.Name] = g.RunQueueNs
+		}
 	}
 	return m
 }
@@ -431,7 +443,7 @@ func diffStatements(dr *DiffReport) []string {
 	var top *CategoryResult
 	for i := range b.Categories {
 		x := &b.Categories[i]
-		if x.Name != "other" && x.Name != "preempted" && x.AppNs > 0 && (top == nil || x.FirstNs > top.FirstNs) {
+		if x.Name != "other" && x.Name != "runqueue" && x.AppNs > 0 && (top == nil || x.FirstNs > top.FirstNs) {
 			top = x
 		}
 	}
@@ -468,6 +480,9 @@ func diffStatements(dr *DiffReport) []string {
 	}
 	if !negligible {
 		out = append(out, fmt.Sprintf("Blocked time with an application frame: %s → %s per profiled run.", Secs(b.AppBlockedNs/bn), Secs(c.AppBlockedNs/cn)))
+	}
+	if b.RunQueueNs > 0 || c.RunQueueNs > 0 {
+		out = append(out, fmt.Sprintf("Waiting for a CPU (woken or preempted; not blocked): %s → %s per profiled run.", Secs(b.RunQueueNs/bn), Secs(c.RunQueueNs/cn)))
 	}
 	if b.Wakeups.Total > 0 || c.Wakeups.Total > 0 {
 		s := fmt.Sprintf("Eventfd wake-ups: %d → %d per profiled run", b.Wakeups.ByClass["eventfd"]/bn, c.Wakeups.ByClass["eventfd"]/cn)
@@ -648,6 +663,12 @@ func (dr *DiffReport) writeMarkdown(w io.Writer) error {
 		fmt.Fprintf(w, "\n| thread group | %s | %s | change |\n|---|---:|---:|---:|\n", dr.Base.Name, dr.Cand.Name)
 		for _, g := range dr.ThreadGroups {
 			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", g.Name, Secs(g.Base), Secs(g.Cand), changeStr(g))
+		}
+		if len(dr.RunQueueGroups) > 0 {
+			fmt.Fprintf(w, "\nWaiting for a CPU (not blocked), per profiled run:\n\n| thread group | %s | %s | change |\n|---|---:|---:|---:|\n", dr.Base.Name, dr.Cand.Name)
+			for _, g := range dr.RunQueueGroups {
+				fmt.Fprintf(w, "| %s | %s | %s | %s |\n", g.Name, Secs(g.Base), Secs(g.Cand), changeStr(g))
+			}
 		}
 		fmt.Fprintf(w, "\nFunctions whose blocked time changed most (innermost application frame):\n\n| function | %s | %s | change |\n|---|---:|---:|---:|\n", dr.Base.Name, dr.Cand.Name)
 		for _, f := range dr.FunctionsFlat {

@@ -34,14 +34,22 @@ type Stack struct {
 	Kind   string
 	Thread string // thread name ("" when the source has none)
 	Frames []Frame
-	Value  int64 // ns (offcpu, cpu) or count (wakeup)
-	Count  int64 // switches (offcpu)
-	Ended  int64 // wakeup: blocked ns the wake-ups ended
-	State  string
+	Value  int64  // ns (offcpu, cpu) or count (wakeup)
+	Count  int64  // switches (offcpu)
+	Ended  int64  // wakeup: blocked ns the wake-ups ended
+	State  string // recorder state; StateRunQueue: the wait for a CPU after a wake-up
 	Class  string // wakeup class
 	Target string // wakeup: the woken thread
 	Waker  string // offcpu: the waker thread
 }
+
+// StateRunQueue is the state of the part of an off-CPU interval after its
+// wake-up, waiting for a CPU; with "preempted" it is not blocked time.
+const StateRunQueue = "runqueue"
+
+// WaitsForCPU tells whether a stack is time spent runnable: preempted, or
+// woken and not yet running.
+func (s *Stack) WaitsForCPU() bool { return s.State == "preempted" || s.State == StateRunQueue }
 
 // Data is what one or more profiles hold.
 type Data struct {
@@ -117,7 +125,7 @@ func (d *Data) addProfile(path string, p *profile.Profile) error {
 		return ""
 	}
 	wakeIdx, offIdx, cntIdx := typeIndex(p, schema.Wakeups, schema.Count), typeIndex(p, schema.OffCPU, schema.Nanoseconds), typeIndex(p, schema.Switches, schema.Count)
-	cpuIdx := typeIndex(p, schema.CPU, schema.Nanoseconds)
+	cpuIdx, runqIdx := typeIndex(p, schema.CPU, schema.Nanoseconds), typeIndex(p, schema.RunQueue, schema.Nanoseconds)
 	if wakeIdx >= 0 {
 		for _, s := range p.Sample {
 			st := Stack{Kind: KindWakeup, Thread: label(s, schema.LabelThread), Frames: frames(s), Value: s.Value[wakeIdx],
@@ -139,7 +147,7 @@ func (d *Data) addProfile(path string, p *profile.Profile) error {
 			}
 		}
 		cntIdx = typeIndex(p, "contentions", "count")
-		cpuIdx = -1
+		cpuIdx, runqIdx = -1, -1
 	}
 	if offIdx < 0 {
 		return fmt.Errorf("%s has no time sample type (off_cpu/nanoseconds, delay/nanoseconds): not an off-CPU profile", path)
@@ -153,13 +161,33 @@ func (d *Data) addProfile(path string, p *profile.Profile) error {
 			if cntIdx >= 0 {
 				st.Count = s.Value[cntIdx]
 			}
-			d.Stacks = append(d.Stacks, st)
+			d.addOffCPU(st, runqIdx, s)
 		}
 		if cpuIdx >= 0 && s.Value[cpuIdx] != 0 {
 			d.Stacks = append(d.Stacks, Stack{Kind: KindCPU, Thread: th, Frames: fr, Value: s.Value[cpuIdx]})
 		}
 	}
 	return nil
+}
+
+// addOffCPU adds an off-CPU stack; where the profile splits off-CPU time
+// at the wake-up (schema.RunQueue), the wait for a CPU after it becomes a
+// stack of its own in state StateRunQueue, so that only the blocked part
+// counts as blocked.
+func (d *Data) addOffCPU(st Stack, runqIdx int, s *profile.Sample) {
+	var runq int64
+	if runqIdx >= 0 && st.State != "preempted" {
+		runq = min(s.Value[runqIdx], st.Value)
+	}
+	if runq > 0 {
+		rq := st
+		rq.Value, rq.Count, rq.State = runq, 0, StateRunQueue
+		st.Value -= runq
+		d.Stacks = append(d.Stacks, rq)
+	}
+	if st.Value > 0 {
+		d.Stacks = append(d.Stacks, st)
+	}
 }
 
 // frames returns a sample's frames root first, inlined ones expanded.

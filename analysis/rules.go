@@ -199,9 +199,9 @@ func (p *ruleParser) rule(base string, fr fileRule, known map[string]bool) (rule
 	}
 	for j, st := range fr.States {
 		switch st {
-		case "sleeping", "uninterruptible", "preempted", "other":
+		case "sleeping", "uninterruptible", "preempted", "other", StateRunQueue:
 		default:
-			return rule{}, fmt.Errorf("%s: unknown state %q (sleeping, uninterruptible, preempted, other)", p.at(fmt.Sprintf("%s.states[%d]", base, j)), st)
+			return rule{}, fmt.Errorf("%s: unknown state %q (sleeping, uninterruptible, preempted, other, runqueue)", p.at(fmt.Sprintf("%s.states[%d]", base, j)), st)
 		}
 		if ru.states == nil {
 			ru.states = map[string]bool{}
@@ -361,8 +361,8 @@ func (r *Rules) Explain(s *Stack) []string {
 	}
 	verdict := "blocked time with an application frame"
 	switch {
-	case s.State == "preempted":
-		verdict = "preempted: runnable, not blocked"
+	case s.WaitsForCPU():
+		verdict = s.State + ": runnable, waiting for a CPU, not blocked"
 	case r.IsIdle(first):
 		verdict = "idle: " + first + " waits for work and is never counted as blocked"
 	case inner == "":
