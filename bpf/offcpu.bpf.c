@@ -118,6 +118,8 @@ struct start_rec {
 	/* The time of the wake-up that ended the current sleep (sched_wakeup:
 	 * the thread is on a run queue from then); 0 until it is woken. */
 	u64 wake_ts;
+	/* ts and wake_ts by the run queue's clock (rq_clock_of); 0: unknown. */
+	u64 ts_rq, wake_rq;
 	/* The last switch-in: its time and se.sum_exec_runtime then. */
 	u64 in_ts, in_ran;
 	u64 oncpu;      /* ns on a CPU inside the window so far */
@@ -961,25 +963,39 @@ static __always_inline void capture(void *ctx, struct start_rec *s, bool kthread
 	s->ts = now;
 }
 
-/* The part of an interval ending at end spent waiting for a CPU: all of
- * a preempted one; for a sleep, from its wake-up on. */
-static __always_inline u64 runq_part(struct start_rec *s, u64 end)
+/* The clock of the run queue a task is on (rq->clock): the scheduler
+ * stamps a switch at the start of __schedule and a wake-up at its enqueue
+ * with it, a few µs before the tracepoints fire, and counts CPU time and
+ * schedstat's run_delay from those stamps. 0 where it cannot be read
+ * (kernels without CONFIG_FAIR_GROUP_SCHED). */
+static __always_inline u64 rq_clock_of(struct task_struct *t)
+{
+	if (!bpf_core_field_exists(t->se.cfs_rq))
+		return 0;
+	return BPF_CORE_READ(t, se.cfs_rq, rq, clock);
+}
+
+/* The part of the interval from start to end spent waiting for a CPU:
+ * all of a preempted one; for a sleep, from its wake-up (woken) on. */
+static __always_inline u64 runq_part(struct start_rec *s, u64 start, u64 woken, u64 end)
 {
 	if (s->state == STATE_PREEMPTED)
-		return end - s->ts;
-	if (s->wake_ts > s->ts && s->wake_ts < end)
-		return end - s->wake_ts;
+		return end - start;
+	if (woken > start && woken < end)
+		return end - woken;
 	return 0;
 }
 
 /* Adds one interval ending at end to the aggregation map, with its
  * waker and the part of it (runq, <= its length) spent waiting for a
- * CPU; open marks one still running when recording stops. */
-static __always_inline void account_interval(u32 tid, struct start_rec *s, struct waker_rec *w, u32 open, u64 end, u64 runq)
+ * CPU; open marks one still running when recording stops. len: its
+ * length, by the run queue's clock where both ends have it. */
+static __always_inline void account_interval(u32 tid, struct start_rec *s, struct waker_rec *w, u32 open, u64 end,
+					     u64 len, u64 runq)
 {
 	if (end <= s->ts)
 		return; /* started as the window closed */
-	u64 delta = end - s->ts;
+	u64 delta = len;
 	if (runq > delta)
 		runq = delta;
 	if (delta < min_block_ns || delta > max_block_ns) {
@@ -1057,11 +1073,19 @@ static __always_inline void capture_sleep(void *ctx, struct start_rec *s, struct
 	s->gen = gen;
 }
 
-/* now: the switch-in's time, read on entry to the program, as the
- * switch-out's is: the program's own cost is on-CPU time on both ends. */
-static __always_inline void account(u32 tid, struct start_rec *s, struct waker_rec *w, u64 now)
+/* An interval that ended at now, read on entry to the program (the
+ * program's own cost is on-CPU time on both ends); now_rq: the switch's
+ * run-queue clock. With the run queue's clock at both ends the interval
+ * is the scheduler's own: it ends where the thread's CPU time starts, and
+ * its wait for a CPU is run_delay's. */
+static __always_inline void account(u32 tid, struct start_rec *s, struct waker_rec *w, u64 now, u64 now_rq)
 {
-	account_interval(tid, s, w, 0, now, runq_part(s, now));
+	if (now_rq > s->ts_rq && s->ts_rq) {
+		u64 woken = s->wake_rq ? s->wake_rq : (s->wake_ts ? now_rq - (now - s->wake_ts) : 0);
+		account_interval(tid, s, w, 0, now, now_rq - s->ts_rq, runq_part(s, s->ts_rq, woken, now_rq));
+		return;
+	}
+	account_interval(tid, s, w, 0, now, now - s->ts, runq_part(s, s->ts, s->wake_ts, now));
 }
 
 /* The CPU time of the run a switch-out ends (ran: se.sum_exec_runtime
@@ -1108,10 +1132,10 @@ static __always_inline void recover_missed_in(u32 tid, struct start_rec *s, u64 
 	if (ran >= s->ran && now - s->ts > oncpu) {
 		/* It waited for a CPU from its wake-up to the missed switch-in,
 		 * and has run since: the run queue part is the rest. */
-		u64 runq = runq_part(s, now);
+		u64 runq = runq_part(s, s->ts, s->wake_ts, now);
 		runq = runq > oncpu ? runq - oncpu : 0;
 		s->ts += oncpu;
-		account_interval(tid, s, &s->waker, 0, now, runq);
+		account_interval(tid, s, &s->waker, 0, now, now - s->ts, runq);
 	}
 	/* Its run since the missed switch-in is counted by add_run. */
 	s->running = 1;
@@ -1337,6 +1361,8 @@ static __always_inline void switch_out(void *ctx, struct start_rec *s, struct ta
 	s->tgen = task_gen(prev);
 	s->state = state;
 	s->wake_ts = 0;
+	s->wake_rq = 0;
+	s->ts_rq = rq_clock_of(prev);
 	if (reuse_stacks && !kthread && state == STATE_SLEEPING &&
 	    want_user_stacks && want_kernel_stacks)
 		capture_sleep(ctx, s, prev, now);
@@ -1385,7 +1411,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 	if (s) {
 		if (s->pending) {
 			s->pending = 0;
-			account(ntid, s, &s->waker, now);
+			account(ntid, s, &s->waker, now, rq_clock_of(next));
 			s->waker.valid = 0;
 		} else if (!s->counting && s->wake_ts && now > s->wake_ts) {
 			/* Blocked since before the start, woken inside the window
@@ -1413,8 +1439,10 @@ int BPF_PROG(offcpu_wakeup, struct task_struct *p)
 {
 	struct start_rec *s = bpf_task_storage_get(&task_starts, p, 0, 0);
 	if (s) {
-		if (s->pending && !s->wake_ts)
+		if (s->pending && !s->wake_ts) {
 			s->wake_ts = bpf_ktime_get_ns();
+			s->wake_rq = rq_clock_of(p);
+		}
 		return 0;
 	}
 	/* Blocked since before the start: a record with only the wake-up's
@@ -1471,7 +1499,7 @@ int offcpu_switch_tp(struct trace_event_raw_sched_switch *ctx)
 		struct start_rec copy = *s;
 		bpf_map_delete_elem(&starts, &ntid);
 		struct waker_rec *w = want_wakeups ? bpf_map_lookup_elem(&last_waker, &ntid) : 0;
-		account(ntid, &copy, w, now);
+		account(ntid, &copy, w, now, 0);
 		if (w)
 			bpf_map_delete_elem(&last_waker, &ntid);
 	} else if (!filter_tgid && is_target(0, ntid) &&
@@ -1680,7 +1708,8 @@ int offcpu_flush_open(struct bpf_iter__task *ctx)
 	struct start_rec *s = bpf_task_storage_get(&task_starts, task, 0, 0);
 	if (s && s->pending) {
 		s->pending = 0;
-		account_interval(task->pid, s, 0, 1, end, runq_part(s, end));
+		if (end > s->ts)
+			account_interval(task->pid, s, 0, 1, end, end - s->ts, runq_part(s, s->ts, s->wake_ts, end));
 	}
 	if (s && task->pid && is_target(task->tgid, task->pid) &&
 	    !(kthread ? user_threads_only : kernel_threads_only)) {

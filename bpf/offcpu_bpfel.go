@@ -177,6 +177,8 @@ type OffcpuStartRec struct {
 	W_gen    uint32
 	Ran      uint64
 	WakeTs   uint64
+	TsRq     uint64
+	WakeRq   uint64
 	InTs     uint64
 	InRan    uint64
 	Oncpu    uint64

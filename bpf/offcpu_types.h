@@ -15,8 +15,17 @@ typedef __s32 s32;
 typedef __u64 u64;
 typedef __s64 s64;
 
+struct rq {
+	u64 clock; /* updated at the start of __schedule and when a wake-up locks the rq */
+} __attribute__((preserve_access_index));
+
+struct cfs_rq {
+	struct rq *rq; /* CONFIG_FAIR_GROUP_SCHED */
+} __attribute__((preserve_access_index));
+
 struct sched_entity {
 	u64 sum_exec_runtime; /* ns on a CPU, updated before sched_switch fires */
+	struct cfs_rq *cfs_rq; /* the task's CPU's, set with its CPU (any class) */
 } __attribute__((preserve_access_index));
 
 struct task_struct {
