@@ -149,6 +149,7 @@ func (s *Session) offCPUProfile(d *drained, sym *symbolizer, names *threadNames)
 		&profile.ValueType{Type: schema.CPU, Unit: schema.Nanoseconds},
 		&profile.ValueType{Type: schema.Blocked, Unit: schema.Nanoseconds}, &profile.ValueType{Type: schema.RunQueue, Unit: schema.Nanoseconds})
 	sort.Slice(d.records, func(i, j int) bool { return d.records[i].ns > d.records[j].ns })
+	wakers := newWakerStacks(sym)
 	for _, r := range d.records {
 		th := d.threadOf(&r)
 		locs := b.stack(r.tgid, trimKernel(r.kernel, sym.kern), r.user, r.userErr, isKernelThread(r))
@@ -185,12 +186,70 @@ func (s *Session) offCPUProfile(d *drained, sym *symbolizer, names *threadNames)
 		if r.waker.valid {
 			smp.Label[LabelWaker] = []string{names.waker(r.waker, sym.kern)}
 			smp.Label[LabelWakeupClass] = []string{classifyWakeup(r.waker, sym.kern)}
+			smp.Label[schema.LabelWakerStack] = []string{wakers.folded(r.waker)}
+			if !r.waker.irq {
+				smp.Label[schema.LabelWakerProcess] = []string{processName(d, r.waker.tgid, s.procs)}
+			}
 			smp.NumLabel[LabelWakerTID] = []int64{int64(r.waker.tid)}
+			smp.NumLabel[schema.LabelWakerPID] = []int64{int64(r.waker.tgid)}
 		}
 		b.p.Sample = append(b.p.Sample, smp)
 	}
 	s.onCPUSamples(d, b, names)
 	return b.p
+}
+
+// wakerStacks folds waker stacks for the waker_stack label, once per
+// distinct stack, through a builder of their own (their locations stay
+// out of the off-CPU profile).
+type wakerStacks struct {
+	b    *profBuilder
+	done map[[3]int64]string
+}
+
+func newWakerStacks(sym *symbolizer) *wakerStacks {
+	return &wakerStacks{b: newProfBuilder(sym, &profile.ValueType{Type: schema.Wakeups, Unit: schema.Count}), done: map[[3]int64]string{}}
+}
+
+func (ws *wakerStacks) folded(w waker) string {
+	key := [3]int64{int64(w.tgid), w.userID, w.kernelID}
+	if w.irq {
+		key = [3]int64{-1, -1, w.kernelID}
+	}
+	if f, ok := ws.done[key]; ok {
+		return f
+	}
+	user := w.user
+	if w.irq {
+		user = nil
+	}
+	// An interrupt's frames only: not the code it happened to interrupt.
+	kernel := trimWaker(w.kernel, ws.b.sym.kern)
+	names := make([]string, len(kernel))
+	for i, a := range kernel {
+		names[i] = ws.b.sym.kern.lookup(a)
+	}
+	if cut, ok := interruptFrames(names, w.irq); ok {
+		kernel = kernel[:cut]
+	}
+	locs := ws.b.stack(w.tgid, kernel, user, 0, true)
+	var uf, kf []string
+	for i := len(locs) - 1; i >= 0; i-- {
+		l := locs[i]
+		for j := len(l.Line) - 1; j >= 0; j-- {
+			if l.Mapping == ws.b.kmap {
+				kf = append(kf, frameName(l.Line[j]))
+			} else {
+				uf = append(uf, frameName(l.Line[j]))
+			}
+		}
+	}
+	if len(kf) > 0 {
+		uf = append(append(uf, "-"), kf...)
+	}
+	f := strings.Join(uf, ";")
+	ws.done[key] = f
+	return f
 }
 
 // onCPUSamples adds the on-CPU samples. Where the thread's exact on-CPU

@@ -32,6 +32,13 @@ const (
 	LabelTarget      = "target_thread" // wake-ups: the woken thread
 	LabelTargetTID   = "target_tid"    // numeric
 	LabelInterval    = "interval"      // open, before-start, whole
+	// The waker of an off-CPU interval: its process (numeric) and its
+	// stack, folded (user frames root first, "-", kernel frames), so that
+	// a verdict can read what the waker was doing (a lock release, a
+	// hand-off of work, an I/O completion).
+	LabelWakerPID     = "waker_pid"
+	LabelWakerStack   = "waker_stack"
+	LabelWakerProcess = "waker_process" // the waker's process name
 )
 
 // OnCPUUnsampled is the frame of on-CPU time no sample fell in (a thread
