@@ -107,6 +107,9 @@ type Report struct {
 	WakerFunctions  map[string]int64 `json:"-"`
 	Messages        int64            `json:"messages,omitempty"`
 	Statements      []string         `json:"statements"`
+	// UnmatchedRules: rules of a user's rules file that matched nothing
+	// (file:line and category), most often a misspelled pattern.
+	UnmatchedRules []string `json:"unmatched_rules,omitempty"`
 }
 
 // ThreadGroup collapses a thread name's counters: broker-io-3 →
@@ -337,6 +340,7 @@ func (a *analyzer) report() *Report {
 		rep.Wakeups.EventfdPerMessage = float64(rep.Wakeups.ByClass["eventfd"]) / float64(o.Messages)
 	}
 	rep.Statements = statements(rep)
+	rep.UnmatchedRules = a.r.UnmatchedRules()
 	return rep
 }
 
@@ -503,6 +507,9 @@ func (rep *Report) writeText(w io.Writer) error {
 	for _, s := range rep.Statements {
 		fmt.Fprintln(w, "  "+s)
 	}
+	for _, u := range rep.UnmatchedRules {
+		fmt.Fprintf(w, "warning: rule %s matched no stack\n", u)
+	}
 	for _, t := range rep.tables() {
 		if err := t.text(w); err != nil {
 			return err
@@ -573,6 +580,9 @@ func (rep *Report) writeMarkdown(w io.Writer) error {
 	}
 	for _, s := range rep.Statements {
 		fmt.Fprintf(w, "- %s\n", s)
+	}
+	for _, u := range rep.UnmatchedRules {
+		fmt.Fprintf(w, "- Warning: rule %s matched no stack.\n", u)
 	}
 	for _, t := range rep.tables() {
 		t.markdown(w)

@@ -41,6 +41,17 @@ type Stack struct {
 	Class  string // wakeup class
 	Target string // wakeup: the woken thread
 	Waker  string // offcpu: the waker thread
+	// offcpu, where the recorder linked the interval to its waker: the
+	// waiter's and the waker's processes and ids, and the waker's stack
+	// (root first), for verdicts from the waker's side.
+	Process, WakerProcess string
+	PID, TID              int64
+	WakerPID, WakerTID    int64
+	WakerFrames           []Frame
+	// InRequest: the thread serves another program (some of its waits are
+	// for input another program or the network sends) and this wait is
+	// elsewhere in its code: inside a request, not at the top of its loop.
+	InRequest bool
 }
 
 // StateRunQueue is the state of the part of an off-CPU interval after its
@@ -152,22 +163,75 @@ func (d *Data) addProfile(path string, p *profile.Profile) error {
 	if offIdx < 0 {
 		return fmt.Errorf("%s has no time sample type (off_cpu/nanoseconds, delay/nanoseconds): not an off-CPU profile", path)
 	}
+	first := len(d.Stacks)
+	defer func() { markInRequest(d.Stacks[first:]) }()
 	for _, s := range p.Sample {
 		fr := frames(s)
 		th := label(s, schema.LabelThread)
 		if v := s.Value[offIdx]; v != 0 {
 			st := Stack{Kind: KindOffCPU, Thread: th, Frames: fr, Value: v, State: label(s, schema.LabelState), Waker: label(s, schema.LabelWaker),
-				Class: label(s, schema.LabelWakeupClass)}
+				Class: label(s, schema.LabelWakeupClass), Process: label(s, schema.LabelProcess), WakerProcess: label(s, schema.LabelWakerProcess),
+				PID: numLabel(s, schema.LabelPID), TID: numLabel(s, schema.LabelTID), WakerPID: numLabel(s, schema.LabelWakerPID),
+				WakerTID: numLabel(s, schema.LabelWakerTID), WakerFrames: wakerFrames(label(s, schema.LabelWakerStack))}
 			if cntIdx >= 0 {
 				st.Count = s.Value[cntIdx]
 			}
 			d.addOffCPU(st, runqIdx, s)
 		}
 		if cpuIdx >= 0 && s.Value[cpuIdx] != 0 {
-			d.Stacks = append(d.Stacks, Stack{Kind: KindCPU, Thread: th, Frames: fr, Value: s.Value[cpuIdx]})
+			d.Stacks = append(d.Stacks, Stack{Kind: KindCPU, Thread: th, Frames: fr, Value: s.Value[cpuIdx],
+				Process: label(s, schema.LabelProcess), PID: numLabel(s, schema.LabelPID), TID: numLabel(s, schema.LabelTID)})
 		}
 	}
 	return nil
+}
+
+// markInRequest finds, in one profile's stacks, the threads that serve
+// another program (another program or the network ended some of their
+// waits), and marks their waits away from those input waits.
+// The verdict needs no function name: a connection thread's wait for the
+// client's next request is its top of loop, woken by the client; any other
+// wait it makes (a row lock, a group commit, a latch) is inside a request.
+func markInRequest(stacks []Stack) {
+	type thread struct {
+		inputAt map[string]bool // user stacks of input waits
+	}
+	threads := map[[2]int64]*thread{}
+	key := func(s *Stack) [2]int64 { return [2]int64{s.PID, s.TID} }
+	for i := range stacks {
+		s := &stacks[i]
+		if s.Kind != KindOffCPU || s.WaitsForCPU() || s.TID == 0 {
+			continue
+		}
+		t := threads[key(s)]
+		if t == nil {
+			t = &thread{inputAt: map[string]bool{}}
+			threads[key(s)] = t
+		}
+		if rel := s.WakerRelation(); rel == "other-program" || s.Class == "net-rx" {
+			t.inputAt[userFolded(s)] = true
+		}
+	}
+	for i := range stacks {
+		s := &stacks[i]
+		t := threads[key(s)]
+		if s.Kind != KindOffCPU || s.WaitsForCPU() || t == nil || len(t.inputAt) == 0 {
+			continue
+		}
+		s.InRequest = !t.inputAt[userFolded(s)]
+	}
+}
+
+// userFolded is a stack's user frames, root first.
+func userFolded(s *Stack) string {
+	var b strings.Builder
+	for _, f := range s.Frames {
+		if !f.Kernel {
+			b.WriteString(f.Name)
+			b.WriteByte(';')
+		}
+	}
+	return b.String()
 }
 
 // addOffCPU adds an off-CPU stack; where the profile splits off-CPU time
@@ -188,6 +252,31 @@ func (d *Data) addOffCPU(st Stack, runqIdx int, s *profile.Sample) {
 	if st.Value > 0 {
 		d.Stacks = append(d.Stacks, st)
 	}
+}
+
+func numLabel(s *profile.Sample, k string) int64 {
+	if v := s.NumLabel[k]; len(v) > 0 {
+		return v[0]
+	}
+	return 0
+}
+
+// wakerFrames reads a waker_stack label: user frames root first, "-",
+// kernel frames.
+func wakerFrames(folded string) []Frame {
+	if folded == "" {
+		return nil
+	}
+	var out []Frame
+	kernel := false
+	for _, p := range strings.Split(folded, ";") {
+		if p == "-" {
+			kernel = true
+			continue
+		}
+		out = append(out, Frame{Name: p, Kernel: kernel})
+	}
+	return out
 }
 
 // frames returns a sample's frames root first, inlined ones expanded.

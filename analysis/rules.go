@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
@@ -19,12 +21,18 @@ var defaultRules []byte
 func DefaultRules() []byte { return append([]byte(nil), defaultRules...) }
 
 type rulesFile struct {
+	// Replace: this file replaces the built-in rules instead of extending
+	// them.
+	Replace    bool `yaml:"replace"`
 	Categories []struct {
 		Name        string `yaml:"name"`
 		Description string `yaml:"description"`
 		Idle        bool   `yaml:"idle"`
 	} `yaml:"categories"`
-	Rules       []fileRule `yaml:"rules"`
+	Rules []fileRule `yaml:"rules"`
+	// Verdicts judge a wait by its waker; the first that matches decides
+	// where it disagrees with the rules (see Rules.Categorize).
+	Verdicts    []fileRule `yaml:"verdicts"`
 	Application struct {
 		Not        []string `yaml:"not"`
 		NotModules []string `yaml:"not_modules"`
@@ -40,7 +48,23 @@ type fileRule struct {
 	Kernel       bool     `yaml:"kernel"`
 	Kinds        []string `yaml:"kinds"`
 	States       []string `yaml:"states"`
+	// The waker's side: any frame of the waker's stack matches, the
+	// wake-up's class (block-io, net-rx, timer, futex...), or who the
+	// waker was relative to the waiter (WakerRelations).
+	WakerFrames  []string `yaml:"waker_frames"`
+	WakerClasses []string `yaml:"waker_classes"`
+	Waker        []string `yaml:"waker"`
+	// InRequest: the waiter serves another program and this wait is away
+	// from its input waits (Stack.InRequest).
+	InRequest bool `yaml:"in_request"`
 }
+
+// WakerRelations are who can end an off-CPU interval, relative to the
+// waiter: a thread of its process, of another process of the same program
+// (prefork servers, database backends), of another program (a client, a
+// shell), an interrupt, nobody the recorder saw, or unknown (a profile
+// recorded before wakers' processes were).
+var WakerRelations = []string{"same-process", "same-program", "other-program", "interrupt", "none", "unknown"}
 
 // Category is one cause of off-CPU time. An idle category is waiting for
 // work (an event loop in epoll_wait, a pool thread waiting for a task), not
@@ -56,11 +80,14 @@ type Rules struct {
 	Categories []Category
 	idle       []string // names of the idle categories
 	rules      []rule
+	verdicts   []rule
 	notApp     []*regexp.Regexp
 	notModules []*regexp.Regexp
 }
 
 type rule struct {
+	at           string // where it was written: file:line
+	hits         *atomic.Int64
 	category     string
 	frames       []*regexp.Regexp
 	allFrames    []*regexp.Regexp
@@ -69,9 +96,16 @@ type rule struct {
 	kernel       bool
 	kinds        map[string]bool
 	states       map[string]bool
+	wakerFrames  []*regexp.Regexp
+	wakerClasses map[string]bool
+	waker        map[string]bool
+	inRequest    bool
 }
 
-// LoadRules reads a rules file; "" means the built-in rules.
+// LoadRules reads a rules file; "" means the built-in rules. A file
+// extends the built-in rules (its rules and verdicts are tried first, its
+// categories and application patterns are added) unless it says
+// "replace: true".
 func LoadRules(path string) (*Rules, error) {
 	if path == "" {
 		return ParseRules("default rules", defaultRules)
@@ -83,32 +117,70 @@ func LoadRules(path string) (*Rules, error) {
 	return ParseRules(path, b)
 }
 
-// ParseRules parses a rules file; errors name the file, line and reason.
+// ParseRules parses a rules file, extending the built-in rules unless it
+// replaces them; errors name the file, line and reason.
 func ParseRules(name string, b []byte) (*Rules, error) {
+	f, p, err := readRules(name, b)
+	if err != nil {
+		return nil, err
+	}
+	if f.Replace || name == "default rules" {
+		return p.build(f, nil)
+	}
+	df, dp, err := readRules("default rules", defaultRules)
+	if err != nil {
+		return nil, err
+	}
+	base, err := dp.build(df, nil)
+	if err != nil {
+		return nil, err
+	}
+	return p.build(f, base)
+}
+
+func readRules(name string, b []byte) (*rulesFile, *ruleParser, error) {
 	var f rulesFile
 	if err := yaml.UnmarshalWithOptions(b, &f, yaml.Strict()); err != nil {
-		return nil, fmt.Errorf("%s: %s", name, oneLine(yaml.FormatError(err, false, false)))
+		return nil, nil, fmt.Errorf("%s: %s", name, oneLine(yaml.FormatError(err, false, false)))
 	}
 	file, err := parser.ParseBytes(b, 0)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %s", name, oneLine(err.Error()))
+		return nil, nil, fmt.Errorf("%s: %s", name, oneLine(err.Error()))
 	}
-	p := &ruleParser{name: name, file: file}
+	return &f, &ruleParser{name: name, file: file}, nil
+}
+
+// build compiles a file's rules on top of base (nil: on nothing): its
+// categories added or redefined, its rules and verdicts before base's.
+func (p *ruleParser) build(f *rulesFile, base *Rules) (*Rules, error) {
 	r := &Rules{}
 	known := map[string]bool{}
+	if base != nil {
+		r.Categories = append(r.Categories, base.Categories...)
+		for _, c := range base.Categories {
+			known[c.Name] = true
+		}
+	}
 	for i, c := range f.Categories {
 		if c.Name == "" {
 			return nil, fmt.Errorf("%s: category without a name", p.at(fmt.Sprintf("$.categories[%d]", i)))
 		}
-		known[c.Name] = true
-		r.Categories = append(r.Categories, Category{Name: c.Name, Description: c.Description, Idle: c.Idle})
-		if c.Idle {
-			r.idle = append(r.idle, c.Name)
+		cat := Category{Name: c.Name, Description: c.Description, Idle: c.Idle}
+		if j := slices.IndexFunc(r.Categories, func(x Category) bool { return x.Name == c.Name }); j >= 0 {
+			r.Categories[j] = cat
+		} else {
+			r.Categories = append(r.Categories, cat)
 		}
+		known[c.Name] = true
 	}
 	if !known["other"] {
 		r.Categories = append(r.Categories, Category{Name: "other", Description: "matched by no rule"})
 		known["other"] = true
+	}
+	for _, c := range r.Categories {
+		if c.Idle {
+			r.idle = append(r.idle, c.Name)
+		}
 	}
 	for i, fr := range f.Rules {
 		ru, err := p.rule(fmt.Sprintf("$.rules[%d]", i), fr, known)
@@ -117,13 +189,40 @@ func ParseRules(name string, b []byte) (*Rules, error) {
 		}
 		r.rules = append(r.rules, ru)
 	}
+	for i, fr := range f.Verdicts {
+		ru, err := p.rule(fmt.Sprintf("$.verdicts[%d]", i), fr, known)
+		if err != nil {
+			return nil, err
+		}
+		r.verdicts = append(r.verdicts, ru)
+	}
+	var err error
 	if r.notApp, err = p.compileAll("$.application.not", f.Application.Not); err != nil {
 		return nil, err
 	}
 	if r.notModules, err = p.compileAll("$.application.not_modules", f.Application.NotModules); err != nil {
 		return nil, err
 	}
+	if base != nil {
+		r.rules = append(r.rules, base.rules...)
+		r.verdicts = append(r.verdicts, base.verdicts...)
+		r.notApp = append(r.notApp, base.notApp...)
+		r.notModules = append(r.notModules, base.notModules...)
+	}
 	return r, nil
+}
+
+// UnmatchedRules lists the rules and verdicts of files other than the
+// built-in one that matched no stack analyzed with these rules so far: a
+// pattern that never matched is most often misspelled.
+func (r *Rules) UnmatchedRules() []string {
+	var out []string
+	for _, ru := range append(append([]rule{}, r.rules...), r.verdicts...) {
+		if !strings.HasPrefix(ru.at, "default rules") && ru.hits.Load() == 0 {
+			out = append(out, fmt.Sprintf("%s (%s)", ru.at, ru.category))
+		}
+	}
+	return out
 }
 
 // ruleParser names the line of a rules file an error is about.
@@ -170,7 +269,7 @@ func (p *ruleParser) rule(base string, fr fileRule, known map[string]bool) (rule
 	if !known[fr.Category] {
 		return rule{}, fmt.Errorf("%s: unknown category %q: declare it under categories", p.at(base+".category"), fr.Category)
 	}
-	ru := rule{category: fr.Category, kernel: fr.Kernel, kinds: map[string]bool{}}
+	ru := rule{at: p.at(base), hits: new(atomic.Int64), category: fr.Category, kernel: fr.Kernel, kinds: map[string]bool{}, inRequest: fr.InRequest}
 	var err error
 	if ru.frames, err = p.compileAll(base+".frames", fr.Frames); err != nil {
 		return rule{}, err
@@ -208,8 +307,27 @@ func (p *ruleParser) rule(base string, fr fileRule, known map[string]bool) (rule
 		}
 		ru.states[st] = true
 	}
-	if len(ru.frames) == 0 && len(ru.allFrames) == 0 && ru.innermostApp == nil && ru.threads == nil && ru.states == nil {
-		return rule{}, fmt.Errorf("%s: rule for %s matches everything: give frames, all_frames, innermost_app, threads or states", p.at(base), fr.Category)
+	if ru.wakerFrames, err = p.compileAll(base+".waker_frames", fr.WakerFrames); err != nil {
+		return rule{}, err
+	}
+	if len(fr.WakerClasses) > 0 {
+		ru.wakerClasses = map[string]bool{}
+		for _, c := range fr.WakerClasses {
+			ru.wakerClasses[c] = true
+		}
+	}
+	for j, w := range fr.Waker {
+		if !slices.Contains(WakerRelations, w) {
+			return rule{}, fmt.Errorf("%s: unknown waker %q (%s)", p.at(fmt.Sprintf("%s.waker[%d]", base, j)), w, strings.Join(WakerRelations, ", "))
+		}
+		if ru.waker == nil {
+			ru.waker = map[string]bool{}
+		}
+		ru.waker[w] = true
+	}
+	if len(ru.frames) == 0 && len(ru.allFrames) == 0 && ru.innermostApp == nil && ru.threads == nil && ru.states == nil &&
+		len(ru.wakerFrames) == 0 && ru.wakerClasses == nil && ru.waker == nil && !ru.inRequest {
+		return rule{}, fmt.Errorf("%s: rule for %s matches everything: give frames, all_frames, innermost_app, threads, states or a waker condition", p.at(base), fr.Category)
 	}
 	return ru, nil
 }
@@ -260,7 +378,12 @@ func (r *Rules) IsIdle(category string) bool {
 func (r *Rules) IdleCategories() []string { return r.idle }
 
 // Categorize returns every category whose rule matches, in rule order,
-// or ["other"].
+// or ["other"]. Then the waker has its say: the first verdict that matches
+// an off-CPU stack's waker comes first where it disagrees with the rules'
+// first category on whether the wait was idle (or that category is
+// "other"): a lock wait that sleeps in epoll_wait, woken by another
+// thread's release, is blocked; a socket read woken by another program is
+// idle.
 func (r *Rules) Categorize(s *Stack) []string {
 	var out []string
 	seen := map[string]bool{}
@@ -269,13 +392,32 @@ func (r *Rules) Categorize(s *Stack) []string {
 		if seen[ru.category] || !ru.matches(s, inner) {
 			continue
 		}
+		ru.hits.Add(1)
 		seen[ru.category] = true
 		out = append(out, ru.category)
 	}
 	if len(out) == 0 {
 		out = []string{"other"}
 	}
+	if v := r.verdict(s, inner); v != nil && v.category != out[0] && (r.IsIdle(v.category) != r.IsIdle(out[0]) || out[0] == "other") {
+		out = append([]string{v.category}, slices.DeleteFunc(out, func(c string) bool { return c == v.category || c == "other" })...)
+	}
 	return out
+}
+
+// verdict is the first verdict rule that matches an off-CPU stack's
+// waker side, or nil.
+func (r *Rules) verdict(s *Stack, inner string) *rule {
+	if s.Kind != KindOffCPU || s.WaitsForCPU() {
+		return nil
+	}
+	for i := range r.verdicts {
+		if v := &r.verdicts[i]; v.matches(s, inner) {
+			v.hits.Add(1)
+			return v
+		}
+	}
+	return nil
 }
 
 func (ru *rule) matches(s *Stack, inner string) bool {
@@ -291,40 +433,98 @@ func (ru *rule) matches(s *Stack, inner string) bool {
 	if ru.innermostApp != nil && !ru.innermostApp.MatchString(inner) {
 		return false
 	}
-	frameOK := func(f Frame) bool { return !ru.kernel || f.Kernel }
-	if len(ru.frames) > 0 {
-		hit := false
-		for _, f := range s.Frames {
-			if !frameOK(f) {
-				continue
-			}
-			for _, re := range ru.frames {
-				if re.MatchString(f.Name) {
-					hit = true
-					break
-				}
-			}
-			if hit {
-				break
-			}
-		}
-		if !hit {
-			return false
-		}
+	if ru.waker != nil && !ru.waker[s.WakerRelation()] {
+		return false
+	}
+	if ru.inRequest && !s.InRequest {
+		return false
+	}
+	if ru.wakerClasses != nil && !ru.wakerClasses[s.Class] {
+		return false
+	}
+	if len(ru.wakerFrames) > 0 && matchFrame(s.WakerFrames, ru.wakerFrames, false) == nil {
+		return false
+	}
+	if len(ru.frames) > 0 && matchFrame(s.Frames, ru.frames, ru.kernel) == nil {
+		return false
 	}
 	for _, re := range ru.allFrames {
-		hit := false
-		for _, f := range s.Frames {
-			if frameOK(f) && re.MatchString(f.Name) {
-				hit = true
-				break
-			}
-		}
-		if !hit {
+		if matchFrame(s.Frames, []*regexp.Regexp{re}, ru.kernel) == nil {
 			return false
 		}
 	}
 	return true
+}
+
+// matchFrame returns the first frame (kernel ones only, with kernel) whose
+// name, as written or normalised (NormalizeFrame), matches one of res.
+func matchFrame(frames []Frame, res []*regexp.Regexp, kernel bool) *Frame {
+	for i := range frames {
+		f := &frames[i]
+		if kernel && !f.Kernel {
+			continue
+		}
+		norm := NormalizeFrame(f.Name)
+		for _, re := range res {
+			if re.MatchString(f.Name) || (norm != f.Name && re.MatchString(norm)) {
+				return f
+			}
+		}
+	}
+	return nil
+}
+
+// Kernel functions renamed across releases: the name rules are written
+// with on the right.
+var kernelAliases = map[string]string{
+	"anon_pipe_read":  "pipe_read",
+	"anon_pipe_write": "pipe_write",
+}
+
+var compilerSuffix = regexp.MustCompile(`(\.(isra|constprop|part|cold|lto_priv|llvm)(\.\d+)?)+$`)
+
+// NormalizeFrame is the name a rule also matches a frame by: without
+// glibc's internal prefixes (__GI_, __libc_) and symbol versions
+// (@GLIBC_2.3.2), without GCC's clone suffixes (.isra.0, .constprop.0,
+// .part.0, .cold), and with kernel functions renamed across releases
+// under their older name (anon_pipe_read: pipe_read).
+func NormalizeFrame(name string) string {
+	n := name
+	if i := strings.IndexByte(n, '@'); i > 0 {
+		n = n[:i]
+	}
+	n = compilerSuffix.ReplaceAllString(n, "")
+	for _, p := range []string{"__GI___", "__GI_", "__libc_"} {
+		if strings.HasPrefix(n, p) && len(n) > len(p) {
+			n = n[len(p):]
+			if p == "__GI___" {
+				n = "__" + n
+			}
+			break
+		}
+	}
+	if a, ok := kernelAliases[n]; ok {
+		n = a
+	}
+	return n
+}
+
+// WakerRelation says who ended an off-CPU interval, relative to the
+// waiter (one of WakerRelations).
+func (s *Stack) WakerRelation() string {
+	switch {
+	case s.Waker == "":
+		return "none"
+	case s.WakerTID == 0 && strings.HasPrefix(s.Waker, "["):
+		return "interrupt"
+	case s.WakerPID == 0:
+		return "unknown"
+	case s.WakerPID == s.PID:
+		return "same-process"
+	case s.WakerProcess != "" && s.WakerProcess == s.Process:
+		return "same-program"
+	}
+	return "other-program"
 }
 
 // Explain tells, line by line, how the rules read a stack: which frames
@@ -359,6 +559,11 @@ func (r *Rules) Explain(s *Stack) []string {
 		first = "other"
 		out = append(out, "no rule matches: other")
 	}
+	out = append(out, r.explainWaker(s)...)
+	if cs := r.Categorize(s); cs[0] != first {
+		out = append(out, fmt.Sprintf("the waker disagrees with the waiter's frames (%s is %s, %s is %s): the waker wins", first, idleWord(r.IsIdle(first)), cs[0], idleWord(r.IsIdle(cs[0]))))
+		first = cs[0]
+	}
 	verdict := "blocked time with an application frame"
 	switch {
 	case s.WaitsForCPU():
@@ -372,16 +577,53 @@ func (r *Rules) Explain(s *Stack) []string {
 	return out
 }
 
+func idleWord(idle bool) string {
+	if idle {
+		return "idle"
+	}
+	return "blocked"
+}
+
+// explainWaker tells who ended the wait and which verdict its side
+// gives.
+func (r *Rules) explainWaker(s *Stack) []string {
+	if s.Kind != KindOffCPU || s.WaitsForCPU() {
+		return nil
+	}
+	rel := s.WakerRelation()
+	if rel == "none" {
+		return []string{"waker: none recorded (not woken inside the window, or wake-ups off)"}
+	}
+	who := fmt.Sprintf("waker: %s (%s", s.Waker, rel)
+	if s.Class != "" {
+		who += ", wake-up class " + s.Class
+	}
+	who += ")"
+	out := []string{who}
+	if len(s.WakerFrames) > 0 {
+		out = append(out, "waker stack: "+(&Stack{Frames: s.WakerFrames}).Folded())
+	}
+	v := r.verdict(s, r.InnermostApp(s))
+	if v == nil {
+		return append(out, "no verdict matches the waker")
+	}
+	return append(out, fmt.Sprintf("verdict %s (%s, %s)%s", v.at, v.category, idleWord(r.IsIdle(v.category)), v.why(&Stack{Frames: s.WakerFrames, Class: s.Class, State: s.State})))
+}
+
 // why names the frame through which a matching rule matched.
 func (ru *rule) why(s *Stack) string {
-	for _, re := range append(append([]*regexp.Regexp{}, ru.frames...), ru.allFrames...) {
-		for _, f := range s.Frames {
-			if (!ru.kernel || f.Kernel) && re.MatchString(f.Name) {
-				return fmt.Sprintf(": frame %s matches %q", f.Name, re.String())
-			}
+	for _, re := range append(append(append([]*regexp.Regexp{}, ru.frames...), ru.allFrames...), ru.wakerFrames...) {
+		if f := matchFrame(s.Frames, []*regexp.Regexp{re}, ru.kernel); f != nil {
+			return fmt.Sprintf(": frame %s matches %q", f.Name, re.String())
 		}
 	}
 	switch {
+	case ru.wakerClasses != nil:
+		return ": by the wake-up class " + s.Class
+	case ru.inRequest:
+		return ": a thread serving another program, waiting away from its input waits (inside a request)"
+	case ru.waker != nil:
+		return ": by who the waker was"
 	case ru.states != nil:
 		return ": by the thread state " + s.State
 	case ru.threads != nil:
