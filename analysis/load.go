@@ -52,6 +52,11 @@ type Stack struct {
 	// for input another program or the network sends) and this wait is
 	// elsewhere in its code: inside a request, not at the top of its loop.
 	InRequest bool
+	// WakerDispatching: the waker serves another program too and woke this
+	// thread from its own top of loop, a call or two from its input wait:
+	// it passed on input it received (a listener handing a connection to a
+	// pooled thread), which is a hand-off, not a release.
+	WakerDispatching bool
 }
 
 // StateRunQueue is the state of the part of an off-CPU interval after its
@@ -172,7 +177,7 @@ func (d *Data) addProfile(path string, p *profile.Profile) error {
 			st := Stack{Kind: KindOffCPU, Thread: th, Frames: fr, Value: v, State: label(s, schema.LabelState), Waker: label(s, schema.LabelWaker),
 				Class: label(s, schema.LabelWakeupClass), Process: label(s, schema.LabelProcess), WakerProcess: label(s, schema.LabelWakerProcess),
 				PID: numLabel(s, schema.LabelPID), TID: numLabel(s, schema.LabelTID), WakerPID: numLabel(s, schema.LabelWakerPID),
-				WakerTID: numLabel(s, schema.LabelWakerTID), WakerFrames: wakerFrames(label(s, schema.LabelWakerStack))}
+				WakerTID: numLabel(s, schema.LabelWakerTID), WakerFrames: ParseWakerStack(label(s, schema.LabelWakerStack))}
 			if cntIdx >= 0 {
 				st.Count = s.Value[cntIdx]
 			}
@@ -195,6 +200,7 @@ func (d *Data) addProfile(path string, p *profile.Profile) error {
 func markInRequest(stacks []Stack) {
 	type thread struct {
 		inputAt map[string]bool // user stacks of input waits
+		inputs  [][]string      // the same, root first
 	}
 	threads := map[[2]int64]*thread{}
 	key := func(s *Stack) [2]int64 { return [2]int64{s.PID, s.TID} }
@@ -208,8 +214,9 @@ func markInRequest(stacks []Stack) {
 			t = &thread{inputAt: map[string]bool{}}
 			threads[key(s)] = t
 		}
-		if rel := s.WakerRelation(); rel == "other-program" || s.Class == "net-rx" {
+		if rel := s.WakerRelation(); (rel == "other-program" || s.Class == "net-rx") && !t.inputAt[userFolded(s)] {
 			t.inputAt[userFolded(s)] = true
+			t.inputs = append(t.inputs, userFrames(s.Frames))
 		}
 	}
 	for i := range stacks {
@@ -219,7 +226,40 @@ func markInRequest(stacks []Stack) {
 			continue
 		}
 		s.InRequest = !t.inputAt[userFolded(s)]
+		if w := threads[[2]int64{s.WakerPID, s.WakerTID}]; s.InRequest && w != nil {
+			s.WakerDispatching = nearInput(userFrames(s.WakerFrames), w.inputs)
+		}
 	}
+}
+
+// dispatchDepth: a wake-up this many frames or fewer past where the
+// waker's stack leaves one of its input waits' is made from its top of
+// loop (the wake call and a library wrapper or two).
+const dispatchDepth = 3
+
+// nearInput tells whether stack (root first) leaves one of inputs at most
+// dispatchDepth frames before its leaf.
+func nearInput(stack []string, inputs [][]string) bool {
+	for _, in := range inputs {
+		c := 0
+		for c < len(stack) && c < len(in) && stack[c] == in[c] {
+			c++
+		}
+		if c > 0 && len(stack)-c <= dispatchDepth {
+			return true
+		}
+	}
+	return false
+}
+
+func userFrames(frames []Frame) []string {
+	var out []string
+	for _, f := range frames {
+		if !f.Kernel {
+			out = append(out, f.Name)
+		}
+	}
+	return out
 }
 
 // userFolded is a stack's user frames, root first.
@@ -261,9 +301,9 @@ func numLabel(s *profile.Sample, k string) int64 {
 	return 0
 }
 
-// wakerFrames reads a waker_stack label: user frames root first, "-",
+// ParseWakerStack reads a waker_stack label: user frames root first, "-",
 // kernel frames.
-func wakerFrames(folded string) []Frame {
+func ParseWakerStack(folded string) []Frame {
 	if folded == "" {
 		return nil
 	}

@@ -55,8 +55,10 @@ type fileRule struct {
 	WakerClasses []string `yaml:"waker_classes"`
 	Waker        []string `yaml:"waker"`
 	// InRequest: the waiter serves another program and this wait is away
-	// from its input waits (Stack.InRequest).
-	InRequest bool `yaml:"in_request"`
+	// from its input waits (Stack.InRequest); WakerDispatching: the waker
+	// passed on input from its top of loop (Stack.WakerDispatching).
+	InRequest        bool `yaml:"in_request"`
+	WakerDispatching bool `yaml:"waker_dispatching"`
 }
 
 // WakerRelations are who can end an off-CPU interval, relative to the
@@ -100,6 +102,7 @@ type rule struct {
 	wakerClasses map[string]bool
 	waker        map[string]bool
 	inRequest    bool
+	dispatching  bool
 }
 
 // LoadRules reads a rules file; "" means the built-in rules. A file
@@ -269,7 +272,7 @@ func (p *ruleParser) rule(base string, fr fileRule, known map[string]bool) (rule
 	if !known[fr.Category] {
 		return rule{}, fmt.Errorf("%s: unknown category %q: declare it under categories", p.at(base+".category"), fr.Category)
 	}
-	ru := rule{at: p.at(base), hits: new(atomic.Int64), category: fr.Category, kernel: fr.Kernel, kinds: map[string]bool{}, inRequest: fr.InRequest}
+	ru := rule{at: p.at(base), hits: new(atomic.Int64), category: fr.Category, kernel: fr.Kernel, kinds: map[string]bool{}, inRequest: fr.InRequest, dispatching: fr.WakerDispatching}
 	var err error
 	if ru.frames, err = p.compileAll(base+".frames", fr.Frames); err != nil {
 		return rule{}, err
@@ -326,7 +329,7 @@ func (p *ruleParser) rule(base string, fr fileRule, known map[string]bool) (rule
 		ru.waker[w] = true
 	}
 	if len(ru.frames) == 0 && len(ru.allFrames) == 0 && ru.innermostApp == nil && ru.threads == nil && ru.states == nil &&
-		len(ru.wakerFrames) == 0 && ru.wakerClasses == nil && ru.waker == nil && !ru.inRequest {
+		len(ru.wakerFrames) == 0 && ru.wakerClasses == nil && ru.waker == nil && !ru.inRequest && !ru.dispatching {
 		return rule{}, fmt.Errorf("%s: rule for %s matches everything: give frames, all_frames, innermost_app, threads, states or a waker condition", p.at(base), fr.Category)
 	}
 	return ru, nil
@@ -437,6 +440,9 @@ func (ru *rule) matches(s *Stack, inner string) bool {
 		return false
 	}
 	if ru.inRequest && !s.InRequest {
+		return false
+	}
+	if ru.dispatching && !s.WakerDispatching {
 		return false
 	}
 	if ru.wakerClasses != nil && !ru.wakerClasses[s.Class] {
@@ -620,6 +626,8 @@ func (ru *rule) why(s *Stack) string {
 	switch {
 	case ru.wakerClasses != nil:
 		return ": by the wake-up class " + s.Class
+	case ru.dispatching:
+		return ": the waker passed on input from its top of loop (a hand-off)"
 	case ru.inRequest:
 		return ": a thread serving another program, waiting away from its input waits (inside a request)"
 	case ru.waker != nil:

@@ -17,7 +17,7 @@ func offStack(folded string, pid int64, process string, waker string, wakerPID i
 	if waker != "" && !strings.HasPrefix(waker, "[") {
 		s.WakerTID = wakerPID + 1
 	}
-	s.WakerFrames = wakerFrames(wakerFolded)
+	s.WakerFrames = ParseWakerStack(wakerFolded)
 	return &s
 }
 
@@ -131,5 +131,39 @@ rules:
 	}
 	if cs := r.Categorize(&pre); cs[0] != "other" {
 		t.Errorf("replacing rules kept the built-in ones: %v", cs)
+	}
+}
+
+// Threads that serve another program are found from the profile itself:
+// a session's wait away from its input wait, woken by another session
+// deep in a request, is inside a request (peer-wait, blocked); the same
+// wait of a pooled thread, woken by a listener a call from its own input
+// wait, is a hand-off (idle).
+func TestServingThreads(t *testing.T) {
+	r, _ := LoadRules("")
+	mk := func(tid int64, folded string, wakerTID int64, wakerProcess, class, wakerFolded string) Stack {
+		s := *offStack(folded, 1, "srv", "t", 1, wakerProcess, class, wakerFolded)
+		s.TID, s.WakerTID = tid, wakerTID
+		if wakerProcess != "srv" {
+			s.WakerPID = 2
+		}
+		return s
+	}
+	input := "t;main;loop;serve;read_request;poll;-;do_sys_poll"
+	listen := "t;main;accept_loop;poll;-;do_sys_poll"
+	stacks := []Stack{
+		mk(10, input, 99, "client", "pipe/socket", "main;send;-;tcp_sendmsg"),
+		mk(11, input, 99, "client", "pipe/socket", "main;send;-;tcp_sendmsg"),
+		mk(1, listen, 99, "client", "pipe/socket", "main;connect;-;tcp_v4_connect"),
+		// 10 waits on a row lock 11 releases at commit.
+		mk(10, "t;main;loop;serve;execute;lock_row;pthread_cond_wait;-;futex_wait", 11, "srv", "futex", "main;loop;serve;execute;commit;grant_locks;pthread_cond_signal;-;futex_wake"),
+		// 11 waits in the thread cache; the listener hands it a connection.
+		mk(11, "t;main;loop;cache_wait;pthread_cond_wait;-;futex_wait", 1, "srv", "futex", "main;accept_loop;pthread_cond_signal;-;futex_wake"),
+	}
+	markInRequest(stacks)
+	for i, want := range []string{"event-loop-idle", "event-loop-idle", "event-loop-idle", "peer-wait", "queue-wait"} {
+		if cs := r.Categorize(&stacks[i]); cs[0] != want {
+			t.Errorf("stack %d (%s): %v (in request %v, waker dispatching %v), want %s first", i, stacks[i].Folded(), cs, stacks[i].InRequest, stacks[i].WakerDispatching, want)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"regexp"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -20,6 +21,8 @@ type analyzeFlags struct {
 	foldedNs   bool
 	explain    string
 	state      string
+	// With --explain: the waker's side.
+	wakerStack, waker, class string
 }
 
 func newAnalyzeCmd() *cobra.Command {
@@ -36,7 +39,9 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 		Example: `  offcpu analyze run.pb.gz run.wakeups.pb.gz
   offcpu analyze --threads '^(broker-io|ml-worker|topic-worker)' --format markdown bench-out/baseline-1
   offcpu analyze --print-rules > rules.yaml
-  offcpu analyze --explain 'nginx;main;ngx_process_events_and_timers;epoll_wait;-;do_epoll_wait'`,
+  offcpu analyze --explain 'nginx;main;ngx_process_events_and_timers;epoll_wait;-;do_epoll_wait'
+  offcpu analyze --explain 'postgres;main;ProcSleep;WaitLatch;epoll_wait;-;do_epoll_wait' \
+      --waker same-program --waker-stack 'main;LockReleaseAll;ProcLockWakeup;SetLatch;kill;-;try_to_wake_up'`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f.printRules {
 				_, err := cmd.OutOrStdout().Write(analysis.DefaultRules())
@@ -49,6 +54,9 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 				}
 				st := analysis.FoldedStack(f.explain)
 				st.State = f.state
+				if err := explainWaker(&st, f); err != nil {
+					return err
+				}
 				for _, l := range rules.Explain(&st) {
 					fmt.Fprintln(cmd.OutOrStdout(), l)
 				}
@@ -75,7 +83,33 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 	fl.BoolVar(&f.foldedNs, "folded-ns", false, "folded-stack values are nanoseconds (default: microseconds, as bcc writes)")
 	fl.StringVar(&f.explain, "explain", "", "tell how the rules read this stack (folded: THREAD;user frames;-;kernel frames, or one frame) and exit")
 	fl.StringVar(&f.state, "state", "sleeping", "with --explain: the thread state (sleeping, uninterruptible, preempted, other)")
+	fl.StringVar(&f.waker, "waker", "", "with --explain: who woke the thread ("+strings.Join(analysis.WakerRelations, ", ")+")")
+	fl.StringVar(&f.wakerStack, "waker-stack", "", "with --explain: the waker's stack (folded: user frames;-;kernel frames)")
+	fl.StringVar(&f.class, "wakeup-class", "", "with --explain: the wake-up's class (futex, eventfd, pipe/socket, timer, block-io, net-rx, ...)")
 	return cmd
+}
+
+// explainWaker gives a stack to explain the waker --waker, --waker-stack
+// and --wakeup-class describe.
+func explainWaker(st *analysis.Stack, f *analyzeFlags) error {
+	if f.waker == "" && f.wakerStack == "" && f.class == "" {
+		return nil
+	}
+	st.Kind, st.Value, st.PID, st.Process, st.Class = analysis.KindOffCPU, 1, 1, "process", f.class
+	st.Waker, st.WakerTID, st.WakerPID, st.WakerProcess = "waker", 2, 1, "process"
+	switch f.waker {
+	case "", "same-process":
+	case "same-program":
+		st.WakerPID = 3
+	case "other-program":
+		st.WakerPID, st.WakerProcess = 3, "other"
+	case "interrupt":
+		st.Waker, st.WakerTID, st.WakerPID, st.WakerProcess = "[interrupt]", 0, 0, ""
+	default:
+		return fmt.Errorf("--waker %q: use same-process, same-program, other-program or interrupt", f.waker)
+	}
+	st.WakerFrames = analysis.ParseWakerStack(f.wakerStack)
+	return nil
 }
 
 func analyzeFiles(f *analyzeFlags, args []string) (*analysis.Report, error) {

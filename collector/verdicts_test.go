@@ -1,0 +1,243 @@
+package collector
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/internal/testenv"
+)
+
+// verdictShares records with wake-ups and judges every wait with the
+// default rules: per thread id, its blocked (not waiting for a CPU) time
+// and the part of it whose verdict is idle.
+func verdictShares(t *testing.T, p *profile.Profile) (blocked, idle map[int64]time.Duration) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "p.pb.gz")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Write(f); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	d, err := analysis.Load(analysis.Nanoseconds, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := analysis.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocked, idle = map[int64]time.Duration{}, map[int64]time.Duration{}
+	for i := range d.Stacks {
+		s := &d.Stacks[i]
+		if s.Kind != analysis.KindOffCPU || s.WaitsForCPU() {
+			continue
+		}
+		blocked[s.TID] += time.Duration(s.Value)
+		if r.IsIdle(r.Categorize(s)[0]) {
+			idle[s.TID] += time.Duration(s.Value)
+		}
+	}
+	return blocked, idle
+}
+
+// A database server nobody here wrote, its binary stripped of everything
+// but its exported symbols: a session's row-lock wait (it sleeps in a
+// condition variable, as an idle pool thread does) is blocked, another
+// session's waits for its client's next statement are idle. The sessions
+// are told apart by the server's own thread ids, and the lock wait's
+// length by the server's own counter.
+func TestVerdictsMariaDB(t *testing.T) {
+	requireBPF(t)
+	server := requireServer(t, "mariadbd", "mariadb-server")
+	installDB := requireServer(t, "mariadb-install-db", "mariadb-server")
+	client := requireServer(t, "mariadb", "mariadb-client")
+	dir := t.TempDir()
+	if out, err := exec.Command(installDB, "--no-defaults", "--datadir="+dir+"/data", "--user=root", "--auth-root-authentication-method=normal").CombinedOutput(); err != nil {
+		t.Fatalf("mariadb-install-db: %v\n%s", err, out)
+	}
+	sock := dir + "/sock"
+	cmd := exec.Command(server, "--no-defaults", "--datadir="+dir+"/data", "--socket="+sock, "--skip-networking", "--user=root",
+		"--innodb-buffer-pool-size=64M", "--innodb_flush_log_at_trx_commit=1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	sql := func(stmts string) string {
+		t.Helper()
+		out, err := exec.Command(client, "--no-defaults", "-S", sock, "-uroot", "-N", "-e", stmts).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", stmts, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	for i := 0; ; i++ {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if i == 100 {
+			t.Fatal("mariadbd did not open its socket")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	sql("CREATE DATABASE t; CREATE TABLE t.r (id INT PRIMARY KEY, k INT) ENGINE=InnoDB; INSERT INTO t.r VALUES (1, 0)")
+	lockTime := func() time.Duration {
+		ms, _ := strconv.Atoi(strings.Fields(sql("SHOW GLOBAL STATUS LIKE 'Innodb_row_lock_time'"))[1])
+		return time.Duration(ms) * time.Millisecond
+	}
+	// A session that prints its server thread's id, then runs stmts.
+	session := func(stmts string) (*exec.Cmd, chan int64) {
+		c := exec.Command(client, "--no-defaults", "-S", sock, "-uroot", "-N", "--unbuffered", "t")
+		in, _ := c.StdinPipe()
+		out, _ := c.StdoutPipe()
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		tid := make(chan int64, 1)
+		go func() {
+			fmt.Fprintln(in, "SELECT tid FROM information_schema.PROCESSLIST WHERE id = CONNECTION_ID();")
+			var n int64
+			fmt.Fscan(out, &n)
+			tid <- n
+			for _, s := range strings.Split(stmts, "\n") {
+				if d, err := time.ParseDuration(s); err == nil {
+					time.Sleep(d)
+					continue
+				}
+				fmt.Fprintln(in, s)
+			}
+			in.Close()
+		}()
+		return c, tid
+	}
+	s, err := Start(context.Background(), Options{PIDs: []int{cmd.Process.Pid}})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	lt0 := lockTime()
+	holder, _ := session("BEGIN;\nSELECT k FROM r WHERE id = 1 FOR UPDATE;\n300ms\nSELECT SLEEP(1.5);\nCOMMIT;")
+	time.Sleep(200 * time.Millisecond)
+	waiter, waiterTID := session("UPDATE r SET k = k + 1 WHERE id = 1;")
+	// A client that sends a statement every 20 ms: its session waits for
+	// the next one.
+	var idleStmts []string
+	for i := 0; i < 50; i++ {
+		idleStmts = append(idleStmts, "SELECT 1;", "20ms")
+	}
+	chatty, chattyTID := session(strings.Join(idleStmts, "\n"))
+	for _, c := range []*exec.Cmd{holder, waiter, chatty} {
+		if err := c.Wait(); err != nil {
+			t.Fatalf("client: %v", err)
+		}
+	}
+	lockWait := lockTime() - lt0
+	p, err := s.Stop()
+	if err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	blocked, idle := verdictShares(t, p)
+	wt, ct := <-waiterTID, <-chattyTID
+	waiterBlocked := blocked[wt] - idle[wt]
+	t.Logf("row-lock wait by the server's count %v; the waiting session (tid %d): %v blocked, %v idle; the chatty session (tid %d): %v of %v idle",
+		lockWait, wt, waiterBlocked, idle[wt], ct, idle[ct], blocked[ct])
+	if lockWait < time.Second {
+		t.Fatalf("the server counted %v of row-lock wait, want about 1.5 s: the lock was not contended", lockWait)
+	}
+	if d := waiterBlocked - lockWait; d < -lockWait/10 || d > lockWait/10+50*time.Millisecond {
+		t.Errorf("the waiting session's blocked time %v, the server's row-lock wait %v: want within 10%%", waiterBlocked, lockWait)
+	}
+	if blocked[ct] < 500*time.Millisecond || idle[ct] < blocked[ct]*9/10 {
+		t.Errorf("the chatty session's waits for its client: %v of %v idle, want >= 90%% of >= 500ms", idle[ct], blocked[ct])
+	}
+}
+
+// A JVM with no profiling flag: threads contending on a ReentrantLock and
+// an idle pool both park in Unsafe.park and pthread_cond_wait; the lock
+// waits are blocked, the pool's waits for tasks idle.
+func TestVerdictsJVM(t *testing.T) {
+	requireBPF(t)
+	home := testenv.JDKHomes(t)["17"]
+	dir := t.TempDir()
+	build(t, filepath.Join(home, "bin", "javac"), "-d", dir, "testdata/jvm/Juc.java")
+	cmd := exec.Command(filepath.Join(home, "bin", "java"), "-cp", dir, "Juc", "60000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	time.Sleep(time.Second)
+	s, err := Start(context.Background(), Options{PIDs: []int{cmd.Process.Pid}})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	time.Sleep(2 * time.Second)
+	p, err := s.Stop()
+	if err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	blocked, idle := verdictShares(t, p)
+	group := map[string][2]time.Duration{}
+	for _, tt := range ThreadTotals(p) {
+		g := strings.TrimRight(tt.Thread, "0123456789")
+		v := group[g]
+		v[0] += blocked[tt.TID]
+		v[1] += idle[tt.TID]
+		group[g] = v
+	}
+	lock, pool := group["locker-"], group["pool-1-thread-"]
+	t.Logf("lock threads: %v of %v blocked; pool threads: %v of %v idle", lock[0]-lock[1], lock[0], pool[1], pool[0])
+	if lock[0] < 500*time.Millisecond || lock[0]-lock[1] < lock[0]*9/10 {
+		t.Errorf("lock threads: %v of %v blocked, want >= 90%%", lock[0]-lock[1], lock[0])
+	}
+	if pool[0] < time.Second || pool[1] < pool[0]*9/10 {
+		t.Errorf("pool threads: %v of %v idle, want >= 90%%", pool[1], pool[0])
+	}
+}
+
+// Event loops stay idle with verdicts from their wakers: memcached's
+// workers, woken by clients and by each other.
+func TestVerdictsEventLoops(t *testing.T) {
+	requireBPF(t)
+	bin := requireServer(t, "memcached", "memcached")
+	port := freePort(t)
+	cmd := exec.Command(bin, "-u", "root", "-l", "127.0.0.1", "-p", strconv.Itoa(port), "-U", "0", "-t", "4")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	waitListening(t, port)
+	s, err := Start(context.Background(), Options{PIDs: []int{cmd.Process.Pid}})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	stop := make(chan struct{})
+	time.AfterFunc(1500*time.Millisecond, func() { close(stop) })
+	memcachedLoad(t, port, 8, stop)
+	p, err := s.Stop()
+	if err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	blocked, idle := verdictShares(t, p)
+	var b, i time.Duration
+	for _, tt := range ThreadTotals(p) {
+		if strings.HasPrefix(tt.Thread, "mc-worker") {
+			b += blocked[tt.TID]
+			i += idle[tt.TID]
+		}
+	}
+	t.Logf("memcached workers: %v of %v idle", i, b)
+	if b < time.Second || i < b*9/10 {
+		t.Errorf("memcached workers: %v of %v idle, want >= 90%%", i, b)
+	}
+}
