@@ -456,11 +456,11 @@ func diffStatements(dr *DiffReport) []string {
 	}
 	// Threads whose waits are all idle (client pools waiting for tasks)
 	// have no cause worth naming: a few milliseconds would read as 100% of
-	// it. Idle time is left out of the comparison, so many idle event
-	// loops do not hide a real wait.
-	negligible := b.AppBlockedNs*100 < b.TotalOffCPUNs-b.IdleNs && c.AppBlockedNs*100 < c.TotalOffCPUNs-c.IdleNs
+	// it. Idle time and the wait for a CPU are left out of the comparison,
+	// so many idle event loops on saturated CPUs do not hide a real wait.
+	negligible := b.AppBlockedNs*100 < b.TotalOffCPUNs-b.IdleNs-b.RunQueueNs && c.AppBlockedNs*100 < c.TotalOffCPUNs-c.IdleNs-c.RunQueueNs
 	if negligible {
-		out = append(out, fmt.Sprintf("Blocked time with an application frame: %s → %s per profiled run, under 1%% of the analyzed threads' off-CPU time that is not idle on both sides (their waits are idle).",
+		out = append(out, fmt.Sprintf("Blocked time with an application frame: %s → %s per profiled run, under 1%% of the analyzed threads' blocked time that is not idle on both sides (their waits are idle).",
 			Secs(b.AppBlockedNs/bn), Secs(c.AppBlockedNs/cn)))
 	}
 	if len(dr.FunctionsFlat) > 0 && !negligible {
