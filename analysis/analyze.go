@@ -70,6 +70,18 @@ type WakeupResult struct {
 	EventfdPerMessage float64          `json:"eventfd_per_message,omitempty"`
 }
 
+// BlockedOn is blocked time with an application frame by what ended it:
+// the waiting threads' group and first category, and the waker's group
+// (or the interrupt and its class) with its innermost named application
+// frame.
+type BlockedOn struct {
+	Waiters       string `json:"waiters"`
+	Category      string `json:"category"`
+	Waker         string `json:"waker"`
+	WakerFunction string `json:"waker_function,omitempty"`
+	Ns            int64  `json:"ns"`
+}
+
 // TopStack is one of the stacks with the most app-blocked time.
 type TopStack struct {
 	Thread     string   `json:"thread"`
@@ -110,6 +122,8 @@ type Report struct {
 	// UnmatchedRules: rules of a user's rules file that matched nothing
 	// (file:line and category), most often a misspelled pattern.
 	UnmatchedRules []string `json:"unmatched_rules,omitempty"`
+	// BlockedOn: what ended the blocked time, largest first (top entries).
+	BlockedOn []BlockedOn `json:"blocked_on,omitempty"`
 }
 
 // ThreadGroup collapses a thread name's counters: broker-io-3 →
@@ -179,6 +193,7 @@ type analyzer struct {
 	groups  map[string]*GroupResult
 	targets map[string]*TargetWakeups
 	top     []TopStack
+	on      map[BlockedOn]int64 // keyed with Ns 0
 }
 
 func newAnalyzer(d *Data, r *Rules, o Options) *analyzer {
@@ -189,7 +204,7 @@ func newAnalyzer(d *Data, r *Rules, o Options) *analyzer {
 	if o.Threads != nil {
 		rep.ThreadFilter = o.Threads.String()
 	}
-	a := &analyzer{r: r, o: o, rep: rep, cats: map[string]*CategoryResult{}, groups: map[string]*GroupResult{}, targets: map[string]*TargetWakeups{}}
+	a := &analyzer{r: r, o: o, rep: rep, cats: map[string]*CategoryResult{}, groups: map[string]*GroupResult{}, targets: map[string]*TargetWakeups{}, on: map[BlockedOn]int64{}}
 	for _, c := range r.Categories {
 		a.cats[c.Name] = &CategoryResult{Name: c.Name, Description: c.Description, Idle: c.Idle}
 	}
@@ -297,6 +312,7 @@ func (a *analyzer) offCPU(s *Stack) {
 		}
 	}
 	a.top = append(a.top, TopStack{Thread: s.Thread, Ns: s.Value, Categories: cs, Stack: s.Folded()})
+	a.on[a.blockedOn(s, cs[0])] += s.Value
 }
 
 // report orders what was summed and writes the statements.
@@ -328,6 +344,22 @@ func (a *analyzer) report() *Report {
 	})
 	rep.Wakeups.ByWakerFunction = TopCounts(rep.WakerFunctions, o.Top)
 	rep.TopAppFunctions = TopCounts(rep.FunctionsFlat, o.Top)
+	known := false
+	for k, ns := range a.on {
+		k.Ns = ns
+		rep.BlockedOn = append(rep.BlockedOn, k)
+		known = known || k.Waker != noWaker
+	}
+	if !known {
+		rep.BlockedOn = nil // recorded without wake-ups
+	}
+	sort.Slice(rep.BlockedOn, func(i, j int) bool {
+		x, y := rep.BlockedOn[i], rep.BlockedOn[j]
+		return x.Ns > y.Ns || (x.Ns == y.Ns && fmt.Sprint(x) < fmt.Sprint(y))
+	})
+	if len(rep.BlockedOn) > o.Top {
+		rep.BlockedOn = rep.BlockedOn[:o.Top]
+	}
 	sort.Slice(top, func(i, j int) bool {
 		return top[i].Ns > top[j].Ns || (top[i].Ns == top[j].Ns && top[i].Stack < top[j].Stack)
 	})
@@ -342,6 +374,54 @@ func (a *analyzer) report() *Report {
 	rep.Statements = statements(rep)
 	rep.UnmatchedRules = a.r.UnmatchedRules()
 	return rep
+}
+
+// noWaker: not woken inside the window, or recorded without wake-ups.
+const noWaker = "[no waker recorded]"
+
+// blockedOn is the key of a blocked stack's waker: who ended the wait,
+// and in which of its named application frames (module+0x... addresses
+// of stripped code say little; the next named frame out says more).
+func (a *analyzer) blockedOn(s *Stack, category string) BlockedOn {
+	k := BlockedOn{Waiters: ThreadGroup(s.Thread), Category: category}
+	switch s.WakerRelation() {
+	case "none", "unknown":
+		k.Waker = noWaker
+		if s.Waker != "" {
+			k.Waker = ThreadGroup(s.Waker)
+		}
+		return k
+	case "interrupt":
+		k.Waker = s.Waker + " " + s.Class
+		return k
+	}
+	k.Waker = ThreadGroup(s.Waker)
+	if s.WakerProcess != "" && s.WakerProcess != s.Process {
+		k.Waker += " (" + s.WakerProcess + ")"
+	}
+	// The frame a verdict found (a lock release) says most.
+	if v := a.r.verdict(s, a.r.InnermostApp(s)); v != nil && len(v.wakerFrames) > 0 {
+		if f := matchFrame(s.WakerFrames, v.wakerFrames, false); f != nil {
+			k.WakerFunction = f.Name
+			return k
+		}
+	}
+	// The waker's frames carry no module: its leafmost user frame, the one
+	// that entered the kernel, is taken for a C library wrapper (kill,
+	// write, send).
+	syscall := -1
+	for i, f := range s.WakerFrames {
+		if !f.Kernel {
+			syscall = i
+		}
+	}
+	for i := len(s.WakerFrames) - 1; i >= 0; i-- {
+		if f := s.WakerFrames[i]; i != syscall && a.r.IsApp(f) && !strings.Contains(f.Name, "+0x") {
+			k.WakerFunction = f.Name
+			break
+		}
+	}
+	return k
 }
 
 // outermostUser returns the root-most user frame of an off-CPU stack;
@@ -451,6 +531,18 @@ func statements(rep *Report) []string {
 		out = append(out, fmt.Sprintf("%s is %.0f%% of the blocked time with an application frame (%s of %s), mostly%s%s.",
 			best.Name, 100*best.Share, Secs(best.AppNs), Secs(rep.AppBlockedNs), where, fn))
 	}
+	if len(rep.BlockedOn) > 0 {
+		b := rep.BlockedOn[0]
+		by := b.Waker + " threads"
+		if strings.HasPrefix(b.Waker, "[") {
+			by = b.Waker
+		}
+		if b.WakerFunction != "" {
+			by += " in " + ShortFunc(b.WakerFunction)
+		}
+		out = append(out, fmt.Sprintf("%s threads blocked %s in %s, woken by %s (%.0f%% of the blocked time with an application frame).",
+			b.Waiters, Secs(b.Ns), b.Category, by, 100*float64(b.Ns)/float64(rep.AppBlockedNs)))
+	}
 	out = append(out, fmt.Sprintf("Blocked time with an application frame: %s of %s off-CPU.", Secs(rep.AppBlockedNs), Secs(rep.TotalOffCPUNs)))
 	if rep.RunQueueNs > 0 {
 		out = append(out, fmt.Sprintf("Waiting for a CPU (woken or preempted, not yet running; not blocked): %s, %s of the off-CPU time.", Secs(rep.RunQueueNs), pct(rep.RunQueueNs, rep.TotalOffCPUNs)))
@@ -546,6 +638,13 @@ func (rep *Report) tables() []*table {
 		groups.add(g.Name, Secs(g.OffCPUNs), Secs(g.RunQueueNs), Secs(g.AppBlockedNs), Secs(g.CPUNs))
 	}
 	out := []*table{cats, groups}
+	if len(rep.BlockedOn) > 0 {
+		on := &table{head: []string{"waiting group", "category", "woken by", "in", "blocked"}}
+		for _, b := range rep.BlockedOn {
+			on.add(b.Waiters, b.Category, b.Waker, ShortFunc(b.WakerFunction), Secs(b.Ns))
+		}
+		out = append(out, on)
+	}
 	if rep.Wakeups.Total > 0 {
 		// A column per class seen, most wake-ups first.
 		classes := TopCounts(rep.Wakeups.ByClass, len(rep.Wakeups.ByClass))

@@ -167,3 +167,18 @@ func TestServingThreads(t *testing.T) {
 		}
 	}
 }
+
+// The report says what the blocked threads waited on: the waker's group
+// and the frame its verdict found (else its innermost named application
+// frame).
+func TestBlockedOnStatement(t *testing.T) {
+	r, _ := LoadRules("")
+	s := offStack("backend;main;exec_query;ProcSleep;WaitLatch;epoll_wait;-;do_epoll_wait", 10, "dbserver", "backend", 11, "dbserver", "other",
+		"main;exec_query;CommitTransaction;LockReleaseAll;ProcLockWakeup;SetLatch;kill;-;try_to_wake_up")
+	s.Count = 1
+	rep := Analyze(&Data{Stacks: []Stack{*s}}, r, Options{Top: 10})
+	want := "backend threads blocked 1.00 s in monitor-wait, woken by backend threads in LockReleaseAll"
+	if !slices.ContainsFunc(rep.Statements, func(st string) bool { return strings.HasPrefix(st, want) }) {
+		t.Errorf("statements %q lack %q", rep.Statements, want)
+	}
+}

@@ -227,14 +227,7 @@ func TestSchedstatTruth(t *testing.T) {
 
 func schedstatTruth(t *testing.T, hogs int) {
 	t.Run("memcached", func(t *testing.T) {
-		bin := requireServer(t, "memcached", "memcached")
-		port := freePort(t)
-		cmd := exec.Command(bin, "-u", "root", "-l", "127.0.0.1", "-p", strconv.Itoa(port), "-U", "0", "-t", "4")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { cmd.Process.Kill(); cmd.Wait() }()
-		waitListening(t, port)
+		cmd, port := startMemcached(t)
 		cpuHogs(t, hogs)
 		checkAgainstSchedstat(t, []int{cmd.Process.Pid}, func(stop <-chan struct{}) {
 			memcachedLoad(t, port, 8, stop)
@@ -286,6 +279,21 @@ http {
 			httpLoad(t, fmt.Sprintf("http://127.0.0.1:%d/index.html", port), len(body), 8, stop)
 		})
 	})
+}
+
+// startMemcached starts memcached with 4 worker threads on a free
+// loopback port, killed when the test ends.
+func startMemcached(t *testing.T) (*exec.Cmd, int) {
+	t.Helper()
+	bin := requireServer(t, "memcached", "memcached")
+	port := freePort(t)
+	cmd := exec.Command(bin, "-u", "root", "-l", "127.0.0.1", "-p", strconv.Itoa(port), "-U", "0", "-t", "4")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitListening(t, port)
+	return cmd, port
 }
 
 // children lists a process's child processes.

@@ -170,7 +170,7 @@ func TestVerdictsJVM(t *testing.T) {
 	requireBPF(t)
 	home := testenv.JDKHomes(t)["17"]
 	dir := t.TempDir()
-	build(t, filepath.Join(home, "bin", "javac"), "-d", dir, "testdata/jvm/Juc.java")
+	build(t, filepath.Join(home, "bin", "javac"), "-d", dir, "../analysis/testdata/real/Juc.java")
 	cmd := exec.Command(filepath.Join(home, "bin", "java"), "-cp", dir, "Juc", "60000")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -209,14 +209,7 @@ func TestVerdictsJVM(t *testing.T) {
 // workers, woken by clients and by each other.
 func TestVerdictsEventLoops(t *testing.T) {
 	requireBPF(t)
-	bin := requireServer(t, "memcached", "memcached")
-	port := freePort(t)
-	cmd := exec.Command(bin, "-u", "root", "-l", "127.0.0.1", "-p", strconv.Itoa(port), "-U", "0", "-t", "4")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	waitListening(t, port)
+	cmd, port := startMemcached(t)
 	s, err := Start(context.Background(), Options{PIDs: []int{cmd.Process.Pid}})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
