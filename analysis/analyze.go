@@ -124,6 +124,9 @@ type Report struct {
 	UnmatchedRules []string `json:"unmatched_rules,omitempty"`
 	// BlockedOn: what ended the blocked time, largest first (top entries).
 	BlockedOn []BlockedOn `json:"blocked_on,omitempty"`
+	// Chains: the blocked time followed along its wakers' own waits to
+	// its root causes, largest first (top entries).
+	Chains []RootCause `json:"chains,omitempty"`
 }
 
 // ThreadGroup collapses a thread name's counters: broker-io-3 →
@@ -181,7 +184,16 @@ func Analyze(d *Data, r *Rules, o Options) *Report {
 			a.offCPU(s)
 		}
 	}
-	return a.report()
+	rep := a.report()
+	if rep.BlockedOn != nil { // wakers were recorded
+		rep.Chains = Chains(d.Stacks, r, func(s *Stack) bool { return a.wanted(s.Thread) }, o.Top)
+	}
+	if len(rep.Chains) > 0 && len(rep.Chains[0].Path) > 1 {
+		rc := rep.Chains[0]
+		rep.Statements = append(rep.Statements, fmt.Sprintf("The largest root cause of %s threads' blocked time: %s, %s (%.0f%% of it).",
+			rc.Waiters, pathString(rc.Path), Secs(rc.Ns), 100*rc.Share))
+	}
+	return rep
 }
 
 // analyzer sums the stacks of one analysis.
@@ -374,6 +386,25 @@ func (a *analyzer) report() *Report {
 	rep.Statements = statements(rep)
 	rep.UnmatchedRules = a.r.UnmatchedRules()
 	return rep
+}
+
+// chainsTable lists the root causes of the blocked time.
+func (rep *Report) chainsTable() *table {
+	t := &table{head: []string{"waiting group", "root cause (path from the thread waited on)", "blocked", "share"}}
+	for _, rc := range rep.Chains {
+		t.add(rc.Waiters, pathString(rc.Path), Secs(rc.Ns), fmt.Sprintf("%.0f%%", 100*rc.Share))
+	}
+	return t
+}
+
+// WriteChains renders only the root causes, as text or markdown.
+func (rep *Report) WriteChains(w io.Writer, format string) error {
+	t := rep.chainsTable()
+	if format == "markdown" || format == "md" {
+		t.markdown(w)
+		return nil
+	}
+	return t.text(w)
 }
 
 // noWaker: not woken inside the window, or recorded without wake-ups.
@@ -638,6 +669,9 @@ func (rep *Report) tables() []*table {
 		groups.add(g.Name, Secs(g.OffCPUNs), Secs(g.RunQueueNs), Secs(g.AppBlockedNs), Secs(g.CPUNs))
 	}
 	out := []*table{cats, groups}
+	if len(rep.Chains) > 0 {
+		out = append(out, rep.chainsTable())
+	}
 	if len(rep.BlockedOn) > 0 {
 		on := &table{head: []string{"waiting group", "category", "woken by", "in", "blocked"}}
 		for _, b := range rep.BlockedOn {

@@ -168,6 +168,7 @@ type DiffReport struct {
 	Categories       []ValueDiff  `json:"categories"`      // app-blocked ns per category
 	ThreadGroups     []ValueDiff  `json:"thread_groups"`   // app-blocked ns per group
 	RunQueueGroups   []ValueDiff  `json:"runqueue_groups"` // ns waiting for a CPU per group
+	RootCauses       []ValueDiff  `json:"root_causes"`     // blocked ns per root cause (waiters: path)
 	FunctionsFlat    []ValueDiff  `json:"functions_flat"`
 	FunctionsCum     []ValueDiff  `json:"functions_cumulative"`
 	WakerFunctions   []ValueDiff  `json:"waker_functions"`
@@ -196,6 +197,7 @@ func Diff(base, cand *Side, r *Rules, o Options) (*DiffReport, error) {
 		}
 		dr.ThreadGroups = mapDiff(groupApp(b), groupApp(c), bn, cn, 0)
 		dr.RunQueueGroups = mapDiff(groupRunQueue(b), groupRunQueue(c), bn, cn, 0)
+		dr.RootCauses = mapDiff(rootCauses(b), rootCauses(c), bn, cn, 10)
 		dr.FunctionsFlat = mapDiff(b.FunctionsFlat, c.FunctionsFlat, bn, cn, 10)
 		dr.FunctionsCum = mapDiff(b.FunctionsCum, c.FunctionsCum, bn, cn, 10)
 		dr.WakerFunctions = mapDiff(b.WakerFunctions, c.WakerFunctions, bn, cn, 10)
@@ -209,6 +211,14 @@ func groupApp(r *Report) map[string]int64 {
 	m := map[string]int64{}
 	for _, g := range r.ThreadGroups {
 		m[g.Name] = g.AppBlockedNs
+	}
+	return m
+}
+
+func rootCauses(r *Report) map[string]int64 {
+	m := map[string]int64{}
+	for _, rc := range r.Chains {
+		m[rc.Waiters+": "+pathString(rc.Path)] += rc.Ns
 	}
 	return m
 }
@@ -663,6 +673,12 @@ func (dr *DiffReport) writeMarkdown(w io.Writer) error {
 		fmt.Fprintf(w, "\n| thread group | %s | %s | change |\n|---|---:|---:|---:|\n", dr.Base.Name, dr.Cand.Name)
 		for _, g := range dr.ThreadGroups {
 			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", g.Name, Secs(g.Base), Secs(g.Cand), changeStr(g))
+		}
+		if len(dr.RootCauses) > 0 {
+			fmt.Fprintf(w, "\nRoot causes of the blocked time (followed along the wakers' own waits), per profiled run:\n\n| waiters: root cause | %s | %s | change |\n|---|---:|---:|---:|\n", dr.Base.Name, dr.Cand.Name)
+			for _, g := range dr.RootCauses {
+				fmt.Fprintf(w, "| %s | %s | %s | %s |\n", g.Name, Secs(g.Base), Secs(g.Cand), changeStr(g))
+			}
 		}
 		if len(dr.RunQueueGroups) > 0 {
 			fmt.Fprintf(w, "\nWaiting for a CPU (not blocked), per profiled run:\n\n| thread group | %s | %s | change |\n|---|---:|---:|---:|\n", dr.Base.Name, dr.Cand.Name)

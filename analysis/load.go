@@ -57,6 +57,10 @@ type Stack struct {
 	// it passed on input it received (a listener handing a connection to a
 	// pooled thread), which is a hand-off, not a release.
 	WakerDispatching bool
+	// WakerWaitNs: of Value, the time the waker was itself off a CPU in
+	// WakerWaitFrames (its own wait): one hop of a wait chain.
+	WakerWaitNs     int64
+	WakerWaitFrames []Frame
 }
 
 // StateRunQueue is the state of the part of an off-CPU interval after its
@@ -142,6 +146,7 @@ func (d *Data) addProfile(path string, p *profile.Profile) error {
 	}
 	wakeIdx, offIdx, cntIdx := typeIndex(p, schema.Wakeups, schema.Count), typeIndex(p, schema.OffCPU, schema.Nanoseconds), typeIndex(p, schema.Switches, schema.Count)
 	cpuIdx, runqIdx := typeIndex(p, schema.CPU, schema.Nanoseconds), typeIndex(p, schema.RunQueue, schema.Nanoseconds)
+	chainIdx := typeIndex(p, schema.WakerWaiting, schema.Nanoseconds)
 	if wakeIdx >= 0 {
 		for _, s := range p.Sample {
 			st := Stack{Kind: KindWakeup, Thread: label(s, schema.LabelThread), Frames: frames(s), Value: s.Value[wakeIdx],
@@ -180,6 +185,10 @@ func (d *Data) addProfile(path string, p *profile.Profile) error {
 				WakerTID: numLabel(s, schema.LabelWakerTID), WakerFrames: ParseWakerStack(label(s, schema.LabelWakerStack))}
 			if cntIdx >= 0 {
 				st.Count = s.Value[cntIdx]
+			}
+			if chainIdx >= 0 && s.Value[chainIdx] > 0 {
+				st.WakerWaitNs = s.Value[chainIdx]
+				st.WakerWaitFrames = ParseWakerStack(label(s, schema.LabelWakerWaitStack))
 			}
 			d.addOffCPU(st, runqIdx, s)
 		}
@@ -286,7 +295,9 @@ func (d *Data) addOffCPU(st Stack, runqIdx int, s *profile.Sample) {
 	if runq > 0 {
 		rq := st
 		rq.Value, rq.Count, rq.State = runq, 0, StateRunQueue
+		rq.WakerWaitNs, rq.WakerWaitFrames = 0, nil
 		st.Value -= runq
+		st.WakerWaitNs = min(st.WakerWaitNs, st.Value)
 		d.Stacks = append(d.Stacks, rq)
 	}
 	if st.Value > 0 {

@@ -24,6 +24,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define TASK_REPORT_MAX 0x100 /* classic tracepoint: preempted */
 #define TASK_DEAD 0x80        /* raw state (tp_btf): the task's last switch */
 #define REPORT_EXITING 0x30   /* classic tracepoint: X or Z, the task's last switch */
+#define PAST_WAITS 16 /* waits remembered per thread for chains */
 #define EEXIST 17
 #define E2BIG 7
 #define ENOMEM 12
@@ -107,8 +108,10 @@ struct start_rec {
 	 * ip == 0: nothing cached. */
 	u64 ip, sp, bp, sysnr, arg0;
 	s64 c_ustack, c_kstack;
-	/* The waker of the thread's current sleep (written by the waker). */
+	/* The waker of the thread's current sleep (written by the waker), and
+	 * how long, since this sleep began, the waker was itself off a CPU. */
 	struct waker_rec waker;
+	u64 waker_wait_ns;
 	/* As a waker: the last wake-up whose stacks were captured, for reuse. */
 	u64 w_ip, w_sp, w_bp, w_sysnr, w_arg0;
 	u32 w_target;
@@ -123,6 +126,14 @@ struct start_rec {
 	/* The last switch-in: its time and se.sum_exec_runtime then. */
 	u64 in_ts, in_ran;
 	u64 oncpu;      /* ns on a CPU inside the window so far */
+};
+
+/* A thread's last waits (bpf_ktime_get_ns bounds and stack ids), for the
+ * chains of the threads it wakes; the newest at next - 1. */
+struct past_waits {
+	u64 from[PAST_WAITS], to[PAST_WAITS];
+	s64 ustack[PAST_WAITS], kstack[PAST_WAITS];
+	u32 next;
 };
 
 struct insert_ctx {
@@ -213,6 +224,16 @@ struct {
 	__type(key, int);
 	__type(value, struct start_rec);
 } task_starts SEC(".maps");
+
+/* A recorded thread's last waits (past_waits), kept on the task by the
+ * tp_btf switch program at each switch-in, read by sched_waking when the
+ * thread wakes another. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct past_waits);
+} task_waits SEC(".maps");
 
 /* Key: stack id, a 64-bit hash of the addresses (positive). Value: the
  * stack. A plain hash map rather than a stack-trace map: a stack-trace
@@ -991,13 +1012,15 @@ static __always_inline u64 runq_part(struct start_rec *s, u64 start, u64 woken, 
  * CPU; open marks one still running when recording stops. len: its
  * length, by the run queue's clock where both ends have it. */
 static __always_inline void account_interval(u32 tid, struct start_rec *s, struct waker_rec *w, u32 open, u64 end,
-					     u64 len, u64 runq)
+					     u64 len, u64 runq, u64 chain)
 {
 	if (end <= s->ts)
 		return; /* started as the window closed */
 	u64 delta = len;
 	if (runq > delta)
 		runq = delta;
+	if (chain > delta - runq)
+		chain = delta - runq;
 	if (delta < min_block_ns || delta > max_block_ns) {
 		stat_add(STAT_OUT_OF_RANGE, 1);
 		return;
@@ -1011,11 +1034,16 @@ static __always_inline void account_interval(u32 tid, struct start_rec *s, struc
 		.open = open,
 		.gen = s->tgen,
 	};
-	if (w && w->valid)
+	if (w && w->valid) {
 		key.waker = *w;
+		if (!chain) {
+			key.waker.wait_ustack = 0;
+			key.waker.wait_kstack = 0;
+		}
+	}
 	struct offcpu_val *v = bpf_map_lookup_elem(&offcpu, &key);
 	if (!v) {
-		struct offcpu_val init = { .ns = delta, .count = 1, .runq_ns = runq };
+		struct offcpu_val init = { .ns = delta, .count = 1, .runq_ns = runq, .chain_ns = chain };
 		long err = bpf_map_update_elem(&offcpu, &key, &init, BPF_NOEXIST);
 		if (err == 0)
 			return;
@@ -1030,6 +1058,53 @@ static __always_inline void account_interval(u32 tid, struct start_rec *s, struc
 	__sync_fetch_and_add(&v->count, 1);
 	if (runq)
 		__sync_fetch_and_add(&v->runq_ns, runq);
+	if (chain)
+		__sync_fetch_and_add(&v->chain_ns, chain);
+}
+
+/* How long, of the waiter's wait, its waker was itself off a CPU. */
+static __always_inline u64 chain_part(struct start_rec *s, u64 now)
+{
+	return s->waker.valid ? s->waker_wait_ns : 0;
+}
+
+/* Remembers a wait that ended now, for the chains of the threads this
+ * thread wakes next. */
+static __always_inline void remember_wait(struct task_struct *t, struct start_rec *s, u64 now)
+{
+	if (!want_wakeups)
+		return;
+	struct past_waits *p = bpf_task_storage_get(&task_waits, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!p)
+		return;
+	u32 i = p->next % PAST_WAITS;
+	p->from[i] = s->ts;
+	p->to[i] = now;
+	p->ustack[i] = s->ustack > 0 ? s->ustack : 0;
+	p->kstack[i] = s->kstack > 0 ? s->kstack : 0;
+	p->next++;
+}
+
+/* How long the waker (me) was off a CPU since the waiter's wait began:
+ * its remembered waits' overlap with [since, now]; w gets the stacks of
+ * the one that overlapped most. */
+static __always_inline u64 waits_since(struct past_waits *me, u64 since, u64 now, struct waker_rec *w)
+{
+	u64 sum = 0, best = 0;
+#pragma unroll
+	for (int i = 0; i < PAST_WAITS; i++) {
+		u64 from = me->from[i] > since ? me->from[i] : since;
+		u64 to = me->to[i] < now ? me->to[i] : now;
+		if (to <= from)
+			continue;
+		sum += to - from;
+		if (to - from > best) {
+			best = to - from;
+			w->wait_ustack = me->ustack[i];
+			w->wait_kstack = me->kstack[i];
+		}
+	}
+	return sum;
 }
 
 /* A thread that sleeps again in the same syscall, with the same first
@@ -1082,10 +1157,10 @@ static __always_inline void account(u32 tid, struct start_rec *s, struct waker_r
 {
 	if (now_rq > s->ts_rq && s->ts_rq) {
 		u64 woken = s->wake_rq ? s->wake_rq : (s->wake_ts ? now_rq - (now - s->wake_ts) : 0);
-		account_interval(tid, s, w, 0, now, now_rq - s->ts_rq, runq_part(s, s->ts_rq, woken, now_rq));
+		account_interval(tid, s, w, 0, now, now_rq - s->ts_rq, runq_part(s, s->ts_rq, woken, now_rq), chain_part(s, now));
 		return;
 	}
-	account_interval(tid, s, w, 0, now, now - s->ts, runq_part(s, s->ts, s->wake_ts, now));
+	account_interval(tid, s, w, 0, now, now - s->ts, runq_part(s, s->ts, s->wake_ts, now), chain_part(s, now));
 }
 
 /* The CPU time of the run a switch-out ends (ran: se.sum_exec_runtime
@@ -1135,7 +1210,7 @@ static __always_inline void recover_missed_in(u32 tid, struct start_rec *s, u64 
 		u64 runq = runq_part(s, s->ts, s->wake_ts, now);
 		runq = runq > oncpu ? runq - oncpu : 0;
 		s->ts += oncpu;
-		account_interval(tid, s, &s->waker, 0, now, now - s->ts, runq);
+		account_interval(tid, s, &s->waker, 0, now, now - s->ts, runq, 0);
 	}
 	/* Its run since the missed switch-in is counted by add_run. */
 	s->running = 1;
@@ -1412,6 +1487,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 		if (s->pending) {
 			s->pending = 0;
 			account(ntid, s, &s->waker, now, rq_clock_of(next));
+			remember_wait(next, s, now);
 			s->waker.valid = 0;
 		} else if (!s->counting && s->wake_ts && now > s->wake_ts) {
 			/* Blocked since before the start, woken inside the window
@@ -1650,8 +1726,15 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 	}
 	count_wakeup(ttgid, ttid, task_gen(p), &w);
 	struct start_rec *ts = bpf_task_storage_get(&task_starts, p, 0, 0);
-	if (ts && ts->pending)
-		ts->waker = w;
+	if (!ts || !ts->pending)
+		return 0;
+	/* The waker's own waits since the waiter's began: the waiter waited on
+	 * a thread that was itself waiting (a chain). */
+	ts->waker_wait_ns = 0;
+	struct past_waits *me = irq ? 0 : bpf_task_storage_get(&task_waits, bpf_get_current_task_btf(), 0, 0);
+	if (me)
+		ts->waker_wait_ns = waits_since(me, ts->ts, bpf_ktime_get_ns(), &w);
+	ts->waker = w;
 	return 0;
 }
 
@@ -1709,7 +1792,7 @@ int offcpu_flush_open(struct bpf_iter__task *ctx)
 	if (s && s->pending) {
 		s->pending = 0;
 		if (end > s->ts)
-			account_interval(task->pid, s, 0, 1, end, end - s->ts, runq_part(s, s->ts, s->wake_ts, end));
+			account_interval(task->pid, s, 0, 1, end, end - s->ts, runq_part(s, s->ts, s->wake_ts, end), 0);
 	}
 	if (s && task->pid && is_target(task->tgid, task->pid) &&
 	    !(kthread ? user_threads_only : kernel_threads_only)) {

@@ -108,10 +108,21 @@ const (
 )
 
 type OffcpuOffcpuVal struct {
+	_       structs.HostLayout
+	Ns      uint64
+	Count   uint64
+	RunqNs  uint64
+	ChainNs uint64
+}
+
+type OffcpuPastWaits struct {
 	_      structs.HostLayout
-	Ns     uint64
-	Count  uint64
-	RunqNs uint64
+	From   [16]uint64
+	To     [16]uint64
+	Ustack [16]int64
+	Kstack [16]int64
+	Next   uint32
+	_      [4]byte
 }
 
 type OffcpuPrestartVal struct {
@@ -144,44 +155,45 @@ type OffcpuStackBuf struct {
 }
 
 type OffcpuStartRec struct {
-	_        structs.HostLayout
-	Ts       uint64
-	Ustack   int64
-	Kstack   int64
-	Tgid     uint32
-	Tgen     uint32
-	State    uint8
-	Pending  uint8
-	Seen     uint8
-	Running  uint8
-	Counting uint8
-	_        [3]byte
-	Ip       uint64
-	Sp       uint64
-	Bp       uint64
-	Sysnr    uint64
-	Arg0     uint64
-	C_ustack int64
-	C_kstack int64
-	Waker    OffcpuWakerRec
-	W_ip     uint64
-	W_sp     uint64
-	W_bp     uint64
-	W_sysnr  uint64
-	W_arg0   uint64
-	W_target uint32
-	_        [4]byte
-	W_ustack int64
-	W_kstack int64
-	Gen      uint32
-	W_gen    uint32
-	Ran      uint64
-	WakeTs   uint64
-	TsRq     uint64
-	WakeRq   uint64
-	InTs     uint64
-	InRan    uint64
-	Oncpu    uint64
+	_           structs.HostLayout
+	Ts          uint64
+	Ustack      int64
+	Kstack      int64
+	Tgid        uint32
+	Tgen        uint32
+	State       uint8
+	Pending     uint8
+	Seen        uint8
+	Running     uint8
+	Counting    uint8
+	_           [3]byte
+	Ip          uint64
+	Sp          uint64
+	Bp          uint64
+	Sysnr       uint64
+	Arg0        uint64
+	C_ustack    int64
+	C_kstack    int64
+	Waker       OffcpuWakerRec
+	WakerWaitNs uint64
+	W_ip        uint64
+	W_sp        uint64
+	W_bp        uint64
+	W_sysnr     uint64
+	W_arg0      uint64
+	W_target    uint32
+	_           [4]byte
+	W_ustack    int64
+	W_kstack    int64
+	Gen         uint32
+	W_gen       uint32
+	Ran         uint64
+	WakeTs      uint64
+	TsRq        uint64
+	WakeRq      uint64
+	InTs        uint64
+	InRan       uint64
+	Oncpu       uint64
 }
 
 type OffcpuThreadCpu struct {
@@ -253,13 +265,15 @@ type OffcpuWakeKey struct {
 }
 
 type OffcpuWakerRec struct {
-	_      structs.HostLayout
-	Tgid   uint32
-	Tid    uint32
-	Ustack int64
-	Kstack int64
-	Irq    uint32
-	Valid  uint32
+	_          structs.HostLayout
+	Tgid       uint32
+	Tid        uint32
+	Ustack     int64
+	Kstack     int64
+	Irq        uint32
+	Valid      uint32
+	WaitUstack int64
+	WaitKstack int64
 }
 
 // Names of all BPF objects in the ELF.
@@ -285,6 +299,7 @@ const (
 	OffcpuMapTargetTgids        = "target_tgids"
 	OffcpuMapTargetTids         = "target_tids"
 	OffcpuMapTaskStarts         = "task_starts"
+	OffcpuMapTaskWaits          = "task_waits"
 	OffcpuMapThreadCpus         = "thread_cpus"
 	OffcpuMapThreads            = "threads"
 	OffcpuMapUnwindFiles        = "unwind_files"
@@ -414,6 +429,7 @@ type OffcpuMapSpecs struct {
 	TargetTgids     *ebpf.MapSpec `ebpf:"target_tgids"`
 	TargetTids      *ebpf.MapSpec `ebpf:"target_tids"`
 	TaskStarts      *ebpf.MapSpec `ebpf:"task_starts"`
+	TaskWaits       *ebpf.MapSpec `ebpf:"task_waits"`
 	ThreadCpus      *ebpf.MapSpec `ebpf:"thread_cpus"`
 	Threads         *ebpf.MapSpec `ebpf:"threads"`
 	UnwindFiles     *ebpf.MapSpec `ebpf:"unwind_files"`
@@ -491,6 +507,7 @@ type OffcpuMaps struct {
 	TargetTgids     *ebpf.Map `ebpf:"target_tgids"`
 	TargetTids      *ebpf.Map `ebpf:"target_tids"`
 	TaskStarts      *ebpf.Map `ebpf:"task_starts"`
+	TaskWaits       *ebpf.Map `ebpf:"task_waits"`
 	ThreadCpus      *ebpf.Map `ebpf:"thread_cpus"`
 	Threads         *ebpf.Map `ebpf:"threads"`
 	UnwindFiles     *ebpf.Map `ebpf:"unwind_files"`
@@ -523,6 +540,7 @@ func (m *OffcpuMaps) Close() error {
 		m.TargetTgids,
 		m.TargetTids,
 		m.TaskStarts,
+		m.TaskWaits,
 		m.ThreadCpus,
 		m.Threads,
 		m.UnwindFiles,

@@ -52,6 +52,11 @@ struct waker_rec {
 	s64 kstack;
 	u32 irq;    /* 1: raised in hard or soft interrupt context */
 	u32 valid;
+	/* The waker's own last wait, where it overlapped the waiter's (a lock
+	 * holder that waited on fdatasync while the waiter waited on it): its
+	 * stacks; 0 otherwise. The overlap is offcpu_val.chain_ns. */
+	s64 wait_ustack;
+	s64 wait_kstack;
 };
 
 struct offcpu_key {
@@ -79,6 +84,8 @@ struct offcpu_val {
 	u64 count;   /* number of off-CPU intervals */
 	u64 runq_ns; /* of ns, waiting for a CPU: from the wake-up to the
 		      * switch-in, or all of a preempted interval */
+	u64 chain_ns; /* of ns, before the wake-up, the waker was itself off
+		       * a CPU in waker.wait_ustack/wait_kstack */
 };
 
 /* A thread incarnation (tids are reused). */

@@ -22,6 +22,7 @@ type record struct {
 	state     State
 	ns, count uint64
 	runq      uint64 // of ns, waiting for a CPU
+	chain     uint64 // of ns, the waker itself off a CPU in waker.wait*
 	user      []uint64
 	kernel    []uint64
 	userErr   int64 // negative errno when no user stack was captured
@@ -41,6 +42,9 @@ type waker struct {
 	kernel    []uint64
 	userID    int64 // stack ids, to group identical wakers
 	kernelID  int64
+	// Its own last wait, where it overlapped the interval it ended.
+	waitUser, waitKernel     []uint64
+	waitUserID, waitKernelID int64
 }
 
 // cpuRecord is one on-CPU sample aggregation entry.
@@ -122,7 +126,7 @@ func (s *Session) drain() (*drained, error) {
 	it := s.coll.Maps[bpf.OffcpuMapOffcpu].Iterate()
 	for it.Next(&key, &val) {
 		r := record{tgid: key.Tgid, tid: key.Tid, gen: key.Gen, state: State(key.State), ns: val.Ns, count: val.Count,
-			runq: min(val.RunqNs, val.Ns), userErr: min(key.Ustack, 0), kernelErr: min(key.Kstack, 0)}
+			runq: min(val.RunqNs, val.Ns), chain: val.ChainNs, userErr: min(key.Ustack, 0), kernelErr: min(key.Kstack, 0)}
 		r.user = getStack(key.Ustack)
 		r.kernel = getStack(key.Kstack)
 		r.waker = decodeWaker(key.Waker, getStack)
@@ -258,7 +262,8 @@ func decodeWaker(w bpf.OffcpuWakerRec, getStack func(int64) []uint64) waker {
 		return waker{}
 	}
 	return waker{valid: true, irq: w.Irq != 0, tgid: w.Tgid, tid: w.Tid,
-		user: getStack(w.Ustack), kernel: getStack(w.Kstack), userID: w.Ustack, kernelID: w.Kstack}
+		user: getStack(w.Ustack), kernel: getStack(w.Kstack), userID: w.Ustack, kernelID: w.Kstack,
+		waitUser: getStack(w.WaitUstack), waitKernel: getStack(w.WaitKstack), waitUserID: w.WaitUstack, waitKernelID: w.WaitKstack}
 }
 
 func cString(b []int8) string {

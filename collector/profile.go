@@ -147,7 +147,8 @@ func (s *Session) snapshotLive(d *drained) {
 func (s *Session) offCPUProfile(d *drained, sym *symbolizer, names *threadNames) *profile.Profile {
 	b := newProfBuilder(sym, &profile.ValueType{Type: schema.OffCPU, Unit: schema.Nanoseconds}, &profile.ValueType{Type: schema.Switches, Unit: schema.Count},
 		&profile.ValueType{Type: schema.CPU, Unit: schema.Nanoseconds},
-		&profile.ValueType{Type: schema.Blocked, Unit: schema.Nanoseconds}, &profile.ValueType{Type: schema.RunQueue, Unit: schema.Nanoseconds})
+		&profile.ValueType{Type: schema.Blocked, Unit: schema.Nanoseconds}, &profile.ValueType{Type: schema.RunQueue, Unit: schema.Nanoseconds},
+		&profile.ValueType{Type: schema.WakerWaiting, Unit: schema.Nanoseconds})
 	sort.Slice(d.records, func(i, j int) bool { return d.records[i].ns > d.records[j].ns })
 	wakers := newWakerStacks(sym)
 	for _, r := range d.records {
@@ -167,7 +168,7 @@ func (s *Session) offCPUProfile(d *drained, sym *symbolizer, names *threadNames)
 		}
 		smp := &profile.Sample{
 			Location: locs,
-			Value:    []int64{int64(r.ns), int64(r.count), 0, int64(r.ns - r.runq), int64(r.runq)},
+			Value:    []int64{int64(r.ns), int64(r.count), 0, int64(r.ns - r.runq), int64(r.runq), int64(min(r.chain, r.ns-r.runq))},
 			Label: map[string][]string{
 				LabelThread:  {th.comm},
 				LabelProcess: {processName(d, r.tgid, s.procs)},
@@ -190,6 +191,10 @@ func (s *Session) offCPUProfile(d *drained, sym *symbolizer, names *threadNames)
 			if !r.waker.irq {
 				smp.Label[schema.LabelWakerProcess] = []string{processName(d, r.waker.tgid, s.procs)}
 			}
+			if r.chain > 0 {
+				wait := waker{tgid: r.waker.tgid, user: r.waker.waitUser, kernel: r.waker.waitKernel, userID: r.waker.waitUserID, kernelID: r.waker.waitKernelID}
+				smp.Label[schema.LabelWakerWaitStack] = []string{wakers.foldedWait(wait)}
+			}
 			smp.NumLabel[LabelWakerTID] = []int64{int64(r.waker.tid)}
 			smp.NumLabel[schema.LabelWakerPID] = []int64{int64(r.waker.tgid)}
 		}
@@ -209,6 +214,18 @@ type wakerStacks struct {
 
 func newWakerStacks(sym *symbolizer) *wakerStacks {
 	return &wakerStacks{b: newProfBuilder(sym, &profile.ValueType{Type: schema.Wakeups, Unit: schema.Count}), done: map[[3]int64]string{}}
+}
+
+// foldedWait folds a waker's own wait: a blocked stack, trimmed at
+// __schedule as the off-CPU samples are.
+func (ws *wakerStacks) foldedWait(w waker) string {
+	key := [3]int64{-2 - int64(w.tgid), w.userID, w.kernelID}
+	if f, ok := ws.done[key]; ok {
+		return f
+	}
+	f := ws.fold(ws.b.stack(w.tgid, trimKernel(w.kernel, ws.b.sym.kern), w.user, 0, true))
+	ws.done[key] = f
+	return f
 }
 
 func (ws *wakerStacks) folded(w waker) string {
@@ -232,7 +249,14 @@ func (ws *wakerStacks) folded(w waker) string {
 	if cut, ok := interruptFrames(names, w.irq); ok {
 		kernel = kernel[:cut]
 	}
-	locs := ws.b.stack(w.tgid, kernel, user, 0, true)
+	f := ws.fold(ws.b.stack(w.tgid, kernel, user, 0, true))
+	ws.done[key] = f
+	return f
+}
+
+// fold writes locations (leaf first) as user frames root first, "-",
+// kernel frames.
+func (ws *wakerStacks) fold(locs []*profile.Location) string {
 	var uf, kf []string
 	for i := len(locs) - 1; i >= 0; i-- {
 		l := locs[i]
@@ -247,9 +271,7 @@ func (ws *wakerStacks) folded(w waker) string {
 	if len(kf) > 0 {
 		uf = append(append(uf, "-"), kf...)
 	}
-	f := strings.Join(uf, ";")
-	ws.done[key] = f
-	return f
+	return strings.Join(uf, ";")
 }
 
 // onCPUSamples adds the on-CPU samples. Where the thread's exact on-CPU
@@ -269,7 +291,7 @@ func (s *Session) onCPUSamples(d *drained, b *profBuilder, names *threadNames) {
 	add := func(tgid, tid, gen uint32, locs []*profile.Location, ns int64) {
 		b.p.Sample = append(b.p.Sample, &profile.Sample{
 			Location: locs,
-			Value:    []int64{0, 0, ns, 0, 0},
+			Value:    []int64{0, 0, ns, 0, 0, 0},
 			Label: map[string][]string{
 				LabelThread:  {names.threadGen(tgid, tid, gen)},
 				LabelProcess: {processName(d, tgid, s.procs)},

@@ -460,6 +460,7 @@ func (s *Session) spec(cgroupID uint64, btfMode bool) (*ebpf.CollectionSpec, err
 		delete(spec.Programs, bpf.OffcpuProgOffcpuSnapBlocked)
 		delete(spec.Maps, bpf.OffcpuMapTaskStarts)
 		delete(spec.Maps, bpf.OffcpuMapThreadCpus)
+		delete(spec.Maps, bpf.OffcpuMapTaskWaits)
 		s.attach = "tracepoint"
 	}
 	return spec, nil

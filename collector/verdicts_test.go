@@ -234,3 +234,65 @@ func TestVerdictsEventLoops(t *testing.T) {
 		t.Errorf("memcached workers: %v of %v idle, want >= 90%%", i, b)
 	}
 }
+
+// Wait chains of known shape (testdata/chain/chain.c): each waiter holds
+// a lock while it waits on the next thread's, the last thread holds its
+// lock while it sleeps. Followed along the wakers' own waits, at least 90%
+// of every waiter's blocked time ends in that sleep, 1 to 3 hops away.
+func TestWaitChains(t *testing.T) {
+	requireBPF(t)
+	bin := filepath.Join(t.TempDir(), "chain")
+	build(t, "gcc", "-O2", "-pthread", "-o", bin, "testdata/chain/chain.c")
+	r, err := analysis.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, depth := range []int{2, 3, 4} {
+		t.Run(fmt.Sprintf("depth-%d", depth), func(t *testing.T) {
+			cmd := exec.Command(bin, strconv.Itoa(depth), "5", "3000")
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { cmd.Process.Kill(); cmd.Wait() }()
+			time.Sleep(200 * time.Millisecond)
+			s, err := Start(context.Background(), Options{PIDs: []int{cmd.Process.Pid}})
+			if err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			time.Sleep(1500 * time.Millisecond)
+			p, err := s.Stop()
+			if err != nil {
+				t.Fatalf("Stop: %v", err)
+			}
+			path := filepath.Join(t.TempDir(), "p.pb.gz")
+			f, _ := os.Create(path)
+			p.Write(f)
+			f.Close()
+			d, err := analysis.Load(analysis.Nanoseconds, path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep := analysis.Analyze(d, r, analysis.Options{Top: 100})
+			total, root := map[string]int64{}, map[string]int64{}
+			for _, rc := range rep.Chains {
+				total[rc.Waiters] += rc.Ns
+				// chain-wa waits on chain-wb, ...: the root is depth-k-2 hops
+				// into the path of the k-th waiter (from 0).
+				k := int(rc.Waiters[len(rc.Waiters)-1] - 'a')
+				if at := depth - k - 2; at >= 0 && at < len(rc.Path) && rc.Path[at].Group == "chain-root" && rc.Path[at].Category == "sleep-timer" {
+					root[rc.Waiters] += rc.Ns
+				}
+			}
+			if len(total) != depth-1 {
+				t.Fatalf("root causes for %d waiter threads, want %d: %+v", len(total), depth-1, rep.Chains)
+			}
+			for w, ns := range total {
+				share := float64(root[w]) / float64(ns)
+				t.Logf("%s: %.1f%% of %v blocked traced to chain-root's sleep", w, 100*share, time.Duration(ns))
+				if share < 0.9 {
+					t.Errorf("%s: %.1f%% of its blocked time traced to chain-root's sleep at the right depth, want >= 90%%", w, 100*share)
+				}
+			}
+		})
+	}
+}

@@ -14,6 +14,9 @@ const (
 	// of a preempted interval); off_cpu = blocked + runqueue.
 	Blocked  = "blocked"
 	RunQueue = "runqueue"
+	// Of blocked, the time the waker was itself off a CPU in its own
+	// wait (label waker_wait_stack): one hop of a wait chain.
+	WakerWaiting = "waker_waiting"
 
 	Nanoseconds = "nanoseconds"
 	Count       = "count"
@@ -39,6 +42,9 @@ const (
 	LabelWakerPID     = "waker_pid"
 	LabelWakerStack   = "waker_stack"
 	LabelWakerProcess = "waker_process" // the waker's process name
+	// The waker's own wait that overlapped the interval (user frames root
+	// first, "-", kernel frames), when waker_waiting is not 0.
+	LabelWakerWaitStack = "waker_wait_stack"
 )
 
 // OnCPUUnsampled is the frame of on-CPU time no sample fell in (a thread

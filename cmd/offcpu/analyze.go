@@ -21,6 +21,7 @@ type analyzeFlags struct {
 	foldedNs   bool
 	explain    string
 	state      string
+	chains     bool
 	// With --explain: the waker's side.
 	wakerStack, waker, class string
 }
@@ -69,6 +70,9 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 			if err != nil {
 				return err
 			}
+			if f.chains && f.format != "json" {
+				return rep.WriteChains(cmd.OutOrStdout(), f.format)
+			}
 			return rep.Write(cmd.OutOrStdout(), f.format)
 		},
 	}
@@ -83,6 +87,7 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 	fl.BoolVar(&f.foldedNs, "folded-ns", false, "folded-stack values are nanoseconds (default: microseconds, as bcc writes)")
 	fl.StringVar(&f.explain, "explain", "", "tell how the rules read this stack (folded: THREAD;user frames;-;kernel frames, or one frame) and exit")
 	fl.StringVar(&f.state, "state", "sleeping", "with --explain: the thread state (sleeping, uninterruptible, preempted, other)")
+	fl.BoolVar(&f.chains, "chains", false, "list only the root causes of the blocked time, followed along the wakers' own waits (JSON always has them: chains)")
 	fl.StringVar(&f.waker, "waker", "", "with --explain: who woke the thread ("+strings.Join(analysis.WakerRelations, ", ")+")")
 	fl.StringVar(&f.wakerStack, "waker-stack", "", "with --explain: the waker's stack (folded: user frames;-;kernel frames)")
 	fl.StringVar(&f.class, "wakeup-class", "", "with --explain: the wake-up's class (futex, eventfd, pipe/socket, timer, block-io, net-rx, ...)")
