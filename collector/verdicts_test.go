@@ -22,19 +22,7 @@ import (
 // and the part of it whose verdict is idle.
 func verdictShares(t *testing.T, p *profile.Profile) (blocked, idle map[int64]time.Duration) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "p.pb.gz")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Write(f); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	d, err := analysis.Load(analysis.Nanoseconds, path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := loadRecorded(t, p)
 	r, err := analysis.LoadRules("")
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +39,25 @@ func verdictShares(t *testing.T, p *profile.Profile) (blocked, idle map[int64]ti
 		}
 	}
 	return blocked, idle
+}
+
+// loadRecorded reads a recorded profile as analysis reads its file.
+func loadRecorded(t *testing.T, p *profile.Profile) *analysis.Data {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "p.pb.gz")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Write(f); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	d, err := analysis.Load(analysis.Nanoseconds, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // A database server nobody here wrote, its binary stripped of everything
@@ -264,17 +271,12 @@ func TestWaitChains(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Stop: %v", err)
 			}
-			path := filepath.Join(t.TempDir(), "p.pb.gz")
-			f, _ := os.Create(path)
-			p.Write(f)
-			f.Close()
-			d, err := analysis.Load(analysis.Nanoseconds, path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rep := analysis.Analyze(d, r, analysis.Options{Top: 100})
+			rep := analysis.Analyze(loadRecorded(t, p), r, analysis.Options{Top: 100})
 			total, root := map[string]int64{}, map[string]int64{}
 			for _, rc := range rep.Chains {
+				if !strings.HasPrefix(rc.Waiters, "chain-w") {
+					continue // the main thread, joining at the end
+				}
 				total[rc.Waiters] += rc.Ns
 				// chain-wa waits on chain-wb, ...: the root is depth-k-2 hops
 				// into the path of the k-th waiter (from 0).
