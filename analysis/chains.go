@@ -24,17 +24,28 @@ type RootCause struct {
 	Share   float64    `json:"share"` // of the waiters' blocked time with an application frame
 }
 
-// chainDepth bounds how many hops a wait is followed.
-const chainDepth = 6
+const (
+	chainDepth = 6  // hops a path is followed before it ends in [deeper]
+	chainPaths = 16 // paths kept per stack; the rest are merged into [other paths]
+)
 
 // chainer follows blocked time along the recorder's wait links: a wait's
 // waker, and (WakerWaitNs) how long that waker was itself off a CPU in its
 // own wait, which is found among the waker's stacks and followed in turn,
-// in proportion to their times.
+// in proportion to their times. Each stack's paths are worked out once.
 type chainer struct {
 	r     *Rules
 	waits map[chainKey][]*Stack // a thread's off-CPU stacks by their frames
-	roots map[string]*RootCause
+	memo  map[*Stack][]share
+	hops  map[*Stack]ChainHop
+	busy  map[*Stack]bool // being worked out: a wait reached again is a cycle
+}
+
+// share is a path from a stack's waker to a root, and the fraction of the
+// stack's time that ends there.
+type share struct {
+	path []ChainHop
+	frac float64
 }
 
 type chainKey struct {
@@ -54,7 +65,7 @@ func framesKey(fr []Frame) string {
 // Chains traces the blocked time with an application frame of the stacks
 // to its root causes, largest first (top n).
 func Chains(stacks []Stack, r *Rules, wanted func(*Stack) bool, n int) []RootCause {
-	c := &chainer{r: r, waits: map[chainKey][]*Stack{}, roots: map[string]*RootCause{}}
+	c := &chainer{r: r, waits: map[chainKey][]*Stack{}, memo: map[*Stack][]share{}, hops: map[*Stack]ChainHop{}, busy: map[*Stack]bool{}}
 	for i := range stacks {
 		s := &stacks[i]
 		if s.Kind == KindOffCPU && s.TID != 0 {
@@ -63,6 +74,7 @@ func Chains(stacks []Stack, r *Rules, wanted func(*Stack) bool, n int) []RootCau
 		}
 	}
 	total := map[string]int64{}
+	roots := map[string]*RootCause{}
 	for i := range stacks {
 		s := &stacks[i]
 		if s.Kind != KindOffCPU || !wanted(s) || !r.AppBlocked(s) {
@@ -70,14 +82,24 @@ func Chains(stacks []Stack, r *Rules, wanted func(*Stack) bool, n int) []RootCau
 		}
 		g := ThreadGroup(s.Thread)
 		total[g] += s.Value
-		c.follow(g, s, float64(s.Value), nil, map[int64]bool{s.TID: true})
+		for _, sh := range c.paths(s) {
+			k := g + "|" + pathString(sh.path)
+			rc := roots[k]
+			if rc == nil {
+				rc = &RootCause{Waiters: g, Path: sh.path}
+				roots[k] = rc
+			}
+			rc.Ns += int64(sh.frac * float64(s.Value))
+		}
 	}
 	var out []RootCause
-	for _, rc := range c.roots {
+	for _, rc := range roots {
 		if t := total[rc.Waiters]; t > 0 {
 			rc.Share = float64(rc.Ns) / float64(t)
 		}
-		out = append(out, *rc)
+		if rc.Ns > 0 {
+			out = append(out, *rc)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Ns != out[j].Ns {
@@ -91,28 +113,44 @@ func Chains(stacks []Stack, r *Rules, wanted func(*Stack) bool, n int) []RootCau
 	return out
 }
 
-// follow attributes ns of s's time: the part its waker spent off a CPU
-// in its own wait goes down that wait; the rest ends at the waker.
-func (c *chainer) follow(waiters string, s *Stack, ns float64, path []ChainHop, seen map[int64]bool) {
-	waker := ChainHop{Group: ThreadGroup(s.Waker), Category: "running"}
+// paths works out where s's time ends: the part its waker spent off a
+// CPU in its own wait goes down that wait; the rest ends at the waker.
+func (c *chainer) paths(s *Stack) []share {
+	if p, ok := c.memo[s]; ok {
+		return p
+	}
+	c.busy[s] = true
+	defer delete(c.busy, s)
+	var out []share
+	add := func(frac float64, path ...ChainHop) {
+		if frac > 0 {
+			out = append(out, share{path, frac})
+		}
+	}
 	switch s.WakerRelation() {
 	case "none", "unknown":
-		c.root(waiters, append(path, ChainHop{Group: noWaker, Category: c.first(s)}), ns)
-		return
+		add(1, ChainHop{Group: noWaker, Category: c.first(s)})
 	case "interrupt":
-		c.root(waiters, append(path, ChainHop{Group: s.Waker, Category: s.Class}), ns)
-		return
+		add(1, ChainHop{Group: s.Waker, Category: s.Class})
+	default:
+		chained := 0.0
+		if s.Value > 0 {
+			chained = float64(min(s.WakerWaitNs, s.Value)) / float64(s.Value)
+		}
+		waker := ChainHop{Group: ThreadGroup(s.Waker), Category: "running"}
+		add(1-chained, waker)
+		if chained > 0 {
+			out = append(out, c.down(s, chained)...)
+		}
 	}
-	chained := 0.0
-	if s.Value > 0 {
-		chained = ns * float64(min(s.WakerWaitNs, s.Value)) / float64(s.Value)
-	}
-	if direct := ns - chained; direct > 0 {
-		c.root(waiters, append(path, waker), direct)
-	}
-	if chained <= 0 {
-		return
-	}
+	out = prune(out)
+	c.memo[s] = out
+	return out
+}
+
+// down follows the waker's own wait of s: its stacks of that wait, each
+// with its share of frac.
+func (c *chainer) down(s *Stack, frac float64) []share {
 	waits := c.waits[chainKey{s.WakerPID, s.WakerTID, framesKey(s.WakerWaitFrames)}]
 	var sum int64
 	for _, w := range waits {
@@ -122,49 +160,71 @@ func (c *chainer) follow(waiters string, s *Stack, ns float64, path []ChainHop, 
 		// Not recorded (outside the recorded set): the chain ends in the
 		// waker's wait as its stack reads.
 		ws := &Stack{Kind: KindOffCPU, Thread: s.Waker, Frames: s.WakerWaitFrames, State: "sleeping"}
-		c.root(waiters, append(path, ChainHop{Group: waker.Group, Category: c.first(ws), Frame: c.r.InnermostApp(ws)}), chained)
-		return
+		return []share{{[]ChainHop{{Group: ThreadGroup(s.Waker), Category: c.first(ws), Frame: c.r.InnermostApp(ws)}}, frac}}
 	}
-	if seen[s.WakerTID] || len(path)+1 >= chainDepth {
-		// A cycle (a convoy: threads waiting on each other in turn), or
-		// deep enough: the chain ends in the waker's wait, marked so.
-		w := waits[0]
-		for _, x := range waits {
-			if x.Value > w.Value {
-				w = x
+	var out []share
+	for _, w := range waits {
+		f := frac * float64(w.Value) / float64(sum)
+		hop := c.hop(w)
+		switch {
+		case w.WaitsForCPU():
+			out = append(out, share{[]ChainHop{hop}, f})
+		case c.busy[w]:
+			// A convoy: threads waiting on each other in turn.
+			out = append(out, share{[]ChainHop{hop, {Group: "[cycle]"}}, f})
+		default:
+			for _, sh := range c.paths(w) {
+				p := append([]ChainHop{hop}, sh.path...)
+				if len(p) > chainDepth {
+					p = append(p[:chainDepth:chainDepth], ChainHop{Group: "[deeper]"})
+				}
+				out = append(out, share{p, f * sh.frac})
 			}
 		}
-		end := "[cycle]"
-		if !seen[s.WakerTID] {
-			end = "[deeper]"
-		}
-		c.root(waiters, append(path, ChainHop{Group: ThreadGroup(w.Thread), Category: c.first(w), Frame: c.r.InnermostApp(w)}, ChainHop{Group: end}), chained)
-		return
 	}
-	seen[s.WakerTID] = true
-	defer delete(seen, s.WakerTID)
-	for _, w := range waits {
-		part := chained * float64(w.Value) / float64(sum)
-		hop := ChainHop{Group: ThreadGroup(w.Thread), Category: c.first(w), Frame: c.r.InnermostApp(w)}
-		if w.WaitsForCPU() {
-			c.root(waiters, append(path, hop), part)
+	return out
+}
+
+// prune merges equal paths and keeps the chainPaths largest, folding the
+// rest into one [other paths] share.
+func prune(in []share) []share {
+	byPath := map[string]*share{}
+	var order []string
+	for _, sh := range in {
+		k := pathString(sh.path)
+		if x, ok := byPath[k]; ok {
+			x.frac += sh.frac
 			continue
 		}
-		c.follow(waiters, w, part, append(path, hop), seen)
+		sh := sh
+		byPath[k] = &sh
+		order = append(order, k)
 	}
+	out := make([]share, 0, len(order))
+	for _, k := range order {
+		out = append(out, *byPath[k])
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].frac > out[j].frac })
+	if len(out) > chainPaths {
+		rest := 0.0
+		for _, sh := range out[chainPaths:] {
+			rest += sh.frac
+		}
+		out = append(out[:chainPaths], share{[]ChainHop{{Group: "[other paths]"}}, rest})
+	}
+	return out
 }
 
 func (c *chainer) first(s *Stack) string { return c.r.Categorize(s)[0] }
 
-func (c *chainer) root(waiters string, path []ChainHop, ns float64) {
-	p := append([]ChainHop(nil), path...)
-	k := waiters + "|" + pathString(p)
-	rc := c.roots[k]
-	if rc == nil {
-		rc = &RootCause{Waiters: waiters, Path: p}
-		c.roots[k] = rc
+// hop is what a thread was doing in one of its waits.
+func (c *chainer) hop(w *Stack) ChainHop {
+	h, ok := c.hops[w]
+	if !ok {
+		h = ChainHop{Group: ThreadGroup(w.Thread), Category: c.first(w), Frame: c.r.InnermostApp(w)}
+		c.hops[w] = h
 	}
-	rc.Ns += int64(ns)
+	return h
 }
 
 // pathString renders a path: group (category, frame) → ...
