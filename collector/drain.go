@@ -148,6 +148,27 @@ func (s *Session) drain() (*drained, error) {
 	} else if err := s.drainPrestart(d, getStack); err != nil {
 		return nil, err
 	}
+	if err := s.drainWakeupsAndSamples(d, getStack); err != nil {
+		return nil, err
+	}
+	if err := s.drainOnCPU(d); err != nil {
+		return nil, err
+	}
+	s.stats.Keys = len(d.records)
+	s.stats.Stacks = len(cache)
+
+	if err := s.drainThreads(d); err != nil {
+		return nil, err
+	}
+
+	if err := s.readStats(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// drainWakeupsAndSamples reads the wake-up and on-CPU sample maps.
+func (s *Session) drainWakeupsAndSamples(d *drained, getStack func(int64) []uint64) error {
 	var wk bpf.OffcpuWakeKey
 	var n uint64
 	wit := s.coll.Maps[bpf.OffcpuMapWakeups].Iterate()
@@ -156,7 +177,7 @@ func (s *Session) drain() (*drained, error) {
 		s.stats.Wakeups += n
 	}
 	if err := wit.Err(); err != nil {
-		return nil, fmt.Errorf("reading the wake-up map: %w", err)
+		return fmt.Errorf("reading the wake-up map: %w", err)
 	}
 	var ck bpf.OffcpuCpuKey
 	cit := s.coll.Maps[bpf.OffcpuMapCpuSamples].Iterate()
@@ -165,14 +186,15 @@ func (s *Session) drain() (*drained, error) {
 		s.stats.CPUSamples += n
 	}
 	if err := cit.Err(); err != nil {
-		return nil, fmt.Errorf("reading the on-CPU sample map: %w", err)
+		return fmt.Errorf("reading the on-CPU sample map: %w", err)
 	}
-	if err := s.drainOnCPU(d); err != nil {
-		return nil, err
-	}
-	s.stats.Keys = len(d.records)
-	s.stats.Stacks = len(cache)
+	return nil
+}
 
+// drainThreads names the threads: from the threads map (renamed since
+// when still alive), those that exited while recording, and, for a tid
+// no name was kept for, /proc or "tid-N".
+func (s *Session) drainThreads(d *drained) error {
 	var tid uint32
 	var ti bpf.OffcpuThreadInfo
 	tit := s.coll.Maps[bpf.OffcpuMapThreads].Iterate()
@@ -180,7 +202,7 @@ func (s *Session) drain() (*drained, error) {
 		d.threads[tid] = thread{tgid: ti.Tgid, gen: ti.Gen, comm: cString(ti.Comm[:])}
 	}
 	if err := tit.Err(); err != nil {
-		return nil, fmt.Errorf("reading the thread map: %w", err)
+		return fmt.Errorf("reading the thread map: %w", err)
 	}
 	// Live threads may have been renamed after they were first seen.
 	for tid, th := range d.threads {
@@ -209,11 +231,7 @@ func (s *Session) drain() (*drained, error) {
 			d.threads[r.tid] = th
 		}
 	}
-
-	if err := s.readStats(); err != nil {
-		return nil, err
-	}
-	return d, nil
+	return nil
 }
 
 func (s *Session) readStats() error {
