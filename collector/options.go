@@ -82,6 +82,9 @@ type Options struct {
 	CPUHz int
 	// NoWakeups skips sched_waking: no waker stacks, no offwake links.
 	NoWakeups bool
+	// NoDebugInfo names frames of stripped files from their own dynamic
+	// symbols only, without the detached debug files in /usr/lib/debug.
+	NoDebugInfo bool
 	// FollowForks makes processes started by a target targets too.
 	FollowForks bool
 	// TargetsOnly starts with an empty target set filled by AddPID, as for

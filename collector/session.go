@@ -258,6 +258,9 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 	_ = rlimit.RemoveMemlock()
 
 	s := &Session{opts: opts, procs: newProcTable(), readerDone: make(chan struct{}), exited: map[[2]uint32]thread{}}
+	if opts.NoDebugInfo {
+		s.procs.files.debugDir = ""
+	}
 	var err error
 	if !opts.ForceTracepoint {
 		err = s.load(cgroupID, true)

@@ -33,9 +33,17 @@ type frame struct {
 type fileCache struct {
 	mu    sync.Mutex
 	files map[string]*symFile
+	// debugDir holds detached debug files by build id (empty: none read).
+	debugDir string
 }
 
-func newFileCache() *fileCache { return &fileCache{files: map[string]*symFile{}} }
+// defaultDebugDir is where distributions install detached debug files
+// (Debian's *-dbg and *-dbgsym packages).
+const defaultDebugDir = "/usr/lib/debug"
+
+func newFileCache() *fileCache {
+	return &fileCache{files: map[string]*symFile{}, debugDir: defaultDebugDir}
+}
 
 // open returns the file with the given identity (device in userspace
 // encoding, inode), opening the first of paths that still names it (a
@@ -49,7 +57,7 @@ func (c *fileCache) open(dev, ino uint64, display string, paths ...string) *symF
 	if f, ok := c.files[key]; ok && f.fh != nil {
 		return f
 	}
-	sf := &symFile{path: display, dev: dev, ino: ino}
+	sf := &symFile{path: display, dev: dev, ino: ino, debugDir: c.debugDir}
 	for _, p := range paths {
 		f, err := os.Open(p)
 		if err != nil {
@@ -96,6 +104,8 @@ type symFile struct {
 	gotab   *gosym.Table
 	buildID string
 	err     error
+	// debugDir: where a stripped file's debug file is looked up by build id.
+	debugDir string
 }
 
 func (f *symFile) load() {
@@ -118,7 +128,7 @@ func (f *symFile) load() {
 		f.syms = elfSymbols(ef)
 		if len(f.syms) == 0 || !hasSection(ef, ".symtab") {
 			// Stripped: a separate debug file may exist, found by build id.
-			if dbg := debugFileFor(f.buildID); dbg != nil {
+			if dbg := debugFileFor(f.debugDir, f.buildID); dbg != nil {
 				f.syms = append(f.syms, elfSymbols(dbg)...)
 				sortSyms(f.syms)
 			}
@@ -203,11 +213,11 @@ func sortSyms(s []elfSym) {
 	})
 }
 
-func debugFileFor(id string) *elf.File {
-	if len(id) < 3 {
+func debugFileFor(dir, id string) *elf.File {
+	if dir == "" || len(id) < 3 {
 		return nil
 	}
-	p := filepath.Join("/usr/lib/debug/.build-id", id[:2], id[2:]+".debug")
+	p := filepath.Join(dir, ".build-id", id[:2], id[2:]+".debug")
 	f, err := elf.Open(p)
 	if err != nil {
 		return nil

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -297,4 +298,115 @@ func TestWaitChains(t *testing.T) {
 			}
 		})
 	}
+}
+
+// glibc's own waits (mutex, condition, timed condition, pipe, sleep),
+// recorded twice, once naming frames from libc6-dbg's debug files
+// (__GI___pthread_mutex_lock, __lll_lock_wait, ...) and once from libc's
+// exported symbols only: each thread's time falls in the same categories.
+// (Two sessions at once would not do: loading the second perturbs the
+// first one's window.)
+func TestDebugInfoSameCategories(t *testing.T) {
+	requireBPF(t)
+	bin := filepath.Join(t.TempDir(), "libcwaits")
+	build(t, "gcc", "-O2", "-pthread", "-o", bin, "testdata/libcwaits/libcwaits.c")
+	r, err := analysis.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	threads := map[string]bool{"lock-a": true, "lock-b": true, "pool-1": true, "pool-2": true, "submit": true, "timed": true, "pipe-rd": true, "pipe-wr": true}
+	// record returns each thread's share of its off-CPU time per category
+	// and the functions named.
+	record := func(noDebug bool) (map[string]map[string]float64, map[string]bool) {
+		cmd := exec.Command(bin, "3000")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { cmd.Process.Kill(); cmd.Wait() }()
+		time.Sleep(200 * time.Millisecond)
+		s, err := Start(context.Background(), Options{PIDs: []int{cmd.Process.Pid}, NoDebugInfo: noDebug})
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		time.Sleep(2 * time.Second)
+		p, err := s.Stop()
+		if err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		frames := map[string]bool{}
+		for _, f := range p.Function {
+			frames[f.Name] = true
+		}
+		d := loadRecorded(t, p)
+		shares, total := map[string]map[string]float64{}, map[string]float64{}
+		for i := range d.Stacks {
+			st := &d.Stacks[i]
+			if st.Kind != analysis.KindOffCPU || st.WaitsForCPU() || !threads[st.Thread] {
+				continue
+			}
+			if shares[st.Thread] == nil {
+				shares[st.Thread] = map[string]float64{}
+			}
+			shares[st.Thread][r.Categorize(st)[0]] += float64(st.Value)
+			total[st.Thread] += float64(st.Value)
+		}
+		for th, m := range shares {
+			for c := range m {
+				m[c] /= total[th]
+			}
+		}
+		return shares, frames
+	}
+	with, debugFrames := record(false)
+	without, frames := record(true)
+	var debugOnly []string
+	for f := range debugFrames {
+		if !frames[f] && strings.HasPrefix(f, "__") {
+			debugOnly = append(debugOnly, f)
+		}
+	}
+	sort.Strings(debugOnly)
+	t.Logf("frames named from the debug files only: %v", debugOnly)
+	if len(debugOnly) == 0 {
+		msg := "no frame was named from a debug file: apt-get install libc6-dbg"
+		if os.Getenv("OFFCPU_REQUIRE_BPF") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	if len(with) != len(threads) || len(without) != len(threads) {
+		t.Fatalf("threads recorded: %d with debug files, %d without; want %d", len(with), len(without), len(threads))
+	}
+	for th, w := range with {
+		wo := without[th]
+		t.Logf("%s: with debug files %v; without %v", th, fmtShares(w), fmtShares(wo))
+		for _, c := range unionKeys(w, wo) {
+			if d := w[c] - wo[c]; d > 0.03 || d < -0.03 {
+				t.Errorf("%s: %s %.1f%% of its off-CPU time with glibc's debug files, %.1f%% without: want the same within 3 points",
+					th, c, 100*w[c], 100*wo[c])
+			}
+		}
+	}
+}
+
+func unionKeys(a, b map[string]float64) []string {
+	var keys []string
+	for k := range a {
+		keys = append(keys, k)
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func fmtShares(m map[string]float64) string {
+	var parts []string
+	for _, k := range unionKeys(m, nil) {
+		parts = append(parts, fmt.Sprintf("%s %.1f%%", k, 100*m[k]))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -31,6 +31,7 @@ type recordFlags struct {
 	noUserStacks       bool
 	noKernelStacks     bool
 	noStackReuse       bool
+	noDebugInfo        bool
 	noWakeups          bool
 	cpuHz              int
 	cpuFolded          string
@@ -93,6 +94,7 @@ named, with source lines, from the JVM's own structures.`,
 	fl.IntVar(&f.cpuHz, "cpu-hz", 99, "also sample on-CPU stacks this often per CPU (sample type cpu/nanoseconds; 0: off)")
 	fl.StringVar(&f.cpuFolded, "cpu-folded", "", "write on-CPU samples as folded stacks (µs)")
 	fl.BoolVar(&f.noWakeups, "no-wakeups", false, "do not record who woke each thread")
+	fl.BoolVar(&f.noDebugInfo, "no-debuginfo", false, "name frames of stripped libraries from their own symbols, without the debug files in /usr/lib/debug")
 	fl.StringVar(&f.wakeupsOut, "wakeups-output", "", "wake-up pprof file (default: -o with .wakeups.pb.gz)")
 	fl.StringVar(&f.wakeupsFolded, "wakeups-folded", "", "write wake-ups as TARGET;WAKER;waker user;-;waker kernel COUNT")
 	fl.StringVar(&f.offwakeFolded, "offwake-folded", "", "write blocked stacks with their waker stacks, as bcc offwaketime (µs)")
@@ -193,7 +195,7 @@ func (f *recordFlags) options(command []string) (collector.Options, error) {
 		PIDs: f.pids, TIDs: f.tids, Cgroup: f.cgroup,
 		MinBlock: f.minBlock, MaxBlock: f.maxBlock, StateMask: mask,
 		UserThreadsOnly: f.userOnly, KernelThreadsOnly: f.kernelOnly,
-		NoUserStacks: f.noUserStacks, NoKernelStacks: f.noKernelStacks, NoStackReuse: f.noStackReuse, NoWakeups: f.noWakeups, CPUHz: f.cpuHz,
+		NoUserStacks: f.noUserStacks, NoKernelStacks: f.noKernelStacks, NoStackReuse: f.noStackReuse, NoWakeups: f.noWakeups, NoDebugInfo: f.noDebugInfo, CPUHz: f.cpuHz,
 		FollowForks: f.follow, TargetsOnly: len(command) > 0,
 		MaxThreads: f.maxThreads, StackEntries: f.stackEntries, AggEntries: f.aggEntries,
 		UnwindRows: f.unwindRows, FramePointersOnly: f.fpOnly,
