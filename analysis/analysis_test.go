@@ -12,6 +12,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/offcpu/offcpu/internal/testenv"
+	"github.com/offcpu/offcpu/schema"
 )
 
 // fixture writes an offcpu-shaped profile: a broker loop blocked on the
@@ -114,7 +115,7 @@ func TestAnalyzeFixture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := Load(Microseconds, off, wake)
+	d, err := Load(schema.FoldedMicroseconds, off, wake)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,11 +195,11 @@ func TestLoadCorrupt(t *testing.T) {
 	for name, data := range cases {
 		p := filepath.Join(dir, name)
 		os.WriteFile(p, data, 0o644)
-		if _, err := Load(Microseconds, p); err == nil || !strings.Contains(err.Error(), name) {
+		if _, err := Load(schema.FoldedMicroseconds, p); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: err = %v", name, err)
 		}
 	}
-	if _, err := Load(Microseconds, filepath.Join(dir, "missing")); err == nil {
+	if _, err := Load(schema.FoldedMicroseconds, filepath.Join(dir, "missing")); err == nil {
 		t.Error("missing file accepted")
 	}
 }
@@ -210,7 +211,7 @@ func TestLoadFolded(t *testing.T) {
 		"broker-io-1;main;loop;-;do_epoll_wait;schedule 2000\n"+
 		"java/lang/Thread.run;Worker.run;Object.wait 30\n"+
 		"t;a;--;b;w 5\n"), 0o644)
-	d, err := Load(Microseconds, p)
+	d, err := Load(schema.FoldedMicroseconds, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +243,7 @@ func TestGoBlockProfile(t *testing.T) {
 		Sample: []*profile.Sample{{Location: []*profile.Location{l1, l2}, Value: []int64{3, 900}}}}
 	path := filepath.Join(t.TempDir(), "block.pb.gz")
 	writeProfile(t, path, p)
-	d, err := Load(Microseconds, path)
+	d, err := Load(schema.FoldedMicroseconds, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,8 +325,8 @@ func TestThreadGroup(t *testing.T) {
 		"1-2":             "N-N",
 		"":                "[unnamed]",
 	} {
-		if got := ThreadGroup(in); got != want {
-			t.Errorf("ThreadGroup(%q) = %q, want %q", in, got, want)
+		if got := schema.ThreadGroup(in); got != want {
+			t.Errorf("schema.ThreadGroup(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -336,7 +337,7 @@ func TestThreadGroup(t *testing.T) {
 // Java method holding the block, not under HotSpot's stubs, libjvm,
 // libc or the java launcher.
 func TestAnalyzeJVM(t *testing.T) {
-	d, err := Load(Microseconds, "testdata/jvm-contend.pb.gz")
+	d, err := Load(schema.FoldedMicroseconds, "testdata/jvm-contend.pb.gz")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +389,7 @@ func TestRealPrograms(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join("testdata", "real", tc.name+".pb.gz")
-			d, err := Load(Microseconds, path)
+			d, err := Load(schema.FoldedMicroseconds, path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -461,7 +462,7 @@ func TestExplain(t *testing.T) {
 		"pool;start_thread;pthread_cond_wait;-;futex_wait":                    {"application frames: none", "counts as idle: queue-wait"},
 		"x;main;mystery;-;schedule":                                           {"no rule matches: other", "first match: other"},
 	} {
-		st := FoldedStack(stack)
+		st := schema.FoldedStack(stack)
 		st.State = "sleeping"
 		got := strings.Join(rules.Explain(&st), "\n")
 		for _, w := range want {

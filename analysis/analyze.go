@@ -1,3 +1,5 @@
+// Package analysis attributes off-CPU time to causes with ordered rules,
+// summarizes wake-ups, and compares a baseline with a candidate.
 package analysis
 
 import (
@@ -9,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/offcpu/offcpu/collector/unwind"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -43,12 +44,6 @@ type GroupResult struct {
 	RunQueueNs   int64            `json:"runqueue_ns"` // of OffCPUNs, waiting for a CPU
 	CPUNs        int64            `json:"cpu_ns,omitempty"`
 	Categories   map[string]int64 `json:"categories"` // app ns per category
-}
-
-// Count is a name with a count or a time.
-type Count struct {
-	Name  string `json:"name"`
-	Value int64  `json:"value"`
 }
 
 // TargetWakeups are the wake-ups of one woken thread group.
@@ -129,44 +124,6 @@ type Report struct {
 	Chains []RootCause `json:"chains,omitempty"`
 }
 
-// ThreadGroup collapses a thread name's counters: broker-io-3 →
-// broker-io-N. A counter is a run of digits after a separator (broker-io-3,
-// GC Thread#0, pool-2-thread-7) or ending a word that has no other digit
-// (worker12); digits inside a word stay (C2 CompilerThre, offcpu-f2d2371).
-func ThreadGroup(name string) string {
-	if name == "" {
-		return "[unnamed]"
-	}
-	var b strings.Builder
-	word := 0 // start of the current word
-	for i := 0; i < len(name); {
-		if !isDigit(name[i]) {
-			if strings.IndexByte(threadSeparators, name[i]) >= 0 {
-				word = i + 1
-			}
-			b.WriteByte(name[i])
-			i++
-			continue
-		}
-		j := i
-		for j < len(name) && isDigit(name[j]) {
-			j++
-		}
-		ends := j == len(name) || strings.IndexByte(threadSeparators, name[j]) >= 0
-		if (i == word && ends) || (j == len(name) && !strings.ContainsAny(name[word:i], "0123456789")) {
-			b.WriteByte('N')
-		} else {
-			b.WriteString(name[i:j])
-		}
-		i = j
-	}
-	return b.String()
-}
-
-const threadSeparators = "-#_/:. "
-
-func isDigit(c byte) bool { return c >= '0' && c <= '9' }
-
 // Analyze attributes the data's blocked time to the rules' categories.
 func Analyze(d *Data, r *Rules, o Options) *Report {
 	if o.Top == 0 {
@@ -224,9 +181,9 @@ func newAnalyzer(d *Data, r *Rules, o Options) *analyzer {
 }
 
 func (a *analyzer) group(thread string) *GroupResult {
-	g := a.groups[ThreadGroup(thread)]
+	g := a.groups[schema.ThreadGroup(thread)]
 	if g == nil {
-		g = &GroupResult{Name: ThreadGroup(thread), Categories: map[string]int64{}}
+		g = &GroupResult{Name: schema.ThreadGroup(thread), Categories: map[string]int64{}}
 		a.groups[g.Name] = g
 	}
 	return g
@@ -244,18 +201,18 @@ func (a *analyzer) wakeup(s *Stack) {
 	rep := a.rep
 	rep.Wakeups.Total += s.Value
 	rep.Wakeups.ByClass[s.Class] += s.Value
-	rep.Wakeups.ByPair[ThreadGroup(s.Thread)+" → "+ThreadGroup(s.Target)] += s.Value
+	rep.Wakeups.ByPair[schema.ThreadGroup(s.Thread)+" → "+schema.ThreadGroup(s.Target)] += s.Value
 	fn := a.r.InnermostApp(s)
 	if fn == "" {
-		fn = ThreadGroup(s.Thread)
+		fn = schema.ThreadGroup(s.Thread)
 		if !strings.HasPrefix(fn, "[") { // [interrupt], [softirq] are bracketed already
 			fn = "[" + fn + "]"
 		}
 	}
 	rep.WakerFunctions[fn] += s.Value
-	tg := a.targets[ThreadGroup(s.Target)]
+	tg := a.targets[schema.ThreadGroup(s.Target)]
 	if tg == nil {
-		tg = &TargetWakeups{Group: ThreadGroup(s.Target), ByClass: map[string]int64{}}
+		tg = &TargetWakeups{Group: schema.ThreadGroup(s.Target), ByClass: map[string]int64{}}
 		a.targets[tg.Group] = tg
 	}
 	tg.Total += s.Value
@@ -279,7 +236,7 @@ func (a *analyzer) offCPU(s *Stack) {
 	rep.TotalOffCPUNs += s.Value
 	if root, ok := outermostUser(s); ok {
 		rep.UserStackNs += s.Value
-		if unwind.IsThreadStart(root) {
+		if schema.IsThreadStart(root) {
 			rep.WholeStackNs += s.Value
 		}
 	}
@@ -414,19 +371,19 @@ const noWaker = "[no waker recorded]"
 // and in which of its named application frames (module+0x... addresses
 // of stripped code say little; the next named frame out says more).
 func (a *analyzer) blockedOn(s *Stack, category string) BlockedOn {
-	k := BlockedOn{Waiters: ThreadGroup(s.Thread), Category: category}
+	k := BlockedOn{Waiters: schema.ThreadGroup(s.Thread), Category: category}
 	switch s.WakerRelation() {
 	case "none", "unknown":
 		k.Waker = noWaker
 		if s.Waker != "" {
-			k.Waker = ThreadGroup(s.Waker)
+			k.Waker = schema.ThreadGroup(s.Waker)
 		}
 		return k
 	case "interrupt":
 		k.Waker = s.Waker + " " + s.Class
 		return k
 	}
-	k.Waker = ThreadGroup(s.Waker)
+	k.Waker = schema.ThreadGroup(s.Waker)
 	if s.WakerProcess != "" && s.WakerProcess != s.Process {
 		k.Waker += " (" + s.WakerProcess + ")"
 	}
@@ -466,54 +423,6 @@ func outermostUser(s *Stack) (string, bool) {
 		return "", false
 	}
 	return f.Name, true
-}
-
-// Folded is the stack as a folded line without its value: the thread if
-// known, user frames, then "-" and kernel frames.
-func (s *Stack) Folded() string {
-	parts := []string{}
-	if s.Thread != "" {
-		parts = append(parts, schema.FoldedFrame(s.Thread))
-	}
-	kernel := false
-	for _, f := range s.Frames {
-		if f.Kernel && !kernel && f.Name != "-" {
-			parts = append(parts, "-")
-			kernel = true
-		}
-		parts = append(parts, schema.FoldedFrame(f.Name))
-	}
-	return strings.Join(parts, ";")
-}
-
-// TopCounts returns the n largest values of m, largest first (ties by name).
-func TopCounts(m map[string]int64, n int) []Count {
-	var out []Count
-	for k, v := range m {
-		out = append(out, Count{k, v})
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Value != out[j].Value {
-			return out[i].Value > out[j].Value
-		}
-		return out[i].Name < out[j].Name
-	})
-	if len(out) > n {
-		out = out[:n]
-	}
-	return out
-}
-
-// ShortFunc drops a Go import path: github.com/x/y/pkg.(*T).m → pkg.(*T).m.
-// Bracketed names (a thread such as [ksoftirqd/1], a marker) stay whole.
-func ShortFunc(name string) string {
-	if strings.HasPrefix(name, "[") {
-		return name
-	}
-	if i := strings.LastIndexByte(name, '/'); i >= 0 && !strings.ContainsAny(name[:i], " <") {
-		return name[i+1:]
-	}
-	return name
 }
 
 // Secs renders nanoseconds as seconds with sensible precision.
@@ -557,7 +466,7 @@ func statements(rep *Report) []string {
 		}
 		fn := ""
 		if len(rep.TopAppFunctions) > 0 {
-			fn = fmt.Sprintf(" (the most blocked application function: %s, %s)", ShortFunc(rep.TopAppFunctions[0].Name), Secs(rep.TopAppFunctions[0].Value))
+			fn = fmt.Sprintf(" (the most blocked application function: %s, %s)", schema.ShortFunc(rep.TopAppFunctions[0].Name), Secs(rep.TopAppFunctions[0].Value))
 		}
 		out = append(out, fmt.Sprintf("%s is %.0f%% of the blocked time with an application frame (%s of %s), mostly%s%s.",
 			best.Name, 100*best.Share, Secs(best.AppNs), Secs(rep.AppBlockedNs), where, fn))
@@ -569,7 +478,7 @@ func statements(rep *Report) []string {
 			by = b.Waker
 		}
 		if b.WakerFunction != "" {
-			by += " in " + ShortFunc(b.WakerFunction)
+			by += " in " + schema.ShortFunc(b.WakerFunction)
 		}
 		out = append(out, fmt.Sprintf("%s threads blocked %s in %s, woken by %s (%.0f%% of the blocked time with an application frame).",
 			b.Waiters, Secs(b.Ns), b.Category, by, 100*float64(b.Ns)/float64(rep.AppBlockedNs)))
@@ -640,7 +549,7 @@ func (rep *Report) writeText(w io.Writer) error {
 	}
 	fns := &table{head: []string{"waker function", "wake-ups"}}
 	for _, c := range rep.Wakeups.ByWakerFunction {
-		fns.add(ShortFunc(c.Name), fmt.Sprint(c.Value))
+		fns.add(schema.ShortFunc(c.Name), fmt.Sprint(c.Value))
 	}
 	if rep.Wakeups.Total > 0 {
 		if err := fns.text(w); err != nil {
@@ -649,7 +558,7 @@ func (rep *Report) writeText(w io.Writer) error {
 	}
 	app := &table{head: []string{"application function (innermost)", "blocked"}}
 	for _, c := range rep.TopAppFunctions {
-		app.add(ShortFunc(c.Name), Secs(c.Value))
+		app.add(schema.ShortFunc(c.Name), Secs(c.Value))
 	}
 	return app.text(w)
 }
@@ -675,7 +584,7 @@ func (rep *Report) tables() []*table {
 	if len(rep.BlockedOn) > 0 {
 		on := &table{head: []string{"waiting group", "category", "woken by", "in", "blocked"}}
 		for _, b := range rep.BlockedOn {
-			on.add(b.Waiters, b.Category, b.Waker, ShortFunc(b.WakerFunction), Secs(b.Ns))
+			on.add(b.Waiters, b.Category, b.Waker, schema.ShortFunc(b.WakerFunction), Secs(b.Ns))
 		}
 		out = append(out, on)
 	}
@@ -736,4 +645,28 @@ func (c CategoryResult) label() string {
 		return c.Name + " (idle)"
 	}
 	return c.Name
+}
+
+// Count is a name with a count or a time.
+type Count struct {
+	Name  string `json:"name"`
+	Value int64  `json:"value"`
+}
+
+// TopCounts returns the n largest values of m, largest first (ties by name).
+func TopCounts(m map[string]int64, n int) []Count {
+	var out []Count
+	for k, v := range m {
+		out = append(out, Count{k, v})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Value != out[j].Value {
+			return out[i].Value > out[j].Value
+		}
+		return out[i].Name < out[j].Name
+	})
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
 }

@@ -3,6 +3,8 @@ package analysis
 import (
 	"sort"
 	"strings"
+
+	"github.com/offcpu/offcpu/schema"
 )
 
 // ChainHop is a thread group a blocked wait was traced through, and what
@@ -80,7 +82,7 @@ func Chains(stacks []Stack, r *Rules, wanted func(*Stack) bool, n int) []RootCau
 		if s.Kind != KindOffCPU || !wanted(s) || !r.AppBlocked(s) {
 			continue
 		}
-		g := ThreadGroup(s.Thread)
+		g := schema.ThreadGroup(s.Thread)
 		total[g] += s.Value
 		for _, sh := range c.paths(s) {
 			k := g + "|" + pathString(sh.path)
@@ -137,7 +139,7 @@ func (c *chainer) paths(s *Stack) []share {
 		if s.Value > 0 {
 			chained = float64(min(s.WakerWaitNs, s.Value)) / float64(s.Value)
 		}
-		waker := ChainHop{Group: ThreadGroup(s.Waker), Category: "running"}
+		waker := ChainHop{Group: schema.ThreadGroup(s.Waker), Category: "running"}
 		add(1-chained, waker)
 		if chained > 0 {
 			out = append(out, c.down(s, chained)...)
@@ -160,7 +162,7 @@ func (c *chainer) down(s *Stack, frac float64) []share {
 		// Not recorded (outside the recorded set): the chain ends in the
 		// waker's wait as its stack reads.
 		ws := &Stack{Kind: KindOffCPU, Thread: s.Waker, Frames: s.WakerWaitFrames, State: "sleeping"}
-		return []share{{[]ChainHop{{Group: ThreadGroup(s.Waker), Category: c.first(ws), Frame: c.r.InnermostApp(ws)}}, frac}}
+		return []share{{[]ChainHop{{Group: schema.ThreadGroup(s.Waker), Category: c.first(ws), Frame: c.r.InnermostApp(ws)}}, frac}}
 	}
 	var out []share
 	for _, w := range waits {
@@ -221,7 +223,7 @@ func (c *chainer) first(s *Stack) string { return c.r.Categorize(s)[0] }
 func (c *chainer) hop(w *Stack) ChainHop {
 	h, ok := c.hops[w]
 	if !ok {
-		h = ChainHop{Group: ThreadGroup(w.Thread), Category: c.first(w), Frame: c.r.InnermostApp(w)}
+		h = ChainHop{Group: schema.ThreadGroup(w.Thread), Category: c.first(w), Frame: c.r.InnermostApp(w)}
 		c.hops[w] = h
 	}
 	return h
@@ -235,7 +237,7 @@ func pathString(p []ChainHop) string {
 		if h.Category != "" {
 			s += " (" + h.Category
 			if h.Frame != "" {
-				s += ", " + ShortFunc(h.Frame)
+				s += ", " + schema.ShortFunc(h.Frame)
 			}
 			s += ")"
 		}

@@ -291,7 +291,7 @@ func sideProfile(s *Side, r *Rules, o Options) (*Report, int, error) {
 	if runs == 0 {
 		return nil, 0, nil
 	}
-	d, err := Load(Microseconds, files...)
+	d, err := Load(schema.FoldedMicroseconds, files...)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -476,7 +476,7 @@ func diffStatements(dr *DiffReport) []string {
 	if len(dr.FunctionsFlat) > 0 && !negligible {
 		f := dr.FunctionsFlat[0]
 		out = append(out, fmt.Sprintf("In the baseline, threads blocked in %s are %.0f%% of the blocked time with an application frame (%s per profiled run); with the candidate, %.0f%% (%s).",
-			ShortFunc(f.Name), share(f.Base, b.AppBlockedNs/bn), Secs(f.Base), share(f.Cand, c.AppBlockedNs/cn), Secs(f.Cand)))
+			schema.ShortFunc(f.Name), share(f.Base, b.AppBlockedNs/bn), Secs(f.Base), share(f.Cand, c.AppBlockedNs/cn), Secs(f.Cand)))
 	}
 	if top != nil && !negligible {
 		var cs CategoryResult
@@ -638,12 +638,12 @@ func (dr *DiffReport) writeText(w io.Writer) error {
 		}
 		fmt.Fprintln(w, "functions (innermost application frame):")
 		for _, f := range dr.FunctionsFlat {
-			fmt.Fprintf(w, "  %-60s %10s → %-10s %s\n", ShortFunc(f.Name), Secs(f.Base), Secs(f.Cand), changeStr(f))
+			fmt.Fprintf(w, "  %-60s %10s → %-10s %s\n", schema.ShortFunc(f.Name), Secs(f.Base), Secs(f.Cand), changeStr(f))
 		}
 		if len(dr.WakerFunctions) > 0 {
 			fmt.Fprintln(w, "wake-ups by waker function:")
 			for _, f := range dr.WakerFunctions {
-				fmt.Fprintf(w, "  %-60s %10d → %-10d %s\n", ShortFunc(f.Name), f.Base, f.Cand, changeStr(f))
+				fmt.Fprintf(w, "  %-60s %10d → %-10d %s\n", schema.ShortFunc(f.Name), f.Base, f.Cand, changeStr(f))
 			}
 		}
 	}
@@ -688,16 +688,16 @@ func (dr *DiffReport) writeMarkdown(w io.Writer) error {
 		}
 		fmt.Fprintf(w, "\nFunctions whose blocked time changed most (innermost application frame):\n\n| function | %s | %s | change |\n|---|---:|---:|---:|\n", dr.Base.Name, dr.Cand.Name)
 		for _, f := range dr.FunctionsFlat {
-			fmt.Fprintf(w, "| `%s` | %s | %s | %s |\n", ShortFunc(f.Name), Secs(f.Base), Secs(f.Cand), changeStr(f))
+			fmt.Fprintf(w, "| `%s` | %s | %s | %s |\n", schema.ShortFunc(f.Name), Secs(f.Base), Secs(f.Cand), changeStr(f))
 		}
 		fmt.Fprintf(w, "\nCumulative (anywhere in the stack):\n\n| function | %s | %s | change |\n|---|---:|---:|---:|\n", dr.Base.Name, dr.Cand.Name)
 		for _, f := range dr.FunctionsCum {
-			fmt.Fprintf(w, "| `%s` | %s | %s | %s |\n", ShortFunc(f.Name), Secs(f.Base), Secs(f.Cand), changeStr(f))
+			fmt.Fprintf(w, "| `%s` | %s | %s | %s |\n", schema.ShortFunc(f.Name), Secs(f.Base), Secs(f.Cand), changeStr(f))
 		}
 		if len(dr.WakerFunctions) > 0 {
 			fmt.Fprintf(w, "\nWake-ups by waker function, per profiled run:\n\n| waker function | %s | %s | change |\n|---|---:|---:|---:|\n", dr.Base.Name, dr.Cand.Name)
 			for _, f := range dr.WakerFunctions {
-				fmt.Fprintf(w, "| `%s` | %d | %d | %s |\n", ShortFunc(f.Name), f.Base, f.Cand, changeStr(f))
+				fmt.Fprintf(w, "| `%s` | %d | %d | %s |\n", schema.ShortFunc(f.Name), f.Base, f.Cand, changeStr(f))
 			}
 		}
 	}

@@ -515,24 +515,6 @@ func NormalizeFrame(name string) string {
 	return n
 }
 
-// WakerRelation says who ended an off-CPU interval, relative to the
-// waiter (one of WakerRelations).
-func (s *Stack) WakerRelation() string {
-	switch {
-	case s.Waker == "":
-		return "none"
-	case s.WakerTID == 0 && strings.HasPrefix(s.Waker, "["):
-		return "interrupt"
-	case s.WakerPID == 0:
-		return "unknown"
-	case s.WakerPID == s.PID:
-		return "same-process"
-	case s.WakerProcess != "" && s.WakerProcess == s.Process:
-		return "same-program"
-	}
-	return "other-program"
-}
-
 // Explain tells, line by line, how the rules read a stack: which frames
 // are application code, which rules match and through which frame, the
 // first match, and whether the time counts as idle or blocked.

@@ -6,18 +6,20 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/offcpu/offcpu/schema"
 )
 
 // offStack is an off-CPU stack from a folded line (thread;user;-;kernel)
 // with its waker: relation-defining ids and the waker's folded stack.
 func offStack(folded string, pid int64, process string, waker string, wakerPID int64, wakerProcess, class, wakerFolded string) *Stack {
-	s := FoldedStack(folded)
+	s := schema.FoldedStack(folded)
 	s.Value, s.State, s.PID, s.Process = 1e9, "sleeping", pid, process
 	s.Waker, s.WakerPID, s.WakerProcess, s.Class = waker, wakerPID, wakerProcess, class
 	if waker != "" && !strings.HasPrefix(waker, "[") {
 		s.WakerTID = wakerPID + 1
 	}
-	s.WakerFrames = ParseWakerStack(wakerFolded)
+	s.WakerFrames = schema.ParseWakerStack(wakerFolded)
 	return &s
 }
 
@@ -85,7 +87,7 @@ func TestNormalizedFrameNames(t *testing.T) {
 		"t;main;__GI___poll;-;do_sys_poll.constprop.0":      "event-loop-idle",
 		"t;main;read;-;anon_pipe_read":                      "io",
 	} {
-		s := FoldedStack(folded)
+		s := schema.FoldedStack(folded)
 		s.Value = 1
 		if cs := r.Categorize(&s); cs[0] != want {
 			t.Errorf("%s: %v, want %s first", folded, cs, want)
@@ -111,12 +113,12 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := FoldedStack("conn;do_command;lock_wait;pthread_cond_wait;-;futex_wait")
+	s := schema.FoldedStack("conn;do_command;lock_wait;pthread_cond_wait;-;futex_wait")
 	s.Value = 1
 	if cs := r.Categorize(&s); cs[0] != "row-lock" || !slices.Contains(cs, "queue-wait") {
 		t.Errorf("extended rules: %v, want row-lock first and the built-in queue-wait too", cs)
 	}
-	pre := FoldedStack("t;main;f;-;schedule")
+	pre := schema.FoldedStack("t;main;f;-;schedule")
 	pre.Value, pre.State = 1, "preempted"
 	if cs := r.Categorize(&pre); cs[0] != "runqueue" {
 		t.Errorf("extended rules lost the built-in runqueue rule: %v", cs)
@@ -160,7 +162,7 @@ func TestServingThreads(t *testing.T) {
 		// 11 waits in the thread cache; the listener hands it a connection.
 		mk(11, "t;main;loop;cache_wait;pthread_cond_wait;-;futex_wait", 1, "srv", "futex", "main;accept_loop;pthread_cond_signal;-;futex_wake"),
 	}
-	markInRequest(stacks)
+	schema.MarkInRequest(stacks)
 	for i, want := range []string{"event-loop-idle", "event-loop-idle", "event-loop-idle", "peer-wait", "queue-wait"} {
 		if cs := r.Categorize(&stacks[i]); cs[0] != want {
 			t.Errorf("stack %d (%s): %v (in request %v, waker dispatching %v), want %s first", i, stacks[i].Folded(), cs, stacks[i].InRequest, stacks[i].WakerDispatching, want)

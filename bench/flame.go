@@ -47,8 +47,8 @@ func writeFlameGraphs(cfg *Config, res *Result) error {
 	// an application frame: the idle waits of loops and executors would
 	// fill most of the width.
 	sel := flamegraph.Select{GroupThreads: true}
-	if kind.blocked {
-		sel.Blocked = cfg.Rules
+	if kind.blocked && cfg.Rules != nil {
+		sel.Keep = cfg.Rules.AppBlocked
 	}
 	if cfg.Threads != "" {
 		sel.Threads = regexp.MustCompile(cfg.Threads)

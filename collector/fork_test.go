@@ -14,7 +14,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
-	"github.com/offcpu/offcpu/collector/unwind"
+	"github.com/offcpu/offcpu/schema"
 )
 
 // Workers a server forks during the recording, and that never exec, are
@@ -117,7 +117,7 @@ func startShare(p *profile.Profile, pids []int) (whole, all time.Duration) {
 			continue
 		}
 		all += time.Duration(smp.Value[0])
-		if unwind.IsThreadStart(root.Line[0].Function.Name) {
+		if schema.IsThreadStart(root.Line[0].Function.Name) {
 			whole += time.Duration(smp.Value[0])
 		}
 	}

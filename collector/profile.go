@@ -11,7 +11,6 @@ import (
 	"github.com/google/pprof/profile"
 	"golang.org/x/sys/unix"
 
-	"github.com/offcpu/offcpu/collector/unwind"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -155,7 +154,7 @@ func (s *Session) offCPUProfile(d *drained, sym *symbolizer, names *threadNames)
 		th := d.threadOf(&r)
 		locs := b.stack(r.tgid, trimKernel(r.kernel, sym.kern), r.user, r.userErr, isKernelThread(r))
 		if len(r.user) > 0 { // the last location is the outermost user frame
-			if unwind.IsThreadStart(locs[len(locs)-1].Line[0].Function.Name) {
+			if schema.IsThreadStart(locs[len(locs)-1].Line[0].Function.Name) {
 				s.stats.CompleteStacks++
 				s.stats.CompleteTime += durationNs(r.ns)
 			} else {

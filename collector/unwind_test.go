@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
-	"github.com/offcpu/offcpu/collector/unwind"
+	"github.com/offcpu/offcpu/schema"
 )
 
 // chains are the blocker's threads: the functions each must show, outermost
@@ -168,7 +168,7 @@ func TestUnwindWithoutFramePointers(t *testing.T) {
 			if share := st.CompleteShare(); share < tc.min {
 				t.Errorf("user stacks reaching a thread start: %.1f%% of off-CPU time, want at least %.0f%%", 100*share, 100*tc.min)
 				for _, smp := range p.Sample {
-					if f := userFuncs(smp); len(f) > 0 && !unwind.IsThreadStart(f[0]) {
+					if f := userFuncs(smp); len(f) > 0 && !schema.IsThreadStart(f[0]) {
 						t.Logf("  truncated (%v, %v): %s", time.Duration(smp.Value[0]), smp.Label, FoldedStack(smp))
 					}
 				}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/offcpu/offcpu/analysis"
 	"github.com/offcpu/offcpu/internal/testenv"
+	"github.com/offcpu/offcpu/schema"
 )
 
 // verdictShares records with wake-ups and judges every wait with the
@@ -32,7 +33,7 @@ func verdictShares(t *testing.T, p *profile.Profile) (blocked, idle map[int64]ti
 	blocked, idle = map[int64]time.Duration{}, map[int64]time.Duration{}
 	for i := range d.Stacks {
 		s := &d.Stacks[i]
-		if s.Kind != analysis.KindOffCPU || s.WaitsForCPU() {
+		if s.Kind != schema.KindOffCPU || s.WaitsForCPU() {
 			continue
 		}
 		blocked[s.TID] += time.Duration(s.Value)
@@ -44,7 +45,7 @@ func verdictShares(t *testing.T, p *profile.Profile) (blocked, idle map[int64]ti
 }
 
 // loadRecorded reads a recorded profile as analysis reads its file.
-func loadRecorded(t *testing.T, p *profile.Profile) *analysis.Data {
+func loadRecorded(t *testing.T, p *profile.Profile) *schema.Data {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "p.pb.gz")
 	f, err := os.Create(path)
@@ -55,7 +56,7 @@ func loadRecorded(t *testing.T, p *profile.Profile) *analysis.Data {
 		t.Fatal(err)
 	}
 	f.Close()
-	d, err := analysis.Load(analysis.Nanoseconds, path)
+	d, err := analysis.Load(schema.FoldedNanoseconds, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +244,7 @@ func TestVerdictsMariaDBConvoy(t *testing.T) {
 	var byPeers, blocked time.Duration
 	for i := range d.Stacks {
 		st := &d.Stacks[i]
-		if st.Kind != analysis.KindOffCPU || st.WaitsForCPU() || !tids[st.TID] {
+		if st.Kind != schema.KindOffCPU || st.WaitsForCPU() || !tids[st.TID] {
 			continue
 		}
 		c := r.Categorize(st)[0]
@@ -438,7 +439,7 @@ func TestDebugInfoSameCategories(t *testing.T) {
 		shares, total := map[string]map[string]float64{}, map[string]float64{}
 		for i := range d.Stacks {
 			st := &d.Stacks[i]
-			if st.Kind != analysis.KindOffCPU || st.WaitsForCPU() || !threads[st.Thread] {
+			if st.Kind != schema.KindOffCPU || st.WaitsForCPU() || !threads[st.Thread] {
 				continue
 			}
 			if shares[st.Thread] == nil {

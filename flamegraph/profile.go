@@ -9,6 +9,7 @@ package flamegraph
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -18,7 +19,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/offcpu/offcpu/analysis"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -55,13 +55,13 @@ func ParseFolded(b []byte, unit string) (*Profile, error) {
 	return p, nil
 }
 
-// FromData takes one kind of stack (analysis.KindOffCPU, KindCPU or
+// FromData takes one kind of stack (schema.KindOffCPU, KindCPU or
 // KindWakeup) with the thread name as the root frame and "-" between
 // user and kernel frames; wake-ups are rooted at the woken thread, then
 // the waker.
-func FromData(d *analysis.Data, kind string) *Profile {
+func FromData(d *schema.Data, kind string) *Profile {
 	unit := "ns"
-	if kind == analysis.KindWakeup {
+	if kind == schema.KindWakeup {
 		unit = "count"
 	}
 	p := &Profile{Unit: unit}
@@ -74,7 +74,7 @@ func FromData(d *analysis.Data, kind string) *Profile {
 		if s.Thread == "" {
 			line = "[all];" + line
 		}
-		if kind == analysis.KindWakeup && s.Target != "" {
+		if kind == schema.KindWakeup && s.Target != "" {
 			line = clean(s.Target) + ";" + line
 		}
 		p.Lines = append(p.Lines, Line{Stack: []byte(strings.TrimSuffix(line, ";")), Value: s.Value})
@@ -98,10 +98,10 @@ type Select struct {
 	// GroupThreads roots stacks at the thread group (broker-io-N) instead
 	// of each thread, so one cause spread over a pool reads as one tower.
 	GroupThreads bool
-	// Blocked, if set, keeps only off-CPU stacks that are blocked time with
-	// an application frame under these rules: idle loops and pools, and
-	// runnable threads, are left out (pprof input).
-	Blocked *analysis.Rules
+	// Keep, if set, keeps only the off-CPU stacks it accepts (pprof input),
+	// e.g. analysis.Rules.AppBlocked: blocked time with an application
+	// frame, without idle loops and pools or runnable threads.
+	Keep func(*schema.Stack) bool
 }
 
 // apply drops the stacks of other threads and shortens names.
@@ -113,11 +113,11 @@ func (p *Profile) apply(sel Select) {
 			continue
 		}
 		if sel.GroupThreads {
-			frames[0] = analysis.ThreadGroup(frames[0])
+			frames[0] = schema.ThreadGroup(frames[0])
 		}
 		if !sel.FullNames {
 			for i, f := range frames[1:] {
-				frames[i+1] = analysis.ShortFunc(f)
+				frames[i+1] = schema.ShortFunc(f)
 			}
 		}
 		l.Stack = []byte(strings.Join(frames, ";"))
@@ -129,13 +129,13 @@ func (p *Profile) apply(sel Select) {
 // Load reads profiles or folded stacks. sampleType picks a pprof sample
 // type: off_cpu (default), cpu or wakeups.
 func Load(sampleType string, sel Select, paths ...string) (*Profile, error) {
-	kind := analysis.KindOffCPU
+	kind := schema.KindOffCPU
 	switch sampleType {
 	case "", "off_cpu", "offcpu":
 	case "cpu":
-		kind = analysis.KindCPU
+		kind = schema.KindCPU
 	case "wakeups", "wakeup":
-		kind = analysis.KindWakeup
+		kind = schema.KindWakeup
 	default:
 		return nil, fmt.Errorf("--sample-type %q: use off_cpu, cpu or wakeups", sampleType)
 	}
@@ -146,7 +146,7 @@ func Load(sampleType string, sel Select, paths ...string) (*Profile, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading %s: %w", path, err)
 		}
-		if analysis.IsPprof(b) {
+		if schema.IsPprof(b) {
 			pprofs = append(pprofs, path)
 			continue
 		}
@@ -162,14 +162,14 @@ func Load(sampleType string, sel Select, paths ...string) (*Profile, error) {
 		}
 	}
 	if len(pprofs) > 0 {
-		d, err := analysis.Load(analysis.Microseconds, pprofs...)
+		d, err := schema.Load(schema.FoldedMicroseconds, pprofs...)
 		if err != nil {
 			return nil, err
 		}
-		if sel.Blocked != nil && kind == analysis.KindOffCPU {
+		if sel.Keep != nil && kind == schema.KindOffCPU {
 			kept := d.Stacks[:0]
 			for i := range d.Stacks {
-				if sel.Blocked.AppBlocked(&d.Stacks[i]) {
+				if sel.Keep(&d.Stacks[i]) {
 					kept = append(kept, d.Stacks[i])
 				}
 			}
@@ -243,8 +243,14 @@ func (p *Profile) sorted() []Line {
 	return out
 }
 
+// FuncValue is a function's self value.
+type FuncValue struct {
+	Name  string
+	Value int64
+}
+
 // TopFunctions sums the leaf (self) values by function, largest first.
-func (p *Profile) TopFunctions(n int) []analysis.Count {
+func (p *Profile) TopFunctions(n int) []FuncValue {
 	m := map[string]int64{}
 	for _, l := range p.Lines {
 		leaf := l.Stack
@@ -255,7 +261,17 @@ func (p *Profile) TopFunctions(n int) []analysis.Count {
 			m[string(leaf)] += l.Value
 		}
 	}
-	return analysis.TopCounts(m, n)
+	out := make([]FuncValue, 0, len(m))
+	for k, v := range m {
+		out = append(out, FuncValue{k, v})
+	}
+	slices.SortFunc(out, func(a, b FuncValue) int {
+		if a.Value != b.Value {
+			return cmp.Compare(b.Value, a.Value)
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return out[:min(n, len(out))]
 }
 
 func compareLines(a, b Line) int { return bytes.Compare(a.Stack, b.Stack) }

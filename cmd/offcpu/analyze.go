@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/schema"
 )
 
 type analyzeFlags struct {
@@ -53,7 +54,7 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 				if err != nil {
 					return err
 				}
-				st := analysis.FoldedStack(f.explain)
+				st := schema.FoldedStack(f.explain)
 				st.State = f.state
 				if err := explainWaker(&st, f); err != nil {
 					return err
@@ -96,11 +97,11 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 
 // explainWaker gives a stack to explain the waker --waker, --waker-stack
 // and --wakeup-class describe.
-func explainWaker(st *analysis.Stack, f *analyzeFlags) error {
+func explainWaker(st *schema.Stack, f *analyzeFlags) error {
 	if f.waker == "" && f.wakerStack == "" && f.class == "" {
 		return nil
 	}
-	st.Kind, st.Value, st.PID, st.Process, st.Class = analysis.KindOffCPU, 1, 1, "process", f.class
+	st.Kind, st.Value, st.PID, st.Process, st.Class = schema.KindOffCPU, 1, 1, "process", f.class
 	st.Waker, st.WakerTID, st.WakerPID, st.WakerProcess = "waker", 2, 1, "process"
 	switch f.waker {
 	case "", "same-process":
@@ -113,7 +114,7 @@ func explainWaker(st *analysis.Stack, f *analyzeFlags) error {
 	default:
 		return fmt.Errorf("--waker %q: use same-process, same-program, other-program or interrupt", f.waker)
 	}
-	st.WakerFrames = analysis.ParseWakerStack(f.wakerStack)
+	st.WakerFrames = schema.ParseWakerStack(f.wakerStack)
 	return nil
 }
 
@@ -139,9 +140,9 @@ func analyzeFiles(f *analyzeFlags, args []string) (*analysis.Report, error) {
 	if messages == 0 {
 		messages = analysis.Published(metrics)
 	}
-	unit := analysis.Microseconds
+	unit := schema.FoldedMicroseconds
 	if f.foldedNs {
-		unit = analysis.Nanoseconds
+		unit = schema.FoldedNanoseconds
 	}
 	data, err := analysis.Load(unit, files...)
 	if err != nil {

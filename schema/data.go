@@ -1,6 +1,4 @@
-// Package analysis attributes off-CPU time to causes with ordered rules,
-// summarizes wake-ups, and compares a baseline with a candidate.
-package analysis
+package schema
 
 import (
 	"bytes"
@@ -11,8 +9,6 @@ import (
 	"strings"
 
 	"github.com/google/pprof/profile"
-
-	"github.com/offcpu/offcpu/schema"
 )
 
 // Kinds of stacks.
@@ -81,8 +77,8 @@ type Data struct {
 type FoldedUnit int64
 
 const (
-	Microseconds FoldedUnit = 1000 // bcc offcputime -f
-	Nanoseconds  FoldedUnit = 1
+	FoldedMicroseconds FoldedUnit = 1000 // bcc offcputime -f
+	FoldedNanoseconds  FoldedUnit = 1
 )
 
 // Load reads offcpu pprof files, other pprof profiles with a time sample
@@ -144,13 +140,13 @@ func (d *Data) addProfile(path string, p *profile.Profile) error {
 		}
 		return ""
 	}
-	wakeIdx, offIdx, cntIdx := typeIndex(p, schema.Wakeups, schema.Count), typeIndex(p, schema.OffCPU, schema.Nanoseconds), typeIndex(p, schema.Switches, schema.Count)
-	cpuIdx, runqIdx := typeIndex(p, schema.CPU, schema.Nanoseconds), typeIndex(p, schema.RunQueue, schema.Nanoseconds)
-	chainIdx := typeIndex(p, schema.WakerWaiting, schema.Nanoseconds)
+	wakeIdx, offIdx, cntIdx := typeIndex(p, Wakeups, Count), typeIndex(p, OffCPU, Nanoseconds), typeIndex(p, Switches, Count)
+	cpuIdx, runqIdx := typeIndex(p, CPU, Nanoseconds), typeIndex(p, RunQueue, Nanoseconds)
+	chainIdx := typeIndex(p, WakerWaiting, Nanoseconds)
 	if wakeIdx >= 0 {
 		for _, s := range p.Sample {
-			st := Stack{Kind: KindWakeup, Thread: label(s, schema.LabelThread), Frames: frames(s), Value: s.Value[wakeIdx],
-				Class: label(s, schema.LabelWakeupClass), Target: label(s, schema.LabelTarget)}
+			st := Stack{Kind: KindWakeup, Thread: label(s, LabelThread), Frames: frames(s), Value: s.Value[wakeIdx],
+				Class: label(s, LabelWakeupClass), Target: label(s, LabelTarget)}
 			if offIdx >= 0 {
 				st.Ended = s.Value[offIdx]
 			}
@@ -174,39 +170,39 @@ func (d *Data) addProfile(path string, p *profile.Profile) error {
 		return fmt.Errorf("%s has no time sample type (off_cpu/nanoseconds, delay/nanoseconds): not an off-CPU profile", path)
 	}
 	first := len(d.Stacks)
-	defer func() { markInRequest(d.Stacks[first:]) }()
+	defer func() { MarkInRequest(d.Stacks[first:]) }()
 	for _, s := range p.Sample {
 		fr := frames(s)
-		th := label(s, schema.LabelThread)
+		th := label(s, LabelThread)
 		if v := s.Value[offIdx]; v != 0 {
-			st := Stack{Kind: KindOffCPU, Thread: th, Frames: fr, Value: v, State: label(s, schema.LabelState), Waker: label(s, schema.LabelWaker),
-				Class: label(s, schema.LabelWakeupClass), Process: label(s, schema.LabelProcess), WakerProcess: label(s, schema.LabelWakerProcess),
-				PID: numLabel(s, schema.LabelPID), TID: numLabel(s, schema.LabelTID), WakerPID: numLabel(s, schema.LabelWakerPID),
-				WakerTID: numLabel(s, schema.LabelWakerTID), WakerFrames: ParseWakerStack(label(s, schema.LabelWakerStack))}
+			st := Stack{Kind: KindOffCPU, Thread: th, Frames: fr, Value: v, State: label(s, LabelState), Waker: label(s, LabelWaker),
+				Class: label(s, LabelWakeupClass), Process: label(s, LabelProcess), WakerProcess: label(s, LabelWakerProcess),
+				PID: numLabel(s, LabelPID), TID: numLabel(s, LabelTID), WakerPID: numLabel(s, LabelWakerPID),
+				WakerTID: numLabel(s, LabelWakerTID), WakerFrames: ParseWakerStack(label(s, LabelWakerStack))}
 			if cntIdx >= 0 {
 				st.Count = s.Value[cntIdx]
 			}
 			if chainIdx >= 0 && s.Value[chainIdx] > 0 {
 				st.WakerWaitNs = s.Value[chainIdx]
-				st.WakerWaitFrames = ParseWakerStack(label(s, schema.LabelWakerWaitStack))
+				st.WakerWaitFrames = ParseWakerStack(label(s, LabelWakerWaitStack))
 			}
 			d.addOffCPU(st, runqIdx, s)
 		}
 		if cpuIdx >= 0 && s.Value[cpuIdx] != 0 {
 			d.Stacks = append(d.Stacks, Stack{Kind: KindCPU, Thread: th, Frames: fr, Value: s.Value[cpuIdx],
-				Process: label(s, schema.LabelProcess), PID: numLabel(s, schema.LabelPID), TID: numLabel(s, schema.LabelTID)})
+				Process: label(s, LabelProcess), PID: numLabel(s, LabelPID), TID: numLabel(s, LabelTID)})
 		}
 	}
 	return nil
 }
 
-// markInRequest finds, in one profile's stacks, the threads that serve
+// MarkInRequest finds, in one profile's stacks, the threads that serve
 // another program (another program or the network ended some of their
 // waits), and marks their waits away from those input waits.
 // The verdict needs no function name: a connection thread's wait for the
 // client's next request is its top of loop, woken by the client; any other
 // wait it makes (a row lock, a group commit, a latch) is inside a request.
-func markInRequest(stacks []Stack) {
+func MarkInRequest(stacks []Stack) {
 	type thread struct {
 		inputAt map[string]bool // user stacks of input waits
 		inputs  [][]string      // the same, root first
@@ -284,7 +280,7 @@ func userFolded(s *Stack) string {
 }
 
 // addOffCPU adds an off-CPU stack; where the profile splits off-CPU time
-// at the wake-up (schema.RunQueue), the wait for a CPU after it becomes a
+// at the wake-up (RunQueue), the wait for a CPU after it becomes a
 // stack of its own in state StateRunQueue, so that only the blocked part
 // counts as blocked.
 func (d *Data) addOffCPU(st Stack, runqIdx int, s *profile.Sample) {
@@ -379,7 +375,7 @@ func FoldedStack(stack string) Stack {
 }
 
 func (d *Data) addFolded(path string, b []byte, unit FoldedUnit) error {
-	err := schema.ScanFolded(b, func(stack []byte, v int64) error {
+	err := ScanFolded(b, func(stack []byte, v int64) error {
 		line := string(stack)
 		if strings.Contains(line, ";--;") {
 			return nil // offwake lines: blocked and waker stacks together
@@ -393,4 +389,40 @@ func (d *Data) addFolded(path string, b []byte, unit FoldedUnit) error {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
+}
+
+// Folded is the stack as a folded line without its value: the thread if
+// known, user frames, then "-" and kernel frames.
+func (s *Stack) Folded() string {
+	parts := []string{}
+	if s.Thread != "" {
+		parts = append(parts, FoldedFrame(s.Thread))
+	}
+	kernel := false
+	for _, f := range s.Frames {
+		if f.Kernel && !kernel && f.Name != "-" {
+			parts = append(parts, "-")
+			kernel = true
+		}
+		parts = append(parts, FoldedFrame(f.Name))
+	}
+	return strings.Join(parts, ";")
+}
+
+// WakerRelation says who ended an off-CPU interval, relative to the
+// waiter (one of WakerRelations).
+func (s *Stack) WakerRelation() string {
+	switch {
+	case s.Waker == "":
+		return "none"
+	case s.WakerTID == 0 && strings.HasPrefix(s.Waker, "["):
+		return "interrupt"
+	case s.WakerPID == 0:
+		return "unknown"
+	case s.WakerPID == s.PID:
+		return "same-process"
+	case s.WakerProcess != "" && s.WakerProcess == s.Process:
+		return "same-program"
+	}
+	return "other-program"
 }

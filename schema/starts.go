@@ -1,4 +1,4 @@
-package unwind
+package schema
 
 import "strings"
 
