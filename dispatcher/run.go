@@ -308,32 +308,17 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	variant, listener, batch := vs.broker, vs.listener, vs.batch
 	if !sc.Listener {
-		listener = nil
+		vs.listener = nil
 	}
 	if sc.Topics == 1 {
-		batch = nil
+		vs.batch = nil
 	}
 	if cfg.Drain == 0 {
 		cfg.Drain = 60 * time.Second
 	}
-	var subs []SubscriptionConfig
-	var types []SubType
-	for _, s := range sc.Subscriptions {
-		t, _ := parseSubType(s.Type)
-		subs = append(subs, SubscriptionConfig{Name: s.Name, Type: t})
-		types = append(types, t)
-	}
 	// Every locked thread may hold a P: the kernel, not Go, schedules them.
-	threads := sc.BrokerIOThreads + 1 + sc.TopicWorkers + sc.ClientIOThreads + sc.ProducerThreads + sc.ConsumerThreads
-	if sc.Listener {
-		threads += sc.InternalThreads + sc.ListenerThreads
-	}
-	if batch != nil {
-		threads += sc.ClientIOThreads + 1 // app-io-N, pulsar-timer
-	}
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(threads + 2))
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(lockedThreads(sc, vs.batch != nil) + 2))
 	pinned := false
 	if cfg.Pin {
 		if split := splitCPUs(); split != nil {
@@ -342,34 +327,102 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			pinned = true
 		}
 	}
-
-	b, err := NewBroker(BrokerConfig{IOThreads: sc.BrokerIOThreads, TopicWorkers: sc.TopicWorkers, SendOnReadThread: sc.SendOnReadThread, Topics: sc.Topics, Variant: variant, Subscriptions: subs,
-		Throttle: ThrottleConfig{BrokerBytesPerS: sc.PublishRateLimit, TopicBytesPerS: sc.TopicPublishRateLimit, Tick: sc.ThrottlingTick, Variant: vs.throttle}})
+	b, cl, err := startSystem(ctx, sc, vs)
 	if err != nil {
 		return nil, err
 	}
-	b.Start()
 	defer b.Stop()
+	defer cl.stop()
+	l := runLoad(ctx, cfg, sc, b, cl)
+
+	r := &Result{Scenario: sc.Name, Variant: cfg.Variant, Published: l.published, PID: os.Getpid(),
+		DurationS: l.elapsed.Seconds(), BrokerCPUs: l.cpu.broker, ProcessCPUs: l.cpu.total, ScenarioDetails: sc, PinnedCPUs: pinned}
+	if sc.Listener {
+		r.PoolsCPUs = l.cpu.pools
+	}
+	if vs.batch != nil {
+		r.AppCPUs = l.cpu.app
+	}
+	if !l.warm.at.IsZero() && l.pubEnd.After(l.warm.at) && l.published > l.warm.published {
+		r.WarmupS = l.warm.at.Sub(l.start).Seconds()
+		r.PublishRate = float64(l.published-l.warm.published) / l.pubEnd.Sub(l.warm.at).Seconds()
+	} else if d := l.pubEnd.Sub(l.start).Seconds(); d > 0 {
+		r.PublishRate = float64(l.published) / d
+	}
+	collect(r, sc, b, cl, l.backlog, l.clock)
+	if l.interrupted {
+		return r, ctx.Err()
+	}
+	return r, nil
+}
+
+// lockedThreads counts the threads the core locks to OS threads.
+func lockedThreads(sc Scenario, batch bool) int {
+	n := sc.BrokerIOThreads + 1 + sc.TopicWorkers + sc.ClientIOThreads + sc.ProducerThreads + sc.ConsumerThreads
+	if sc.Listener {
+		n += sc.InternalThreads + sc.ListenerThreads
+	}
+	if batch {
+		n += sc.ClientIOThreads + 1 // app-io-N, pulsar-timer
+	}
+	return n
+}
+
+// startSystem starts the broker and the client, subscribed.
+func startSystem(ctx context.Context, sc Scenario, vs variantSet) (*Broker, *Client, error) {
+	var subs []SubscriptionConfig
+	var types []SubType
+	for _, s := range sc.Subscriptions {
+		t, _ := parseSubType(s.Type)
+		subs = append(subs, SubscriptionConfig{Name: s.Name, Type: t})
+		types = append(types, t)
+	}
+	b, err := NewBroker(BrokerConfig{IOThreads: sc.BrokerIOThreads, TopicWorkers: sc.TopicWorkers, SendOnReadThread: sc.SendOnReadThread, Topics: sc.Topics, Variant: vs.broker, Subscriptions: subs,
+		Throttle: ThrottleConfig{BrokerBytesPerS: sc.PublishRateLimit, TopicBytesPerS: sc.TopicPublishRateLimit, Tick: sc.ThrottlingTick, Variant: vs.throttle}})
+	if err != nil {
+		return nil, nil, err
+	}
+	b.Start()
 	cl, err := newClient(b, clientConfig{
 		producers: sc.Producers, producerThreads: sc.ProducerThreads, consumerThreads: sc.ConsumerThreads,
 		ioThreads: sc.ClientIOThreads, receiverQueue: sc.ReceiverQueue, maxPending: sc.MaxPending,
 		payload: sc.PayloadSize, keySpace: sc.KeySpace, rate: sc.Rate,
-		listener: listener, internalThreads: sc.InternalThreads, listenerThreads: sc.ListenerThreads,
-		topics: sc.Topics, batch: batch, asyncSend: sc.throttled(),
+		listener: vs.listener, internalThreads: sc.InternalThreads, listenerThreads: sc.ListenerThreads,
+		topics: sc.Topics, batch: vs.batch, asyncSend: sc.throttled(),
 	}, types)
 	if err != nil {
-		return nil, err
+		b.Stop()
+		return nil, nil, err
 	}
-	defer cl.stop()
 	if err := subscribeAll(ctx, b, cl, sc); err != nil {
-		return nil, err
+		cl.stop()
+		b.Stop()
+		return nil, nil, err
 	}
+	return b, cl, nil
+}
 
+// load is what publishing and draining measured.
+type load struct {
+	start, pubEnd time.Time
+	elapsed       time.Duration
+	published     int64
+	backlog       []int64
+	warm          *warmup
+	clock         *deliveryClock
+	cpu           cpuTimes
+	interrupted   bool
+}
+
+// runLoad publishes the scenario's messages, waits for their receipts and
+// deliveries, and measures.
+func runLoad(ctx context.Context, cfg Config, sc Scenario, b *Broker, cl *Client) load {
+	l := load{}
 	cpu0 := threadCPU()
-	start := time.Now()
+	l.start = time.Now()
 	clockStop := make(chan struct{})
-	clock := watchDeliveries(cl, clockStop)
-	startProducers(cl, sc, start)
+	l.clock = watchDeliveries(cl, clockStop)
+	startProducers(cl, sc, l.start)
 	churnStop := make(chan struct{})
 	churnDone := make(chan struct{})
 	go func() {
@@ -378,18 +431,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			cl.churn(sc.Churn, churnStop)
 		}
 	}()
-	stopProgress := progress(cfg.Progress, cl, start)
+	stopProgress := progress(cfg.Progress, cl, l.start)
 	warmStop := make(chan struct{})
-	warm := watchWarmup(cl, sc, start, warmStop)
+	l.warm = watchWarmup(cl, sc, l.start, warmStop)
 	pubFinished := make(chan struct{})
 	go func() { cl.pubDone.Wait(); close(pubFinished) }()
 
-	var backlog []int64
-	interrupted := false
 	select {
 	case <-pubFinished:
 	case <-ctx.Done():
-		interrupted = true
+		l.interrupted = true
 		cl.stopPub.Store(true)
 		for _, pt := range cl.prodThr {
 			pt.wake.Notify() // a producer waiting for room
@@ -398,44 +449,25 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	// Wait for the receipts of what was sent, then note the backlog.
 	waitFor(ctx, cfg.Drain, func() bool { return cl.inflight() == 0 })
-	published := cl.published.Load()
+	l.published = cl.published.Load()
 	for k, d := range b.subs {
-		backlog = append(backlog, cl.publishedTo(k)-int64(d.Acked.Load()))
+		l.backlog = append(l.backlog, cl.publishedTo(k)-int64(d.Acked.Load()))
 	}
-	pubEnd := time.Unix(0, cl.pubEnded.Load())
+	l.pubEnd = time.Unix(0, cl.pubEnded.Load())
 	close(warmStop)
-	<-warm.done
+	<-l.warm.done
 	close(churnStop)
 	<-churnDone
-	if !interrupted {
+	if !l.interrupted {
 		waitDelivered(ctx, cfg, b, cl)
 	}
-	elapsed := time.Since(start)
+	l.elapsed = time.Since(l.start)
 	stopProgress()
 	close(clockStop)
-	<-clock.done
-	cpu := threadCPU().sub(cpu0)
+	<-l.clock.done
+	l.cpu = threadCPU().sub(cpu0)
 	cl.stop()
-
-	r := &Result{Scenario: sc.Name, Variant: cfg.Variant, Published: published, PID: os.Getpid(),
-		DurationS: elapsed.Seconds(), BrokerCPUs: cpu.broker, ProcessCPUs: cpu.total, ScenarioDetails: sc, PinnedCPUs: pinned}
-	if sc.Listener {
-		r.PoolsCPUs = cpu.pools
-	}
-	if batch != nil {
-		r.AppCPUs = cpu.app
-	}
-	if !warm.at.IsZero() && pubEnd.After(warm.at) && published > warm.published {
-		r.WarmupS = warm.at.Sub(start).Seconds()
-		r.PublishRate = float64(published-warm.published) / pubEnd.Sub(warm.at).Seconds()
-	} else if d := pubEnd.Sub(start).Seconds(); d > 0 {
-		r.PublishRate = float64(published) / d
-	}
-	collect(r, sc, b, cl, backlog, clock)
-	if interrupted {
-		return r, ctx.Err()
-	}
-	return r, nil
+	return l
 }
 
 // startProducers starts the producer threads on the scenario's messages
