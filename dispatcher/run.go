@@ -571,7 +571,6 @@ func subscribeMultiAll(ctx context.Context, b *Broker, cl *Client, sc Scenario) 
 // collect fills r with latencies, per-subscription deliveries and the
 // broker's counters.
 func collect(r *Result, sc Scenario, b *Broker, cl *Client, backlog []int64, clock *deliveryClock) {
-	published := r.Published
 	pub := newHist()
 	for _, cc := range cl.conns {
 		pub.Merge(cc.pubHist)
@@ -616,6 +615,12 @@ func collect(r *Result, sc Scenario, b *Broker, cl *Client, backlog []int64, clo
 		r.Backlog += sr.Backlog
 	}
 	r.E2EP50ms, r.E2EP99ms = ms(all, 50), ms(all, 99)
+	collectRates(r, sc, b, cl)
+}
+
+// collectRates works out the per-message and per-read figures.
+func collectRates(r *Result, sc Scenario, b *Broker, cl *Client) {
+	published := r.Published
 	var entries uint64
 	for _, d := range b.subs {
 		entries += d.cursor.Entries.Load()
