@@ -217,212 +217,260 @@ func (s *cfaState) row(pc uint64) Row {
 // run executes a CFI program from state s, calling emit before each
 // advance of the location. initial is the CIE's state (for restore).
 func run(c *cie, prog []byte, loc uint64, s *cfaState, initial *cfaState, emit func(uint64, *cfaState)) (uint64, error) {
-	r := &reader{b: prog}
-	var stack []cfaState
-	setReg := func(reg uint64, ru rule) {
-		switch reg {
-		case regRBP:
-			s.rbp = ru
-		case c.raReg:
-			s.ra = ru
-		}
-	}
-	restore := func(reg uint64) {
-		if initial == nil {
-			setReg(reg, rule{})
-			return
-		}
-		switch reg {
-		case regRBP:
-			s.rbp = initial.rbp
-		case c.raReg:
-			s.ra = initial.ra
-		}
-	}
-	advance := func(delta uint64) {
-		if emit != nil {
-			emit(loc, s)
-		}
-		loc += delta * c.codeAlign
-	}
-	for r.off < len(prog) && r.err == nil {
-		op := r.u8()
+	m := &cfiRun{c: c, r: &reader{b: prog}, loc: loc, s: s, initial: initial, emit: emit}
+	for m.r.off < len(prog) && m.r.err == nil {
+		op := m.r.u8()
 		switch op >> 6 {
 		case 1: // DW_CFA_advance_loc
-			advance(uint64(op & 0x3f))
+			m.advance(uint64(op & 0x3f))
 			continue
 		case 2: // DW_CFA_offset
-			setReg(uint64(op&0x3f), rule{ruleOffset, int64(r.uleb()) * c.dataAlign})
+			m.setReg(uint64(op&0x3f), rule{ruleOffset, int64(m.r.uleb()) * c.dataAlign})
 			continue
 		case 3: // DW_CFA_restore
-			restore(uint64(op & 0x3f))
+			m.restore(uint64(op & 0x3f))
 			continue
 		}
-		switch op {
-		case 0x00: // nop
-		case 0x01: // set_loc
-			nl := r.pointer(c.fdeEnc, 0)
-			if emit != nil {
-				emit(loc, s)
-			}
-			loc = nl
-		case 0x02:
-			advance(uint64(r.u8()))
-		case 0x03:
-			advance(uint64(r.u16()))
-		case 0x04:
-			advance(uint64(r.u32()))
-		case 0x05: // offset_extended
-			reg := r.uleb()
-			setReg(reg, rule{ruleOffset, int64(r.uleb()) * c.dataAlign})
-		case 0x06: // restore_extended
-			restore(r.uleb())
-		case 0x07: // undefined
-			setReg(r.uleb(), rule{kind: ruleUndefined})
-		case 0x08: // same_value
-			setReg(r.uleb(), rule{kind: ruleSame})
-		case 0x09: // register
-			reg := r.uleb()
-			r.uleb()
-			setReg(reg, rule{kind: ruleOther})
-		case 0x0a: // remember_state
-			stack = append(stack, *s)
-		case 0x0b: // restore_state
-			if len(stack) == 0 {
-				return loc, fmt.Errorf("restore_state with nothing remembered")
-			}
-			*s = stack[len(stack)-1]
-			stack = stack[:len(stack)-1]
-		case 0x0c: // def_cfa
-			s.reg = r.uleb()
-			s.off = int64(r.uleb())
-			s.expr = nil
-		case 0x0d: // def_cfa_register
-			s.reg = r.uleb()
-			s.expr = nil
-		case 0x0e: // def_cfa_offset
-			s.off = int64(r.uleb())
-		case 0x0f: // def_cfa_expression
-			s.expr = bytes.Clone(r.bytes(int(r.uleb())))
-		case 0x10: // expression
-			reg := r.uleb()
-			r.bytes(int(r.uleb()))
-			setReg(reg, rule{kind: ruleOther})
-		case 0x11: // offset_extended_sf
-			reg := r.uleb()
-			setReg(reg, rule{ruleOffset, r.sleb() * c.dataAlign})
-		case 0x12: // def_cfa_sf
-			s.reg = r.uleb()
-			s.off = r.sleb() * c.dataAlign
-			s.expr = nil
-		case 0x13: // def_cfa_offset_sf
-			s.off = r.sleb() * c.dataAlign
-		case 0x14: // val_offset
-			reg := r.uleb()
-			r.uleb()
-			setReg(reg, rule{kind: ruleOther})
-		case 0x15: // val_offset_sf
-			reg := r.uleb()
-			r.sleb()
-			setReg(reg, rule{kind: ruleOther})
-		case 0x16: // val_expression
-			reg := r.uleb()
-			r.bytes(int(r.uleb()))
-			setReg(reg, rule{kind: ruleOther})
-		case 0x2e: // GNU_args_size
-			r.uleb()
-		case 0x2f: // GNU_negative_offset_extended
-			reg := r.uleb()
-			setReg(reg, rule{ruleOffset, -int64(r.uleb()) * c.dataAlign})
-		default:
-			return loc, fmt.Errorf("unknown CFA instruction %#x", op)
+		if err := m.op(op); err != nil {
+			return m.loc, err
 		}
 	}
-	return loc, r.err
+	return m.loc, m.r.err
+}
+
+// cfiRun is the state of one CFI program's execution.
+type cfiRun struct {
+	c          *cie
+	r          *reader
+	loc        uint64
+	s, initial *cfaState
+	stack      []cfaState // remember_state
+	emit       func(uint64, *cfaState)
+}
+
+func (m *cfiRun) setReg(reg uint64, ru rule) {
+	switch reg {
+	case regRBP:
+		m.s.rbp = ru
+	case m.c.raReg:
+		m.s.ra = ru
+	}
+}
+
+func (m *cfiRun) restore(reg uint64) {
+	if m.initial == nil {
+		m.setReg(reg, rule{})
+		return
+	}
+	switch reg {
+	case regRBP:
+		m.s.rbp = m.initial.rbp
+	case m.c.raReg:
+		m.s.ra = m.initial.ra
+	}
+}
+
+func (m *cfiRun) advance(delta uint64) {
+	if m.emit != nil {
+		m.emit(m.loc, m.s)
+	}
+	m.loc += delta * m.c.codeAlign
+}
+
+// op executes an instruction with its operands after the opcode byte:
+// locations and remembered states here, the CFA and register rules in
+// cfaOp and regOp.
+func (m *cfiRun) op(op byte) error {
+	r, s := m.r, m.s
+	switch op {
+	case 0x00: // nop
+	case 0x01: // set_loc
+		nl := r.pointer(m.c.fdeEnc, 0)
+		if m.emit != nil {
+			m.emit(m.loc, s)
+		}
+		m.loc = nl
+	case 0x02:
+		m.advance(uint64(r.u8()))
+	case 0x03:
+		m.advance(uint64(r.u16()))
+	case 0x04:
+		m.advance(uint64(r.u32()))
+	case 0x0a: // remember_state
+		m.stack = append(m.stack, *s)
+	case 0x0b: // restore_state
+		if len(m.stack) == 0 {
+			return fmt.Errorf("restore_state with nothing remembered")
+		}
+		*s = m.stack[len(m.stack)-1]
+		m.stack = m.stack[:len(m.stack)-1]
+	case 0x0c, 0x0d, 0x0e, 0x0f, 0x12, 0x13:
+		m.cfaOp(op)
+	default:
+		return m.regOp(op)
+	}
+	return nil
+}
+
+// cfaOp executes an instruction that defines the CFA.
+func (m *cfiRun) cfaOp(op byte) {
+	r, s, c := m.r, m.s, m.c
+	switch op {
+	case 0x0c: // def_cfa
+		s.reg = r.uleb()
+		s.off = int64(r.uleb())
+		s.expr = nil
+	case 0x0d: // def_cfa_register
+		s.reg = r.uleb()
+		s.expr = nil
+	case 0x0e: // def_cfa_offset
+		s.off = int64(r.uleb())
+	case 0x0f: // def_cfa_expression
+		s.expr = bytes.Clone(r.bytes(int(r.uleb())))
+	case 0x12: // def_cfa_sf
+		s.reg = r.uleb()
+		s.off = r.sleb() * c.dataAlign
+		s.expr = nil
+	case 0x13: // def_cfa_offset_sf
+		s.off = r.sleb() * c.dataAlign
+	}
+}
+
+// regOp executes an instruction that sets a register's rule.
+func (m *cfiRun) regOp(op byte) error {
+	r, c := m.r, m.c
+	switch op {
+	case 0x05: // offset_extended
+		reg := r.uleb()
+		m.setReg(reg, rule{ruleOffset, int64(r.uleb()) * c.dataAlign})
+	case 0x06: // restore_extended
+		m.restore(r.uleb())
+	case 0x07: // undefined
+		m.setReg(r.uleb(), rule{kind: ruleUndefined})
+	case 0x08: // same_value
+		m.setReg(r.uleb(), rule{kind: ruleSame})
+	case 0x09: // register
+		reg := r.uleb()
+		r.uleb()
+		m.setReg(reg, rule{kind: ruleOther})
+	case 0x10: // expression
+		reg := r.uleb()
+		r.bytes(int(r.uleb()))
+		m.setReg(reg, rule{kind: ruleOther})
+	case 0x11: // offset_extended_sf
+		reg := r.uleb()
+		m.setReg(reg, rule{ruleOffset, r.sleb() * c.dataAlign})
+	case 0x14: // val_offset
+		reg := r.uleb()
+		r.uleb()
+		m.setReg(reg, rule{kind: ruleOther})
+	case 0x15: // val_offset_sf
+		reg := r.uleb()
+		r.sleb()
+		m.setReg(reg, rule{kind: ruleOther})
+	case 0x16: // val_expression
+		reg := r.uleb()
+		r.bytes(int(r.uleb()))
+		m.setReg(reg, rule{kind: ruleOther})
+	case 0x2e: // GNU_args_size
+		r.uleb()
+	case 0x2f: // GNU_negative_offset_extended
+		reg := r.uleb()
+		m.setReg(reg, rule{ruleOffset, -int64(r.uleb()) * c.dataAlign})
+	default:
+		return fmt.Errorf("unknown CFA instruction %#x", op)
+	}
+	return nil
 }
 
 func build(fdes []fde) (*Table, error) {
 	sort.Slice(fdes, func(i, j int) bool { return fdes[i].begin < fdes[j].begin })
 	t := &Table{}
-	add := func(r Row) {
-		n := len(t.Rows)
-		if n > 0 && t.Rows[n-1].PC >= r.PC {
-			// A later FDE (or row) starting here wins; overlaps keep the newer.
-			for n > 0 && t.Rows[n-1].PC >= r.PC {
-				n--
-			}
-			t.Rows = t.Rows[:n]
-		}
-		if n > 0 {
-			p := t.Rows[n-1]
-			if p.Kind == r.Kind && p.CFAOffset == r.CFAOffset && p.RBPOffset == r.RBPOffset {
-				return
-			}
-		}
-		t.Rows = append(t.Rows, r)
-	}
 	var bad int
 	var firstErr error
 	for i := range fdes {
-		f := &fdes[i]
-		c := f.cie
-		var init cfaState
-		if _, err := run(c, c.initial, 0, &init, nil, nil); err != nil {
+		if err := t.addFDE(&fdes[i]); err != nil {
 			bad++
 			if firstErr == nil {
 				firstErr = err
 			}
-			continue
-		}
-		s := init
-		fp, framed, plt := false, false, false
-		end := f.begin + f.size
-		emit := func(loc uint64, st *cfaState) {
-			if loc >= end {
-				return
-			}
-			r := st.row(loc)
-			if r.Kind == KindRBP && r.CFAOffset == 16 && r.RBPOffset == -2 {
-				fp = true
-			}
-			if r.Kind == KindPLT {
-				plt = true
-			}
-			if r.Kind != KindEnd && (r.Kind != KindRSP || r.CFAOffset != 8) {
-				framed = true
-			}
-			add(r)
-		}
-		loc, err := run(c, f.program, f.begin, &s, &init, emit)
-		if err != nil {
-			bad++
-			if firstErr == nil {
-				firstErr = err
-			}
-			add(Row{PC: f.begin, Kind: KindNone})
-			add(Row{PC: end, Kind: KindNone})
-			continue
-		}
-		emit(loc, &s)
-		add(Row{PC: end, Kind: KindNone})
-		if _, ok := isPLT(s.expr); ok {
-			plt = true // PLT0 alone ends before the stubs' expression row
-		}
-		t.FDEs++
-		// PLT stubs (PLT0 pushes, then every stub jumps) are never an
-		// outer frame: they do not count as frames without rbp.
-		if framed && !plt {
-			t.FramedFDEs++
-			if !fp {
-				t.noFP = append(t.noFP, [2]uint64{f.begin, end})
-			}
-		}
-		if fp {
-			t.FramePointerFDEs++
 		}
 	}
 	if bad > 0 && t.FDEs == 0 {
 		return nil, fmt.Errorf("no usable FDE (%d bad, first: %v)", bad, firstErr)
 	}
 	return t, nil
+}
+
+// add appends a row, dropping the rows it overlaps and a row that
+// repeats the previous one.
+func (t *Table) add(r Row) {
+	n := len(t.Rows)
+	if n > 0 && t.Rows[n-1].PC >= r.PC {
+		// A later FDE (or row) starting here wins; overlaps keep the newer.
+		for n > 0 && t.Rows[n-1].PC >= r.PC {
+			n--
+		}
+		t.Rows = t.Rows[:n]
+	}
+	if n > 0 {
+		p := t.Rows[n-1]
+		if p.Kind == r.Kind && p.CFAOffset == r.CFAOffset && p.RBPOffset == r.RBPOffset {
+			return
+		}
+	}
+	t.Rows = append(t.Rows, r)
+}
+
+// addFDE adds an FDE's rows and counts it; a bad program leaves its range
+// without rules.
+func (t *Table) addFDE(f *fde) error {
+	c := f.cie
+	var init cfaState
+	if _, err := run(c, c.initial, 0, &init, nil, nil); err != nil {
+		return err
+	}
+	s := init
+	fp, framed, plt := false, false, false
+	end := f.begin + f.size
+	emit := func(loc uint64, st *cfaState) {
+		if loc >= end {
+			return
+		}
+		r := st.row(loc)
+		if r.Kind == KindRBP && r.CFAOffset == 16 && r.RBPOffset == -2 {
+			fp = true
+		}
+		if r.Kind == KindPLT {
+			plt = true
+		}
+		if r.Kind != KindEnd && (r.Kind != KindRSP || r.CFAOffset != 8) {
+			framed = true
+		}
+		t.add(r)
+	}
+	loc, err := run(c, f.program, f.begin, &s, &init, emit)
+	if err != nil {
+		t.add(Row{PC: f.begin, Kind: KindNone})
+		t.add(Row{PC: end, Kind: KindNone})
+		return err
+	}
+	emit(loc, &s)
+	t.add(Row{PC: end, Kind: KindNone})
+	if _, ok := isPLT(s.expr); ok {
+		plt = true // PLT0 alone ends before the stubs' expression row
+	}
+	t.FDEs++
+	// PLT stubs (PLT0 pushes, then every stub jumps) are never an
+	// outer frame: they do not count as frames without rbp.
+	if framed && !plt {
+		t.FramedFDEs++
+		if !fp {
+			t.noFP = append(t.noFP, [2]uint64{f.begin, end})
+		}
+	}
+	if fp {
+		t.FramePointerFDEs++
+	}
+	return nil
 }
