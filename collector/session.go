@@ -231,29 +231,9 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 		return nil, err
 	}
 	opts := o.withDefaults()
-	for _, p := range opts.PIDs {
-		if !processExists(p) {
-			return nil, fmt.Errorf("pid %d not found: check the process is running (ps -p %d)", p, p)
-		}
-	}
-	for _, t := range opts.TIDs {
-		if !threadExists(t) {
-			return nil, fmt.Errorf("thread %d not found: check the thread is running (ls /proc/*/task/%d)", t, t)
-		}
-	}
-	if err := checkPrivileges(); err != nil {
+	cgroupID, err := checkTargets(opts)
+	if err != nil {
 		return nil, err
-	}
-	if _, err := os.Stat(vmlinuxBTF); err != nil {
-		return nil, fmt.Errorf("kernel BTF not found at %s: use a kernel built with CONFIG_DEBUG_INFO_BTF=y", vmlinuxBTF)
-	}
-	var cgroupID uint64
-	if opts.Cgroup != "" {
-		id, err := cgroupIDOf(opts.Cgroup)
-		if err != nil {
-			return nil, err
-		}
-		cgroupID = id
 	}
 	_ = rlimit.RemoveMemlock()
 
@@ -261,25 +241,8 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 	if opts.NoDebugInfo {
 		s.procs.files.debugDir = ""
 	}
-	var err error
-	if !opts.ForceTracepoint {
-		err = s.load(cgroupID, true)
-		if err != nil {
-			s.closeBPF()
-		}
-	}
-	if opts.ForceTracepoint || err != nil {
-		btfErr := err
-		if btfErr != nil {
-			s.startWarnings = append(s.startWarnings, fmt.Sprintf("tp_btf programs not loaded, using classic tracepoints: %v", btfErr))
-		}
-		if err = s.load(cgroupID, false); err != nil {
-			s.closeBPF()
-			if btfErr != nil && !errors.Is(err, errPermission) {
-				return nil, fmt.Errorf("%w (tp_btf failed first: %v)", err, btfErr)
-			}
-			return nil, err
-		}
+	if err := s.loadEither(cgroupID); err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		s.closeBPF()
@@ -303,6 +266,64 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 		return nil, fmt.Errorf("opening the process event ring buffer: %w", err)
 	}
 	s.rd = rd
+	s.startWorkers()
+	return s, nil
+}
+
+// checkTargets checks what a recording needs before anything is loaded:
+// the targets, the privileges, the kernel's BTF; it resolves the cgroup.
+func checkTargets(opts Options) (cgroupID uint64, err error) {
+	for _, p := range opts.PIDs {
+		if !processExists(p) {
+			return 0, fmt.Errorf("pid %d not found: check the process is running (ps -p %d)", p, p)
+		}
+	}
+	for _, t := range opts.TIDs {
+		if !threadExists(t) {
+			return 0, fmt.Errorf("thread %d not found: check the thread is running (ls /proc/*/task/%d)", t, t)
+		}
+	}
+	if err := checkPrivileges(); err != nil {
+		return 0, err
+	}
+	if _, err := os.Stat(vmlinuxBTF); err != nil {
+		return 0, fmt.Errorf("kernel BTF not found at %s: use a kernel built with CONFIG_DEBUG_INFO_BTF=y", vmlinuxBTF)
+	}
+	if opts.Cgroup != "" {
+		return cgroupIDOf(opts.Cgroup)
+	}
+	return 0, nil
+}
+
+// loadEither loads and attaches the tp_btf programs, or the classic
+// tracepoint ones where those fail or are asked for.
+func (s *Session) loadEither(cgroupID uint64) error {
+	var err error
+	if !s.opts.ForceTracepoint {
+		if err = s.load(cgroupID, true); err != nil {
+			s.closeBPF()
+		}
+	}
+	if !s.opts.ForceTracepoint && err == nil {
+		return nil
+	}
+	btfErr := err
+	if btfErr != nil {
+		s.startWarnings = append(s.startWarnings, fmt.Sprintf("tp_btf programs not loaded, using classic tracepoints: %v", btfErr))
+	}
+	if err = s.load(cgroupID, false); err != nil {
+		s.closeBPF()
+		if btfErr != nil && !errors.Is(err, errPermission) {
+			return fmt.Errorf("%w (tp_btf failed first: %v)", err, btfErr)
+		}
+		return err
+	}
+	return nil
+}
+
+// startWorkers starts the goroutines that run while recording: process
+// events, their flush, the stack spill and the unwind-table builders.
+func (s *Session) startWorkers() {
 	go s.readEvents()
 	s.flushStop, s.flushDone = make(chan struct{}), make(chan struct{})
 	go s.flushEvents()
@@ -326,7 +347,6 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 			<-jvmDone
 		}()
 	}
-	return s, nil
 }
 
 // kernelHasFunc says whether the kernel's BTF has the function (a kfunc).
@@ -429,24 +449,11 @@ func (s *Session) spec(cgroupID uint64, btfMode bool) (*ebpf.CollectionSpec, err
 			return nil, fmt.Errorf("setting %s: %w", name, err)
 		}
 	}
-	spec.Maps[bpf.OffcpuMapStarts].MaxEntries = uint32(o.MaxThreads)
-	spec.Maps[bpf.OffcpuMapThreads].MaxEntries = uint32(o.MaxThreads)
-	spec.Maps[bpf.OffcpuMapThreadCpus].MaxEntries = uint32(o.MaxThreads)
-	spec.Maps[bpf.OffcpuMapStacks].MaxEntries = uint32(o.StackEntries)
-	spec.Maps[bpf.OffcpuMapOffcpu].MaxEntries = uint32(o.AggEntries)
-	spec.Maps[bpf.OffcpuMapWakeups].MaxEntries = uint32(o.AggEntries)
-	spec.Maps[bpf.OffcpuMapCpuSamples].MaxEntries = uint32(o.AggEntries)
-	spec.Maps[bpf.OffcpuMapLastWaker].MaxEntries = uint32(o.MaxThreads)
-	spec.Maps[bpf.OffcpuMapBlockedUstacks].MaxEntries = uint32(o.MaxThreads)
+	sizeMaps(spec, o)
 	// The exec program reports the new program's mappings only where the
 	// kernel has the VMA iterator (Linux 6.7+); elsewhere execs are read
 	// from /proc.
 	s.kernelMaps = wantMaps && btfMode && kernelHasFunc("bpf_iter_task_vma_new")
-	if !o.FramePointersOnly {
-		spec.Maps[bpf.OffcpuMapUnwindRows].MaxEntries = uint32(o.UnwindRows)
-		spec.Maps[bpf.OffcpuMapUnwindProcs].MaxEntries = MaxUnwindProcs
-	}
-
 	if btfMode {
 		for _, p := range tpProgs {
 			delete(spec.Programs, p)
@@ -467,6 +474,23 @@ func (s *Session) spec(cgroupID uint64, btfMode bool) (*ebpf.CollectionSpec, err
 		s.attach = "tracepoint"
 	}
 	return spec, nil
+}
+
+// sizeMaps sizes the maps from the options.
+func sizeMaps(spec *ebpf.CollectionSpec, o Options) {
+	spec.Maps[bpf.OffcpuMapStarts].MaxEntries = uint32(o.MaxThreads)
+	spec.Maps[bpf.OffcpuMapThreads].MaxEntries = uint32(o.MaxThreads)
+	spec.Maps[bpf.OffcpuMapThreadCpus].MaxEntries = uint32(o.MaxThreads)
+	spec.Maps[bpf.OffcpuMapStacks].MaxEntries = uint32(o.StackEntries)
+	spec.Maps[bpf.OffcpuMapOffcpu].MaxEntries = uint32(o.AggEntries)
+	spec.Maps[bpf.OffcpuMapWakeups].MaxEntries = uint32(o.AggEntries)
+	spec.Maps[bpf.OffcpuMapCpuSamples].MaxEntries = uint32(o.AggEntries)
+	spec.Maps[bpf.OffcpuMapLastWaker].MaxEntries = uint32(o.MaxThreads)
+	spec.Maps[bpf.OffcpuMapBlockedUstacks].MaxEntries = uint32(o.MaxThreads)
+	if !o.FramePointersOnly {
+		spec.Maps[bpf.OffcpuMapUnwindRows].MaxEntries = uint32(o.UnwindRows)
+		spec.Maps[bpf.OffcpuMapUnwindProcs].MaxEntries = MaxUnwindProcs
+	}
 }
 
 // newCollection loads the maps and programs, turning the kernel's
