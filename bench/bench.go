@@ -237,30 +237,7 @@ func runOne(ctx context.Context, cfg *Config, side string, pr plannedRun, name s
 		return rec
 	}
 	metricsPath := filepath.Join(dir, schema.MetricsFile)
-	var cmd *exec.Cmd
-	if cfg.bundled() {
-		args := []string{"dispatch", "-q", "--scenario", pr.scenario, "--variant", side, "--json", metricsPath}
-		if cfg.Pin {
-			args = append(args, "--pin")
-		}
-		if cfg.Messages > 0 {
-			args = append(args, "--messages", strconv.FormatInt(cfg.Messages, 10))
-		}
-		if cfg.Duration > 0 {
-			args = append(args, "--duration", cfg.Duration.String())
-		}
-		if cfg.Rate >= 0 {
-			args = append(args, "--rate", strconv.FormatFloat(cfg.Rate, 'f', -1, 64))
-		}
-		cmd = exec.Command(cfg.Executable, args...)
-	} else {
-		c := cfg.BaselineCmd
-		if pr.side == 1 {
-			c = cfg.CandidateCmd
-		}
-		cmd = exec.Command("sh", "-c", c)
-		cmd.Env = append(os.Environ(), "OFFCPU_METRICS="+metricsPath)
-	}
+	cmd := runCommand(cfg, side, pr, metricsPath)
 	logf, err := os.Create(filepath.Join(dir, schema.RunLogFile))
 	if err != nil {
 		rec.Failed, rec.Error = true, err.Error()
@@ -288,20 +265,7 @@ func runOne(ctx context.Context, cfg *Config, side string, pr plannedRun, name s
 		writeRunInfo(dir, rec)
 		return rec
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	var waitErr error
-	select {
-	case waitErr = <-done:
-	case <-ctx.Done():
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
-		select {
-		case waitErr = <-done:
-		case <-time.After(5 * time.Second):
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			waitErr = <-done
-		}
-	}
+	waitErr := waitRun(ctx, cmd)
 	rec.WallS = time.Since(t0).Seconds()
 	if sess != nil {
 		if err := saveProfiles(sess, dir); err != nil {
@@ -309,6 +273,69 @@ func runOne(ctx context.Context, cfg *Config, side string, pr plannedRun, name s
 			rec.Failed, rec.Error = true, err.Error()
 		}
 	}
+	readMetrics(&rec, metricsPath, cmd)
+	if waitErr != nil && !rec.Failed {
+		rec.Failed = true
+		rec.Error = waitErr.Error()
+		if last := lastLine(filepath.Join(dir, schema.RunLogFile)); last != "" {
+			rec.Error += ": " + last
+		}
+	}
+	writeRunInfo(dir, rec)
+	return rec
+}
+
+// runCommand is the command of one run: the bundled core through this
+// executable, or a side's shell command.
+func runCommand(cfg *Config, side string, pr plannedRun, metricsPath string) *exec.Cmd {
+	if !cfg.bundled() {
+		c := cfg.BaselineCmd
+		if pr.side == 1 {
+			c = cfg.CandidateCmd
+		}
+		cmd := exec.Command("sh", "-c", c)
+		cmd.Env = append(os.Environ(), "OFFCPU_METRICS="+metricsPath)
+		return cmd
+	}
+	args := []string{"dispatch", "-q", "--scenario", pr.scenario, "--variant", side, "--json", metricsPath}
+	if cfg.Pin {
+		args = append(args, "--pin")
+	}
+	if cfg.Messages > 0 {
+		args = append(args, "--messages", strconv.FormatInt(cfg.Messages, 10))
+	}
+	if cfg.Duration > 0 {
+		args = append(args, "--duration", cfg.Duration.String())
+	}
+	if cfg.Rate >= 0 {
+		args = append(args, "--rate", strconv.FormatFloat(cfg.Rate, 'f', -1, 64))
+	}
+	return exec.Command(cfg.Executable, args...)
+}
+
+// waitRun waits for a run; on cancellation it interrupts the run's
+// process group, and kills it 5 s later.
+func waitRun(ctx context.Context, cmd *exec.Cmd) error {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(5 * time.Second):
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			return <-done
+		}
+	}
+}
+
+// readMetrics reads what the run wrote, adds wall_s and cpu_s, and
+// writes the file back.
+func readMetrics(rec *RunRecord, metricsPath string, cmd *exec.Cmd) {
 	m := map[string]any{}
 	if b, err := os.ReadFile(metricsPath); err == nil {
 		if err := json.Unmarshal(b, &m); err != nil {
@@ -329,15 +356,6 @@ func runOne(ctx context.Context, cfg *Config, side string, pr plannedRun, name s
 			rec.Metrics[k] = f
 		}
 	}
-	if waitErr != nil && !rec.Failed {
-		rec.Failed = true
-		rec.Error = waitErr.Error()
-		if last := lastLine(filepath.Join(dir, schema.RunLogFile)); last != "" {
-			rec.Error += ": " + last
-		}
-	}
-	writeRunInfo(dir, rec)
-	return rec
 }
 
 func writeRunInfo(dir string, rec RunRecord) {
