@@ -133,73 +133,22 @@ type pendingFrame struct {
 // layout walks the sorted stacks once and returns the frames at least
 // MinWidth wide; contiguous narrower siblings are merged into one frame.
 func (w *writer) layout(lines []Line) []rect {
-	var out []rect
-	var open []openFrame
-	var pending []pendingFrame
+	l := &layouter{w: w, deepest: -1}
 	var prev, cur [][]byte
-	var x int64
-	deepest := -1 // deepest depth with an active pending frame
-	narrow := func(width int64) bool { return float64(width)*w.scale < w.o.MinWidth }
-	flush := func(d int) {
-		if d >= len(pending) || !pending[d].active {
-			return
-		}
-		p := &pending[d]
-		p.active = false
-		if width := p.end - p.start; !narrow(width) {
-			out = append(out, rect{name: p.name, depth: d + 1, start: p.start, width: width, base: p.base, kernel: p.kernel, merged: p.n})
-		}
-	}
-	closeFrom := func(d int) {
-		for i := len(open) - 1; i >= d; i-- {
-			// Pending frames below this one belong to it: flush them.
-			for ; deepest > i; deepest-- {
-				flush(deepest)
-			}
-			f := open[i]
-			width := x - f.start
-			if !narrow(width) {
-				flush(i)
-				out = append(out, rect{name: f.name, depth: i + 1, start: f.start, width: width, base: f.base, kernel: f.kernel, merged: 1})
-				continue
-			}
-			for len(pending) <= i {
-				pending = append(pending, pendingFrame{})
-			}
-			p := &pending[i]
-			if p.active && p.end == f.start {
-				p.end, p.base, p.n = x, p.base+f.base, p.n+1
-			} else {
-				flush(i)
-				*p = pendingFrame{openFrame: f, active: true, end: x, n: 1}
-				deepest = max(deepest, i)
-			}
-		}
-		open = open[:d]
-	}
-	for _, l := range lines {
-		cur = cur[:0]
-		for s := l.Stack; ; {
-			i := bytes.IndexByte(s, ';')
-			if i < 0 {
-				cur = append(cur, s)
-				break
-			}
-			cur = append(cur, s[:i])
-			s = s[i+1:]
-		}
+	for _, line := range lines {
+		cur = splitFrames(cur[:0], line.Stack)
 		common := 0
 		for common < len(prev) && common < len(cur) && bytes.Equal(prev[common], cur[common]) {
 			common++
 		}
-		closeFrom(common)
+		l.closeFrom(common)
 		// "-" switches between user and kernel frames; after "--" come
 		// the waker's kernel frames. Separators are neither.
 		kernel := false
 		for d, f := range cur {
 			sep := string(f) == "-" || string(f) == "--"
 			if d >= common {
-				open = append(open, openFrame{name: f, start: x, kernel: kernel && !sep})
+				l.open = append(l.open, openFrame{name: f, start: l.x, kernel: kernel && !sep})
 			}
 			switch string(f) {
 			case "-":
@@ -208,17 +157,83 @@ func (w *writer) layout(lines []Line) []rect {
 				kernel = true
 			}
 		}
-		for d := range open {
-			open[d].base += l.Base
+		for d := range l.open {
+			l.open[d].base += line.Base
 		}
-		x += l.Value
+		l.x += line.Value
 		prev, cur = cur, prev
 	}
-	closeFrom(0)
-	for d := range pending {
-		flush(d)
+	l.closeFrom(0)
+	for d := range l.pending {
+		l.flush(d)
 	}
-	return out
+	return l.out
+}
+
+// splitFrames appends a folded stack's frames to cur.
+func splitFrames(cur [][]byte, s []byte) [][]byte {
+	for {
+		i := bytes.IndexByte(s, ';')
+		if i < 0 {
+			return append(cur, s)
+		}
+		cur = append(cur, s[:i])
+		s = s[i+1:]
+	}
+}
+
+// layouter places frames left to right: the frames of the current stack
+// stay open until a stack leaves them; contiguous narrow siblings wait as
+// pending frames to be merged.
+type layouter struct {
+	w       *writer
+	out     []rect
+	open    []openFrame
+	pending []pendingFrame
+	x       int64
+	deepest int // deepest depth with an active pending frame
+}
+
+func (l *layouter) narrow(width int64) bool { return float64(width)*l.w.scale < l.w.o.MinWidth }
+
+func (l *layouter) flush(d int) {
+	if d >= len(l.pending) || !l.pending[d].active {
+		return
+	}
+	p := &l.pending[d]
+	p.active = false
+	if width := p.end - p.start; !l.narrow(width) {
+		l.out = append(l.out, rect{name: p.name, depth: d + 1, start: p.start, width: width, base: p.base, kernel: p.kernel, merged: p.n})
+	}
+}
+
+// closeFrom closes the open frames from depth d up.
+func (l *layouter) closeFrom(d int) {
+	for i := len(l.open) - 1; i >= d; i-- {
+		// Pending frames below this one belong to it: flush them.
+		for ; l.deepest > i; l.deepest-- {
+			l.flush(l.deepest)
+		}
+		f := l.open[i]
+		width := l.x - f.start
+		if !l.narrow(width) {
+			l.flush(i)
+			l.out = append(l.out, rect{name: f.name, depth: i + 1, start: f.start, width: width, base: f.base, kernel: f.kernel, merged: 1})
+			continue
+		}
+		for len(l.pending) <= i {
+			l.pending = append(l.pending, pendingFrame{})
+		}
+		p := &l.pending[i]
+		if p.active && p.end == f.start {
+			p.end, p.base, p.n = l.x, p.base+f.base, p.n+1
+		} else {
+			l.flush(i)
+			*p = pendingFrame{openFrame: f, active: true, end: l.x, n: 1}
+			l.deepest = max(l.deepest, i)
+		}
+	}
+	l.open = l.open[:d]
 }
 
 func (w *writer) y(depth int) int {
