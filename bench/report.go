@@ -83,6 +83,19 @@ func markdown(cfg *Config, res *Result) string {
 		}
 		fmt.Fprintf(&b, "**Interrupted**: %d of the %d planned runs finished; this report covers them.\n\n", finished, 2*(cfg.Runs+cfg.ProfiledRuns))
 	}
+	writeFailures(&b, cfg, res)
+	writeScenarios(&b, cfg, res)
+	if res.Diff == nil {
+		return b.String()
+	}
+	writeProfiled(&b, cfg, res)
+	writeFlameLinks(&b, cfg, res)
+	fmt.Fprintf(&b, "\nRuns, metrics and profiles: `runs/`; machine-readable: `report.json`.\n")
+	return b.String()
+}
+
+// writeFailures lists the failed runs, or says every run verified.
+func writeFailures(b *bytes.Buffer, cfg *Config, res *Result) {
 	var failed []string
 	for _, r := range res.Runs {
 		if r.Failed {
@@ -90,20 +103,24 @@ func markdown(cfg *Config, res *Result) string {
 		}
 	}
 	if len(failed) == 0 && cfg.bundled() {
-		fmt.Fprintf(&b, "Every run delivered all messages to every subscription with no duplicates, no ordering violations and no invalid messages.\n\n")
+		fmt.Fprintf(b, "Every run delivered all messages to every subscription with no duplicates, no ordering violations and no invalid messages.\n\n")
 	} else if len(failed) > 0 {
-		fmt.Fprintf(&b, "%s\n\n", strings.Join(failed, "\n"))
+		fmt.Fprintf(b, "%s\n\n", strings.Join(failed, "\n"))
 	}
+}
+
+// writeScenarios writes each scenario's comparison of the two sides.
+func writeScenarios(b *bytes.Buffer, cfg *Config, res *Result) {
 	for i, sr := range res.Scenarios {
 		if len(res.Scenarios) > 1 {
 			kind := "unprofiled runs"
 			if i == 0 && cfg.ProfiledRuns > 0 {
 				kind = "unprofiled and profiled runs"
 			}
-			fmt.Fprintf(&b, "### %s (%s)\n\n", sr.Name, kind)
+			fmt.Fprintf(b, "### %s (%s)\n\n", sr.Name, kind)
 		}
 		if sr.Diff == nil {
-			fmt.Fprintf(&b, "Not enough runs to compare the two sides.\n\n")
+			fmt.Fprintf(b, "Not enough runs to compare the two sides.\n\n")
 			continue
 		}
 		var d bytes.Buffer
@@ -115,51 +132,54 @@ func markdown(cfg *Config, res *Result) string {
 		}
 		b.WriteString("\n")
 	}
-	if res.Diff == nil {
-		return b.String()
-	}
+}
+
+// writeProfiled writes the profiled runs' attribution and wake-ups.
+func writeProfiled(b *bytes.Buffer, cfg *Config, res *Result) {
 	for i, rep := range []*analysis.Report{res.Diff.BaseReport, res.Diff.CandReport} {
 		if rep == nil {
 			continue
 		}
-		fmt.Fprintf(&b, "\n### Off-CPU attribution: %s (profiled run%s)\n\n", cfg.Variants[i], plural(cfg.ProfiledRuns))
+		fmt.Fprintf(b, "\n### Off-CPU attribution: %s (profiled run%s)\n\n", cfg.Variants[i], plural(cfg.ProfiledRuns))
 		var a bytes.Buffer
 		rep.Write(&a, "markdown")
 		b.Write(a.Bytes())
 	}
 	if res.Diff.BaseReport != nil && res.Diff.CandReport != nil {
 		bw, cw := res.Diff.BaseReport.Wakeups, res.Diff.CandReport.Wakeups
-		fmt.Fprintf(&b, "\n### Wake-ups per message\n\n| | %s | %s |\n|---|---:|---:|\n", cfg.Variants[0], cfg.Variants[1])
-		fmt.Fprintf(&b, "| all wake-ups of the analyzed threads | %.4f | %.4f |\n| eventfd wake-ups (event loops woken) | %.4f | %.4f |\n",
+		fmt.Fprintf(b, "\n### Wake-ups per message\n\n| | %s | %s |\n|---|---:|---:|\n", cfg.Variants[0], cfg.Variants[1])
+		fmt.Fprintf(b, "| all wake-ups of the analyzed threads | %.4f | %.4f |\n| eventfd wake-ups (event loops woken) | %.4f | %.4f |\n",
 			bw.PerMessage, cw.PerMessage, bw.EventfdPerMessage, cw.EventfdPerMessage)
 		for _, m := range res.Diff.Metrics {
 			switch m.Name {
 			case "broker_wakeups_per_msg":
-				fmt.Fprintf(&b, "| eventfd writes counted by the model (unprofiled runs) | %.4f | %.4f |\n", m.BaseMean, m.CandMean)
+				fmt.Fprintf(b, "| eventfd writes counted by the model (unprofiled runs) | %.4f | %.4f |\n", m.BaseMean, m.CandMean)
 			case "listener_wake_calls_per_msg":
-				fmt.Fprintf(&b, "| futex wake calls of hand-offs between the client pools, counted by the model (unprofiled runs; per message received; a call finds no sleeper when the thread has not gone to sleep yet) | %.4f | %.4f |\n", m.BaseMean, m.CandMean)
+				fmt.Fprintf(b, "| futex wake calls of hand-offs between the client pools, counted by the model (unprofiled runs; per message received; a call finds no sleeper when the thread has not gone to sleep yet) | %.4f | %.4f |\n", m.BaseMean, m.CandMean)
 			}
 		}
 		b.WriteString(wakeupsByGroup(res.Diff, cfg))
 		b.WriteString(wakeupsByPair(res.Diff, cfg))
 		b.WriteString(storyTable(cfg, res))
 	}
+}
+
+// writeFlameLinks links the flame graphs.
+func writeFlameLinks(b *bytes.Buffer, cfg *Config, res *Result) {
 	if len(res.flameLinks)+len(res.flameNotes) > 0 {
 		kind := flamesFor(cfg)
 		what := "Blocked time with an application frame of the analyzed threads, by thread group; diff.svg is drawn at the baseline's widths, blue where the candidate blocks less."
 		if !kind.blocked {
 			what = "On-CPU samples of the analyzed threads, by thread group; diff.svg is drawn at the baseline's widths, blue where the candidate spends less."
 		}
-		fmt.Fprintf(&b, "\n### Flame graphs\n\n%s\n\n", what)
+		fmt.Fprintf(b, "\n### Flame graphs\n\n%s\n\n", what)
 		for _, l := range res.flameLinks {
-			fmt.Fprintf(&b, "- [%s](%s)\n", l, l)
+			fmt.Fprintf(b, "- [%s](%s)\n", l, l)
 		}
 		for _, n := range res.flameNotes {
-			fmt.Fprintf(&b, "- %s\n", n)
+			fmt.Fprintf(b, "- %s\n", n)
 		}
 	}
-	fmt.Fprintf(&b, "\nRuns, metrics and profiles: `runs/`; machine-readable: `report.json`.\n")
-	return b.String()
 }
 
 // wakeupsByGroup tabulates, per woken thread group, the wake-ups per
