@@ -79,10 +79,15 @@ $OFFCPU_METRICS; offcpu adds wall_s and cpu_s.`,
 			return nil
 		},
 	}
+	benchFlags(cmd, &cfg, &variants, &rules, &failOn)
+	return cmd
+}
+
+func benchFlags(cmd *cobra.Command, cfg *bench.Config, variants, rules *string, failOn *[]string) {
 	fl := cmd.Flags()
 	fl.StringSliceVar(&cfg.Scenarios, "scenario", []string{"key-shared-500x20", "key-shared-500x20-fixed", "telemetry-high-rate"}, "bundled scenario names or YAML files, run in rotation (profiled runs: the first)")
 	fl.BoolVar(&cfg.Pin, "pin", false, "pin the bundled core's broker threads to the first half of the CPUs and its clients to the rest")
-	fl.StringVar(&variants, "variants", "baseline,candidate", "the two variants to compare, baseline first")
+	fl.StringVar(variants, "variants", "baseline,candidate", "the two variants to compare, baseline first")
 	fl.IntVar(&cfg.Runs, "runs", 12, "unprofiled runs per side and scenario")
 	fl.IntVar(&cfg.ProfiledRuns, "profiled-runs", 3, "profiled runs per side of the first scenario (needs root)")
 	fl.Int64Var(&cfg.Messages, "messages", 0, "messages per run (default: each scenario's)")
@@ -97,7 +102,6 @@ $OFFCPU_METRICS; offcpu adds wall_s and cpu_s.`,
 	fl.StringVar(&cfg.Threads, "threads", "", "analyze only threads matching this regexp (default for the bundled core: broker threads)")
 	fl.IntVar(&cfg.CPUHz, "cpu-hz", 99, "on-CPU sampling rate in profiled runs")
 	fl.DurationVar(&cfg.MinBlock, "min-block", 100*time.Microsecond, "profiled runs record off-CPU intervals at least this long (seed 000's profile: 100µs)")
-	fl.StringVar(&rules, "rules", "", "attribution rules file (default: built in)")
-	fl.StringArrayVar(&failOn, "fail-on", nil, "after the report, exit with status 3 when a condition holds, e.g. publish_rate<-3% or monitor-wait>+10%")
-	return cmd
+	fl.StringVar(rules, "rules", "", "attribution rules file (default: built in)")
+	fl.StringArrayVar(failOn, "fail-on", nil, "after the report, exit with status 3 when a condition holds, e.g. publish_rate<-3% or monitor-wait>+10%")
 }
