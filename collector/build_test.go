@@ -1,0 +1,114 @@
+package collector
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/schema"
+)
+
+// A recording made by hand, built into profiles without root or BPF: the
+// time split, the waker's labels and class, exact on-CPU time shared by
+// the samples, and a thread that ran unsampled.
+func TestBuildProfilesFromRecording(t *testing.T) {
+	kern, err := loadKallsyms(strings.NewReader(`ffffffff81000000 T schedule
+ffffffff81000100 T __schedule
+ffffffff81000200 T futex_wait
+ffffffff81000300 T do_syscall_64
+ffffffff81000400 T try_to_wake_up
+ffffffff81000500 T end_buffer_write_sync
+ffffffff81000600 T blk_done_softirq
+ffffffff81000700 T handle_softirqs
+ffffffff81000800 T irq_exit_rcu
+ffffffff81000900 T futex_wake
+ffffffff81000a00 T zz_end
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{CPUHz: 100}
+	s := &Session{opts: o.withDefaults(), procs: newProcTable()}
+	sym := &symbolizer{procs: s.procs, perfMaps: map[uint32]*perfMap{}, kern: kern}
+	const pid, waiter, holder, idler = 4000000, 4000001, 4000002, 4000003
+	d := &drained{
+		threads: map[uint32]thread{
+			waiter: {tgid: pid, comm: "waiter"}, holder: {tgid: pid, comm: "holder"}, idler: {tgid: pid, comm: "idler"},
+		},
+		records: []record{
+			// 10 ms blocked on a futex, woken by holder's futex_wake, then
+			// 2 ms waiting for a CPU; holder itself off-CPU 4 ms of it.
+			{tgid: pid, tid: waiter, state: StateSleeping, ns: 12e6, count: 3, runq: 2e6, chain: 4e6,
+				kernel: []uint64{0xffffffff81000110, 0xffffffff81000010, 0xffffffff81000210, 0xffffffff81000310},
+				waker: waker{valid: true, tgid: pid, tid: holder, kernel: []uint64{0xffffffff81000410, 0xffffffff81000910, 0xffffffff81000310}, kernelID: 1,
+					waitKernel: []uint64{0xffffffff81000110}, waitKernelID: 2}},
+			// 5 ms, woken from the block-I/O softirq.
+			{tgid: pid, tid: idler, state: StateUninterruptible, ns: 5e6, count: 1,
+				kernel: []uint64{0xffffffff81000110},
+				waker: waker{valid: true, irq: true, kernel: []uint64{0xffffffff81000410, 0xffffffff81000510, 0xffffffff81000610, 0xffffffff81000710, 0xffffffff81000810}, kernelID: 3}},
+		},
+		// waiter: 2 + 1 samples of 30 ms on a CPU; holder: 7 ms, unsampled.
+		cpu: []cpuRecord{
+			{tgid: pid, tid: waiter, count: 2, kernel: []uint64{0xffffffff81000310}},
+			{tgid: pid, tid: waiter, count: 1, kernel: []uint64{0xffffffff81000210}},
+		},
+		oncpu: map[[2]uint32]cpuTotal{{waiter, 0}: {tgid: pid, ns: 30e6}, {holder, 0}: {tgid: pid, ns: 7e6}},
+	}
+	names := &threadNames{d: d, procs: s.procs}
+	p := s.offCPUProfile(d, sym, names)
+	s.finishProfile(p)
+	if err := p.CheckValid(); err != nil {
+		t.Fatalf("invalid profile: %v", err)
+	}
+	idx := map[string]int{}
+	for i, st := range p.SampleType {
+		idx[st.Type] = i
+	}
+	byThread := map[string][]*profile.Sample{}
+	for _, smp := range p.Sample {
+		th := smp.Label[LabelThread][0]
+		byThread[th] = append(byThread[th], smp)
+	}
+	val := func(smp *profile.Sample, typ string) int64 { return smp.Value[idx[typ]] }
+
+	var w *profile.Sample
+	var cpu []int64
+	for _, smp := range byThread["waiter"] {
+		if val(smp, schema.OffCPU) > 0 {
+			w = smp
+		} else {
+			cpu = append(cpu, val(smp, schema.CPU))
+		}
+	}
+	if w == nil {
+		t.Fatal("no off-CPU sample of the waiter")
+	}
+	if got := [4]int64{val(w, schema.OffCPU), val(w, schema.Blocked), val(w, schema.RunQueue), val(w, schema.WakerWaiting)}; got != [4]int64{12e6, 10e6, 2e6, 4e6} {
+		t.Errorf("waiter off_cpu, blocked, runqueue, waker_waiting = %v, want [12e6 10e6 2e6 4e6]", got)
+	}
+	if got := w.Label[LabelWaker]; len(got) != 1 || got[0] != "holder" {
+		t.Errorf("waiter's waker label %v, want holder", got)
+	}
+	if got := w.Label[schema.LabelWakerStack]; len(got) != 1 || !strings.Contains(got[0], "futex_wake") {
+		t.Errorf("waiter's waker stack %v, want the waker's futex_wake", got)
+	}
+	if got := w.NumLabel[LabelWakerTID]; len(got) != 1 || got[0] != holder {
+		t.Errorf("waiter's waker tid %v, want %d", got, holder)
+	}
+	leaf := w.Location[0].Line[0].Function.Name
+	if leaf != "__schedule" {
+		t.Errorf("waiter's leaf frame %q, want __schedule (frames below it trimmed)", leaf)
+	}
+	slices.Sort(cpu)
+	if !slices.Equal(cpu, []int64{10e6, 20e6}) {
+		t.Errorf("waiter's on-CPU samples %v ns, want its exact 30 ms shared 1:2", cpu)
+	}
+	if len(byThread["holder"]) != 1 || byThread["holder"][0].Location[0].Line[0].Function.Name != schema.OnCPUUnsampled || val(byThread["holder"][0], schema.CPU) != 7e6 {
+		t.Errorf("holder: want one %s sample of 7 ms, got %d samples", schema.OnCPUUnsampled, len(byThread["holder"]))
+	}
+	if got := byThread["idler"]; len(got) != 1 || got[0].Label[LabelWakeupClass][0] != "block-io" {
+		t.Errorf("idler's wake-up class: want block-io (the softirq that woke it), got %v", got)
+	}
+}
