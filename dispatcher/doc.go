@@ -1,0 +1,19 @@
+// Package dispatcher is offcpu's bundled workload: a Go model of Apache
+// Pulsar's broker dispatch paths and client pools (see
+// ../shared/docs/pulsar-dispatch-model.md), with a baseline and a
+// candidate variant of each change the seed documents describe.
+//
+// The broker (broker.go) runs Netty-style epoll event loops
+// (eventloop.go) over real sockets speaking a small binary protocol
+// (protocol.go); executors (conn.go) stand for the managed-ledger
+// executor and topic workers; each subscription's dispatcher
+// (dispatcher.go, selector.go for Key_Shared) reads entries from an
+// in-memory ledger (ledger.go) under the dispatcher monitor (sync.go) and
+// sends them under flow control; throttle.go is the broker's publish
+// throttling. The client (client.go, listener.go, multitopic.go) models
+// the Java client's IO threads, listener pools and multi-topic consumer.
+// Every thread Pulsar runs is an OS thread here, named as Pulsar names it,
+// so that off-CPU profiles read as the broker's would. Run (run.go) runs a
+// Scenario (scenario.go) with one variant (variant.go) and verifies every
+// delivery.
+package dispatcher
