@@ -4,7 +4,7 @@
 // candidate variant of each change the seed documents describe.
 //
 // The broker (broker.go) runs Netty-style epoll event loops
-// (eventloop.go) over real sockets speaking a small binary protocol
+// (eventloop.go) over Unix socket pairs speaking a small binary protocol
 // (protocol.go); executors (conn.go) stand for the managed-ledger
 // executor and topic workers; each subscription's dispatcher
 // (dispatcher.go, selector.go for Key_Shared) reads entries from an
