@@ -372,14 +372,14 @@ func saveProfiles(s *collector.Session, dir string) error {
 	if err := write(schema.ProfileFile, p.Write); err != nil {
 		return err
 	}
-	if err := write(schema.FoldedFile, func(w io.Writer) error { return collector.WriteFolded(w, p, 0, 1000) }); err != nil {
+	if err := write(schema.FoldedFile, func(w io.Writer) error { return schema.WriteFolded(w, p, schema.OffCPU, 1000) }); err != nil {
 		return err
 	}
 	if wp := s.Wakeups(); wp != nil {
 		if err := write(schema.WakeupsFile, wp.Write); err != nil {
 			return err
 		}
-		if err := write(schema.WakeupsFoldedFile, func(w io.Writer) error { return collector.WriteWakeupsFolded(w, wp) }); err != nil {
+		if err := write(schema.WakeupsFoldedFile, func(w io.Writer) error { return schema.WriteWakeupsFolded(w, wp) }); err != nil {
 			return err
 		}
 	}

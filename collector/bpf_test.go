@@ -17,6 +17,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/offcpu/offcpu/internal/testenv"
+	"github.com/offcpu/offcpu/schema"
 )
 
 var requireBPF = testenv.RequireRoot
@@ -142,7 +143,7 @@ func stackHas(s *profile.Sample, names ...string) bool {
 // named function.
 func blockedIn(p *profile.Profile, tid int, names ...string) (ns int64) {
 	for _, s := range p.Sample {
-		if s.NumLabel[LabelTID][0] == int64(tid) && stackHas(s, names...) {
+		if s.NumLabel[schema.LabelTID][0] == int64(tid) && stackHas(s, names...) {
 			ns += s.Value[0]
 		}
 	}
@@ -173,8 +174,8 @@ func checkWorkload(t *testing.T, p *profile.Profile, res []wlResult, each time.D
 			t.Errorf("%s: recorded %v in %v, requested %v, measured %v (want within 2%%)",
 				r.Thread, time.Duration(got), want[r.Thread], time.Duration(requested), time.Duration(r.Blocked))
 			for _, s := range p.Sample {
-				if s.NumLabel[LabelTID][0] == int64(r.TID) {
-					t.Logf("  %v %v %s", time.Duration(s.Value[0]), s.Label, FoldedStack(s))
+				if s.NumLabel[schema.LabelTID][0] == int64(r.TID) {
+					t.Logf("  %v %v %s", time.Duration(s.Value[0]), s.Label, schema.FoldedSample(s))
 				}
 			}
 		} else {
@@ -182,7 +183,7 @@ func checkWorkload(t *testing.T, p *profile.Profile, res []wlResult, each time.D
 		}
 		named := false
 		for _, s := range p.Sample {
-			if s.NumLabel[LabelTID][0] == int64(r.TID) && s.Label[LabelThread][0] == r.Thread {
+			if s.NumLabel[schema.LabelTID][0] == int64(r.TID) && s.Label[schema.LabelThread][0] == r.Thread {
 				named = true
 			}
 		}
@@ -224,7 +225,7 @@ func TestRecordTracepointFallback(t *testing.T) {
 	// last time: that is not off-CPU time.
 	for _, smp := range p.Sample {
 		if stackHas(smp, "do_task_dead") {
-			t.Errorf("a dead thread's last switch counted: %v %s", time.Duration(smp.Value[0]), FoldedStack(smp))
+			t.Errorf("a dead thread's last switch counted: %v %s", time.Duration(smp.Value[0]), schema.FoldedSample(smp))
 		}
 	}
 }
@@ -252,8 +253,8 @@ func TestRecordFilters(t *testing.T) {
 		p, _, _ := runWorkload(t, Options{StateMask: 1 << StateSleeping}, "-rounds", "2", "-each", "10ms")
 		for _, s := range p.Sample {
 			// On-CPU time is kept whatever off-CPU states are selected.
-			if st := s.Label[LabelState][0]; st != "sleeping" && st != "on-cpu" {
-				t.Errorf("state %s recorded with only sleeping selected", s.Label[LabelState][0])
+			if st := s.Label[schema.LabelState][0]; st != "sleeping" && st != "on-cpu" {
+				t.Errorf("state %s recorded with only sleeping selected", s.Label[schema.LabelState][0])
 			}
 		}
 	})
@@ -261,7 +262,7 @@ func TestRecordFilters(t *testing.T) {
 		p, _, _ := runWorkload(t, Options{NoKernelStacks: true}, "-rounds", "2", "-each", "10ms")
 		for _, s := range p.Sample {
 			for _, l := range s.Location {
-				if l.Mapping != nil && l.Mapping.File == KernelMapping {
+				if l.Mapping != nil && l.Mapping.File == schema.KernelMapping {
 					t.Fatal("kernel frame recorded with NoKernelStacks")
 				}
 			}
@@ -289,8 +290,8 @@ func TestRecordPID(t *testing.T) {
 	}
 	var napping int64
 	for _, smp := range p.Sample {
-		if smp.NumLabel[LabelPID][0] != int64(cmd.Process.Pid) {
-			t.Fatalf("sample of pid %d recorded with -p %d", smp.NumLabel[LabelPID][0], cmd.Process.Pid)
+		if smp.NumLabel[schema.LabelPID][0] != int64(cmd.Process.Pid) {
+			t.Fatalf("sample of pid %d recorded with -p %d", smp.NumLabel[schema.LabelPID][0], cmd.Process.Pid)
 		}
 		if stackHas(smp, "main.napLoop", "do_nanosleep") {
 			napping += smp.Value[0]
@@ -333,7 +334,7 @@ func TestStartErrors(t *testing.T) {
 
 func wakeupsOf(p *profile.Profile, tid int64, class string) (n int64, samples []*profile.Sample) {
 	for _, s := range p.Sample {
-		if s.NumLabel[LabelTargetTID][0] == tid && (class == "" || s.Label[LabelWakeupClass][0] == class) {
+		if s.NumLabel[schema.LabelTargetTID][0] == tid && (class == "" || s.Label[schema.LabelWakeupClass][0] == class) {
 			n += s.Value[0]
 			samples = append(samples, s)
 		}
@@ -359,10 +360,10 @@ func TestWakeups(t *testing.T) {
 		_, samples := wakeupsOf(wp, tids["wl-loop"], "eventfd")
 		var byProducer int64
 		for _, s := range samples {
-			if stackHas(s, "main.produceEvents", "eventfd_write") && s.Label[LabelThread][0] == "wl-producer" {
+			if stackHas(s, "main.produceEvents", "eventfd_write") && s.Label[schema.LabelThread][0] == "wl-producer" {
 				byProducer += s.Value[0]
 			} else {
-				t.Logf("other eventfd waker: %s (%d)", FoldedStack(s), s.Value[0])
+				t.Logf("other eventfd waker: %s (%d)", schema.FoldedSample(s), s.Value[0])
 			}
 		}
 		if byProducer < n*99/100 || byProducer > n*101/100 {
@@ -373,11 +374,11 @@ func TestWakeups(t *testing.T) {
 	t.Run("futex-offwake", func(t *testing.T) {
 		var linked, waiting int64
 		for _, s := range off.Sample {
-			if s.NumLabel[LabelTID][0] != tids["wl-waiter"] || !stackHas(s, "main.waitLoop", "futex_wait") {
+			if s.NumLabel[schema.LabelTID][0] != tids["wl-waiter"] || !stackHas(s, "main.waitLoop", "futex_wait") {
 				continue
 			}
 			waiting += s.Value[0]
-			if stackHas(s, "main.releaseLoop", "futex_wake") && s.Label[LabelWaker][0] == "wl-releaser" {
+			if stackHas(s, "main.releaseLoop", "futex_wake") && s.Label[schema.LabelWaker][0] == "wl-releaser" {
 				linked += s.Value[0]
 			}
 		}
@@ -390,14 +391,14 @@ func TestWakeups(t *testing.T) {
 		_, samples := wakeupsOf(wp, tids["wl-sleeper"], "")
 		var irq int64
 		for _, s := range samples {
-			switch s.Label[LabelThread][0] {
+			switch s.Label[schema.LabelThread][0] {
 			case "wl-spinner":
 				// Futex wake-ups by the Go runtime on that thread are real.
-				if s.Label[LabelWakeupClass][0] == "timer" {
+				if s.Label[schema.LabelWakeupClass][0] == "timer" {
 					t.Errorf("%d timer wake-ups blamed on the unrelated spinning thread", s.Value[0])
 				}
 			case "[interrupt]", "[softirq]":
-				if s.Label[LabelWakeupClass][0] == "timer" {
+				if s.Label[schema.LabelWakeupClass][0] == "timer" {
 					irq += s.Value[0]
 				}
 			}
@@ -422,7 +423,7 @@ func TestCPUSamples(t *testing.T) {
 	}
 	var spinNs, offInSpin int64
 	for _, s := range p.Sample {
-		if s.NumLabel[LabelTID][0] == spinner && stackHas(s, "main.spin") {
+		if s.NumLabel[schema.LabelTID][0] == spinner && stackHas(s, "main.spin") {
 			spinNs += s.Value[2]
 			offInSpin += s.Value[0]
 		}
@@ -461,7 +462,7 @@ func TestOpenIntervalsAtStop(t *testing.T) {
 		}
 		var open int64
 		for _, smp := range p.Sample {
-			if len(smp.Label[LabelInterval]) > 0 && smp.Label[LabelThread][0] == "wl-nanosleep" && stackHas(smp, "main.napLoop", "do_nanosleep") {
+			if len(smp.Label[schema.LabelInterval]) > 0 && smp.Label[schema.LabelThread][0] == "wl-nanosleep" && stackHas(smp, "main.napLoop", "do_nanosleep") {
 				open += smp.Value[0]
 			}
 		}
@@ -543,8 +544,8 @@ func TestBlockedBeforeStart(t *testing.T) {
 	}
 	sum := map[string]int64{}
 	for _, smp := range p.Sample {
-		if iv := smp.Label[LabelInterval]; len(iv) > 0 && stackHas(smp, "hrtimer_nanosleep") {
-			sum[smp.Label[LabelThread][0]+"/"+iv[0]] += smp.Value[0]
+		if iv := smp.Label[schema.LabelInterval]; len(iv) > 0 && stackHas(smp, "hrtimer_nanosleep") {
+			sum[smp.Label[schema.LabelThread][0]+"/"+iv[0]] += smp.Value[0]
 		}
 	}
 	window := int64(s.Stats().Duration)
@@ -563,11 +564,11 @@ func TestBlockedBeforeStart(t *testing.T) {
 	} {
 		found := false
 		for _, smp := range p.Sample {
-			if iv := smp.Label[LabelInterval]; len(iv) > 0 && smp.Label[LabelThread][0] == thread {
+			if iv := smp.Label[schema.LabelInterval]; len(iv) > 0 && smp.Label[schema.LabelThread][0] == thread {
 				if stackHas(smp, want...) {
 					found = true
 				} else {
-					t.Logf("%s: %s", thread, FoldedStack(smp))
+					t.Logf("%s: %s", thread, schema.FoldedSample(smp))
 				}
 			}
 		}

@@ -47,7 +47,7 @@ ffffffff81000a00 T zz_end
 			// 5 ms, woken from the block-I/O softirq.
 			{tgid: pid, tid: idler, state: StateUninterruptible, ns: 5e6, count: 1,
 				kernel: []uint64{0xffffffff81000110},
-				waker: waker{valid: true, irq: true, kernel: []uint64{0xffffffff81000410, 0xffffffff81000510, 0xffffffff81000610, 0xffffffff81000710, 0xffffffff81000810}, kernelID: 3}},
+				waker:  waker{valid: true, irq: true, kernel: []uint64{0xffffffff81000410, 0xffffffff81000510, 0xffffffff81000610, 0xffffffff81000710, 0xffffffff81000810}, kernelID: 3}},
 		},
 		// waiter: 2 + 1 samples of 30 ms on a CPU; holder: 7 ms, unsampled.
 		cpu: []cpuRecord{
@@ -68,7 +68,7 @@ ffffffff81000a00 T zz_end
 	}
 	byThread := map[string][]*profile.Sample{}
 	for _, smp := range p.Sample {
-		th := smp.Label[LabelThread][0]
+		th := smp.Label[schema.LabelThread][0]
 		byThread[th] = append(byThread[th], smp)
 	}
 	val := func(smp *profile.Sample, typ string) int64 { return smp.Value[idx[typ]] }
@@ -88,13 +88,13 @@ ffffffff81000a00 T zz_end
 	if got := [4]int64{val(w, schema.OffCPU), val(w, schema.Blocked), val(w, schema.RunQueue), val(w, schema.WakerWaiting)}; got != [4]int64{12e6, 10e6, 2e6, 4e6} {
 		t.Errorf("waiter off_cpu, blocked, runqueue, waker_waiting = %v, want [12e6 10e6 2e6 4e6]", got)
 	}
-	if got := w.Label[LabelWaker]; len(got) != 1 || got[0] != "holder" {
+	if got := w.Label[schema.LabelWaker]; len(got) != 1 || got[0] != "holder" {
 		t.Errorf("waiter's waker label %v, want holder", got)
 	}
 	if got := w.Label[schema.LabelWakerStack]; len(got) != 1 || !strings.Contains(got[0], "futex_wake") {
 		t.Errorf("waiter's waker stack %v, want the waker's futex_wake", got)
 	}
-	if got := w.NumLabel[LabelWakerTID]; len(got) != 1 || got[0] != holder {
+	if got := w.NumLabel[schema.LabelWakerTID]; len(got) != 1 || got[0] != holder {
 		t.Errorf("waiter's waker tid %v, want %d", got, holder)
 	}
 	leaf := w.Location[0].Line[0].Function.Name
@@ -108,7 +108,7 @@ ffffffff81000a00 T zz_end
 	if len(byThread["holder"]) != 1 || byThread["holder"][0].Location[0].Line[0].Function.Name != schema.OnCPUUnsampled || val(byThread["holder"][0], schema.CPU) != 7e6 {
 		t.Errorf("holder: want one %s sample of 7 ms, got %d samples", schema.OnCPUUnsampled, len(byThread["holder"]))
 	}
-	if got := byThread["idler"]; len(got) != 1 || got[0].Label[LabelWakeupClass][0] != "block-io" {
+	if got := byThread["idler"]; len(got) != 1 || got[0].Label[schema.LabelWakeupClass][0] != "block-io" {
 		t.Errorf("idler's wake-up class: want block-io (the softirq that woke it), got %v", got)
 	}
 }

@@ -15,13 +15,14 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/schema"
 )
 
 // namedUserFrame says whether the sample has a user frame named by a
 // function: not a file offset, an address or a marker.
 func namedUserFrame(s *profile.Sample) bool {
 	for _, l := range s.Location {
-		if l.Mapping == nil || l.Mapping.File == KernelMapping || len(l.Line) == 0 {
+		if l.Mapping == nil || l.Mapping.File == schema.KernelMapping || len(l.Line) == 0 {
 			continue
 		}
 		n := l.Line[0].Function.Name
@@ -85,11 +86,11 @@ func TestProcessChurn(t *testing.T) {
 
 	var total, named, slept, inNap, prestart int64
 	for _, smp := range p.Sample {
-		if smp.Label[LabelThread][0] != "nap" {
+		if smp.Label[schema.LabelThread][0] != "nap" {
 			continue
 		}
 		total += smp.Value[0]
-		if iv := smp.Label[LabelInterval]; len(iv) > 0 && iv[0] != "open" {
+		if iv := smp.Label[schema.LabelInterval]; len(iv) > 0 && iv[0] != "open" {
 			prestart += smp.Value[0] // created during the recording: never blocked before it
 		}
 		if namedUserFrame(smp) {
@@ -136,9 +137,9 @@ func TestProcessChurn(t *testing.T) {
 			time.Duration(inNap), time.Duration(slept), *st.Unwind, unwindLeft)
 		n := 0
 		for _, smp := range p.Sample {
-			if smp.Label[LabelThread][0] == "nap" && stackHas(smp, "clock_nanosleep") && !stackHas(smp, "nap_here") && n < 5 {
+			if smp.Label[schema.LabelThread][0] == "nap" && stackHas(smp, "clock_nanosleep") && !stackHas(smp, "nap_here") && n < 5 {
 				n++
-				t.Logf("cut: %v %s", time.Duration(smp.Value[0]), FoldedStack(smp))
+				t.Logf("cut: %v %s", time.Duration(smp.Value[0]), schema.FoldedSample(smp))
 			}
 		}
 	}

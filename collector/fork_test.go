@@ -109,11 +109,11 @@ func load(t *testing.T, url string, size int, d time.Duration) {
 // stack reaches a thread start, and all their off-CPU time with a user stack.
 func startShare(p *profile.Profile, pids []int) (whole, all time.Duration) {
 	for _, smp := range p.Sample {
-		if smp.Value[0] == 0 || !slices.Contains(pids, int(smp.NumLabel[LabelPID][0])) {
+		if smp.Value[0] == 0 || !slices.Contains(pids, int(smp.NumLabel[schema.LabelPID][0])) {
 			continue
 		}
 		root := smp.Location[len(smp.Location)-1]
-		if root.Mapping == nil || root.Mapping.File == KernelMapping {
+		if root.Mapping == nil || root.Mapping.File == schema.KernelMapping {
 			continue
 		}
 		all += time.Duration(smp.Value[0])
@@ -129,7 +129,7 @@ func startShare(p *profile.Profile, pids []int) (whole, all time.Duration) {
 func topUserStack(p *profile.Profile, pid int) string {
 	var best *profile.Sample
 	for _, smp := range p.Sample {
-		if int(smp.NumLabel[LabelPID][0]) == pid && (best == nil || smp.Value[0] > best.Value[0]) {
+		if int(smp.NumLabel[schema.LabelPID][0]) == pid && (best == nil || smp.Value[0] > best.Value[0]) {
 			best = smp
 		}
 	}
@@ -138,7 +138,7 @@ func topUserStack(p *profile.Profile, pid int) string {
 	}
 	var fr []string
 	for _, l := range best.Location {
-		if l.Mapping != nil && l.Mapping.File != KernelMapping {
+		if l.Mapping != nil && l.Mapping.File != schema.KernelMapping {
 			fr = append(fr, l.Line[0].Function.Name)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/offcpu/offcpu/internal/testenv"
+	"github.com/offcpu/offcpu/schema"
 )
 
 // jdk returns the paths of java, javac and jcmd, or skips: a JDK is not
@@ -71,7 +72,7 @@ func TestJVMMonitorStacks(t *testing.T) {
 	var monitor, whole int64
 	for _, smp := range p.Sample {
 		f := userFuncs(smp)
-		if !containsFunc(f, "ObjectMonitor::enter") || !strings.HasPrefix(smp.Label[LabelThread][0], "contender-") {
+		if !containsFunc(f, "ObjectMonitor::enter") || !strings.HasPrefix(smp.Label[schema.LabelThread][0], "contender-") {
 			continue
 		}
 		monitor += smp.Value[0]
@@ -97,7 +98,7 @@ func TestJVMMonitorStacks(t *testing.T) {
 func javaShare(t *testing.T, p *profile.Profile, thread, inside string, named func(string) bool) (float64, time.Duration) {
 	var all, hit int64
 	for _, smp := range p.Sample {
-		if !strings.HasPrefix(smp.Label[LabelThread][0], thread) {
+		if !strings.HasPrefix(smp.Label[schema.LabelThread][0], thread) {
 			continue
 		}
 		f := userFuncs(smp)
@@ -185,7 +186,7 @@ func checkContend(t *testing.T, s *Session, p *profile.Profile) {
 	var whole, monitor, line9 int64
 	for _, smp := range p.Sample {
 		f := userFuncs(smp)
-		if !strings.HasPrefix(smp.Label[LabelThread][0], "contender-") || !containsFunc(f, "ObjectMonitor::enter") {
+		if !strings.HasPrefix(smp.Label[schema.LabelThread][0], "contender-") || !containsFunc(f, "ObjectMonitor::enter") {
 			continue
 		}
 		monitor += smp.Value[0]
@@ -287,7 +288,7 @@ func recordNettyLoop(t *testing.T, home, dir, cp string) (in, all int64) {
 	chain := []string{"java.lang.Thread.run", "io.netty.util.concurrent.SingleThreadEventExecutor$4.run",
 		"io.netty.channel.nio.NioEventLoop.run", "io.netty.channel.nio.NioEventLoop.select", "sun.nio.ch.EPoll.wait", "epoll_wait"}
 	for _, smp := range p.Sample {
-		if !strings.HasPrefix(smp.Label[LabelThread][0], "nioEventLoopGro") {
+		if !strings.HasPrefix(smp.Label[schema.LabelThread][0], "nioEventLoopGro") {
 			continue
 		}
 		f := userFuncs(smp)

@@ -14,19 +14,6 @@ import (
 	"github.com/offcpu/offcpu/schema"
 )
 
-// KernelMapping is the File of the pprof mapping that holds kernel frames;
-// folded output puts those frames after the "-" separator.
-const KernelMapping = "[kernel.kallsyms]"
-
-// Sample label keys written by the recorder (see package schema).
-const (
-	LabelThread  = schema.LabelThread
-	LabelProcess = schema.LabelProcess
-	LabelState   = schema.LabelState
-	LabelTID     = schema.LabelTID
-	LabelPID     = schema.LabelPID
-)
-
 type profBuilder struct {
 	p    *profile.Profile
 	sym  *symbolizer
@@ -41,16 +28,6 @@ type profBuilder struct {
 	markers  map[string]*profile.Location
 }
 
-// Label keys of wake-up data (see package schema).
-const (
-	LabelWaker       = schema.LabelWaker
-	LabelWakerTID    = schema.LabelWakerTID
-	LabelWakeupClass = schema.LabelWakeupClass
-	LabelTarget      = schema.LabelTarget
-	LabelTargetTID   = schema.LabelTargetTID
-	LabelInterval    = schema.LabelInterval // "open": still blocked at the end; "before-start", "whole": blocked since before the start
-)
-
 func newProfBuilder(sym *symbolizer, types ...*profile.ValueType) *profBuilder {
 	b := &profBuilder{
 		sym:      sym,
@@ -64,7 +41,7 @@ func newProfBuilder(sym *symbolizer, types ...*profile.ValueType) *profBuilder {
 	}
 	b.p = &profile.Profile{SampleType: types, DefaultSampleType: types[0].Type,
 		PeriodType: &profile.ValueType{Type: types[0].Type, Unit: types[0].Unit}, Period: 1}
-	b.kmap = &profile.Mapping{ID: 1, File: KernelMapping, HasFunctions: true}
+	b.kmap = &profile.Mapping{ID: 1, File: schema.KernelMapping, HasFunctions: true}
 	b.p.Mapping = append(b.p.Mapping, b.kmap)
 	return b
 }
@@ -169,23 +146,23 @@ func (s *Session) offCPUProfile(d *drained, sym *symbolizer, names *threadNames)
 			Location: locs,
 			Value:    []int64{int64(r.ns), int64(r.count), 0, int64(r.ns - r.runq), int64(r.runq), int64(min(r.chain, r.ns-r.runq))},
 			Label: map[string][]string{
-				LabelThread:  {th.comm},
-				LabelProcess: {processName(d, r.tgid, s.procs)},
-				LabelState:   {r.state.String()},
+				schema.LabelThread:  {th.comm},
+				schema.LabelProcess: {processName(d, r.tgid, s.procs)},
+				schema.LabelState:   {r.state.String()},
 			},
-			NumLabel: map[string][]int64{LabelTID: {int64(r.tid)}, LabelPID: {int64(r.tgid)}},
+			NumLabel: map[string][]int64{schema.LabelTID: {int64(r.tid)}, schema.LabelPID: {int64(r.tgid)}},
 		}
 		switch {
 		case r.prestart && r.open:
-			smp.Label[LabelInterval] = []string{"whole"}
+			smp.Label[schema.LabelInterval] = []string{"whole"}
 		case r.prestart:
-			smp.Label[LabelInterval] = []string{"before-start"}
+			smp.Label[schema.LabelInterval] = []string{"before-start"}
 		case r.open:
-			smp.Label[LabelInterval] = []string{"open"}
+			smp.Label[schema.LabelInterval] = []string{"open"}
 		}
 		if r.waker.valid {
-			smp.Label[LabelWaker] = []string{names.waker(r.waker, sym.kern)}
-			smp.Label[LabelWakeupClass] = []string{classifyWakeup(r.waker, sym.kern)}
+			smp.Label[schema.LabelWaker] = []string{names.waker(r.waker, sym.kern)}
+			smp.Label[schema.LabelWakeupClass] = []string{classifyWakeup(r.waker, sym.kern)}
 			smp.Label[schema.LabelWakerStack] = []string{wakers.folded(r.waker)}
 			if !r.waker.irq {
 				smp.Label[schema.LabelWakerProcess] = []string{processName(d, r.waker.tgid, s.procs)}
@@ -194,7 +171,7 @@ func (s *Session) offCPUProfile(d *drained, sym *symbolizer, names *threadNames)
 				wait := waker{tgid: r.waker.tgid, user: r.waker.waitUser, kernel: r.waker.waitKernel, userID: r.waker.waitUserID, kernelID: r.waker.waitKernelID}
 				smp.Label[schema.LabelWakerWaitStack] = []string{wakers.foldedWait(wait)}
 			}
-			smp.NumLabel[LabelWakerTID] = []int64{int64(r.waker.tid)}
+			smp.NumLabel[schema.LabelWakerTID] = []int64{int64(r.waker.tid)}
 			smp.NumLabel[schema.LabelWakerPID] = []int64{int64(r.waker.tgid)}
 		}
 		b.p.Sample = append(b.p.Sample, smp)
@@ -256,21 +233,7 @@ func (ws *wakerStacks) folded(w waker) string {
 // fold writes locations (leaf first) as user frames root first, "-",
 // kernel frames.
 func (ws *wakerStacks) fold(locs []*profile.Location) string {
-	var uf, kf []string
-	for i := len(locs) - 1; i >= 0; i-- {
-		l := locs[i]
-		for j := len(l.Line) - 1; j >= 0; j-- {
-			if l.Mapping == ws.b.kmap {
-				kf = append(kf, frameName(l.Line[j]))
-			} else {
-				uf = append(uf, frameName(l.Line[j]))
-			}
-		}
-	}
-	if len(kf) > 0 {
-		uf = append(append(uf, "-"), kf...)
-	}
-	return strings.Join(uf, ";")
+	return schema.FoldFrames(schema.Frames(locs))
 }
 
 // onCPUSamples adds the on-CPU samples. Where the thread's exact on-CPU
@@ -292,11 +255,11 @@ func (s *Session) onCPUSamples(d *drained, b *profBuilder, names *threadNames) {
 			Location: locs,
 			Value:    []int64{0, 0, ns, 0, 0, 0},
 			Label: map[string][]string{
-				LabelThread:  {names.threadGen(tgid, tid, gen)},
-				LabelProcess: {processName(d, tgid, s.procs)},
-				LabelState:   {"on-cpu"},
+				schema.LabelThread:  {names.threadGen(tgid, tid, gen)},
+				schema.LabelProcess: {processName(d, tgid, s.procs)},
+				schema.LabelState:   {"on-cpu"},
 			},
-			NumLabel: map[string][]int64{LabelTID: {int64(tid)}, LabelPID: {int64(tgid)}},
+			NumLabel: map[string][]int64{schema.LabelTID: {int64(tid)}, schema.LabelPID: {int64(tgid)}},
 		})
 	}
 	sort.Slice(d.cpu, func(i, j int) bool { return d.cpu[i].count > d.cpu[j].count })
@@ -360,12 +323,12 @@ func (s *Session) wakeupProfile(d *drained, sym *symbolizer, names *threadNames)
 			Location: wb.stack(w.waker.tgid, kernel, user, 0, true),
 			Value:    []int64{int64(w.count), ended[wkey{w.tid, w.waker.tid, w.waker.userID, w.waker.kernelID, w.waker.irq}]},
 			Label: map[string][]string{
-				LabelThread:      {wakerName},
-				LabelTarget:      {target},
-				LabelWakeupClass: {class},
-				LabelProcess:     {processName(d, w.waker.tgid, s.procs)},
+				schema.LabelThread:      {wakerName},
+				schema.LabelTarget:      {target},
+				schema.LabelWakeupClass: {class},
+				schema.LabelProcess:     {processName(d, w.waker.tgid, s.procs)},
 			},
-			NumLabel: map[string][]int64{LabelTargetTID: {int64(w.tid)}, LabelWakerTID: {int64(w.waker.tid)}, LabelTID: {int64(w.waker.tid)}},
+			NumLabel: map[string][]int64{schema.LabelTargetTID: {int64(w.tid)}, schema.LabelWakerTID: {int64(w.waker.tid)}, schema.LabelTID: {int64(w.waker.tid)}},
 		})
 	}
 	return wb.p
@@ -409,8 +372,8 @@ func offwakeProfile(d *drained, sym *symbolizer, names *threadNames) *profile.Pr
 		ob.p.Sample = append(ob.p.Sample, &profile.Sample{
 			Location: locs,
 			Value:    []int64{int64(r.ns), int64(r.count)},
-			Label:    map[string][]string{LabelThread: {d.threadOf(&r).comm}, LabelWaker: {names.waker(r.waker, sym.kern)}},
-			NumLabel: map[string][]int64{LabelTID: {int64(r.tid)}, LabelWakerTID: {int64(r.waker.tid)}},
+			Label:    map[string][]string{schema.LabelThread: {d.threadOf(&r).comm}, schema.LabelWaker: {names.waker(r.waker, sym.kern)}},
+			NumLabel: map[string][]int64{schema.LabelTID: {int64(r.tid)}, schema.LabelWakerTID: {int64(r.waker.tid)}},
 		})
 	}
 	return ob.p

@@ -38,13 +38,13 @@ func ThreadTotals(p *profile.Profile) []ThreadTotal {
 	_, split := idx[schema.RunQueue]
 	byTID := map[int64]*ThreadTotal{}
 	for _, s := range p.Sample {
-		tid := s.NumLabel[LabelTID][0]
+		tid := s.NumLabel[schema.LabelTID][0]
 		t := byTID[tid]
 		if t == nil {
 			t = &ThreadTotal{TID: tid}
 			byTID[tid] = t
 		}
-		if names := s.Label[LabelThread]; len(names) > 0 && (t.Thread == "" || value(s, schema.OffCPU) != 0) {
+		if names := s.Label[schema.LabelThread]; len(names) > 0 && (t.Thread == "" || value(s, schema.OffCPU) != 0) {
 			t.Thread = names[0]
 		}
 		off := value(s, schema.OffCPU)

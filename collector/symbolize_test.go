@@ -13,6 +13,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/offcpu/offcpu/internal/testenv"
+	"github.com/offcpu/offcpu/schema"
 )
 
 func build(t testing.TB, name string, args ...string) {
@@ -176,7 +177,7 @@ ffffffffc0001000 t mod_func	[somemod]
 
 // fixtureProfile is a small recorder-shaped profile.
 func fixtureProfile() *profile.Profile {
-	kmap := &profile.Mapping{ID: 1, File: KernelMapping}
+	kmap := &profile.Mapping{ID: 1, File: schema.KernelMapping}
 	umap := &profile.Mapping{ID: 2, File: "/usr/bin/server", Start: 0x400000, Limit: 0x500000}
 	fn := func(id uint64, name string) *profile.Function { return &profile.Function{ID: id, Name: name} }
 	fns := []*profile.Function{fn(1, "__schedule"), fn(2, "schedule"), fn(3, "do_epoll_wait"), fn(4, "main"), fn(5, "loop;run"), fn(6, "wait")}
@@ -187,7 +188,7 @@ func fixtureProfile() *profile.Profile {
 	// An inlined frame: wait inlined into loop;run at one address.
 	locs[4].Line = []profile.Line{{Function: fns[5]}, {Function: fns[4]}}
 	sample := func(thread string, ns int64, l ...*profile.Location) *profile.Sample {
-		return &profile.Sample{Location: l, Value: []int64{ns, 1}, Label: map[string][]string{LabelThread: {thread}}}
+		return &profile.Sample{Location: l, Value: []int64{ns, 1}, Label: map[string][]string{schema.LabelThread: {thread}}}
 	}
 	return &profile.Profile{
 		SampleType: []*profile.ValueType{{Type: "off_cpu", Unit: "nanoseconds"}, {Type: "switches", Unit: "count"}},
@@ -206,12 +207,12 @@ func fixtureProfile() *profile.Profile {
 
 func TestWriteFoldedGolden(t *testing.T) {
 	var buf bytes.Buffer
-	if err := WriteFolded(&buf, fixtureProfile(), 0, 1000); err != nil {
+	if err := schema.WriteFolded(&buf, fixtureProfile(), schema.OffCPU, 1000); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Golden(t, "testdata/folded.golden", buf.Bytes())
-	if err := WriteFolded(&buf, fixtureProfile(), 5, 1); err == nil {
-		t.Error("out-of-range sample index accepted")
+	if err := schema.WriteFolded(&buf, fixtureProfile(), "no-such-type", 1); err == nil {
+		t.Error("a sample type the profile lacks accepted")
 	}
 }
 

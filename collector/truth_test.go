@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/schema"
 )
 
 func buildLate(t *testing.T) string {
@@ -129,16 +131,16 @@ func TestThreadsCreatedDuringRecording(t *testing.T) {
 				if d := got - th.off; d < -th.off/100 || d > th.off/100 {
 					t.Errorf("%s: recorded %v off-CPU, its own clock says %v (want within 1%%); stats %+v", th.name, got, th.off, s.Stats())
 					for _, smp := range p.Sample {
-						if smp.NumLabel[LabelTID][0] == th.tid {
-							t.Logf("  %v ×%d %v %s", time.Duration(smp.Value[0]), smp.Value[1], smp.Label, FoldedStack(smp))
+						if smp.NumLabel[schema.LabelTID][0] == th.tid {
+							t.Logf("  %v ×%d %v %s", time.Duration(smp.Value[0]), smp.Value[1], smp.Label, schema.FoldedSample(smp))
 						}
 					}
 				} else {
 					t.Logf("%s: recorded %v, its own clock %v", th.name, got, th.off)
 				}
 				for _, smp := range p.Sample {
-					if smp.NumLabel[LabelTID][0] == th.tid && len(smp.Label[LabelInterval]) > 0 {
-						t.Errorf("%s: %v labelled interval=%s: %s", th.name, time.Duration(smp.Value[0]), smp.Label[LabelInterval][0], FoldedStack(smp))
+					if smp.NumLabel[schema.LabelTID][0] == th.tid && len(smp.Label[schema.LabelInterval]) > 0 {
+						t.Errorf("%s: %v labelled interval=%s: %s", th.name, time.Duration(smp.Value[0]), smp.Label[schema.LabelInterval][0], schema.FoldedSample(smp))
 					}
 				}
 			}

@@ -27,7 +27,7 @@ func userFuncs(s *profile.Sample) []string {
 	var out []string
 	for i := len(s.Location) - 1; i >= 0; i-- {
 		l := s.Location[i]
-		if l.Mapping != nil && l.Mapping.File == KernelMapping {
+		if l.Mapping != nil && l.Mapping.File == schema.KernelMapping {
 			break
 		}
 		for j := len(l.Line) - 1; j >= 0; j-- {
@@ -169,7 +169,7 @@ func TestUnwindWithoutFramePointers(t *testing.T) {
 				t.Errorf("user stacks reaching a thread start: %.1f%% of off-CPU time, want at least %.0f%%", 100*share, 100*tc.min)
 				for _, smp := range p.Sample {
 					if f := userFuncs(smp); len(f) > 0 && !schema.IsThreadStart(f[0]) {
-						t.Logf("  truncated (%v, %v): %s", time.Duration(smp.Value[0]), smp.Label, FoldedStack(smp))
+						t.Logf("  truncated (%v, %v): %s", time.Duration(smp.Value[0]), smp.Label, schema.FoldedSample(smp))
 					}
 				}
 			}
@@ -219,7 +219,7 @@ func TestUnwindCPUSamples(t *testing.T) {
 	want := []string{"_start", "__libc_start_main", "main", "spin_a", "spin_b", "spin_c"}
 	var whole, all int64
 	for _, smp := range p.Sample {
-		if smp.Label[LabelState][0] != "on-cpu" || !containsFunc(userFuncs(smp), "spin_c") {
+		if smp.Label[schema.LabelState][0] != "on-cpu" || !containsFunc(userFuncs(smp), "spin_c") {
 			continue
 		}
 		all += smp.Value[2]

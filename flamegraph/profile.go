@@ -131,10 +131,10 @@ func (p *Profile) apply(sel Select) {
 func Load(sampleType string, sel Select, paths ...string) (*Profile, error) {
 	kind := schema.KindOffCPU
 	switch sampleType {
-	case "", "off_cpu", "offcpu":
-	case "cpu":
+	case "", schema.OffCPU, schema.KindOffCPU:
+	case schema.CPU:
 		kind = schema.KindCPU
-	case "wakeups", "wakeup":
+	case schema.Wakeups, schema.KindWakeup:
 		kind = schema.KindWakeup
 	default:
 		return nil, fmt.Errorf("--sample-type %q: use off_cpu, cpu or wakeups", sampleType)

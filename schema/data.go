@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -327,28 +326,7 @@ func ParseWakerStack(folded string) []Frame {
 }
 
 // frames returns a sample's frames root first, inlined ones expanded.
-func frames(s *profile.Sample) []Frame {
-	var out []Frame
-	for i := len(s.Location) - 1; i >= 0; i-- {
-		l := s.Location[i]
-		kernel := l.Mapping != nil && l.Mapping.File == "[kernel.kallsyms]"
-		module := ""
-		if l.Mapping != nil && !kernel {
-			module = filepath.Base(l.Mapping.File)
-		}
-		for j := len(l.Line) - 1; j >= 0; j-- {
-			name := "[unknown]"
-			if l.Line[j].Function != nil {
-				name = l.Line[j].Function.Name
-			}
-			out = append(out, Frame{Name: name, Kernel: kernel, Module: module})
-		}
-		if len(l.Line) == 0 {
-			out = append(out, Frame{Name: fmt.Sprintf("0x%x", l.Address), Kernel: kernel, Module: module})
-		}
-	}
-	return out
-}
+func frames(s *profile.Sample) []Frame { return Frames(s.Location) }
 
 // addFolded reads "frame;frame;... VALUE" lines. bcc's offcputime -f
 // puts the thread first and a "-" between user and kernel frames; lines

@@ -19,6 +19,7 @@ import (
 
 	"github.com/offcpu/offcpu/collector"
 	"github.com/offcpu/offcpu/internal/output"
+	"github.com/offcpu/offcpu/schema"
 )
 
 type recordFlags struct {
@@ -231,12 +232,12 @@ func (f *recordFlags) write(sess *collector.Session, prof *profile.Profile) erro
 		return err
 	}
 	if f.folded != "" {
-		if err := writeFile(f.folded, func(w io.Writer) error { return collector.WriteFolded(w, prof, 0, 1000) }); err != nil {
+		if err := writeFile(f.folded, func(w io.Writer) error { return schema.WriteFolded(w, prof, schema.OffCPU, 1000) }); err != nil {
 			return err
 		}
 	}
 	if f.cpuFolded != "" {
-		if err := writeFile(f.cpuFolded, func(w io.Writer) error { return collector.WriteFolded(w, prof, 2, 1000) }); err != nil {
+		if err := writeFile(f.cpuFolded, func(w io.Writer) error { return schema.WriteFolded(w, prof, schema.CPU, 1000) }); err != nil {
 			return err
 		}
 	}
@@ -245,12 +246,12 @@ func (f *recordFlags) write(sess *collector.Session, prof *profile.Profile) erro
 			return err
 		}
 		if f.wakeupsFolded != "" {
-			if err := writeFile(f.wakeupsFolded, func(w io.Writer) error { return collector.WriteWakeupsFolded(w, wp) }); err != nil {
+			if err := writeFile(f.wakeupsFolded, func(w io.Writer) error { return schema.WriteWakeupsFolded(w, wp) }); err != nil {
 				return err
 			}
 		}
 		if f.offwakeFolded != "" {
-			if err := writeFile(f.offwakeFolded, func(w io.Writer) error { return collector.WriteFoldedPlain(w, sess.Offwake(), 0, 1000) }); err != nil {
+			if err := writeFile(f.offwakeFolded, func(w io.Writer) error { return schema.WriteFoldedPlain(w, sess.Offwake(), schema.OffCPU, 1000) }); err != nil {
 				return err
 			}
 		}
