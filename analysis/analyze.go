@@ -23,6 +23,10 @@ type Options struct {
 	Messages int64
 	// Top is the number of stacks and functions listed (default 10).
 	Top int
+	// KeyMetrics are the workload's metrics a diff compares first, in
+	// this order; NotCompared are its counts that are not measurements
+	// (a diff checks them elsewhere or not at all).
+	KeyMetrics, NotCompared []string
 }
 
 // CategoryResult is one category's blocked time.

@@ -181,7 +181,7 @@ type DiffReport struct {
 // Diff compares two sides. Profile quantities are per profiled run.
 func Diff(base, cand *Side, r *Rules, o Options) (*DiffReport, error) {
 	dr := &DiffReport{Base: base, Cand: cand}
-	dr.Metrics = diffMetrics(base, cand)
+	dr.Metrics = diffMetrics(base, cand, o)
 	var err error
 	if dr.BaseReport, dr.BaseProfiledRuns, err = sideProfile(base, r, o); err != nil {
 		return nil, err
@@ -286,7 +286,7 @@ func sideProfile(s *Side, r *Rules, o Options) (*Report, int, error) {
 		}
 		runs++
 		files = append(files, run.Profiles...)
-		messages += int64(run.Metrics["published"])
+		messages += int64(run.Metrics[schema.MetricMessages])
 	}
 	if runs == 0 {
 		return nil, 0, nil
@@ -302,24 +302,23 @@ func sideProfile(s *Side, r *Rules, o Options) (*Report, int, error) {
 	return Analyze(d, r, o), runs, nil
 }
 
-// KeyMetrics are compared first, in this order, when present.
-var KeyMetrics = []string{"publish_rate", "publish_p50_ms", "publish_p99_ms", "e2e_p50_ms", "e2e_p99_ms",
-	"backlog", "cpu_per_msg_us", "broker_cpu_s", "broker_wakeups_per_msg", "monitor_waits", "entries_per_read", "wall_s", "cpu_s"}
-
-var skipMetrics = map[string]bool{"pid": true, "duration_s": true, "published": true, "delivered": true, "lost": true,
-	"duplicates": true, "order_violations": true, "invalid": true}
-
-func diffMetrics(base, cand *Side) []MetricDiff {
+// diffMetrics compares every metric both sides have: the workload's key
+// metrics first, then wall and CPU time, then the rest by name.
+func diffMetrics(base, cand *Side, o Options) []MetricDiff {
+	skip := map[string]bool{schema.MetricMessages: true}
+	for _, k := range o.NotCompared {
+		skip[k] = true
+	}
 	names := map[string]bool{}
 	for _, run := range append(append([]Run{}, base.Runs...), cand.Runs...) {
 		for k := range run.Metrics {
-			if !skipMetrics[k] {
+			if !skip[k] {
 				names[k] = true
 			}
 		}
 	}
 	var order []string
-	for _, k := range KeyMetrics {
+	for _, k := range append(append([]string{}, o.KeyMetrics...), schema.MetricWall, schema.MetricCPU) {
 		if names[k] {
 			order = append(order, k)
 			delete(names, k)

@@ -43,7 +43,7 @@ func RunFiles(args []string) (profiles, metrics []string, err error) {
 }
 
 // Published sums the messages published by the runs of these metrics
-// files (their "published" field; 0 where absent or unreadable).
+// files (schema.MetricMessages; 0 where absent or unreadable).
 func Published(metrics []string) int64 {
 	var n int64
 	for _, path := range metrics {
@@ -51,11 +51,11 @@ func Published(metrics []string) int64 {
 		if err != nil {
 			continue
 		}
-		var m struct {
-			Published int64 `json:"published"`
-		}
+		var m map[string]any
 		if json.Unmarshal(b, &m) == nil {
-			n += m.Published
+			if v, ok := m[schema.MetricMessages].(float64); ok {
+				n += int64(v)
+			}
 		}
 	}
 	return n

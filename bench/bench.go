@@ -24,7 +24,6 @@ import (
 
 	"github.com/offcpu/offcpu/analysis"
 	"github.com/offcpu/offcpu/collector"
-	"github.com/offcpu/offcpu/dispatcher"
 	"github.com/offcpu/offcpu/internal/output"
 	"github.com/offcpu/offcpu/schema"
 )
@@ -61,6 +60,8 @@ type Config struct {
 	Rules    *analysis.Rules
 	Progress io.Writer
 	Terminal bool // draw a progress bar instead of lines
+
+	workload Workload // resolved by validate
 }
 
 // RunRecord is one run as the report lists it.
@@ -99,15 +100,6 @@ type ScenarioResult struct {
 
 func (c *Config) bundled() bool { return c.BaselineCmd == "" && c.CandidateCmd == "" }
 
-// scenarios is the rotation's scenario list; one unnamed entry for
-// --baseline-cmd runs.
-func (c *Config) scenarios() []string {
-	if !c.bundled() || len(c.Scenarios) == 0 {
-		return []string{""}
-	}
-	return c.Scenarios
-}
-
 func (c *Config) validate() error {
 	if len(c.Variants) != 2 || c.Variants[0] == c.Variants[1] {
 		return fmt.Errorf("--variants takes two different names, baseline first (e.g. baseline,candidate)")
@@ -122,20 +114,13 @@ func (c *Config) validate() error {
 		return fmt.Errorf("give --messages or --duration, not both")
 	}
 	if c.bundled() {
-		if len(c.Scenarios) == 0 {
-			return fmt.Errorf("--scenario: give at least one scenario")
+		w, err := newBundledWorkload(c)
+		if err != nil {
+			return err
 		}
-		for _, name := range c.Scenarios {
-			sc, err := dispatcher.LoadScenario(name)
-			if err != nil {
-				return err
-			}
-			for _, v := range c.Variants {
-				if err := sc.CheckVariant(v); err != nil {
-					return fmt.Errorf("scenario %s: %w", sc.Name, err)
-				}
-			}
-		}
+		c.workload = w
+	} else {
+		c.workload = commandWorkload{[2]string{c.BaselineCmd, c.CandidateCmd}}
 	}
 	if c.ProfiledRuns > 0 && os.Geteuid() != 0 {
 		return fmt.Errorf("profiled runs need root for eBPF: run with sudo, or --profiled-runs 0")
@@ -160,9 +145,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		cfg.Rules = r
 	}
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
 	if cfg.Executable == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -170,17 +152,22 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		cfg.Executable = exe
 	}
-	if cfg.Threads == "" && cfg.bundled() {
-		// The profiled scenario's story: broker threads, or the client's
-		// listener pools.
-		sc, _ := dispatcher.LoadScenario(cfg.Scenarios[0])
-		cfg.Threads = sc.AnalyzedThreads()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Threads == "" {
+		cfg.Threads = cfg.workload.Threads()
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.Out, "runs"), 0o755); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", cfg.Out, err)
 	}
+	if w, ok := cfg.workload.(*bundledWorkload); ok {
+		if err := w.writeSpecs(filepath.Join(cfg.Out, "scenarios")); err != nil {
+			return nil, err
+		}
+	}
 	var plan []plannedRun
-	scs := cfg.scenarios()
+	scs := cfg.workload.Rotation()
 	for i := 1; i <= cfg.Runs; i++ {
 		for _, sc := range scs {
 			plan = append(plan, plannedRun{sc, 0, i, false}, plannedRun{sc, 1, i, false})
@@ -189,7 +176,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	for i := 1; i <= cfg.ProfiledRuns; i++ {
 		plan = append(plan, plannedRun{scs[0], 0, i, true}, plannedRun{scs[0], 1, i, true})
 	}
-	res := &Result{Setup: setupLine(&cfg)}
+	res := &Result{}
 	prog := newProgress(cfg.Progress, cfg.Terminal, len(plan))
 	start := time.Now()
 	for n, pr := range plan {
@@ -237,7 +224,7 @@ func runOne(ctx context.Context, cfg *Config, side string, pr plannedRun, name s
 		return rec
 	}
 	metricsPath := filepath.Join(dir, schema.MetricsFile)
-	cmd := runCommand(cfg, side, pr, metricsPath)
+	cmd := cfg.workload.Command(pr.scenario, pr.side, metricsPath)
 	logf, err := os.Create(filepath.Join(dir, schema.RunLogFile))
 	if err != nil {
 		rec.Failed, rec.Error = true, err.Error()
@@ -285,34 +272,6 @@ func runOne(ctx context.Context, cfg *Config, side string, pr plannedRun, name s
 	return rec
 }
 
-// runCommand is the command of one run: the bundled core through this
-// executable, or a side's shell command.
-func runCommand(cfg *Config, side string, pr plannedRun, metricsPath string) *exec.Cmd {
-	if !cfg.bundled() {
-		c := cfg.BaselineCmd
-		if pr.side == 1 {
-			c = cfg.CandidateCmd
-		}
-		cmd := exec.Command("sh", "-c", c)
-		cmd.Env = append(os.Environ(), "OFFCPU_METRICS="+metricsPath)
-		return cmd
-	}
-	args := []string{"dispatch", "-q", "--scenario", pr.scenario, "--variant", side, "--json", metricsPath}
-	if cfg.Pin {
-		args = append(args, "--pin")
-	}
-	if cfg.Messages > 0 {
-		args = append(args, "--messages", strconv.FormatInt(cfg.Messages, 10))
-	}
-	if cfg.Duration > 0 {
-		args = append(args, "--duration", cfg.Duration.String())
-	}
-	if cfg.Rate >= 0 {
-		args = append(args, "--rate", strconv.FormatFloat(cfg.Rate, 'f', -1, 64))
-	}
-	return exec.Command(cfg.Executable, args...)
-}
-
 // waitRun waits for a run; on cancellation it interrupts the run's
 // process group, and kills it 5 s later.
 func waitRun(ctx context.Context, cmd *exec.Cmd) error {
@@ -342,10 +301,10 @@ func readMetrics(rec *RunRecord, metricsPath string, cmd *exec.Cmd) {
 			rec.Failed, rec.Error = true, fmt.Sprintf("metrics file is not a JSON object: %v", err)
 		}
 	}
-	m["wall_s"] = rec.WallS
+	m[schema.MetricWall] = rec.WallS
 	if ps := cmd.ProcessState; ps != nil {
 		// wait4's rusage: the run and the children it waited for.
-		m["cpu_s"] = (ps.UserTime() + ps.SystemTime()).Seconds()
+		m[schema.MetricCPU] = (ps.UserTime() + ps.SystemTime()).Seconds()
 	}
 	if b, err := json.MarshalIndent(m, "", "  "); err == nil {
 		os.WriteFile(metricsPath, append(b, '\n'), 0o644)
@@ -467,7 +426,8 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func setupLine(cfg *Config) string {
+// setupLine describes the machine and the workload, as its runs ran it.
+func setupLine(cfg *Config, runs []RunRecord) string {
 	var u unix.Utsname
 	unix.Uname(&u)
 	cpu := "unknown CPU"
@@ -478,45 +438,14 @@ func setupLine(cfg *Config) string {
 	}
 	s := fmt.Sprintf("Linux %s, %s (%d CPUs), %s", unix.ByteSliceToString(u.Release[:]), cpu, runtime.NumCPU(), runtime.Version())
 	if cfg.bundled() {
-		for _, name := range cfg.Scenarios {
-			s += ";" + scenarioLine(cfg, name)
-		}
-		if cfg.Pin {
-			s += "; broker threads pinned to the first half of the CPUs, clients to the rest"
-		}
-	} else {
-		s += fmt.Sprintf("; baseline `%s`, candidate `%s`", cfg.BaselineCmd, cfg.CandidateCmd)
+		return s + ";" + cfg.workload.Setup(runs)
 	}
-	return s
+	return s + "; " + cfg.workload.Setup(runs)
 }
 
 // scenarioLabel names a scenario in run directory names.
 func scenarioLabel(name string) string {
 	return strings.TrimSuffix(strings.TrimSuffix(filepath.Base(name), ".yaml"), ".yml")
-}
-
-func scenarioLine(cfg *Config, name string) string {
-	s := ""
-	if sc, err := dispatcher.LoadScenario(name); err == nil {
-		if scaled, err := sc.Scaled(dispatcher.Scale{Messages: cfg.Messages, Duration: cfg.Duration, Rate: cfg.Rate, Churn: -1}); err == nil {
-			sc = scaled
-		}
-		amount := fmt.Sprintf("%d messages per run", sc.Messages)
-		if sc.Messages == 0 {
-			amount = fmt.Sprintf("publishing for %v per run", sc.Duration)
-		}
-		rate := "as fast as possible"
-		if sc.Rate > 0 {
-			rate = fmt.Sprintf("at %.0f msg/s", sc.Rate)
-		}
-		subs := 0
-		for _, x := range sc.Subscriptions {
-			subs += x.Consumers
-		}
-		s += fmt.Sprintf(" bundled dispatch core, scenario %s (%d producers, %d subscription(s), %d consumers in all, %d broker IO loops, %d-byte messages, %d keys, %s, %s)",
-			sc.Name, sc.Producers, len(sc.Subscriptions), subs, sc.BrokerIOThreads, sc.PayloadSize, sc.KeySpace, rate, amount)
-	}
-	return s
 }
 
 // progress shows run i of n, side, elapsed and ETA: a bar on a terminal,

@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/offcpu/offcpu/dispatcher"
 	"github.com/offcpu/offcpu/flamegraph"
 	"github.com/offcpu/offcpu/internal/output"
 	"github.com/offcpu/offcpu/schema"
@@ -23,18 +22,13 @@ type flameKind struct {
 
 var (
 	blockedFlames = flameKind{schema.OffCPU, "Blocked time with an application frame", true}
-	// A client pool's blocked time is its idle wait for tasks: its story
-	// is where its CPU goes, as seed 003's flame graphs show it.
-	cpuFlames = flameKind{schema.CPU, "On-CPU samples", false}
+	cpuFlames     = flameKind{schema.CPU, "On-CPU samples", false}
 )
 
 // flamesFor is the kind of graph the profiled scenario's story needs.
 func flamesFor(cfg *Config) flameKind {
-	if len(cfg.Scenarios) == 0 {
-		return blockedFlames
-	}
-	if sc, err := dispatcher.LoadScenario(cfg.Scenarios[0]); err == nil && sc.Change != dispatcher.ChangeFlow {
-		return cpuFlames
+	if st := cfg.workload.Story(); st != nil {
+		return st.Flames
 	}
 	return blockedFlames
 }
@@ -101,14 +95,11 @@ func writeFlameGraphs(cfg *Config, res *Result) error {
 // each of the profiled scenario's story functions (inclusive), per
 // published message of the profiled runs.
 func storyCPU(cfg *Config, res *Result) (fns []string, perMsg [2][]float64) {
-	if !cfg.bundled() || len(cfg.Scenarios) == 0 {
+	st := cfg.workload.Story()
+	if st == nil {
 		return nil, perMsg
 	}
-	sc, err := dispatcher.LoadScenario(cfg.Scenarios[0])
-	if err != nil {
-		return nil, perMsg
-	}
-	fns = sc.StoryFunctions()
+	fns = st.Functions
 	sel := flamegraph.Select{}
 	if cfg.Threads != "" {
 		sel.Threads = regexp.MustCompile(cfg.Threads)
@@ -118,7 +109,7 @@ func storyCPU(cfg *Config, res *Result) (fns []string, perMsg [2][]float64) {
 		var msgs float64
 		for _, r := range res.Runs {
 			if r.Side == cfg.Variants[side] && r.Profiled && !r.Failed {
-				msgs += r.Metrics["published"]
+				msgs += r.Metrics[schema.MetricMessages]
 			}
 		}
 		perMsg[side] = make([]float64, len(fns))

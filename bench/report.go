@@ -22,7 +22,9 @@ func finish(cfg *Config, res *Result) error {
 	if cfg.Threads != "" {
 		o.Threads = regexp.MustCompile(cfg.Threads)
 	}
-	for _, sc := range cfg.scenarios() {
+	o.KeyMetrics, o.NotCompared = cfg.workload.KeyMetrics()
+	res.Setup = setupLine(cfg, res.Runs)
+	for _, sc := range cfg.workload.Rotation() {
 		dr, err := diffScenario(cfg, res, sc, o)
 		if err != nil {
 			return err

@@ -2,6 +2,9 @@ package dispatcher
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -504,5 +507,35 @@ func TestFlowReadRequestCoalescedIntoSend(t *testing.T) {
 	d.Monitor.Exit()
 	if !pending {
 		t.Error("a Flow outside a send did not lead to a read")
+	}
+}
+
+// Every built-in scenario, scaled as the bench scales them, survives a
+// trip through a YAML file: bench starts runs from such files.
+func TestScenarioYAMLRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range ScenarioNames() {
+		sc, err := LoadScenario(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sc, err = sc.Scaled(Scale{Duration: 3 * time.Second, Rate: 500, Churn: -1}); err != nil {
+			t.Fatal(err)
+		}
+		b, err := sc.YAML()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		path := filepath.Join(dir, name+".yaml")
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		back, err := LoadScenario(path)
+		if err != nil {
+			t.Fatalf("%s: reading it back: %v\n%s", name, err, b)
+		}
+		if !reflect.DeepEqual(back, sc) {
+			t.Errorf("%s: read back as\n%+v\nwant\n%+v", name, back, sc)
+		}
 	}
 }

@@ -48,6 +48,14 @@ type SubResult struct {
 	ConsumeRate float64 `json:"consume_rate"`
 }
 
+// KeyMetrics are the run's metrics a diff compares first, in this order.
+var KeyMetrics = []string{"publish_rate", "publish_p50_ms", "publish_p99_ms", "e2e_p50_ms", "e2e_p99_ms",
+	"backlog", "cpu_per_msg_us", "broker_cpu_s", "broker_wakeups_per_msg", "monitor_waits", "entries_per_read"}
+
+// NotCompared are the run's counts that are not measurements: Verify
+// checks the deliveries.
+var NotCompared = []string{"pid", "duration_s", "delivered", "lost", "duplicates", "order_violations", "invalid"}
+
 // Result is what a run reports (offcpu dispatch --json).
 type Result struct {
 	Scenario        string      `json:"scenario"`

@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -258,6 +259,13 @@ func LoadScenario(nameOrFile string) (Scenario, error) {
 	}
 	s = s.withDefaults()
 	return s, s.Validate()
+}
+
+// YAML writes the scenario as a file LoadScenario reads back unchanged.
+func (s Scenario) YAML() ([]byte, error) {
+	return yaml.MarshalWithOptions(s, yaml.CustomMarshaler[time.Duration](func(d time.Duration) ([]byte, error) {
+		return []byte(strconv.Quote(d.String())), nil
+	}))
 }
 
 // Scale changes a scenario's size. Zero fields keep the scenario's;

@@ -66,3 +66,12 @@ const (
 
 // RunProfiles are the profiles a run directory may hold, in reading order.
 var RunProfiles = []string{ProfileFile, WakeupsFile}
+
+// Metrics every run's metrics file may carry, whatever the workload:
+// the messages it moved (for wake-ups per message), and what offcpu bench
+// adds, its wall-clock and CPU time.
+const (
+	MetricMessages = "published"
+	MetricWall     = "wall_s"
+	MetricCPU      = "cpu_s"
+)

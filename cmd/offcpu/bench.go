@@ -28,7 +28,8 @@ unprofiled runs, then the profiled runs under the recorder (off-CPU, wake-ups,
 on-CPU samples), with a cool-down before each run. Every run of the bundled
 dispatch core verifies its deliveries; a failed run is reported and left out
 of the statistics. Writes, under --out: runs/NAME/ (metrics.json, run.log,
-run.json, profiles and folded stacks), report.md (a PR-ready Measurements
+run.json, profiles and folded stacks), scenarios/ (each bundled scenario as
+resolved, which its runs start from), report.md (a PR-ready Measurements
 section), report.json and flame graphs. Ctrl-C keeps the finished runs and
 writes the report for them.
 

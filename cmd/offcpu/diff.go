@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/dispatcher"
 )
 
 type diffFlags struct {
@@ -51,7 +52,9 @@ comma-separated) exits with status 3 when a condition holds.`,
 			if err != nil {
 				return err
 			}
-			var o analysis.Options
+			// Run directories of the bundled core compare its key metrics
+			// first; other benchmarks' metrics follow by name.
+			o := analysis.Options{KeyMetrics: dispatcher.KeyMetrics, NotCompared: dispatcher.NotCompared}
 			if f.threads != "" {
 				if o.Threads, err = regexp.Compile(f.threads); err != nil {
 					return fmt.Errorf("--threads: %v", err)
