@@ -418,7 +418,7 @@ func (u *unorderedListener) triggerListener(lc *listenerConsumer) {
 
 func TestListenerOrderCheckCatchesDisorder(t *testing.T) {
 	registerListenerVariant(&unorderedListener{})
-	defer delete(listenerVariants, "unordered")
+	defer delete(sides[ChangeListener], "unordered")
 	sc, err := LoadScenario("listener-throughput")
 	if err != nil {
 		t.Fatal(err)

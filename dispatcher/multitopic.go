@@ -34,13 +34,9 @@ type batchVariant interface {
 	batchNext(ic *internalConsumer, received int) bool
 }
 
-var batchVariants = map[string]batchVariant{}
-
-func registerBatchVariant(v batchVariant) { batchVariants[v.Name()] = v }
-
 func init() {
-	registerBatchVariant(batchBaseline{})
-	registerBatchVariant(batchCandidate{})
+	registerSide(ChangeBatch, batchSide{batchBaseline{}})
+	registerSide(ChangeBatch, batchSide{batchCandidate{}})
 }
 
 // batchBaseline: a batch receive after every receive that returned

@@ -34,12 +34,9 @@ type throttleVariant interface {
 	onExceeded(t *throttling, topic int) // topic < 0: the broker's rate
 }
 
-var throttleVariants = map[string]throttleVariant{}
-
 func init() {
-	for _, v := range []throttleVariant{throttleBaseline{}, throttleCandidate{}} {
-		throttleVariants[v.Name()] = v
-	}
+	registerSide(ChangeThrottle, throttleSide{throttleBaseline{}})
+	registerSide(ChangeThrottle, throttleSide{throttleCandidate{}})
 }
 
 type throttleBaseline struct{}

@@ -21,18 +21,51 @@ type Variant interface {
 	RemoveConsumerAccounting(d *Dispatcher, c *Consumer)
 }
 
-var variants = map[string]Variant{}
+// RegisterVariant makes a variant of the broker's Flow handling (change
+// 000) selectable by name.
+func RegisterVariant(v Variant) { registerSide(ChangeFlow, flowSide{v}) }
 
-// RegisterVariant makes a variant selectable by name.
-func RegisterVariant(v Variant) { variants[v.Name()] = v }
-
-// LookupVariant returns the named variant.
+// LookupVariant returns the named variant of change 000.
 func LookupVariant(name string) (Variant, error) {
-	if v, ok := variants[name]; ok {
-		return v, nil
+	if s, ok := sides[ChangeFlow][name]; ok {
+		return s.(flowSide).Variant, nil
 	}
 	return nil, fmt.Errorf("unknown variant %q (known: %s)", name, strings.Join(VariantNames(), ", "))
 }
+
+// side is one side of a change, by name: it puts its code into the
+// variantSet of a run.
+type side interface {
+	Name() string
+	Description() string
+	install(vs *variantSet)
+}
+
+// sides: every change's sides, by change and name.
+var sides = map[string]map[string]side{}
+
+func registerSide(change string, s side) {
+	if sides[change] == nil {
+		sides[change] = map[string]side{}
+	}
+	sides[change][s.Name()] = s
+}
+
+type flowSide struct{ Variant }
+
+func (s flowSide) install(vs *variantSet) { vs.broker = s.Variant }
+
+type listenerSide struct{ listenerVariant }
+
+func (s listenerSide) install(vs *variantSet) { vs.listener = s.listenerVariant }
+
+type batchSide struct{ batchVariant }
+
+func (s batchSide) install(vs *variantSet) { vs.batch = s.batchVariant }
+
+type throttleSide struct{ throttleVariant }
+
+func (s throttleSide) install(vs *variantSet) { vs.throttle = s.throttleVariant }
 
 // The seed changes a scenario can measure (Scenario.Change): --variant
 // picks the side of that change, and every other change runs its
@@ -57,30 +90,22 @@ type listenerVariant interface {
 	triggerListener(lc *listenerConsumer)
 }
 
-var listenerVariants = map[string]listenerVariant{}
+func registerListenerVariant(v listenerVariant) { registerSide(ChangeListener, listenerSide{v}) }
 
-func registerListenerVariant(v listenerVariant) { listenerVariants[v.Name()] = v }
+// changeOf: a scenario without a known change measures change 000.
+func changeOf(change string) string {
+	if sides[change] == nil {
+		return ChangeFlow
+	}
+	return change
+}
 
 // ChangeVariants returns the names and descriptions of a change's sides.
 func ChangeVariants(change string) [][2]string {
 	var out [][2]string
-	switch change {
-	case ChangeListener:
-		for _, n := range sortedKeys(listenerVariants) {
-			out = append(out, [2]string{n, listenerVariants[n].Description()})
-		}
-	case ChangeBatch:
-		for _, n := range sortedKeys(batchVariants) {
-			out = append(out, [2]string{n, batchVariants[n].Description()})
-		}
-	case ChangeThrottle:
-		for _, n := range sortedKeys(throttleVariants) {
-			out = append(out, [2]string{n, throttleVariants[n].Description()})
-		}
-	default:
-		for _, n := range VariantNames() {
-			out = append(out, [2]string{n, variants[n].Description()})
-		}
+	m := sides[changeOf(change)]
+	for _, n := range sortedKeys(m) {
+		out = append(out, [2]string{n, m[n].Description()})
 	}
 	return out
 }
@@ -103,38 +128,15 @@ type variantSet struct {
 }
 
 // resolveVariants returns the variants of a run of change with the side
-// named name.
+// named name; the other changes run their candidates.
 func resolveVariants(change, name string) (variantSet, error) {
 	vs := variantSet{broker: candidate{}, listener: listenerCandidate{}, batch: batchCandidate{}, throttle: throttleCandidate{}}
-	unknown := func(known []string) error {
-		return fmt.Errorf("unknown variant %q of change %s (known: %s)", name, change, strings.Join(known, ", "))
+	change = changeOf(change)
+	s, ok := sides[change][name]
+	if !ok {
+		return vs, fmt.Errorf("unknown variant %q of change %s (known: %s)", name, change, strings.Join(sortedKeys(sides[change]), ", "))
 	}
-	switch change {
-	case ChangeListener:
-		v, ok := listenerVariants[name]
-		if !ok {
-			return vs, unknown(sortedKeys(listenerVariants))
-		}
-		vs.listener = v
-	case ChangeBatch:
-		v, ok := batchVariants[name]
-		if !ok {
-			return vs, unknown(sortedKeys(batchVariants))
-		}
-		vs.batch = v
-	case ChangeThrottle:
-		v, ok := throttleVariants[name]
-		if !ok {
-			return vs, unknown(sortedKeys(throttleVariants))
-		}
-		vs.throttle = v
-	default:
-		v, err := LookupVariant(name)
-		if err != nil {
-			return vs, err
-		}
-		vs.broker = v
-	}
+	s.install(&vs)
 	return vs, nil
 }
 
@@ -144,8 +146,8 @@ func (s Scenario) CheckVariant(name string) error {
 	return err
 }
 
-// VariantNames lists the registered variants.
-func VariantNames() []string { return sortedKeys(variants) }
+// VariantNames lists the registered variants of change 000.
+func VariantNames() []string { return sortedKeys(sides[ChangeFlow]) }
 
 func init() {
 	RegisterVariant(baseline{})
