@@ -1,0 +1,472 @@
+/* Scheduler accounting: an off-CPU interval from switch-out to switch-in,
+ * split at the wake-up, with its stacks; on-CPU time; wait chains. */
+#ifndef OFFCPU_SCHED_H
+#define OFFCPU_SCHED_H
+
+/* A switch-out waiting for its switch-in. */
+struct start_rec {
+	u64 ts;      /* bpf_ktime_get_ns() at switch-out */
+	s64 ustack;  /* stack id in stacks, or negative errno */
+	s64 kstack;
+	u32 tgid;
+	u32 tgen;    /* task_gen of the thread */
+	u8 state;    /* enum offcpu_state */
+	u8 pending;  /* 1 while the thread is off-CPU */
+	u8 seen;     /* thread already announced in threads */
+	u8 running;  /* 1 from a switch-in seen to the next switch-out */
+	u8 counting; /* its on-CPU time is counted from a switch seen */
+	/* The last sleep whose stacks were both captured: user registers,
+	 * syscall and its first argument, and the stack ids (tp_btf only).
+	 * ip == 0: nothing cached. */
+	u64 ip, sp, bp, sysnr, arg0;
+	s64 c_ustack, c_kstack;
+	/* The waker of the thread's current sleep (written by the waker), and
+	 * how long, since this sleep began, the waker was itself off a CPU. */
+	struct waker_rec waker;
+	u64 waker_wait_ns;
+	/* As a waker: the last wake-up whose stacks were captured, for reuse. */
+	u64 w_ip, w_sp, w_bp, w_sysnr, w_arg0;
+	u32 w_target;
+	s64 w_ustack, w_kstack;
+	u32 gen, w_gen; /* unwind_gen_of() when the cached stacks were walked */
+	u64 ran;        /* the thread's se.sum_exec_runtime at switch-out */
+	/* The time of the wake-up that ended the current sleep (sched_wakeup:
+	 * the thread is on a run queue from then); 0 until it is woken. */
+	u64 wake_ts;
+	/* ts and wake_ts by the run queue's clock (rq_clock_of); 0: unknown. */
+	u64 ts_rq, wake_rq;
+	/* The last switch-in: its time and se.sum_exec_runtime then. */
+	u64 in_ts, in_ran;
+	u64 oncpu;      /* ns on a CPU inside the window so far */
+};
+
+/* A thread's last waits (bpf_ktime_get_ns bounds and stack ids), for the
+ * chains of the threads it wakes; the newest at next - 1. */
+struct past_waits {
+	u64 from[PAST_WAITS], to[PAST_WAITS];
+	s64 ustack[PAST_WAITS], kstack[PAST_WAITS];
+	u32 next;
+};
+
+/* Key: tid. Value: start_rec. Written at switch-out, consumed at switch-in
+ * by the classic tracepoint program, which has no task pointer for next.
+ * Size: --max-threads. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, struct start_rec);
+} starts SEC(".maps");
+
+/* Same record kept on the task itself by the tp_btf program: no capacity
+ * limit and no hash lookup. Freed by the kernel when the task exits. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct start_rec);
+} task_starts SEC(".maps");
+
+/* A recorded thread's last waits (past_waits), kept on the task by the
+ * tp_btf switch program at each switch-in, read by sched_waking when the
+ * thread wakes another. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct past_waits);
+} task_waits SEC(".maps");
+
+/* Key: offcpu_key. Value: offcpu_val (ns and count). Written at switch-in,
+ * drained by user space at the end. Size: --agg-entries. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct offcpu_key);
+	__type(value, struct offcpu_val);
+} offcpu SEC(".maps");
+
+/* Key: tid. Value: prestart_val. Written at a target's first switch-in
+ * with no switch-out seen, and at Stop for targets that never switched.
+ * Size: --max-threads, allocated on use. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, struct prestart_val);
+} prestart SEC(".maps");
+
+/* Scratch space for a prestart_val, too large for the BPF stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct prestart_val);
+} prestart_scratch SEC(".maps");
+
+/* Key: tid. Value: the user stack id of a thread that was blocked when
+ * recording started, walked once by offcpu_snap_blocked right after the
+ * probes attached; used for its interval blocked since before the start.
+ * Size: --max-threads, allocated on use. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, s64);
+} blocked_ustacks SEC(".maps");
+
+/* Key: thread_key. Value: thread_cpu, the thread's exact on-CPU time in
+ * the window. Written at a thread's last switch-out (tp_btf) and by
+ * offcpu_flush_open for the threads alive at the end; drained by user
+ * space at the end. Size: --max-threads. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct thread_key);
+	__type(value, struct thread_cpu);
+} thread_cpus SEC(".maps");
+
+static __always_inline u8 classify(bool preempt, long state)
+{
+	if (preempt || state == 0 || (state & TASK_REPORT_MAX))
+		return STATE_PREEMPTED;
+	if (state & TASK_INTERRUPTIBLE)
+		return STATE_SLEEPING;
+	if (state & TASK_UNINTERRUPTIBLE)
+		return (state & TASK_NOLOAD) ? STATE_SLEEPING : STATE_UNINTERRUPTIBLE;
+	if (state & 0x80) /* classic tracepoint reports TASK_IDLE as I */
+		return STATE_SLEEPING;
+	return STATE_OTHER;
+}
+
+/* now: the switch-out's time, read on entry, so the stack walks (the
+ * program's own cost) do not count as the thread's time on a CPU. */
+static __always_inline void capture(void *ctx, struct start_rec *s, bool kthread, u64 now)
+{
+	s->kstack = -1;
+	s->ustack = -1;
+	if (want_kernel_stacks)
+		s->kstack = get_stack_id(ctx, 0, STAT_KSTACK_LOST);
+	if (want_user_stacks && !kthread) {
+		s->ustack = user_stack_id(ctx, STAT_USTACK_LOST);
+		if (s->ustack < 0 && s->ustack != -ENOMEM)
+			stat_add(STAT_USTACK_FAULT, 1);
+	}
+	s->ts = now;
+}
+
+/* The clock of the run queue a task is on (rq->clock): the scheduler
+ * stamps a switch at the start of __schedule and a wake-up at its enqueue
+ * with it, a few µs before the tracepoints fire, and counts CPU time and
+ * schedstat's run_delay from those stamps. 0 where it cannot be read
+ * (kernels without CONFIG_FAIR_GROUP_SCHED). */
+static __always_inline u64 rq_clock_of(struct task_struct *t)
+{
+	if (!bpf_core_field_exists(t->se.cfs_rq))
+		return 0;
+	return BPF_CORE_READ(t, se.cfs_rq, rq, clock);
+}
+
+/* The part of the interval from start to end spent waiting for a CPU:
+ * all of a preempted one; for a sleep, from its wake-up (woken) on. */
+static __always_inline u64 runq_part(struct start_rec *s, u64 start, u64 woken, u64 end)
+{
+	if (s->state == STATE_PREEMPTED)
+		return end - start;
+	if (woken > start && woken < end)
+		return end - woken;
+	return 0;
+}
+
+/* Adds one interval ending at end to the aggregation map, with its
+ * waker and the part of it (runq, <= its length) spent waiting for a
+ * CPU; open marks one still running when recording stops. len: its
+ * length, by the run queue's clock where both ends have it. */
+static __always_inline void account_interval(u32 tid, struct start_rec *s, struct waker_rec *w, u32 open, u64 end,
+					     u64 len, u64 runq, u64 chain)
+{
+	if (end <= s->ts)
+		return; /* started as the window closed */
+	u64 delta = len;
+	if (runq > delta)
+		runq = delta;
+	if (chain > delta - runq)
+		chain = delta - runq;
+	if (delta < min_block_ns || delta > max_block_ns) {
+		stat_add(STAT_OUT_OF_RANGE, 1);
+		return;
+	}
+	struct offcpu_key key = {
+		.tgid = s->tgid,
+		.tid = tid,
+		.ustack = s->ustack,
+		.kstack = s->kstack,
+		.state = s->state,
+		.open = open,
+		.gen = s->tgen,
+	};
+	if (w && w->valid) {
+		key.waker = *w;
+		if (!chain) {
+			key.waker.wait_ustack = 0;
+			key.waker.wait_kstack = 0;
+		}
+	}
+	struct offcpu_val *v = bpf_map_lookup_elem(&offcpu, &key);
+	if (!v) {
+		struct offcpu_val init = { .ns = delta, .count = 1, .runq_ns = runq, .chain_ns = chain };
+		long err = bpf_map_update_elem(&offcpu, &key, &init, BPF_NOEXIST);
+		if (err == 0)
+			return;
+		v = bpf_map_lookup_elem(&offcpu, &key); /* lost a race on insert */
+		if (!v) {
+			stat_add(STAT_AGG_FULL, 1);
+			stat_add(STAT_AGG_FULL_NS, delta);
+			return;
+		}
+	}
+	__sync_fetch_and_add(&v->ns, delta);
+	__sync_fetch_and_add(&v->count, 1);
+	if (runq)
+		__sync_fetch_and_add(&v->runq_ns, runq);
+	if (chain)
+		__sync_fetch_and_add(&v->chain_ns, chain);
+}
+
+/* How long, of the waiter's wait, its waker was itself off a CPU. */
+static __always_inline u64 chain_part(struct start_rec *s, u64 now)
+{
+	return s->waker.valid ? s->waker_wait_ns : 0;
+}
+
+/* Remembers a wait that ended now, for the chains of the threads this
+ * thread wakes next. */
+static __always_inline void remember_wait(struct task_struct *t, struct start_rec *s, u64 now)
+{
+	if (!want_wakeups)
+		return;
+	struct past_waits *p = bpf_task_storage_get(&task_waits, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!p)
+		return;
+	u32 i = p->next % PAST_WAITS;
+	p->from[i] = s->ts;
+	p->to[i] = now;
+	p->ustack[i] = s->ustack > 0 ? s->ustack : 0;
+	p->kstack[i] = s->kstack > 0 ? s->kstack : 0;
+	p->next++;
+}
+
+/* How long the waker (me) was off a CPU since the waiter's wait began:
+ * its remembered waits' overlap with [since, now]; w gets the stacks of
+ * the one that overlapped most. */
+static __always_inline u64 waits_since(struct past_waits *me, u64 since, u64 now, struct waker_rec *w)
+{
+	u64 sum = 0, best = 0;
+#pragma unroll
+	for (int i = 0; i < PAST_WAITS; i++) {
+		u64 from = me->from[i] > since ? me->from[i] : since;
+		u64 to = me->to[i] < now ? me->to[i] : now;
+		if (to <= from)
+			continue;
+		sum += to - from;
+		if (to - from > best) {
+			best = to - from;
+			w->wait_ustack = me->ustack[i];
+			w->wait_kstack = me->kstack[i];
+		}
+	}
+	return sum;
+}
+
+/* A thread that sleeps again in the same syscall, with the same first
+ * argument, from the same user instruction with the same stack and frame
+ * pointers is blocking at the same place: its previous stack ids are
+ * reused instead of walking both stacks again, the largest cost of a
+ * switch. A stack id is a hash of its addresses and is never replaced, so a
+ * reused id stays valid. Preemptions are always captured: they can stop
+ * a thread anywhere. */
+static __always_inline void capture_sleep(void *ctx, struct start_rec *s, struct task_struct *prev, u64 now)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
+	u64 ip = 0, sp = 0, bp = 0, nr = -1, a0 = 0;
+	if (regs) {
+		ip = BPF_CORE_READ(regs, ip);
+		sp = BPF_CORE_READ(regs, sp);
+		bp = BPF_CORE_READ(regs, bp);
+		nr = BPF_CORE_READ(regs, orig_ax);
+		a0 = BPF_CORE_READ(regs, di);
+	}
+	u32 gen = unwind_gen_of(prev->tgid);
+	if (ip && s->ip == ip && s->sp == sp && s->bp == bp && s->sysnr == nr && s->arg0 == a0 &&
+	    s->gen == gen) {
+		s->ustack = s->c_ustack;
+		s->kstack = s->c_kstack;
+		s->ts = now;
+		stat_add(STAT_STACKS_REUSED, 1);
+		return;
+	}
+	capture(ctx, s, false, now);
+	s->ip = 0;
+	if ((s64)nr < 0 || s->ustack < 0 || s->kstack < 0)
+		return; /* not in a syscall (fault, interrupt) or stacks missing */
+	s->ip = ip;
+	s->sp = sp;
+	s->bp = bp;
+	s->sysnr = nr;
+	s->arg0 = a0;
+	s->c_ustack = s->ustack;
+	s->c_kstack = s->kstack;
+	s->gen = gen;
+}
+
+/* An interval that ended at now, read on entry to the program (the
+ * program's own cost is on-CPU time on both ends); now_rq: the switch's
+ * run-queue clock. With the run queue's clock at both ends the interval
+ * is the scheduler's own: it ends where the thread's CPU time starts, and
+ * its wait for a CPU is run_delay's. */
+static __always_inline void account(u32 tid, struct start_rec *s, struct waker_rec *w, u64 now, u64 now_rq)
+{
+	if (now_rq > s->ts_rq && s->ts_rq) {
+		u64 woken = s->wake_rq ? s->wake_rq : (s->wake_ts ? now_rq - (now - s->wake_ts) : 0);
+		account_interval(tid, s, w, 0, now, now_rq - s->ts_rq, runq_part(s, s->ts_rq, woken, now_rq), chain_part(s, now));
+		return;
+	}
+	account_interval(tid, s, w, 0, now, now - s->ts, runq_part(s, s->ts, s->wake_ts, now), chain_part(s, now));
+}
+
+/* The CPU time of the run a switch-out ends (ran: se.sum_exec_runtime
+ * now): the scheduler's own count since the switch-in; for a thread on a
+ * CPU since before the window, the wall time since the window opened. */
+static __always_inline void add_run(struct start_rec *s, u64 ran, u64 now)
+{
+	if (s->running) {
+		if (ran > s->in_ran)
+			s->oncpu += ran - s->in_ran;
+	} else if (!s->counting && rec_start_ns && now > rec_start_ns) {
+		s->oncpu += now - rec_start_ns;
+	}
+	s->running = 0;
+	s->counting = 1;
+}
+
+static __always_inline void switched_in(struct start_rec *s, struct task_struct *t, u64 now)
+{
+	s->running = 1;
+	s->counting = 1;
+	s->in_ts = now;
+	s->in_ran = t->se.sum_exec_runtime;
+}
+
+/* Stores a thread's on-CPU total: at its last switch-out, or at the end. */
+static __always_inline void store_oncpu(struct task_struct *t, u64 oncpu)
+{
+	struct thread_key k = { .tid = t->pid, .gen = task_gen(t) };
+	struct thread_cpu v = { .tgid = t->tgid, .oncpu_ns = oncpu };
+	if (bpf_map_update_elem(&thread_cpus, &k, &v, BPF_ANY))
+		stat_add(STAT_THREAD_CPU_FULL, 1);
+}
+
+/* A switch-out of a thread whose interval is still pending: the kernel ran
+ * no program for its switch-in (seen on 6.18 without any recursion miss,
+ * about one switch in 10^4). Its CPU time since the last switch-out is
+ * exact, so the interval is that wall time less the CPU time; it keeps the
+ * stacks of that switch-out. */
+static __always_inline void recover_missed_in(u32 tid, struct start_rec *s, u64 ran, u64 now)
+{
+	stat_add(STAT_MISSED_IN, 1);
+	u64 oncpu = ran - s->ran;
+	if (ran >= s->ran && now - s->ts > oncpu) {
+		/* It waited for a CPU from its wake-up to the missed switch-in,
+		 * and has run since: the run queue part is the rest. */
+		u64 runq = runq_part(s, s->ts, s->wake_ts, now);
+		runq = runq > oncpu ? runq - oncpu : 0;
+		s->ts += oncpu;
+		account_interval(tid, s, &s->waker, 0, now, now - s->ts, runq, 0);
+	}
+	/* Its run since the missed switch-in is counted by add_run. */
+	s->running = 1;
+	s->in_ran = s->ran;
+	s->pending = 0;
+	s->waker.valid = 0;
+}
+
+/* Accounts a thread blocked since before the start of the window, with its
+ * kernel stack; whole: it is still blocked at the end. */
+static __always_inline void account_prestart(struct task_struct *t, u32 state, u32 whole, u64 runq)
+{
+	u64 start = rec_start_ns, now = window_now();
+	if (!start || now <= start)
+		return;
+	/* Created inside the window: its wait for a first run is not blocking. */
+	if (t->start_time >= start)
+		return;
+	/* The filters apply; an unknown state passes only an unfiltered one. */
+	if (state >= STATE_UNKNOWN ? state_mask != 0xf : !(state_mask & (1u << state)))
+		return;
+	if (now - start < min_block_ns || now - start > max_block_ns) {
+		stat_add(STAT_OUT_OF_RANGE, 1);
+		return;
+	}
+	u32 zero = 0, tid = t->pid;
+	struct prestart_val *v = bpf_map_lookup_elem(&prestart_scratch, &zero);
+	if (!v)
+		return;
+	v->ns = now - start;
+	v->runq_ns = runq < v->ns ? runq : v->ns;
+	v->tgid = t->tgid;
+	v->gen = task_gen(t);
+	v->state = state;
+	v->whole = whole;
+	v->kthread = (t->flags & PF_KTHREAD) != 0;
+	s64 *us = bpf_map_lookup_elem(&blocked_ustacks, &tid);
+	v->ustack = us ? *us : -1;
+	/* The helper zero-fills what the stack does not use. */
+	v->kstack[0] = 0;
+	if (want_kernel_stacks && bpf_get_task_stack(t, v->kstack, sizeof(v->kstack), 0) < 0)
+		v->kstack[0] = 0;
+	if (bpf_map_update_elem(&prestart, &tid, v, BPF_NOEXIST) == 0)
+		stat_add(STAT_NO_START, 1);
+}
+
+/* A recorded thread leaves the CPU: its run is counted, and unless it is
+ * dying or its state is filtered out, its interval starts with its
+ * stacks. */
+static __always_inline void switch_out(void *ctx, struct start_rec *s, struct task_struct *prev,
+				       unsigned int prev_state, u8 state, bool kthread, u64 now)
+{
+	u32 ptid = prev->pid, ptgid = prev->tgid;
+	u64 ran = prev->se.sum_exec_runtime;
+	if (s->pending)
+		recover_missed_in(ptid, s, ran, now);
+	add_run(s, ran, now);
+	if (prev_state & TASK_DEAD) {
+		/* Its last switch-out starts no interval; its name is still
+		 * kept (it may never have switched out before). */
+		thread_exit(ptgid, ptid);
+		store_oncpu(prev, s->oncpu);
+		return;
+	}
+	if (!(state_mask & (1u << state)))
+		return;
+	if (!s->seen) {
+		announce(ptgid, ptid);
+		s->seen = 1;
+	}
+	s->tgid = ptgid;
+	s->tgen = task_gen(prev);
+	s->state = state;
+	s->wake_ts = 0;
+	s->wake_rq = 0;
+	s->ts_rq = rq_clock_of(prev);
+	if (reuse_stacks && !kthread && state == STATE_SLEEPING &&
+	    want_user_stacks && want_kernel_stacks)
+		capture_sleep(ctx, s, prev, now);
+	else
+		capture(ctx, s, kthread, now);
+	s->ran = ran;
+	s->pending = 1;
+}
+
+#endif

@@ -1,0 +1,66 @@
+/* Stacks: kernel and user stacks stored by a hash of their addresses. */
+#ifndef OFFCPU_STACKS_H
+#define OFFCPU_STACKS_H
+
+/* Key: stack id, a 64-bit hash of the addresses (positive). Value: the
+ * stack. A plain hash map rather than a stack-trace map: a stack-trace
+ * map has no chaining, so two stacks meeting in one bucket lose the
+ * second; here only a full map loses a stack. Written by get_stack_id,
+ * read by user space at drain. Size: --stack-entries. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, s64);
+	__type(value, struct stack_buf);
+} stacks SEC(".maps");
+
+/* Stack buffers per CPU: too large for the BPF stack. Entry 0 for the
+ * tracepoint and perf-event programs, 1 for the sleepable iterator. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, u32);
+	__type(value, struct stack_buf);
+} stack_scratch SEC(".maps");
+
+/* Stores the stack in b (leaf first, 0-terminated unless full) under its
+ * hash and returns the id, or -ENOMEM when the map is full (counted under
+ * lost). */
+static __always_inline s64 store_stack(struct stack_buf *b, u32 lost)
+{
+	u64 h = 14695981039346656037ULL; /* FNV-1a over the addresses */
+	for (int i = 0; i < PERF_MAX_STACK_DEPTH; i++) {
+		u64 ip = b->ips[i];
+		if (!ip)
+			break;
+		h = (h ^ ip) * 1099511628211ULL;
+	}
+	s64 id = (s64)((h >> 1) | 1);
+	if (!bpf_map_lookup_elem(&stacks, &id)) {
+		long err = bpf_map_update_elem(&stacks, &id, b, BPF_NOEXIST);
+		if (err && err != -EEXIST) {
+			stat_add(lost, 1);
+			return -ENOMEM;
+		}
+		if (!err)
+			stat_add(STAT_STACKS_STORED, 1);
+	}
+	return id;
+}
+
+/* Captures the current stack (flags: 0 or BPF_F_USER_STACK) and returns
+ * its id, or a negative errno: -ENOMEM when the map is full (counted
+ * under lost), other errors when there is no stack to walk. */
+static __always_inline s64 get_stack_id(void *ctx, u64 flags, u32 lost)
+{
+	u32 zero = 0;
+	struct stack_buf *b = bpf_map_lookup_elem(&stack_scratch, &zero);
+	if (!b)
+		return -1;
+	long n = bpf_get_stack(ctx, b->ips, sizeof(b->ips), flags);
+	if (n <= 0)
+		return n < 0 ? n : -ENODATA;
+	return store_stack(b, lost);
+}
+
+#endif

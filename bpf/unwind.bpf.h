@@ -1,0 +1,441 @@
+/* User stacks without frame pointers: .eh_frame rows loaded by user space,
+ * HotSpot frames named from the JVM's own structures. */
+#ifndef OFFCPU_UNWIND_H
+#define OFFCPU_UNWIND_H
+
+struct insert_ctx {
+	struct unwind_proc *p;
+	u64 start;
+	u32 n, pos;
+};
+
+/* The walk's state. It lives in a per-CPU map value, not on the BPF stack:
+ * the verifier tracks stack scalars exactly, so every frame and every
+ * search step would be verified apart; values loaded from a map are
+ * unknown to it, and one pass over the loop bodies suffices. */
+struct unwind_state {
+	u64 pc, sp, bp;
+	u32 n;     /* frames stored */
+	u32 dwarf; /* frames found through rows */
+	u32 end;   /* reached the outermost frame */
+	u32 lo, hi; /* binary search bounds */
+};
+
+struct unwind_ctx {
+	struct unwind_state *u;
+	struct unwind_proc *proc; /* 0: walk by frame pointers only */
+	struct stack_buf *buf;
+	struct task_struct *task; /* walked from another task (iterator) */
+	u32 tgid;                 /* whose stack it is */
+};
+
+/* Index: row number. Value: unwind_row. The rows of every file loaded so
+ * far, one contiguous sorted run per file, written by user space from the
+ * file's .eh_frame. Size: --unwind-rows. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct unwind_row);
+} unwind_rows SEC(".maps");
+
+/* Key: tgid. Value: unwind_proc. Written by user space when it sees a
+ * process mapping code without frame pointers; a process absent here has
+ * its user stacks walked by the kernel's frame-pointer walker. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, struct unwind_proc);
+} unwind_procs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct file_key);
+	__type(value, struct file_unwind);
+} unwind_files SEC(".maps");
+
+/* Key: java_method_key. Value: unused. Method* values found in
+ * interpreter frames and pcs in compiled methods; user space names them
+ * and removes them. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct java_method_key);
+	__type(value, u8);
+} java_methods SEC(".maps");
+
+/* Key: tgid. Value: java_proc. Written by user space once it has read a
+ * JVM's structures: what turns an interpreter frame's bcp into a bci. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, struct java_proc);
+} java_procs SEC(".maps");
+
+/* A zeroed unwind_proc to create entries from (too large for the stack),
+ * and the generation counter of entries made here. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct unwind_proc);
+} unwind_zero SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u32);
+} unwind_gen SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2); /* as stack_scratch */
+	__type(key, u32);
+	__type(value, struct unwind_state);
+} unwind_scratch SEC(".maps");
+
+/* pos: the first mapping starting at or after start. */
+static long insert_find(u64 i, struct insert_ctx *c)
+{
+	struct unwind_proc *p = c->p;
+	if (i >= c->n)
+		return 1;
+	if (p->maps[i & (UNWIND_MAX_MAPS - 1)].start >= c->start) {
+		c->pos = i;
+		return 1;
+	}
+	return 0;
+}
+
+/* Moves maps[pos, n) up one, last first. */
+static long insert_shift(u64 i, struct insert_ctx *c)
+{
+	struct unwind_proc *p = c->p;
+	u32 j = c->n - (u32)i;
+	if (j <= c->pos || j == 0 || j >= UNWIND_MAX_MAPS)
+		return 1;
+	p->maps[j & (UNWIND_MAX_MAPS - 1)] = p->maps[(j - 1) & (UNWIND_MAX_MAPS - 1)];
+	return 0;
+}
+
+/* Adds a code mapping of a file with loaded rows to the process's entry,
+ * keeping the entry sorted by start. */
+static __noinline void install_unwind(u32 tgid, u64 start, u64 end, u64 offset, struct file_key *k)
+{
+	struct file_unwind *f = bpf_map_lookup_elem(&unwind_files, k);
+	if (!f || offset < f->seg_off || offset >= f->seg_end)
+		return;
+	u32 zero = 0;
+	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	if (!p) {
+		struct unwind_proc *z = bpf_map_lookup_elem(&unwind_zero, &zero);
+		if (!z || bpf_map_update_elem(&unwind_procs, &tgid, z, BPF_NOEXIST))
+			return;
+		p = bpf_map_lookup_elem(&unwind_procs, &tgid);
+		if (!p)
+			return;
+	}
+	u32 n = p->n;
+	if (n >= UNWIND_MAX_MAPS)
+		return;
+	/* Callbacks: the verifier checks each body once. */
+	struct insert_ctx c = { .p = p, .start = start, .n = n, .pos = n };
+	bpf_loop(UNWIND_MAX_MAPS, insert_find, &c, 0);
+	u32 pos = c.pos;
+	if (pos >= n || p->maps[pos & (UNWIND_MAX_MAPS - 1)].start != start) {
+		bpf_loop(UNWIND_MAX_MAPS, insert_shift, &c, 0);
+		p->n = n + 1;
+	}
+	struct unwind_map *m = &p->maps[pos & (UNWIND_MAX_MAPS - 1)];
+	m->start = start;
+	m->end = end;
+	m->bias = start - offset + f->off_vaddr;
+	m->first = f->first;
+	m->count = f->count;
+	/* A new generation: stacks cached before are walked again. Entries
+	 * made here count down from the top, user space's up from 1. */
+	u32 *g = bpf_map_lookup_elem(&unwind_gen, &zero);
+	if (g) {
+		u32 next = *g + 1; /* racy, harmless: it need only differ from the last */
+		*g = next;
+		p->gen = ~next;
+	}
+}
+
+/* The generation of a process's unwind entry (0: none). A thread's cached
+ * stack ids are reused only while it is unchanged, so stacks walked before
+ * the process's tables were loaded are walked again. */
+static __always_inline u32 unwind_gen_of(u32 tgid)
+{
+	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	return p ? p->gen : 0;
+}
+
+/* Finds the row for pc in the process's tables; 0 if pc is in a mapping
+ * walked by frame pointers. */
+static __always_inline struct unwind_row *find_row(struct unwind_proc *p, struct unwind_state *u, u64 pc)
+{
+	if (!p)
+		return 0;
+	u32 n = p->n;
+	if (n > UNWIND_MAX_MAPS)
+		return 0;
+	/* First mapping starting above pc. */
+	u->lo = 0;
+	u->hi = n;
+	for (int i = 0; i < MAP_SEARCH_STEPS; i++) {
+		u32 lo = RELOAD(u->lo), hi = RELOAD(u->hi);
+		if (lo >= hi)
+			break;
+		u32 mid = ((lo + hi) / 2) & (UNWIND_MAX_MAPS - 1);
+		if (p->maps[mid].start <= pc)
+			u->lo = mid + 1;
+		else
+			u->hi = mid;
+	}
+	u32 lo = RELOAD(u->lo);
+	if (lo == 0)
+		return 0;
+	struct unwind_map *m = &p->maps[(lo - 1) & (UNWIND_MAX_MAPS - 1)];
+	if (pc >= m->end || m->count == 0)
+		return 0;
+	u64 va = pc - m->bias;
+	if (va > 0xffffffffULL)
+		return 0;
+	/* First row starting above va. */
+	u32 first = m->first;
+	u->lo = first;
+	u->hi = first + m->count;
+	for (int i = 0; i < ROW_SEARCH_STEPS; i++) {
+		u32 l = RELOAD(u->lo), h = RELOAD(u->hi);
+		if (l >= h)
+			break;
+		u32 mid = l + (h - l) / 2;
+		struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &mid);
+		if (!r)
+			return 0;
+		if (r->pc <= (u32)va)
+			u->lo = mid + 1;
+		else
+			u->hi = mid;
+	}
+	u32 idx = RELOAD(u->lo);
+	if (idx <= first)
+		return 0;
+	idx--;
+	return bpf_map_lookup_elem(&unwind_rows, &idx);
+}
+
+/* Reads user memory of the current task, or (remote, sleepable programs
+ * only) of task. */
+static __always_inline long read_user(void *dst, u32 size, u64 addr, struct task_struct *task, bool remote)
+{
+	if (remote)
+		return bpf_copy_from_user_task(dst, size, (void *)addr, task, 0);
+	return bpf_probe_read_user(dst, size, (void *)addr);
+}
+
+/* The bytecode index an interpreter frame is at: its bcp less the start
+ * of its method's bytecodes, which follow the ConstMethod. JAVA_BCI_NONE
+ * when the process's layout is not known or the bcp is not in range. */
+static __always_inline u64 java_bci(struct unwind_ctx *c, u64 method, u64 bcp, bool remote)
+{
+	struct java_proc *jp = bpf_map_lookup_elem(&java_procs, &c->tgid);
+	u64 cm;
+	if (!jp || !bcp || read_user(&cm, sizeof(cm), method + jp->const_method_off, c->task, remote))
+		return JAVA_BCI_NONE;
+	u64 code = cm + jp->const_method_size;
+	if (bcp < code || bcp - code >= JAVA_BCI_NONE)
+		return JAVA_BCI_NONE;
+	return bcp - code;
+}
+
+/* One frame: records pc, then finds the caller's pc, sp and bp, by the
+ * unwind row when the code has one, else by the frame pointer. */
+static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
+{
+	struct unwind_state *u = c->u;
+	u64 pc = u->pc, sp = u->sp, bp = u->bp;
+	u32 n = u->n;
+	if (!pc || n >= PERF_MAX_STACK_DEPTH)
+		return 1;
+	c->buf->ips[n] = pc;
+	u->n = n + 1;
+	/* A return address points after the call: look up the call itself. */
+	struct unwind_row *r = find_row(c->proc, u, n ? pc - 1 : pc);
+	u8 kind = r ? r->kind : UNWIND_NONE;
+	u64 cfa = 0;
+	switch (kind) {
+	case UNWIND_JAVA_COMPILED: {
+		struct java_method_key k = { .tgid = c->tgid, .kind = 1, .method = pc };
+		u8 one = 1;
+		bpf_map_update_elem(&java_methods, &k, &one, BPF_NOEXIST);
+		cfa = sp + r->cfa_off;
+		break;
+	}
+	case UNWIND_RSP:
+		cfa = sp + r->cfa_off;
+		break;
+	case UNWIND_RBP:
+		cfa = bp + r->cfa_off;
+		break;
+	case UNWIND_PLT:
+		cfa = sp + 8 + ((pc & 15) >= (u64)r->rbp_off ? 8 : 0);
+		break;
+	case UNWIND_END:
+		u->end = 1;
+		return 1;
+	case UNWIND_JAVA_GAP: {
+		struct java_method_key k = { .tgid = c->tgid, .kind = 2, .method = pc };
+		u8 one = 1;
+		bpf_map_update_elem(&java_methods, &k, &one, BPF_NOEXIST);
+		goto frame_pointer;
+	}
+	case UNWIND_JAVA_INTERP: {
+		/* rbp - 64 .. rbp + 8: bcp, locals, cache, mdp, mirror, method,
+		 * last sp, sender sp, rbp, ra */
+		u64 fr[10];
+		if (!bp || bp < sp || read_user(fr, sizeof(fr), bp - 64, c->task, remote)) {
+			__builtin_memset(fr, 0, sizeof(fr));
+			if (!bp || bp < sp || read_user(&fr[5], 5 * sizeof(u64), bp - 24, c->task, remote))
+				return 1;
+		}
+		u64 method = fr[5];
+		if (method && method <= JAVA_METHOD_MASK && !(method & 7)) {
+			u64 bci = java_bci(c, method, fr[0], remote);
+			c->buf->ips[n] = JAVA_METHOD_TAG | ((bci >> 3) << 47) | method | (bci & 7);
+			struct java_method_key k = { .tgid = c->tgid, .method = method };
+			u8 one = 1;
+			bpf_map_update_elem(&java_methods, &k, &one, BPF_NOEXIST);
+		}
+		u->dwarf++;
+		u->pc = fr[9];
+		u->sp = fr[7] >= bp + 16 ? fr[7] : bp + 16;
+		u->bp = fr[8];
+		return 0;
+	}
+	default:
+	frame_pointer: {
+		/* Frame pointer: [bp] is the caller's bp, [bp + 8] the return address. */
+		u64 frame[2];
+		if (!bp || bp < sp || read_user(frame, sizeof(frame), bp, c->task, remote))
+			return 1;
+		u->pc = frame[1];
+		u->sp = bp + 16;
+		u->bp = frame[0];
+		return 0;
+	}
+	}
+	if (cfa <= sp)
+		return 1; /* no progress: corrupt stack or wrong row */
+	u64 ra;
+	if (read_user(&ra, sizeof(ra), cfa - 8, c->task, remote))
+		return 1;
+	if (kind != UNWIND_PLT && r->rbp_off &&
+	    read_user(&bp, sizeof(bp), cfa + 8 * (s64)r->rbp_off, c->task, remote))
+		return 1;
+	u->dwarf++;
+	u->pc = ra;
+	u->sp = cfa;
+	u->bp = bp;
+	return 0;
+}
+
+/* bpf_loop callbacks: the remote one is used by the sleepable iterator
+ * only, since its helper is refused elsewhere. */
+static long unwind_step(u64 i, struct unwind_ctx *c)
+{
+	return unwind_frame(c, false);
+}
+
+static long unwind_step_remote(u64 i, struct unwind_ctx *c)
+{
+	return unwind_frame(c, true);
+}
+
+/* Walks a user stack from regs into the scratch entries of slot (0: the
+ * tracepoint and perf-event programs; 1: the sleepable iterator, which
+ * may sleep mid-walk while those run on its CPU) and stores it. p: the
+ * process's tables, or 0 to walk by frame pointers; task: the task whose
+ * memory is read (remote) or 0 for the current one. */
+static __always_inline s64 walk_user(u32 slot, struct unwind_proc *p, struct task_struct *task,
+				     struct pt_regs *regs, bool remote, u32 lost)
+{
+	struct stack_buf *b = bpf_map_lookup_elem(&stack_scratch, &slot);
+	struct unwind_state *u = bpf_map_lookup_elem(&unwind_scratch, &slot);
+	if (!b || !u)
+		return -1;
+	if (!regs)
+		return -ENODATA;
+	u->pc = BPF_CORE_READ(regs, ip);
+	u->sp = BPF_CORE_READ(regs, sp);
+	u->bp = BPF_CORE_READ(regs, bp);
+	u->n = 0;
+	u->dwarf = 0;
+	u->end = 0;
+	struct unwind_ctx c = { .u = u, .proc = p, .buf = b, .task = task,
+				.tgid = task ? BPF_CORE_READ(task, tgid) : bpf_get_current_pid_tgid() >> 32 };
+	if (remote)
+		bpf_loop(PERF_MAX_STACK_DEPTH, unwind_step_remote, &c, 0);
+	else
+		bpf_loop(PERF_MAX_STACK_DEPTH, unwind_step, &c, 0);
+	u32 n = u->n;
+	if (n == 0)
+		return -ENODATA;
+	if (n < PERF_MAX_STACK_DEPTH)
+		b->ips[n] = 0;
+	if (p) {
+		stat_add(STAT_DWARF_STACKS, 1);
+		stat_add(STAT_DWARF_FRAMES, u->dwarf);
+		if (u->end)
+			stat_add(STAT_DWARF_END, 1);
+		if (n >= PERF_MAX_STACK_DEPTH)
+			stat_add(STAT_DWARF_DEPTH, 1);
+	}
+	return store_stack(b, lost);
+}
+
+/* The current thread's user stack id. Processes with unwind tables are
+ * walked here through .eh_frame rows (code built without frame pointers);
+ * the others by the kernel's frame-pointer walker. */
+static __always_inline s64 user_stack_id(void *ctx, u32 lost)
+{
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	struct task_struct *task = bpf_get_current_task_btf();
+	s64 id;
+	if (!p || !p->n) /* no mapping needs tables: the kernel's walker */
+		id = get_stack_id(ctx, BPF_F_USER_STACK, lost);
+	else
+		id = walk_user(0, p, 0, (struct pt_regs *)bpf_task_pt_regs(task), false, lost);
+	if (id != -ENODATA || !(task->flags & PF_EXITING))
+		return id;
+	/* An exiting process whose memory is gone (do_exit after exit_mm):
+	 * no stack to read, but its registers still say where it called
+	 * exit from. */
+	u32 zero = 0;
+	struct stack_buf *b = bpf_map_lookup_elem(&stack_scratch, &zero);
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!b || !regs)
+		return id;
+	b->ips[0] = BPF_CORE_READ(regs, ip);
+	b->ips[1] = 0;
+	return b->ips[0] ? store_stack(b, lost) : id;
+}
+
+/* The user stack id of another task, blocked now (sleepable iterator):
+ * by its tables when it has some, else by frame pointers. */
+static __always_inline s64 task_user_stack_id(struct task_struct *task)
+{
+	u32 tgid = task->tgid;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	return walk_user(1, p && p->n ? p : 0, task, regs, true, STAT_USTACK_LOST);
+}
+
+#endif

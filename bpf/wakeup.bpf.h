@@ -1,0 +1,159 @@
+/* Wake-ups: who woke each recorded thread, from which stack or interrupt. */
+#ifndef OFFCPU_WAKEUP_H
+#define OFFCPU_WAKEUP_H
+
+/* Key: wake_key (target thread, waker thread and stacks). Value: number
+ * of wake-ups. Written by sched_waking, drained at the end. Size:
+ * --agg-entries. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct wake_key);
+	__type(value, u64);
+} wakeups SEC(".maps");
+
+/* Key: tid of a woken thread. Value: its waker, for the classic
+ * tracepoint programs, which cannot reach task storage of the target. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, struct waker_rec);
+} last_waker SEC(".maps");
+
+/* True in hard or soft interrupt context. An interrupt taken in kernel
+ * mode runs on the CPU's interrupt stack (x86-64), and so do the softirqs
+ * run at its exit: the tracepoint's argument array (ctx, in the kernel's
+ * own frame; the program's locals may be on a BPF private stack, Linux
+ * 6.14+) is then outside the task's stack. An interrupt taken in user mode
+ * stays on the task stack, but the task's saved registers are then
+ * user-mode ones without a syscall number (orig_ax is ~vector or -1).
+ * Softirqs run in task context (local_bh_enable, ksoftirqd) stay charged
+ * to that task. */
+static __always_inline bool in_interrupt_ctx(void *ctx)
+{
+	struct task_struct *cur = bpf_get_current_task_btf();
+	u64 base = (u64)BPF_CORE_READ(cur, stack);
+	u64 sp = (u64)ctx;
+	if (sp < base || sp >= base + thread_size)
+		return true;
+	if (cur->flags & PF_KTHREAD)
+		return false;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(cur);
+	if (!regs)
+		return false;
+	return (BPF_CORE_READ(regs, cs) & 3) && (s64)BPF_CORE_READ(regs, orig_ax) < 0;
+}
+
+static __always_inline void count_wakeup(u32 ttgid, u32 ttid, u32 tgen, struct waker_rec *w)
+{
+	struct wake_key k = { .target_tgid = ttgid, .target_tid = ttid, .target_gen = tgen, .waker = *w };
+	count_one(&wakeups, &k, STAT_WAKE_FULL);
+}
+
+/* Fills w with the current (waking) context: an interrupt, or the current
+ * thread with its stacks. ws is the waker's own start_rec for reusing its
+ * previous stacks when it wakes the same target from the same place. */
+static __always_inline void waker_context(void *ctx, struct waker_rec *w, bool irq,
+					  struct start_rec *ws, u32 target)
+{
+	w->valid = 1;
+	w->ustack = -1;
+	w->kstack = get_stack_id(ctx, 0, STAT_WAKER_STACK_LOST);
+	if (irq) {
+		w->irq = 1;
+		return;
+	}
+	u64 id = bpf_get_current_pid_tgid();
+	w->tid = (u32)id;
+	w->tgid = id >> 32;
+	struct task_struct *cur = bpf_get_current_task_btf();
+	if (BPF_CORE_READ(cur, flags) & PF_KTHREAD)
+		return;
+	/* A waker outside the recorded set (a load generator) is announced
+	 * as a recorded thread is: its name is kept after it exits, and its
+	 * process's mappings and unwind tables are read, so its next stacks
+	 * are walked whole. */
+	if (!is_target(w->tgid, w->tid))
+		announce(w->tgid, w->tid);
+	w->ustack = user_stack_id(ctx, STAT_WAKER_STACK_LOST);
+}
+
+SEC("tp_btf/sched_waking")
+int BPF_PROG(offcpu_waking, struct task_struct *p)
+{
+	u32 ttid = p->pid, ttgid = p->tgid;
+	if (!want_wakeups || ttid == 0 || !is_target(ttgid, ttid))
+		return 0;
+	bool irq = in_interrupt_ctx(ctx);
+	struct waker_rec w = {};
+	struct start_rec *ws = 0;
+	if (!irq && reuse_stacks)
+		ws = bpf_task_storage_get(&task_starts, bpf_get_current_task_btf(), 0,
+					  BPF_LOCAL_STORAGE_GET_F_CREATE);
+	struct pt_regs *regs = 0;
+	if (ws)
+		regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	if (regs) {
+		u64 ip = BPF_CORE_READ(regs, ip), sp = BPF_CORE_READ(regs, sp);
+		u64 bp = BPF_CORE_READ(regs, bp), nr = BPF_CORE_READ(regs, orig_ax);
+		u64 a0 = BPF_CORE_READ(regs, di);
+		u32 gen = unwind_gen_of(bpf_get_current_pid_tgid() >> 32);
+		if ((s64)nr >= 0 && ws->w_ip == ip && ws->w_sp == sp && ws->w_bp == bp &&
+		    ws->w_sysnr == nr && ws->w_arg0 == a0 && ws->w_target == ttid &&
+		    ws->w_gen == gen) {
+			u64 id = bpf_get_current_pid_tgid();
+			w.valid = 1;
+			w.tid = (u32)id;
+			w.tgid = id >> 32;
+			w.ustack = ws->w_ustack;
+			w.kstack = ws->w_kstack;
+			stat_add(STAT_WAKES_REUSED, 1);
+		} else {
+			waker_context(ctx, &w, false, ws, ttid);
+			ws->w_ip = 0;
+			if ((s64)nr >= 0 && w.ustack >= 0 && w.kstack >= 0) {
+				ws->w_ip = ip;
+				ws->w_sp = sp;
+				ws->w_bp = bp;
+				ws->w_sysnr = nr;
+				ws->w_arg0 = a0;
+				ws->w_target = ttid;
+				ws->w_ustack = w.ustack;
+				ws->w_kstack = w.kstack;
+				ws->w_gen = gen;
+			}
+		}
+	} else {
+		waker_context(ctx, &w, irq, 0, ttid);
+	}
+	count_wakeup(ttgid, ttid, task_gen(p), &w);
+	struct start_rec *ts = bpf_task_storage_get(&task_starts, p, 0, 0);
+	if (!ts || !ts->pending)
+		return 0;
+	/* The waker's own waits since the waiter's began: the waiter waited on
+	 * a thread that was itself waiting (a chain). */
+	ts->waker_wait_ns = 0;
+	struct past_waits *me = irq ? 0 : bpf_task_storage_get(&task_waits, bpf_get_current_task_btf(), 0, 0);
+	if (me)
+		ts->waker_wait_ns = waits_since(me, ts->ts, bpf_ktime_get_ns(), &w);
+	ts->waker = w;
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_waking")
+int offcpu_waking_tp(struct trace_event_raw_sched_wakeup_template *ctx)
+{
+	u32 ttid = BPF_CORE_READ(ctx, pid);
+	if (!want_wakeups || ttid == 0 || !is_target(0, ttid) || filter_tgid)
+		return 0;
+	u8 flags = BPF_CORE_READ(ctx, ent.flags);
+	bool irq = flags & (TRACE_FLAG_HARDIRQ | TRACE_FLAG_SOFTIRQ | TRACE_FLAG_NMI);
+	struct waker_rec w = {};
+	waker_context(ctx, &w, irq, 0, ttid);
+	count_wakeup(0, ttid, 0, &w);
+	bpf_map_update_elem(&last_waker, &ttid, &w, BPF_ANY);
+	return 0;
+}
+
+#endif
