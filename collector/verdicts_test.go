@@ -146,6 +146,28 @@ func (m *mariaDB) session(stmts string) (*exec.Cmd, chan int64) {
 	return c, tid
 }
 
+// recordRunning starts cmd, lets it settle, records it for window with
+// o (its pid as the target) and returns the profile; cmd is killed after.
+func recordRunning(t *testing.T, cmd *exec.Cmd, settle, window time.Duration, o Options) *profile.Profile {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	time.Sleep(settle)
+	o.PIDs = []int{cmd.Process.Pid}
+	s, err := Start(context.Background(), o)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	time.Sleep(window)
+	p, err := s.Stop()
+	if err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	return p
+}
+
 // A database server nobody here wrote, its binary stripped of everything
 // but its exported symbols: a session's row-lock wait (it sleeps in a
 // condition variable, as an idle pool thread does) is blocked, another
@@ -277,21 +299,7 @@ func TestVerdictsJVM(t *testing.T) {
 	home := testenv.JDKHomes(t)["17"]
 	dir := t.TempDir()
 	build(t, filepath.Join(home, "bin", "javac"), "-d", dir, "../analysis/testdata/real/Juc.java")
-	cmd := exec.Command(filepath.Join(home, "bin", "java"), "-cp", dir, "Juc", "60000")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	time.Sleep(time.Second)
-	s, err := Start(context.Background(), Options{PIDs: []int{cmd.Process.Pid}})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	time.Sleep(2 * time.Second)
-	p, err := s.Stop()
-	if err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
+	p := recordRunning(t, exec.Command(filepath.Join(home, "bin", "java"), "-cp", dir, "Juc", "60000"), time.Second, 2*time.Second, Options{})
 	blocked, idle := verdictShares(t, p)
 	group := map[string][2]time.Duration{}
 	for _, tt := range ThreadTotals(p) {
@@ -355,21 +363,7 @@ func TestWaitChains(t *testing.T) {
 	}
 	for _, depth := range []int{2, 3, 4} {
 		t.Run(fmt.Sprintf("depth-%d", depth), func(t *testing.T) {
-			cmd := exec.Command(bin, strconv.Itoa(depth), "5", "3000")
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer func() { cmd.Process.Kill(); cmd.Wait() }()
-			time.Sleep(200 * time.Millisecond)
-			s, err := Start(context.Background(), Options{PIDs: []int{cmd.Process.Pid}})
-			if err != nil {
-				t.Fatalf("Start: %v", err)
-			}
-			time.Sleep(1500 * time.Millisecond)
-			p, err := s.Stop()
-			if err != nil {
-				t.Fatalf("Stop: %v", err)
-			}
+			p := recordRunning(t, exec.Command(bin, strconv.Itoa(depth), "5", "3000"), 200*time.Millisecond, 1500*time.Millisecond, Options{})
 			rep := analysis.Analyze(loadRecorded(t, p), r, analysis.Options{Top: 100})
 			total, root := map[string]int64{}, map[string]int64{}
 			for _, rc := range rep.Chains {
@@ -416,21 +410,7 @@ func TestDebugInfoSameCategories(t *testing.T) {
 	// record returns each thread's share of its off-CPU time per category
 	// and the functions named.
 	record := func(noDebug bool) (map[string]map[string]float64, map[string]bool) {
-		cmd := exec.Command(bin, "3000")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { cmd.Process.Kill(); cmd.Wait() }()
-		time.Sleep(200 * time.Millisecond)
-		s, err := Start(context.Background(), Options{PIDs: []int{cmd.Process.Pid}, NoDebugInfo: noDebug})
-		if err != nil {
-			t.Fatalf("Start: %v", err)
-		}
-		time.Sleep(2 * time.Second)
-		p, err := s.Stop()
-		if err != nil {
-			t.Fatalf("Stop: %v", err)
-		}
+		p := recordRunning(t, exec.Command(bin, "3000"), 200*time.Millisecond, 2*time.Second, Options{NoDebugInfo: noDebug})
 		frames := map[string]bool{}
 		for _, f := range p.Function {
 			frames[f.Name] = true
