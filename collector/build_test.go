@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/offcpu/offcpu/collector/symtab"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -14,7 +15,7 @@ import (
 // time split, the waker's labels and class, exact on-CPU time shared by
 // the samples, and a thread that ran unsampled.
 func TestBuildProfilesFromRecording(t *testing.T) {
-	kern, err := loadKallsyms(strings.NewReader(`ffffffff81000000 T schedule
+	kern, err := symtab.LoadKallsyms(strings.NewReader(`ffffffff81000000 T schedule
 ffffffff81000100 T __schedule
 ffffffff81000200 T futex_wait
 ffffffff81000300 T do_syscall_64
@@ -31,7 +32,7 @@ ffffffff81000a00 T zz_end
 	}
 	o := Options{CPUHz: 100}
 	s := &Session{opts: o.withDefaults(), procs: newProcTable()}
-	sym := &symbolizer{procs: s.procs, perfMaps: map[uint32]*perfMap{}, kern: kern}
+	sym := &symbolizer{procs: s.procs, perfMaps: map[uint32]*symtab.PerfMap{}, kern: kern}
 	const pid, waiter, holder, idler = 4000000, 4000001, 4000002, 4000003
 	d := &drained{
 		threads: map[uint32]thread{

@@ -185,11 +185,11 @@ func (t *jvmTracker) refresh(j *jvm) {
 
 func (t *jvmTracker) open(j *jvm) error {
 	f := j.lib.file
-	if f.fh == nil {
+	if f.Handle == nil {
 		return fmt.Errorf("libjvm.so of process %d could not be opened", j.pid)
 	}
 	// Its headers only: f.load() reads every symbol, for names, later.
-	ef, err := elf.NewFile(f.fh)
+	ef, err := elf.NewFile(f.Handle)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
+
+	"github.com/offcpu/offcpu/collector/symtab"
 )
 
 // procTable keeps what is needed to symbolize a process after it exits:
@@ -19,7 +21,7 @@ import (
 type procTable struct {
 	mu    sync.Mutex
 	procs map[uint32]*procInfo
-	files *fileCache
+	files *symtab.Cache
 	// onChange, when set, sees each new mapping list of a process.
 	onChange func(pid uint32, ms []mapping)
 }
@@ -39,11 +41,11 @@ type procInfo struct {
 type mapping struct {
 	start, end, offset uint64
 	path               string
-	file               *symFile // nil for anonymous or unreadable mappings
+	file               *symtab.File // nil for anonymous or unreadable mappings
 }
 
 func newProcTable() *procTable {
-	return &procTable{procs: map[uint32]*procInfo{}, files: newFileCache()}
+	return &procTable{procs: map[uint32]*procInfo{}, files: symtab.NewCache()}
 }
 
 // snapshot reads /proc/PID/maps now and opens the mapped executables.
@@ -64,7 +66,7 @@ func (t *procTable) snapshot(pid uint32) {
 		mm := mapping{start: uint64(m.StartAddr), end: uint64(m.EndAddr), offset: uint64(m.Offset), path: m.Pathname}
 		if m.Inode != 0 && strings.HasPrefix(m.Pathname, "/") {
 			mapFile := fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.StartAddr, m.EndAddr)
-			mm.file = t.files.open(m.Dev, m.Inode, m.Pathname, mapFile, fmt.Sprintf("/proc/%d/root%s", pid, m.Pathname), m.Pathname)
+			mm.file = t.files.Open(m.Dev, m.Inode, m.Pathname, mapFile, fmt.Sprintf("/proc/%d/root%s", pid, m.Pathname), m.Pathname)
 		}
 		ms = append(ms, mm)
 	}
@@ -207,8 +209,8 @@ func (t *procTable) addMapping(pid uint32, m mapping) {
 // kernelFile opens the file of a mapping the kernel reported: by device
 // and inode if it is already open, else by its path, checked to be the
 // same file (not one replaced on disk since).
-func (t *procTable) kernelFile(pid uint32, dev, ino uint64, path string) *symFile {
-	return t.files.open(dev, ino, path, path, fmt.Sprintf("/proc/%d/root%s", pid, path))
+func (t *procTable) kernelFile(pid uint32, dev, ino uint64, path string) *symtab.File {
+	return t.files.Open(dev, ino, path, path, fmt.Sprintf("/proc/%d/root%s", pid, path))
 }
 
 func sameMappings(a, b []mapping) bool {
@@ -264,5 +266,5 @@ func (t *procTable) close() {
 			p.root.Close()
 		}
 	}
-	t.files.close()
+	t.files.Close()
 }

@@ -3,6 +3,8 @@ package collector
 import (
 	"os"
 	"testing"
+
+	"github.com/offcpu/offcpu/collector/symtab"
 )
 
 // Mappings reported by the kernel build each process's list without
@@ -10,14 +12,14 @@ import (
 // overlap), and a forked child sees its parent's until it execs.
 func TestProcTableKernelMappings(t *testing.T) {
 	pt := newProcTable()
-	libc := &symFile{path: "/lib/libc.so.6"}
-	exe := &symFile{path: "/bin/prog"}
+	libc := &symtab.File{Path: "/lib/libc.so.6"}
+	exe := &symtab.File{Path: "/bin/prog"}
 	var changes int
 	pt.onChange = func(uint32, []mapping) { changes++ }
 
 	pt.exec(10)
-	pt.addMapping(10, mapping{start: 0x1000, end: 0x2000, path: exe.path, file: exe})
-	pt.addMapping(10, mapping{start: 0x7000, end: 0x9000, offset: 0x1000, path: libc.path, file: libc})
+	pt.addMapping(10, mapping{start: 0x1000, end: 0x2000, path: exe.Path, file: exe})
+	pt.addMapping(10, mapping{start: 0x7000, end: 0x9000, offset: 0x1000, path: libc.Path, file: libc})
 	if m := pt.get(10).find(0x7100); m == nil || m.file != libc {
 		t.Fatalf("0x7100 in %v, want libc", m)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/pprof/profile"
 	"golang.org/x/sys/unix"
 
+	"github.com/offcpu/offcpu/collector/symtab"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -220,7 +221,7 @@ func (ws *wakerStacks) folded(w waker) string {
 	kernel := trimWaker(w.kernel, ws.b.sym.kern)
 	names := make([]string, len(kernel))
 	for i, a := range kernel {
-		names[i] = ws.b.sym.kern.lookup(a)
+		names[i] = ws.b.sym.kern.Lookup(a)
 	}
 	if cut, ok := interruptFrames(names, w.irq); ok {
 		kernel = kernel[:cut]
@@ -452,10 +453,10 @@ func (n *threadNames) thread(tgid, tid uint32) string {
 	return fmt.Sprintf("tid-%d", tid)
 }
 
-func (n *threadNames) waker(w waker, k *kernelSyms) string {
+func (n *threadNames) waker(w waker, k *symtab.Kernel) string {
 	if w.irq {
 		for _, a := range w.kernel {
-			switch name := k.lookup(a); name {
+			switch name := k.Lookup(a); name {
 			case "handle_softirqs", "__do_softirq", "do_softirq", "net_rx_action", "run_timer_softirq":
 				return "[softirq]"
 			}
@@ -470,10 +471,10 @@ func (n *threadNames) waker(w waker, k *kernelSyms) string {
 // ksoftirqd, is classed by the interrupt's own frames (those leafward of
 // the interrupt entry or the softirq dispatcher), never by the code the
 // interrupt happened to stop.
-func classifyWakeup(w waker, k *kernelSyms) string {
+func classifyWakeup(w waker, k *symtab.Kernel) string {
 	names := make([]string, len(w.kernel))
 	for i, a := range w.kernel {
-		names[i] = k.lookup(a)
+		names[i] = k.Lookup(a)
 	}
 	if cut, ok := interruptFrames(names, w.irq); ok {
 		return classifyInterrupt(names[:cut])
@@ -554,9 +555,9 @@ func classifyTask(names []string) string {
 }
 
 // trimWaker drops the tracing frames above try_to_wake_up.
-func trimWaker(st []uint64, k *kernelSyms) []uint64 {
+func trimWaker(st []uint64, k *symtab.Kernel) []uint64 {
 	for i, a := range st {
-		if n := k.lookup(a); n == "try_to_wake_up" || n == "wake_up_new_task" || n == "wake_up_q" {
+		if n := k.Lookup(a); n == "try_to_wake_up" || n == "wake_up_new_task" || n == "wake_up_q" {
 			return st[i:]
 		}
 	}
@@ -586,9 +587,9 @@ func processName(d *drained, tgid uint32, procs *procTable) string {
 }
 
 // trimKernel drops the frames above __schedule (tracing and BPF glue).
-func trimKernel(st []uint64, k *kernelSyms) []uint64 {
+func trimKernel(st []uint64, k *symtab.Kernel) []uint64 {
 	for i, a := range st {
-		if n := k.lookup(a); n == "__schedule" || n == "__schedule_loop" {
+		if n := k.Lookup(a); n == "__schedule" || n == "__schedule_loop" {
 			return st[i:]
 		}
 	}
@@ -612,7 +613,7 @@ func (b *profBuilder) kernelLoc(addr uint64) *profile.Location {
 		return l
 	}
 	l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Mapping: b.kmap, Address: addr,
-		Line: []profile.Line{{Function: b.function(b.sym.kern.lookup(addr), "")}}}
+		Line: []profile.Line{{Function: b.function(b.sym.kern.Lookup(addr), "")}}}
 	b.p.Location = append(b.p.Location, l)
 	b.locs[key] = l
 	return l
@@ -673,7 +674,7 @@ func (b *profBuilder) userLoc(pid uint32, addr uint64, leaf bool) *profile.Locat
 	}
 	fr, m := b.sym.user(pid, look)
 	l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Address: addr, Mapping: b.mapping(pid, m),
-		Line: []profile.Line{{Function: b.function(fr.fn, fr.file), Line: fr.line}}}
+		Line: []profile.Line{{Function: b.function(fr.Func, fr.File), Line: fr.Line}}}
 	b.p.Location = append(b.p.Location, l)
 	b.locs[key] = l
 	return l
@@ -695,14 +696,14 @@ func (b *profBuilder) fileLoc(pid uint32, m *mapping, addr, look uint64, leaf bo
 	}
 	fr, _ := b.sym.user(pid, look)
 	l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Address: pm.Start + (addr - m.start), Mapping: pm,
-		Line: []profile.Line{{Function: b.function(fr.fn, fr.file), Line: fr.line}}}
+		Line: []profile.Line{{Function: b.function(fr.Func, fr.File), Line: fr.Line}}}
 	b.p.Location = append(b.p.Location, l)
 	b.fileLocs[key] = l
 	return l
 }
 
 type fileSeg struct {
-	file   *symFile
+	file   *symtab.File
 	offset uint64
 }
 
@@ -732,8 +733,8 @@ func (b *profBuilder) mapping(pid uint32, m *mapping) *profile.Mapping {
 		pm.File = "[anon]"
 	}
 	if m.file != nil {
-		m.file.load()
-		pm.BuildID = m.file.buildID
+		m.file.Load()
+		pm.BuildID = m.file.BuildID
 	}
 	b.p.Mapping = append(b.p.Mapping, pm)
 	b.maps[key] = pm

@@ -239,7 +239,7 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 
 	s := &Session{opts: opts, procs: newProcTable(), readerDone: make(chan struct{}), exited: map[[2]uint32]thread{}}
 	if opts.NoDebugInfo {
-		s.procs.files.debugDir = ""
+		s.procs.files.DebugDir = ""
 	}
 	if err := s.loadEither(cgroupID); err != nil {
 		return nil, err

@@ -2,16 +2,13 @@ package collector
 
 import (
 	"bytes"
-	"debug/elf"
-	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/pprof/profile"
 
+	"github.com/offcpu/offcpu/collector/symtab"
 	"github.com/offcpu/offcpu/internal/testenv"
 	"github.com/offcpu/offcpu/schema"
 )
@@ -24,153 +21,21 @@ func build(t testing.TB, name string, args ...string) {
 	}
 }
 
-// symbolAddr returns the address of a symbol from an unstripped file.
-func symbolAddr(t *testing.T, path, name string) uint64 {
-	t.Helper()
-	ef, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ef.Close()
-	syms, err := ef.Symbols()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range syms {
-		if s.Name == name {
-			return s.Value
-		}
-	}
-	t.Fatalf("%s has no symbol %s", path, name)
-	return 0
-}
-
-func TestSymbolizeCxx(t *testing.T) {
-	if _, err := exec.LookPath("g++"); err != nil {
-		t.Skip("g++ not installed")
-	}
-	dir := t.TempDir()
-	full := filepath.Join(dir, "prog")
-	stripped := filepath.Join(dir, "prog.stripped")
-	build(t, "g++", "-O1", "-rdynamic", "-fPIE", "-pie", "-o", full, "testdata/elf/prog.cc")
-	build(t, "strip", "-s", "-o", stripped, full)
-
-	for _, tc := range []struct{ sym, want string }{
-		{"_ZN4shop6Widget4spinEi", "shop::Widget::spin"},
-		{"plain_c_function", "plain_c_function"},
-	} {
-		addr := symbolAddr(t, full, tc.sym)
-		for _, path := range []string{full, stripped} {
-			f, err := openSymFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			fr, ok := f.lookup(addr + 2)
-			if !ok || fr.fn != tc.want {
-				t.Errorf("%s: lookup(%s+2) = %q, %v; want %q", filepath.Base(path), tc.sym, fr.fn, ok, tc.want)
-			}
-			if f.buildID == "" {
-				t.Errorf("%s: no build id read", filepath.Base(path))
-			}
-		}
-	}
-}
-
-func TestSymbolizeGo(t *testing.T) {
-	dir := t.TempDir()
-	full := filepath.Join(dir, "wl")
-	stripped := filepath.Join(dir, "wl.stripped")
-	build(t, "go", "build", "-o", full, "./testdata/workload")
-	build(t, "strip", "-s", "-o", stripped, full)
-	addr := symbolAddr(t, full, "main.napLoop")
-	for _, path := range []string{full, stripped} {
-		f, err := openSymFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fr, ok := f.lookup(addr + 4)
-		if !ok || fr.fn != "main.napLoop" || !strings.HasSuffix(fr.file, "main.go") || fr.line == 0 {
-			t.Errorf("%s: lookup = %+v, %v; want main.napLoop in main.go with a line", filepath.Base(path), fr, ok)
-		}
-	}
-}
-
 func TestSymbolizeUnresolved(t *testing.T) {
 	procs := newProcTable()
 	procs.procs[42] = &procInfo{pid: 42, snaps: [][]mapping{{
-		{start: 0x1000, end: 0x2000, offset: 0x3000, path: "/opt/lib/libgone.so", file: &symFile{path: "/opt/lib/libgone.so"}},
+		{start: 0x1000, end: 0x2000, offset: 0x3000, path: "/opt/lib/libgone.so", file: &symtab.File{Path: "/opt/lib/libgone.so"}},
 		{start: 0x5000, end: 0x6000},
 	}}}
-	s := &symbolizer{procs: procs, kern: &kernelSyms{}, perfMaps: map[uint32]*perfMap{}}
+	s := &symbolizer{procs: procs, kern: &symtab.Kernel{}, perfMaps: map[uint32]*symtab.PerfMap{}}
 	for addr, want := range map[uint64]string{
 		0x1010: "libgone.so+0x3010",
 		0x5020: "[anon]+0x20",
 		0x9000: "[unmapped]+0x9000",
 	} {
 		fr, _ := s.user(42, addr)
-		if fr.fn != want {
-			t.Errorf("user(0x%x) = %q, want %q", addr, fr.fn, want)
-		}
-	}
-}
-
-func TestPerfMap(t *testing.T) {
-	m := parsePerfMap(strings.NewReader(
-		"7f0000001000 40 LInterpreter;\n" +
-			"0x7f0000002000 0x100 Lcom/example/Broker;::dispatch\n" +
-			"garbage line\n" +
-			"7f0000002080 10 Lcom/example/Broker;::inlined\n"))
-	for addr, want := range map[uint64]string{
-		0x7f0000001000: "LInterpreter;",
-		0x7f000000103f: "LInterpreter;",
-		0x7f0000002010: "Lcom/example/Broker;::dispatch",
-		0x7f0000002085: "Lcom/example/Broker;::inlined",
-		0x7f0000002090: "Lcom/example/Broker;::dispatch",
-	} {
-		if got, ok := m.lookup(addr); !ok || got != want {
-			t.Errorf("lookup(0x%x) = %q, %v; want %q", addr, got, ok, want)
-		}
-	}
-	if got, ok := m.lookup(0x7f0000001040); ok {
-		t.Errorf("lookup past the end = %q", got)
-	}
-	// HotSpot's own perf map (jcmd PID Compiler.perfmap).
-	for in, want := range map[string]string{
-		"void Contend.holdLock()":                          "Contend.holdLock",
-		"java.lang.Object[] java.util.ArrayList.toArray()": "java.util.ArrayList.toArray",
-		"void java.lang.Object.<init>()":                   "java.lang.Object.<init>",
-		"void Contend.lambda$main$0(long)":                 "Contend.lambda$main$0",
-		"int java.lang.String.hashCode()":                  "java.lang.String.hashCode",
-		"I2C/C2I adapters":                                 "I2C/C2I adapters",
-		"StubRoutines (1)":                                 "StubRoutines (1)",
-		"_complete_monitor_locking_Java":                   "_complete_monitor_locking_Java",
-	} {
-		if got := javaMethod(in); got != want {
-			t.Errorf("javaMethod(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-func TestKallsyms(t *testing.T) {
-	k, err := loadKallsyms(strings.NewReader(`ffffffff81000000 T _stext
-ffffffff81001000 t do_nanosleep
-ffffffff81002000 D some_data
-ffffffff81003000 T __schedule
-0000000000000000 T hidden
-ffffffffc0001000 t mod_func	[somemod]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for addr, want := range map[uint64]string{
-		0xffffffff81001010: "do_nanosleep",
-		0xffffffff81002500: "do_nanosleep", // data symbols are skipped
-		0xffffffff81003001: "__schedule",
-		0xffffffffc0001004: "mod_func",
-		0x1000:             "[kernel]+0x1000",
-	} {
-		if got := k.lookup(addr); got != want {
-			t.Errorf("lookup(0x%x) = %q, want %q", addr, got, want)
+		if fr.Func != want {
+			t.Errorf("user(0x%x) = %q, want %q", addr, fr.Func, want)
 		}
 	}
 }
@@ -224,39 +89,4 @@ func TestParseStates(t *testing.T) {
 	if _, err := ParseStates([]string{"snoozing"}); err == nil || !strings.Contains(err.Error(), "snoozing") {
 		t.Errorf("bad state accepted: %v", err)
 	}
-}
-
-// A stripped executable's entry point reads _start, so its main thread's
-// stacks are seen to be whole.
-func TestSymbolizeStrippedEntry(t *testing.T) {
-	dir := t.TempDir()
-	src := filepath.Join(dir, "m.c")
-	os.WriteFile(src, []byte("int main(void) { return 0; }\n"), 0o644)
-	bin := filepath.Join(dir, "m")
-	build(t, "gcc", "-O2", "-o", bin, src)
-	build(t, "strip", bin)
-	sf, err := openSymFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ef, err := elf.Open(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ef.Close()
-	fr, ok := sf.lookup(ef.Entry + 0x10)
-	if !ok || fr.fn != "_start" {
-		t.Errorf("entry point + 0x10: %q (%v), want _start", fr.fn, ok)
-	}
-}
-
-// openSymFile reads symbols from a file on disk (tests).
-func openSymFile(path string) (*symFile, error) {
-	fh, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("opening %s for symbols: %w", path, err)
-	}
-	sf := &symFile{path: path, fh: fh}
-	sf.load()
-	return sf, sf.err
 }

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/collector/symtab"
 	"github.com/offcpu/offcpu/collector/unwind"
 )
 
@@ -27,7 +28,7 @@ type unwinder struct {
 	loadMu  sync.Mutex // one file's table parsed at a time, outside mu
 	cap     uint32
 	next    uint32                          // first free row
-	loaded  map[*symFile]*fileRows          // by open file: same identity as the symbolizer's
+	loaded  map[*symtab.File]*fileRows      // by open file: same identity as the symbolizer's
 	entries map[uint32]bpf.OffcpuUnwindProc // tgid -> the entry last written
 	scans   map[uint32]*rescan              // live processes and when to look at their mappings again
 	stats   UnwindStats
@@ -94,7 +95,7 @@ func newUnwinder(coll *ebpf.Collection, capacity uint32) *unwinder {
 		procs:   coll.Maps[bpf.OffcpuMapUnwindProcs],
 		files:   coll.Maps[bpf.OffcpuMapUnwindFiles],
 		cap:     capacity,
-		loaded:  map[*symFile]*fileRows{},
+		loaded:  map[*symtab.File]*fileRows{},
 		execs:   map[uint32]uint32{},
 		entries: map[uint32]bpf.OffcpuUnwindProc{},
 		scans:   map[uint32]*rescan{},
@@ -142,7 +143,7 @@ func (u *unwinder) setGenerated(pid uint32, start, end uint64, rows []bpf.Offcpu
 // one at a time under loadMu and takes mu only to look up and to reserve
 // rows, so that a large file (libjvm: 20 MB of .eh_frame) does not hold
 // up what else needs the entries (the JVM tracker's code-cache rows).
-func (u *unwinder) table(f *symFile) *fileRows {
+func (u *unwinder) table(f *symtab.File) *fileRows {
 	u.loadMu.Lock()
 	defer u.loadMu.Unlock()
 	u.mu.Lock()
@@ -158,11 +159,11 @@ func (u *unwinder) table(f *symFile) *fileRows {
 		u.loaded[f] = fr
 		u.mu.Unlock()
 	}
-	if f.fh == nil {
+	if f.Handle == nil {
 		count(&u.stats.Failed)
 		return fr
 	}
-	ef, err := elf.NewFile(f.fh)
+	ef, err := elf.NewFile(f.Handle)
 	if err != nil {
 		count(&u.stats.Failed)
 		return fr
@@ -215,15 +216,15 @@ func (u *unwinder) table(f *symFile) *fileRows {
 
 // publish tells the kernel where f's rows are, so that a process mapping
 // f later gets its entry made at once, as the mapping is made.
-func (u *unwinder) publish(f *symFile, ef *elf.File, fr *fileRows) {
-	if u.files == nil || f.ino == 0 {
+func (u *unwinder) publish(f *symtab.File, ef *elf.File, fr *fileRows) {
+	if u.files == nil || f.Ino == 0 {
 		return
 	}
 	for _, p := range ef.Progs {
 		if p.Type != elf.PT_LOAD || p.Flags&elf.PF_X == 0 {
 			continue
 		}
-		key := bpf.OffcpuFileKey{Ino: f.ino, Dev: kernelDev(f.dev)}
+		key := bpf.OffcpuFileKey{Ino: f.Ino, Dev: kernelDev(f.Dev)}
 		val := bpf.OffcpuFileUnwind{SegOff: p.Off &^ 0xfff, SegEnd: p.Off + p.Filesz,
 			OffVaddr: int64(p.Off) - int64(p.Vaddr), First: fr.first, Count: fr.count}
 		u.files.Update(key, val, ebpf.UpdateAny) // full: those processes wait for user space
@@ -284,8 +285,8 @@ func (u *unwinder) updateLocked(pid uint32, ms []mapping) {
 		if !ok || fr.count == 0 {
 			continue
 		}
-		m.file.load() // its PT_LOAD segments, shared with the symbolizer
-		bias, ok := loadBias(m.file.loads, m)
+		m.file.Load() // its PT_LOAD segments, shared with the symbolizer
+		bias, ok := loadBias(m.file.Loads, m)
 		if !ok {
 			continue
 		}

@@ -1,0 +1,133 @@
+package symtab
+
+import (
+	"debug/elf"
+	"debug/gosym"
+	"encoding/hex"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+func hasSection(ef *elf.File, name string) bool { return ef.Section(name) != nil }
+
+func elfSymbols(ef *elf.File) []elfSym {
+	var out []elfSym
+	var labels []elfSym
+	add := func(syms []elf.Symbol) {
+		for _, s := range syms {
+			t := elf.ST_TYPE(s.Info)
+			if t == elf.STT_NOTYPE && s.Size == 0 && s.Value != 0 && isCode(ef, s.Section) && !strings.HasPrefix(s.Name, ".") {
+				// An assembly entry point (the loader's _start): code
+				// up to the next symbol, unless inside a function.
+				labels = append(labels, elfSym{addr: s.Value, name: s.Name})
+				continue
+			}
+			if (t != elf.STT_FUNC && t != elf.STT_GNU_IFUNC) || s.Value == 0 || s.Section == elf.SHN_UNDEF {
+				continue
+			}
+			name := s.Name
+			// Versioned names (pthread_cond_wait@@GLIBC_2.3.2) read as the call site spells them.
+			if i := strings.IndexByte(name, '@'); i > 0 {
+				name = name[:i]
+			}
+			out = append(out, elfSym{addr: s.Value, size: s.Size, name: name})
+		}
+	}
+	if syms, err := ef.Symbols(); err == nil {
+		add(syms)
+	}
+	if syms, err := ef.DynamicSymbols(); err == nil {
+		add(syms)
+	}
+	sortSyms(out)
+	if len(labels) == 0 {
+		return out
+	}
+	var keep []elfSym
+	for _, l := range labels {
+		i := sort.Search(len(out), func(i int) bool { return out[i].addr > l.addr }) - 1
+		inside := false
+		for j := i; j >= 0 && j > i-64; j-- {
+			if out[j].size > 0 && l.addr < out[j].addr+out[j].size {
+				inside = true
+				break
+			}
+		}
+		if !inside {
+			keep = append(keep, l)
+		}
+	}
+	out = append(out, keep...)
+	sortSyms(out)
+	return out
+}
+
+// isCode says whether section index i holds instructions.
+func isCode(ef *elf.File, i elf.SectionIndex) bool {
+	return int(i) > 0 && int(i) < len(ef.Sections) && ef.Sections[i].Flags&elf.SHF_EXECINSTR != 0
+}
+
+func sortSyms(s []elfSym) {
+	sort.Slice(s, func(i, j int) bool {
+		if s[i].addr != s[j].addr {
+			return s[i].addr < s[j].addr
+		}
+		return s[i].size > s[j].size
+	})
+}
+
+func debugFileFor(dir, id string) *elf.File {
+	if dir == "" || len(id) < 3 {
+		return nil
+	}
+	p := filepath.Join(dir, ".build-id", id[:2], id[2:]+".debug")
+	f, err := elf.Open(p)
+	if err != nil {
+		return nil
+	}
+	return f
+}
+
+func goTable(ef *elf.File) *gosym.Table {
+	pcln := ef.Section(".gopclntab")
+	text := ef.Section(".text")
+	if pcln == nil || text == nil {
+		return nil
+	}
+	data, err := pcln.Data()
+	if err != nil {
+		return nil
+	}
+	tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, text.Addr))
+	if err != nil {
+		return nil
+	}
+	return tab
+}
+
+func buildID(ef *elf.File) string {
+	for _, name := range []string{".note.gnu.build-id", ".note.go.buildid"} {
+		s := ef.Section(name)
+		if s == nil {
+			continue
+		}
+		data, err := s.Data()
+		if err != nil || len(data) < 16 {
+			continue
+		}
+		order := ef.ByteOrder
+		namesz := order.Uint32(data[0:4])
+		descsz := order.Uint32(data[4:8])
+		off := 12 + (namesz+3)&^3
+		if uint32(len(data)) < off+descsz {
+			continue
+		}
+		desc := data[off : off+descsz]
+		if name == ".note.go.buildid" {
+			return string(desc)
+		}
+		return hex.EncodeToString(desc)
+	}
+	return ""
+}
