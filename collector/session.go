@@ -47,14 +47,11 @@ type Session struct {
 	attach        string
 	startWarnings []string // partial failures while starting (a tp_btf fallback)
 
-	unw              *unwinder // nil with FramePointersOnly
-	unwStop, unwDone chan struct{}
-	spill            *stackSpill
-	flushStop        chan struct{}
-	flushDone        chan struct{}
-	spillStop        chan struct{}
-	spillDone        chan struct{}
-	start            time.Time
+	unw   *unwinder // nil with FramePointersOnly
+	spill *stackSpill
+	// Goroutines that run while recording; nil where not started.
+	unwinding, spilling, flushing *worker
+	start                         time.Time
 	// flushIter: open intervals are flushed by the iter/task program
 	// (tp_btf); otherwise read from the starts map.
 	flushIter bool
@@ -325,27 +322,35 @@ func (s *Session) loadEither(cgroupID uint64) error {
 // events, their flush, the stack spill and the unwind-table builders.
 func (s *Session) startWorkers() {
 	go s.readEvents()
-	s.flushStop, s.flushDone = make(chan struct{}), make(chan struct{})
-	go s.flushEvents()
+	s.flushing = goWorker(s.flushEvents)
 	s.spill = newStackSpill(s.coll, s.opts.StackEntries)
-	s.spillStop, s.spillDone = make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(s.spillDone)
-		s.spill.run(s.spillStop)
-	}()
+	s.spilling = goWorker(s.spill.run)
 	if s.unw != nil {
-		s.unwStop = make(chan struct{})
-		s.unwDone = make(chan struct{})
-		jvmDone := make(chan struct{})
-		go func() {
-			defer close(jvmDone)
-			s.unw.jvms.run(s.unwStop)
-		}()
-		go func() {
-			defer close(s.unwDone)
-			s.unw.run(s.procs, s.unwStop)
-			<-jvmDone
-		}()
+		s.unwinding = goWorker(func(stop <-chan struct{}) {
+			jvms := goWorker(s.unw.jvms.run)
+			s.unw.run(s.procs, stop)
+			jvms.halt()
+		})
+	}
+}
+
+// worker is a goroutine that runs until halted.
+type worker struct{ stop, done chan struct{} }
+
+func goWorker(fn func(stop <-chan struct{})) *worker {
+	w := &worker{make(chan struct{}), make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		fn(w.stop)
+	}()
+	return w
+}
+
+// halt stops the goroutine and waits for it to return.
+func (w *worker) halt() {
+	if w != nil {
+		close(w.stop)
+		<-w.done
 	}
 }
 
@@ -686,13 +691,12 @@ func (s *Session) AddPID(pid int) error {
 
 // flushEvents hands the reader what is queued every 50 ms: most events
 // do not wake it (the ones the unwinder needs at once do).
-func (s *Session) flushEvents() {
-	defer close(s.flushDone)
+func (s *Session) flushEvents(stop <-chan struct{}) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
-		case <-s.flushStop:
+		case <-stop:
 			return
 		case <-tick.C:
 			if s.rd.AvailableBytes() > 0 {
@@ -822,13 +826,9 @@ func (s *Session) Stop() (*profile.Profile, error) {
 				s.stats.Warnings = append(s.stats.Warnings, fmt.Sprintf("open intervals not counted: %v", err))
 			}
 		}
-		if s.unwStop != nil {
-			close(s.unwStop)
-			<-s.unwDone
-		}
-		if s.spillStop != nil {
-			close(s.spillStop)
-			<-s.spillDone
+		s.unwinding.halt()
+		if s.spilling != nil {
+			s.spilling.halt()
 			s.stats.StacksMoved = s.spill.count()
 		}
 		// Detach first so that the maps no longer change while drained.
@@ -842,8 +842,7 @@ func (s *Session) Stop() (*profile.Profile, error) {
 			s.stats.Programs = s.programStats()
 			s.bpfOn.Close()
 		}
-		close(s.flushStop)
-		<-s.flushDone
+		s.flushing.halt()
 		s.rd.Flush() // the last events are read before the reader closes
 		for i := 0; i < 100 && s.rd.AvailableBytes() > 0; i++ {
 			time.Sleep(2 * time.Millisecond)
