@@ -61,7 +61,7 @@ type Config struct {
 	Progress io.Writer
 	Terminal bool // draw a progress bar instead of lines
 
-	workload Workload // resolved by validate
+	workload workload // resolved by validate
 }
 
 // RunRecord is one run as the report lists it.
@@ -437,9 +437,6 @@ func setupLine(cfg *Config, runs []RunRecord) string {
 		}
 	}
 	s := fmt.Sprintf("Linux %s, %s (%d CPUs), %s", unix.ByteSliceToString(u.Release[:]), cpu, runtime.NumCPU(), runtime.Version())
-	if cfg.bundled() {
-		return s + ";" + cfg.workload.Setup(runs)
-	}
 	return s + "; " + cfg.workload.Setup(runs)
 }
 

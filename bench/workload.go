@@ -12,9 +12,9 @@ import (
 	"github.com/offcpu/offcpu/schema"
 )
 
-// Workload is what a benchmark runs on each side: the bundled dispatch
+// workload is what a benchmark runs on each side: the bundled dispatch
 // core's scenarios, or two shell commands.
-type Workload interface {
+type workload interface {
 	// Rotation names the scenarios run in turn ("" for a command).
 	Rotation() []string
 	// Command is one run of scenario on side (0: baseline); the run may
@@ -30,12 +30,12 @@ type Workload interface {
 	KeyMetrics() (key, notCompared []string)
 	// Story is what the profiled scenario's report draws and tabulates;
 	// nil: blocked-time flame graphs and no story table.
-	Story() *Story
+	Story() *story
 }
 
-// Story is a profiled scenario's story: the kind of flame graph it needs
+// story is a profiled scenario's story: the kind of flame graph it needs
 // and the functions whose on-CPU time it follows.
-type Story struct {
+type story struct {
 	Flames    flameKind
 	Functions []string
 }
@@ -58,7 +58,7 @@ func (w commandWorkload) Setup([]RunRecord) string {
 }
 
 func (w commandWorkload) KeyMetrics() (key, notCompared []string) { return nil, nil }
-func (w commandWorkload) Story() *Story                           { return nil }
+func (w commandWorkload) Story() *story                           { return nil }
 
 // bundledWorkload runs the bundled core's scenarios, each resolved once
 // (loaded, scaled, variants checked) and written to a file each run
@@ -146,7 +146,7 @@ func (w *bundledWorkload) Setup(runs []RunRecord) string {
 		}
 		parts = append(parts, scenarioLine(sc))
 	}
-	s := strings.Join(parts, ";")
+	s := strings.Join(parts, "; ")
 	if w.pin {
 		s += "; broker threads pinned to the first half of the CPUs, clients to the rest"
 	}
@@ -157,9 +157,9 @@ func (w *bundledWorkload) KeyMetrics() (key, notCompared []string) {
 	return dispatcher.KeyMetrics, dispatcher.NotCompared
 }
 
-func (w *bundledWorkload) Story() *Story {
+func (w *bundledWorkload) Story() *story {
 	sc := w.specs[w.names[0]]
-	st := &Story{Flames: blockedFlames, Functions: sc.StoryFunctions()}
+	st := &story{Flames: blockedFlames, Functions: sc.StoryFunctions()}
 	// A client pool's blocked time is its idle wait for tasks: its story
 	// is where its CPU goes, as seed 003's flame graphs show it.
 	if sc.Change != dispatcher.ChangeFlow {
@@ -182,6 +182,6 @@ func scenarioLine(sc dispatcher.Scenario) string {
 	for _, x := range sc.Subscriptions {
 		subs += x.Consumers
 	}
-	return fmt.Sprintf(" bundled dispatch core, scenario %s (%d producers, %d subscription(s), %d consumers in all, %d broker IO loops, %d-byte messages, %d keys, %s, %s)",
+	return fmt.Sprintf("bundled dispatch core, scenario %s (%d producers, %d subscription(s), %d consumers in all, %d broker IO loops, %d-byte messages, %d keys, %s, %s)",
 		sc.Name, sc.Producers, len(sc.Subscriptions), subs, sc.BrokerIOThreads, sc.PayloadSize, sc.KeySpace, rate, amount)
 }
