@@ -30,11 +30,9 @@ ffffffff81000a00 T zz_end
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := Options{CPUHz: 100}
-	s := &Session{opts: o.withDefaults(), procs: newProcTable()}
-	sym := &symbolizer{procs: s.procs, perfMaps: map[uint32]*symtab.PerfMap{}, kern: kern}
+	sym := &symbolizer{procs: newProcTable(), perfMaps: map[uint32]*symtab.PerfMap{}, kern: kern}
 	const pid, waiter, holder, idler = 4000000, 4000001, 4000002, 4000003
-	d := &drained{
+	d := &recording{
 		threads: map[uint32]thread{
 			waiter: {tgid: pid, comm: "waiter"}, holder: {tgid: pid, comm: "holder"}, idler: {tgid: pid, comm: "idler"},
 		},
@@ -56,12 +54,24 @@ ffffffff81000a00 T zz_end
 			{tgid: pid, tid: waiter, count: 1, kernel: []uint64{0xffffffff81000210}},
 		},
 		oncpu: map[[2]uint32]cpuTotal{{waiter, 0}: {tgid: pid, ns: 30e6}, {holder, 0}: {tgid: pid, ns: 7e6}},
+		// holder woke waiter 3 times from futex_wake.
+		wakes: []wakeRecord{{tgid: pid, tid: waiter, count: 3,
+			waker: waker{valid: true, tgid: pid, tid: holder, kernel: []uint64{0xffffffff81000410, 0xffffffff81000910, 0xffffffff81000310}, kernelID: 1}}},
+		stats: &Stats{}, cpuHz: 100, wakeups: true,
 	}
-	names := &threadNames{d: d, procs: s.procs}
-	p := s.offCPUProfile(d, sym, names)
-	s.finishProfile(p)
-	if err := p.CheckValid(); err != nil {
-		t.Fatalf("invalid profile: %v", err)
+	p, wake, offwake, err := d.profiles(sym)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(wake.Sample) != 1 || wake.Sample[0].Value[0] != 3 || wake.Sample[0].Value[1] != 12e6 ||
+		wake.Sample[0].Label[schema.LabelTarget][0] != "waiter" || wake.Sample[0].Label[schema.LabelThread][0] != "holder" {
+		t.Errorf("wake-up profile: want one sample, holder woke waiter 3 times ending 12 ms, got %v", wake.Sample)
+	}
+	if got := d.stats.WakeupsByClass; len(got) != 1 || got["futex"] != 3 {
+		t.Errorf("wake-ups by class %v, want futex: 3", got)
+	}
+	if len(offwake.Sample) != 2 {
+		t.Errorf("offwake profile: %d samples, want one per interval with a waker (2)", len(offwake.Sample))
 	}
 	idx := map[string]int{}
 	for i, st := range p.SampleType {

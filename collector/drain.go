@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -63,7 +64,9 @@ type wakeRecord struct {
 	waker     waker
 }
 
-type drained struct {
+// recording is what a session drained from the kernel: plain data that
+// profiles are built from (recording.profiles) without root or BPF.
+type recording struct {
 	records []record
 	wakes   []wakeRecord
 	cpu     []cpuRecord
@@ -73,6 +76,12 @@ type drained struct {
 	threads map[uint32]thread
 	// exited: threads that exited while recording, by tid and incarnation.
 	exited map[[2]uint32]thread
+
+	// Set before building profiles.
+	stats   *Stats // the session's; building adds completeness and classes
+	start   time.Time
+	cpuHz   int  // on-CPU sampling rate: a sample's weight without exact times
+	wakeups bool // build the wake-up and offwake profiles
 }
 
 type cpuTotal struct {
@@ -89,7 +98,7 @@ type thread struct {
 
 // threadOf is the thread that made record r: when its tid was used by
 // several threads while recording, the one of r's incarnation.
-func (d *drained) threadOf(r *record) thread {
+func (d *recording) threadOf(r *record) thread {
 	if th, ok := d.threads[r.tid]; ok && th.gen == r.gen {
 		return th
 	}
@@ -99,8 +108,8 @@ func (d *drained) threadOf(r *record) thread {
 	return d.threads[r.tid]
 }
 
-func (s *Session) drain() (*drained, error) {
-	d := &drained{threads: map[uint32]thread{}, exited: map[[2]uint32]thread{}, oncpu: map[[2]uint32]cpuTotal{}}
+func (s *Session) drain() (*recording, error) {
+	d := &recording{threads: map[uint32]thread{}, exited: map[[2]uint32]thread{}, oncpu: map[[2]uint32]cpuTotal{}}
 	stacks := s.coll.Maps[bpf.OffcpuMapStacks]
 	cache := map[int64][]uint64{}
 	getStack := func(id int64) []uint64 {
@@ -168,7 +177,7 @@ func (s *Session) drain() (*drained, error) {
 }
 
 // drainWakeupsAndSamples reads the wake-up and on-CPU sample maps.
-func (s *Session) drainWakeupsAndSamples(d *drained, getStack func(int64) []uint64) error {
+func (s *Session) drainWakeupsAndSamples(d *recording, getStack func(int64) []uint64) error {
 	var wk bpf.OffcpuWakeKey
 	var n uint64
 	wit := s.coll.Maps[bpf.OffcpuMapWakeups].Iterate()
@@ -194,7 +203,7 @@ func (s *Session) drainWakeupsAndSamples(d *drained, getStack func(int64) []uint
 // drainThreads names the threads: from the threads map (renamed since
 // when still alive), those that exited while recording, and, for a tid
 // no name was kept for, /proc or "tid-N".
-func (s *Session) drainThreads(d *drained) error {
+func (s *Session) drainThreads(d *recording) error {
 	var tid uint32
 	var ti bpf.OffcpuThreadInfo
 	tit := s.coll.Maps[bpf.OffcpuMapThreads].Iterate()
@@ -348,7 +357,7 @@ func kasanEnabled(path string) bool {
 }
 
 // drainOnCPU reads each thread's exact on-CPU time (tp_btf mode).
-func (s *Session) drainOnCPU(d *drained) error {
+func (s *Session) drainOnCPU(d *recording) error {
 	m, ok := s.coll.Maps[bpf.OffcpuMapThreadCpus]
 	if !ok {
 		return nil
@@ -369,7 +378,7 @@ func (s *Session) drainOnCPU(d *drained) error {
 
 // drainOpenStarts accounts the intervals still open in the classic
 // tracepoint mode's starts map, up to the moment recording stopped.
-func (s *Session) drainOpenStarts(d *drained, getStack func(int64) []uint64) {
+func (s *Session) drainOpenStarts(d *recording, getStack func(int64) []uint64) {
 	m, ok := s.coll.Maps[bpf.OffcpuMapStarts]
 	if !ok {
 		return
@@ -400,7 +409,7 @@ func (s *Session) drainOpenStarts(d *drained, getStack func(int64) []uint64) {
 }
 
 // drainPrestart reads the threads blocked since before the start.
-func (s *Session) drainPrestart(d *drained, getStack func(int64) []uint64) error {
+func (s *Session) drainPrestart(d *recording, getStack func(int64) []uint64) error {
 	m, ok := s.coll.Maps[bpf.OffcpuMapPrestart]
 	if !ok {
 		return nil

@@ -72,7 +72,7 @@ func TestKernelHasFunc(t *testing.T) {
 // A tid used by two threads while recording names each one's samples and
 // wake-ups by the incarnation that made them.
 func TestReusedTIDNames(t *testing.T) {
-	d := &drained{
+	d := &recording{
 		threads: map[uint32]thread{7: {tgid: 7, gen: 200, comm: "kworker/0:1"}},
 		exited:  map[[2]uint32]thread{{7, 100}: {tgid: 7, gen: 100, comm: "nap", exited: true}},
 	}

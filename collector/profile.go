@@ -65,33 +65,42 @@ func (b *profBuilder) stack(pid uint32, kernel, user []uint64, userErr int64, kt
 // buildProfiles symbolizes what was drained into the off-CPU profile
 // (with on-CPU samples), and unless wake-ups were off, the wake-up and
 // offwake profiles.
-func (s *Session) buildProfiles(d *drained) (off, wake, offwake *profile.Profile, err error) {
+func (s *Session) buildProfiles(d *recording) (off, wake, offwake *profile.Profile, err error) {
 	s.snapshotLive(d)
 	sym := newSymbolizer(s.procs)
 	if s.unw != nil {
 		sym.jvms = s.unw.jvms
 	}
-	names := &threadNames{d: d, procs: s.procs}
-	off = s.offCPUProfile(d, sym, names)
-	if err := s.finish(off, "profile"); err != nil {
+	d.stats, d.start, d.cpuHz, d.wakeups = &s.stats, s.start, s.opts.CPUHz, !s.opts.NoWakeups
+	return d.profiles(sym)
+}
+
+// profiles builds a recording into profiles: a function of the recording
+// and the symbolizer alone (names of threads outside the recorded set
+// come from /proc), and it counts stack completeness and wake-up classes
+// in the recording's stats.
+func (d *recording) profiles(sym *symbolizer) (off, wake, offwake *profile.Profile, err error) {
+	names := &threadNames{d: d, procs: sym.procs}
+	off = d.offCPUProfile(sym, names)
+	if err := d.finish(off, "profile"); err != nil {
 		return nil, nil, nil, err
 	}
-	if s.opts.NoWakeups {
+	if !d.wakeups {
 		return off, nil, nil, nil
 	}
-	wake = s.wakeupProfile(d, sym, names)
-	if err := s.finish(wake, "wake-up profile"); err != nil {
+	wake = d.wakeupProfile(sym, names)
+	if err := d.finish(wake, "wake-up profile"); err != nil {
 		return nil, nil, nil, err
 	}
-	offwake = offwakeProfile(d, sym, names)
-	if err := s.finish(offwake, "offwake profile"); err != nil {
+	offwake = d.offwakeProfile(sym, names)
+	if err := d.finish(offwake, "offwake profile"); err != nil {
 		return nil, nil, nil, err
 	}
 	return off, wake, offwake, nil
 }
 
-func (s *Session) finish(p *profile.Profile, what string) error {
-	s.finishProfile(p)
+func (d *recording) finish(p *profile.Profile, what string) error {
+	d.finishProfile(p)
 	if err := p.CheckValid(); err != nil {
 		return fmt.Errorf("building the %s: %w", what, err)
 	}
@@ -100,7 +109,7 @@ func (s *Session) finish(p *profile.Profile, what string) error {
 
 // snapshotLive reads the mappings of live processes once more: covers
 // execs, late mappings and wakers outside the recorded set.
-func (s *Session) snapshotLive(d *drained) {
+func (s *Session) snapshotLive(d *recording) {
 	seen := map[uint32]bool{}
 	snap := func(tgid uint32) {
 		if tgid != 0 && !seen[tgid] {
@@ -121,7 +130,7 @@ func (s *Session) snapshotLive(d *drained) {
 
 // offCPUProfile has a sample per interval record and per on-CPU sample
 // record; it counts complete and truncated stacks in the stats.
-func (s *Session) offCPUProfile(d *drained, sym *symbolizer, names *threadNames) *profile.Profile {
+func (d *recording) offCPUProfile(sym *symbolizer, names *threadNames) *profile.Profile {
 	b := newProfBuilder(sym, &profile.ValueType{Type: schema.OffCPU, Unit: schema.Nanoseconds}, &profile.ValueType{Type: schema.Switches, Unit: schema.Count},
 		&profile.ValueType{Type: schema.CPU, Unit: schema.Nanoseconds},
 		&profile.ValueType{Type: schema.Blocked, Unit: schema.Nanoseconds}, &profile.ValueType{Type: schema.RunQueue, Unit: schema.Nanoseconds},
@@ -133,11 +142,11 @@ func (s *Session) offCPUProfile(d *drained, sym *symbolizer, names *threadNames)
 		locs := b.stack(r.tgid, trimKernel(r.kernel, sym.kern), r.user, r.userErr, isKernelThread(r))
 		if len(r.user) > 0 { // the last location is the outermost user frame
 			if schema.IsThreadStart(locs[len(locs)-1].Line[0].Function.Name) {
-				s.stats.CompleteStacks++
-				s.stats.CompleteTime += durationNs(r.ns)
+				d.stats.CompleteStacks++
+				d.stats.CompleteTime += durationNs(r.ns)
 			} else {
-				s.stats.TruncatedStacks++
-				s.stats.TruncatedTime += durationNs(r.ns)
+				d.stats.TruncatedStacks++
+				d.stats.TruncatedTime += durationNs(r.ns)
 			}
 		}
 		if r.prestart && !r.kthread && len(r.user) == 0 {
@@ -148,7 +157,7 @@ func (s *Session) offCPUProfile(d *drained, sym *symbolizer, names *threadNames)
 			Value:    []int64{int64(r.ns), int64(r.count), 0, int64(r.ns - r.runq), int64(r.runq), int64(min(r.chain, r.ns-r.runq))},
 			Label: map[string][]string{
 				schema.LabelThread:  {th.comm},
-				schema.LabelProcess: {processName(d, r.tgid, s.procs)},
+				schema.LabelProcess: {processName(d, r.tgid, sym.procs)},
 				schema.LabelState:   {r.state.String()},
 			},
 			NumLabel: map[string][]int64{schema.LabelTID: {int64(r.tid)}, schema.LabelPID: {int64(r.tgid)}},
@@ -166,7 +175,7 @@ func (s *Session) offCPUProfile(d *drained, sym *symbolizer, names *threadNames)
 			smp.Label[schema.LabelWakeupClass] = []string{classifyWakeup(r.waker, sym.kern)}
 			smp.Label[schema.LabelWakerStack] = []string{wakers.folded(r.waker)}
 			if !r.waker.irq {
-				smp.Label[schema.LabelWakerProcess] = []string{processName(d, r.waker.tgid, s.procs)}
+				smp.Label[schema.LabelWakerProcess] = []string{processName(d, r.waker.tgid, sym.procs)}
 			}
 			if r.chain > 0 {
 				wait := waker{tgid: r.waker.tgid, user: r.waker.waitUser, kernel: r.waker.waitKernel, userID: r.waker.waitUserID, kernelID: r.waker.waitKernelID}
@@ -177,7 +186,7 @@ func (s *Session) offCPUProfile(d *drained, sym *symbolizer, names *threadNames)
 		}
 		b.p.Sample = append(b.p.Sample, smp)
 	}
-	s.onCPUSamples(d, b, names)
+	d.onCPUSamples(b, names)
 	return b.p
 }
 
@@ -242,10 +251,10 @@ func (ws *wakerStacks) fold(locs []*profile.Location) string {
 // sampled stacks estimate where the time went, the switches say how much
 // there was), and a thread that ran unsampled gets one sample of all its
 // time with the frame schema.OnCPUUnsampled.
-func (s *Session) onCPUSamples(d *drained, b *profBuilder, names *threadNames) {
+func (d *recording) onCPUSamples(b *profBuilder, names *threadNames) {
 	var period int64
-	if s.opts.CPUHz > 0 {
-		period = int64(time.Second) / int64(s.opts.CPUHz)
+	if d.cpuHz > 0 {
+		period = int64(time.Second) / int64(d.cpuHz)
 	}
 	sampled := map[[2]uint32]uint64{}
 	for _, c := range d.cpu {
@@ -257,7 +266,7 @@ func (s *Session) onCPUSamples(d *drained, b *profBuilder, names *threadNames) {
 			Value:    []int64{0, 0, ns, 0, 0, 0},
 			Label: map[string][]string{
 				schema.LabelThread:  {names.threadGen(tgid, tid, gen)},
-				schema.LabelProcess: {processName(d, tgid, s.procs)},
+				schema.LabelProcess: {processName(d, tgid, b.sym.procs)},
 				schema.LabelState:   {"on-cpu"},
 			},
 			NumLabel: map[string][]int64{schema.LabelTID: {int64(tid)}, schema.LabelPID: {int64(tgid)}},
@@ -294,7 +303,7 @@ func (s *Session) onCPUSamples(d *drained, b *profBuilder, names *threadNames) {
 
 // wakeupProfile has a sample per waker stack and woken thread, with the
 // count and the blocked time it ended; it counts wake-ups by class.
-func (s *Session) wakeupProfile(d *drained, sym *symbolizer, names *threadNames) *profile.Profile {
+func (d *recording) wakeupProfile(sym *symbolizer, names *threadNames) *profile.Profile {
 	// Wake-ups: the waker's stack, with the blocked time it ended.
 	type wkey struct {
 		target, tid uint32
@@ -308,12 +317,12 @@ func (s *Session) wakeupProfile(d *drained, sym *symbolizer, names *threadNames)
 		}
 	}
 	wb := newProfBuilder(sym, &profile.ValueType{Type: schema.Wakeups, Unit: schema.Count}, &profile.ValueType{Type: schema.OffCPU, Unit: schema.Nanoseconds})
-	s.stats.WakeupsByClass = map[string]uint64{}
+	d.stats.WakeupsByClass = map[string]uint64{}
 	sort.Slice(d.wakes, func(i, j int) bool { return d.wakes[i].count > d.wakes[j].count })
 	for _, w := range d.wakes {
 		kernel := trimWaker(w.waker.kernel, sym.kern)
 		class := classifyWakeup(w.waker, sym.kern)
-		s.stats.WakeupsByClass[class] += w.count
+		d.stats.WakeupsByClass[class] += w.count
 		wakerName := names.waker(w.waker, sym.kern)
 		user := w.waker.user
 		if w.waker.irq {
@@ -327,7 +336,7 @@ func (s *Session) wakeupProfile(d *drained, sym *symbolizer, names *threadNames)
 				schema.LabelThread:      {wakerName},
 				schema.LabelTarget:      {target},
 				schema.LabelWakeupClass: {class},
-				schema.LabelProcess:     {processName(d, w.waker.tgid, s.procs)},
+				schema.LabelProcess:     {processName(d, w.waker.tgid, sym.procs)},
 			},
 			NumLabel: map[string][]int64{schema.LabelTargetTID: {int64(w.tid)}, schema.LabelWakerTID: {int64(w.waker.tid)}, schema.LabelTID: {int64(w.waker.tid)}},
 		})
@@ -337,7 +346,7 @@ func (s *Session) wakeupProfile(d *drained, sym *symbolizer, names *threadNames)
 
 // offwakeProfile has a sample per interval with a known waker: the
 // blocked stack on top of the waker's, in one sample.
-func offwakeProfile(d *drained, sym *symbolizer, names *threadNames) *profile.Profile {
+func (d *recording) offwakeProfile(sym *symbolizer, names *threadNames) *profile.Profile {
 	ob := newProfBuilder(sym, &profile.ValueType{Type: schema.OffCPU, Unit: schema.Nanoseconds}, &profile.ValueType{Type: schema.Switches, Unit: schema.Count})
 	for _, r := range d.records {
 		if !r.waker.valid {
@@ -390,9 +399,9 @@ func (s *Stats) CompleteShare() float64 {
 	return float64(s.CompleteTime) / float64(t)
 }
 
-func (s *Session) finishProfile(p *profile.Profile) {
-	st := s.stats
-	p.TimeNanos = s.start.UnixNano()
+func (d *recording) finishProfile(p *profile.Profile) {
+	st := d.stats
+	p.TimeNanos = d.start.UnixNano()
 	p.DurationNanos = int64(st.Duration)
 	p.Comments = append(p.Comments,
 		fmt.Sprintf("offcpu record: attach=%s duration=%v intervals=%d off_cpu=%v keys=%d stacks=%d wakeups=%d",
@@ -420,7 +429,7 @@ func (s *Session) finishProfile(p *profile.Profile) {
 
 // threadNames names threads that may lie outside the recorded set.
 type threadNames struct {
-	d     *drained
+	d     *recording
 	procs *procTable
 }
 
@@ -573,7 +582,7 @@ func errnoName(e int64) string {
 	return unix.ErrnoName(unix.Errno(-e))
 }
 
-func processName(d *drained, tgid uint32, procs *procTable) string {
+func processName(d *recording, tgid uint32, procs *procTable) string {
 	if th, ok := d.threads[tgid]; ok && th.tgid == tgid {
 		if p := procs.get(tgid); p != nil && p.comm != "" {
 			return p.comm
