@@ -104,7 +104,8 @@ const (
 	OffcpuOffcpuStatSTAT_STACKS_STORED    OffcpuOffcpuStat = 20
 	OffcpuOffcpuStatSTAT_THREAD_CPU_FULL  OffcpuOffcpuStat = 21
 	OffcpuOffcpuStatSTAT_FORK_UNWIND_FULL OffcpuOffcpuStat = 22
-	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 23
+	OffcpuOffcpuStatSTAT_OUT_OF_RANGE_NS  OffcpuOffcpuStat = 23
+	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 24
 )
 
 type OffcpuOffcpuVal struct {

@@ -196,6 +196,7 @@ static __always_inline void account_interval(u32 tid, struct start_rec *s, struc
 		chain = delta - runq;
 	if (delta < min_block_ns || delta > max_block_ns) {
 		stat_add(STAT_OUT_OF_RANGE, 1);
+		stat_add(STAT_OUT_OF_RANGE_NS, delta);
 		return;
 	}
 	struct offcpu_key key = {
@@ -407,6 +408,7 @@ static __always_inline void account_prestart(struct task_struct *t, u32 state, u
 		return;
 	if (now - start < min_block_ns || now - start > max_block_ns) {
 		stat_add(STAT_OUT_OF_RANGE, 1);
+		stat_add(STAT_OUT_OF_RANGE_NS, now - start);
 		return;
 	}
 	u32 zero = 0, tid = t->pid;

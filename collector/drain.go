@@ -265,6 +265,7 @@ func (s *Session) readStats() error {
 	s.stats.NoStart = get(bpf.OffcpuOffcpuStatSTAT_NO_START)
 	s.stats.MissedSwitchIn = get(bpf.OffcpuOffcpuStatSTAT_MISSED_IN)
 	s.stats.OutOfRange = get(bpf.OffcpuOffcpuStatSTAT_OUT_OF_RANGE)
+	s.stats.OutOfRangeTime = durationNs(get(bpf.OffcpuOffcpuStatSTAT_OUT_OF_RANGE_NS))
 	s.stats.EventsLost = get(bpf.OffcpuOffcpuStatSTAT_EVENTS_LOST)
 	s.stats.StacksReused = get(bpf.OffcpuOffcpuStatSTAT_STACKS_REUSED)
 	s.stats.WakeFull = get(bpf.OffcpuOffcpuStatSTAT_WAKE_FULL)

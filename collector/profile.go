@@ -329,7 +329,7 @@ func (d *recording) wakeupProfile(sym *symbolizer, names *threadNames) *profile.
 			user = nil
 		}
 		target := names.threadGen(w.tgid, w.tid, w.gen)
-		wb.p.Sample = append(wb.p.Sample, &profile.Sample{
+		smp := &profile.Sample{
 			Location: wb.stack(w.waker.tgid, kernel, user, 0, true),
 			Value:    []int64{int64(w.count), ended[wkey{w.tid, w.waker.tid, w.waker.userID, w.waker.kernelID, w.waker.irq}]},
 			Label: map[string][]string{
@@ -338,8 +338,13 @@ func (d *recording) wakeupProfile(sym *symbolizer, names *threadNames) *profile.
 				schema.LabelWakeupClass: {class},
 				schema.LabelProcess:     {processName(d, w.waker.tgid, sym.procs)},
 			},
-			NumLabel: map[string][]int64{schema.LabelTargetTID: {int64(w.tid)}, schema.LabelWakerTID: {int64(w.waker.tid)}, schema.LabelTID: {int64(w.waker.tid)}},
-		})
+			NumLabel: map[string][]int64{schema.LabelTargetTID: {int64(w.tid)}, schema.LabelPID: {int64(w.waker.tgid)}, schema.LabelWakerTID: {int64(w.waker.tid)}, schema.LabelTID: {int64(w.waker.tid)}},
+		}
+		if w.tgid != 0 { // the classic tracepoints know the woken tid only
+			smp.Label[schema.LabelTargetProcess] = []string{processName(d, w.tgid, sym.procs)}
+			smp.NumLabel[schema.LabelTargetPID] = []int64{int64(w.tgid)}
+		}
+		wb.p.Sample = append(wb.p.Sample, smp)
 	}
 	return wb.p
 }
@@ -389,6 +394,17 @@ func (d *recording) offwakeProfile(sym *symbolizer, names *threadNames) *profile
 	return ob.p
 }
 
+// KeptShare is the share of the recorded threads' off-CPU time that the
+// profile kept: all of it but the intervals outside --min-block and
+// --max-block.
+func (s *Stats) KeptShare() float64 {
+	t := s.OffCPU + s.OutOfRangeTime
+	if t == 0 {
+		return 1
+	}
+	return float64(s.OffCPU) / float64(t)
+}
+
 // CompleteShare is the share of off-CPU time whose user stack reaches a
 // thread-start frame, or -1 without user stacks.
 func (s *Stats) CompleteShare() float64 {
@@ -423,7 +439,7 @@ func (d *recording) finishProfile(p *profile.Profile) {
 		p.Comments = append(p.Comments, "warning: "+w)
 	}
 	p.Comments = append(p.Comments,
-		fmt.Sprintf("before_start=%d: threads blocked since before the start, counted from the start with the stacks they had then; not measured: out_of_range=%d (--min-block/--max-block)", st.NoStart, st.OutOfRange),
+		fmt.Sprintf("before_start=%d: threads blocked since before the start, counted from the start with the stacks they had then; not measured: out_of_range=%d (%v; --min-block/--max-block)", st.NoStart, st.OutOfRange, st.OutOfRangeTime.Round(time.Microsecond)),
 	)
 }
 

@@ -107,6 +107,7 @@ type Stats struct {
 	StartFull       uint64        `json:"start_full"`       // switch-outs not remembered
 	NoStart         uint64        `json:"no_start"`         // threads blocked since before the start (counted from the start)
 	OutOfRange      uint64        `json:"out_of_range"`     // intervals outside --min-block/--max-block (filtered)
+	OutOfRangeTime  time.Duration `json:"out_of_range_ns"`  // their off-CPU time
 	EventsLost      uint64        `json:"events_lost"`      // new-process notifications lost
 	StacksReused    uint64        `json:"stacks_reused"`    // switch-outs that reused the thread's previous stacks
 	SwitchMissed    uint64        `json:"switch_missed"`    // context switches the kernel ran no program for (recursion)

@@ -35,7 +35,10 @@ type Stack struct {
 	State  string // recorder state; StateRunQueue: the wait for a CPU after a wake-up
 	Class  string // wakeup class
 	Target string // wakeup: the woken thread
-	Waker  string // offcpu: the waker thread
+	// wakeup: the woken thread's process, where the recorder named it.
+	TargetProcess string
+	TargetPID     int64
+	Waker         string // offcpu: the waker thread
 	// offcpu, where the recorder linked the interval to its waker: the
 	// waiter's and the waker's processes and ids, and the waker's stack
 	// (root first), for verdicts from the waker's side.
@@ -145,7 +148,8 @@ func (d *Data) addProfile(path string, p *profile.Profile) error {
 	if wakeIdx >= 0 {
 		for _, s := range p.Sample {
 			st := Stack{Kind: KindWakeup, Thread: label(s, LabelThread), Frames: frames(s), Value: s.Value[wakeIdx],
-				Class: label(s, LabelWakeupClass), Target: label(s, LabelTarget)}
+				Class: label(s, LabelWakeupClass), Target: label(s, LabelTarget),
+				TargetProcess: label(s, LabelTargetProcess), TargetPID: numLabel(s, LabelTargetPID), PID: numLabel(s, LabelPID), Process: label(s, LabelProcess)}
 			if offIdx >= 0 {
 				st.Ended = s.Value[offIdx]
 			}

@@ -34,7 +34,10 @@ const (
 	LabelWakeupClass = "wakeup_class"  // eventfd, futex, pipe/socket, timer, other
 	LabelTarget      = "target_thread" // wake-ups: the woken thread
 	LabelTargetTID   = "target_tid"    // numeric
-	LabelInterval    = "interval"      // open, before-start, whole
+	// wake-ups: the woken thread's process, by name and id (numeric).
+	LabelTargetProcess = "target_process"
+	LabelTargetPID     = "target_pid"
+	LabelInterval      = "interval" // open, before-start, whole
 	// The waker of an off-CPU interval: its process (numeric) and its
 	// stack, folded (user frames root first, "-", kernel frames), so that
 	// a verdict can read what the waker was doing (a lock release, a
