@@ -31,18 +31,19 @@ type Config struct {
 
 // SubResult is one subscription's outcome.
 type SubResult struct {
-	Name            string  `json:"name"`
-	Type            string  `json:"type"`
-	Consumers       int     `json:"consumers"`
-	Delivered       int64   `json:"delivered"`
-	Duplicates      int64   `json:"duplicates"`
-	OrderViolations int64   `json:"order_violations"`
-	Invalid         int64   `json:"invalid"`
-	Lost            int64   `json:"lost"`
-	Backlog         int64   `json:"backlog"`
-	E2EP50ms        float64 `json:"e2e_p50_ms"`
-	E2EP99ms        float64 `json:"e2e_p99_ms"`
-	Redelivered     uint64  `json:"redelivered"`
+	Name            string `json:"name"`
+	Type            string `json:"type"`
+	Consumers       int    `json:"consumers"`
+	Delivered       int64  `json:"delivered"`
+	Duplicates      int64  `json:"duplicates"`
+	OrderViolations int64  `json:"order_violations"`
+	Invalid         int64  `json:"invalid"`
+	// Undelivered: published, not received within the drain wait.
+	Undelivered int64   `json:"undelivered"`
+	Backlog     int64   `json:"backlog"`
+	E2EP50ms    float64 `json:"e2e_p50_ms"`
+	E2EP99ms    float64 `json:"e2e_p99_ms"`
+	Redelivered uint64  `json:"redelivered"`
 	// ConsumeRate is msg/s received by the consumers from a fifth of
 	// the subscription's deliveries to its last (sampled every 10 ms).
 	ConsumeRate float64 `json:"consume_rate"`
@@ -54,7 +55,7 @@ var KeyMetrics = []string{"publish_rate", "publish_p50_ms", "publish_p99_ms", "e
 
 // NotCompared are the run's counts that are not measurements: Verify
 // checks the deliveries.
-var NotCompared = []string{"pid", "duration_s", "delivered", "lost", "duplicates", "order_violations", "invalid"}
+var NotCompared = []string{"pid", "duration_s", "delivered", "undelivered", "drain_wait_s", "duplicates", "order_violations", "invalid"}
 
 // Result is what a run reports (offcpu dispatch --json).
 type Result struct {
@@ -66,15 +67,18 @@ type Result struct {
 	Duplicates      int64       `json:"duplicates"`
 	OrderViolations int64       `json:"order_violations"`
 	Invalid         int64       `json:"invalid"`
-	Lost            int64       `json:"lost"`
-	PublishRate     float64     `json:"publish_rate"`
-	PublishP50ms    float64     `json:"publish_p50_ms"`
-	PublishP99ms    float64     `json:"publish_p99_ms"`
-	E2EP50ms        float64     `json:"e2e_p50_ms"`
-	E2EP99ms        float64     `json:"e2e_p99_ms"`
-	Backlog         int64       `json:"backlog"`
-	BrokerCPUs      float64     `json:"broker_cpu_s"`
-	CPUPerMsgUs     float64     `json:"cpu_per_msg_us"`
+	// Undelivered: published, not received within DrainWaitS after
+	// publishing ended.
+	Undelivered  int64   `json:"undelivered"`
+	DrainWaitS   float64 `json:"drain_wait_s"`
+	PublishRate  float64 `json:"publish_rate"`
+	PublishP50ms float64 `json:"publish_p50_ms"`
+	PublishP99ms float64 `json:"publish_p99_ms"`
+	E2EP50ms     float64 `json:"e2e_p50_ms"`
+	E2EP99ms     float64 `json:"e2e_p99_ms"`
+	Backlog      int64   `json:"backlog"`
+	BrokerCPUs   float64 `json:"broker_cpu_s"`
+	CPUPerMsgUs  float64 `json:"cpu_per_msg_us"`
 	// ConsumeRate sums the subscriptions' consume rates (msg/s).
 	ConsumeRate float64 `json:"consume_rate"`
 	// Steady state: from 20% of the messages (or of the duration) to the
@@ -131,8 +135,13 @@ type Result struct {
 // Verify reports any delivery violation as an error.
 func (r *Result) Verify() error {
 	var problems []string
-	if r.Lost > 0 {
-		problems = append(problems, fmt.Sprintf("%d messages not delivered", r.Lost))
+	if r.Undelivered > 0 {
+		s := fmt.Sprintf("%d messages not delivered within the %v drain wait after publishing ended", r.Undelivered, time.Duration(r.DrainWaitS*float64(time.Second)))
+		if r.ConsumeRate > 0 {
+			need := time.Duration(float64(r.Undelivered) / r.ConsumeRate * float64(time.Second)).Round(time.Second)
+			s += fmt.Sprintf(" (at the %.0f msg/s the consumers took, about %v more: publish less with --rate or --messages, or wait longer with --drain)", r.ConsumeRate, need)
+		}
+		problems = append(problems, s)
 	}
 	if r.Duplicates > 0 && r.Redelivered() == 0 {
 		problems = append(problems, fmt.Sprintf("%d duplicates without redelivery", r.Duplicates))
@@ -344,7 +353,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	l := runLoad(ctx, cfg, sc, b, cl)
 
 	r := &Result{Scenario: sc.Name, Variant: cfg.Variant, Published: l.published, PID: os.Getpid(),
-		DurationS: l.elapsed.Seconds(), BrokerCPUs: l.cpu.broker, ProcessCPUs: l.cpu.total, ScenarioDetails: sc, PinnedCPUs: pinned}
+		DurationS: l.elapsed.Seconds(), BrokerCPUs: l.cpu.broker, ProcessCPUs: l.cpu.total, ScenarioDetails: sc, PinnedCPUs: pinned, DrainWaitS: cfg.Drain.Seconds()}
 	if sc.Listener {
 		r.PoolsCPUs = l.cpu.pools
 	}
@@ -603,7 +612,7 @@ func collect(r *Result, sc Scenario, b *Broker, cl *Client, backlog []int64, clo
 			sr.Duplicates += s.duplicates.Load()
 			sr.OrderViolations += s.violations.Load()
 			sr.Invalid += s.invalid.Load()
-			sr.Lost += max(cl.publishedTo(k)-s.distinct.Load(), 0)
+			sr.Undelivered += max(cl.publishedTo(k)-s.distinct.Load(), 0)
 			sr.Backlog += backlog[k]
 			sr.Redelivered += d.Redelivered.Load()
 			sr.ConsumeRate += clock.rate(k, s.distinct.Load())
@@ -619,7 +628,7 @@ func collect(r *Result, sc Scenario, b *Broker, cl *Client, backlog []int64, clo
 		r.Duplicates += sr.Duplicates
 		r.OrderViolations += sr.OrderViolations
 		r.Invalid += sr.Invalid
-		r.Lost += sr.Lost
+		r.Undelivered += sr.Undelivered
 		r.Backlog += sr.Backlog
 	}
 	r.E2EP50ms, r.E2EP99ms = ms(all, 50), ms(all, 99)
