@@ -19,6 +19,12 @@ type Options struct {
 	// Threads keeps only stacks whose thread (for wake-ups: the woken
 	// thread) matches, such as ^(broker-io|ml-worker|topic-worker).
 	Threads *regexp.Regexp
+	// Processes keeps only stacks of processes whose name matches
+	// (wake-ups: the woken thread's process); SkipProcesses drops those
+	// whose name matches (a benchmark's harness); PIDs, when set, keeps
+	// only these processes.
+	Processes, SkipProcesses *regexp.Regexp
+	PIDs                     map[int64]bool
 	// Messages, when known, gives wake-ups per message.
 	Messages int64
 	// Top is the number of stacks and functions listed (default 10).
@@ -38,6 +44,20 @@ type CategoryResult struct {
 	Share       float64 `json:"share"`    // AppNs / app_blocked_ns
 	FirstNs     int64   `json:"first_ns"` // app time whose first matching rule is this one
 	Idle        bool    `json:"idle,omitempty"`
+	// TopFunction: the innermost application function with the most of
+	// this category's app time.
+	TopFunction   string `json:"top_function,omitempty"`
+	TopFunctionNs int64  `json:"top_function_ns,omitempty"`
+}
+
+// ProcessResult is one process's time (by process name).
+type ProcessResult struct {
+	Name         string `json:"name"`
+	OffCPUNs     int64  `json:"offcpu_ns"`
+	AppBlockedNs int64  `json:"app_blocked_ns"`
+	IdleNs       int64  `json:"idle_ns"`
+	RunQueueNs   int64  `json:"runqueue_ns"`
+	CPUNs        int64  `json:"cpu_ns,omitempty"`
 }
 
 // GroupResult is one thread group (names with digits collapsed).
@@ -91,9 +111,12 @@ type TopStack struct {
 
 // Report is what offcpu analyze prints.
 type Report struct {
-	Sources       []string `json:"sources"`
-	ThreadFilter  string   `json:"thread_filter,omitempty"`
-	TotalOffCPUNs int64    `json:"total_offcpu_ns"`
+	Sources      []string `json:"sources"`
+	ThreadFilter string   `json:"thread_filter,omitempty"`
+	// ProcessFilter says which processes were analyzed, where not all.
+	ProcessFilter string          `json:"process_filter,omitempty"`
+	Processes     []ProcessResult `json:"processes,omitempty"`
+	TotalOffCPUNs int64           `json:"total_offcpu_ns"`
 	// RunQueueNs: of TotalOffCPUNs, waiting for a CPU (woken and not yet
 	// running, or preempted): never blocked time.
 	RunQueueNs   int64 `json:"runqueue_ns"`
@@ -147,7 +170,7 @@ func Analyze(d *Data, r *Rules, o Options) *Report {
 	}
 	rep := a.report()
 	if rep.BlockedOn != nil { // wakers were recorded
-		rep.Chains = Chains(d.Stacks, r, func(s *Stack) bool { return a.wanted(s.Thread) }, o.Top)
+		rep.Chains = Chains(d.Stacks, r, func(s *Stack) bool { return a.wanted(s) }, o.Top)
 	}
 	if len(rep.Chains) > 0 && len(rep.Chains[0].Path) > 1 {
 		rc := rep.Chains[0]
@@ -167,6 +190,9 @@ type analyzer struct {
 	targets map[string]*TargetWakeups
 	top     []TopStack
 	on      map[BlockedOn]int64 // keyed with Ns 0
+	procs   map[string]*ProcessResult
+	// catFuncs: app ns per category and innermost application function.
+	catFuncs map[string]map[string]int64
 }
 
 func newAnalyzer(d *Data, r *Rules, o Options) *analyzer {
@@ -177,7 +203,9 @@ func newAnalyzer(d *Data, r *Rules, o Options) *analyzer {
 	if o.Threads != nil {
 		rep.ThreadFilter = o.Threads.String()
 	}
-	a := &analyzer{r: r, o: o, rep: rep, cats: map[string]*CategoryResult{}, groups: map[string]*GroupResult{}, targets: map[string]*TargetWakeups{}, on: map[BlockedOn]int64{}}
+	rep.ProcessFilter = o.processFilter()
+	a := &analyzer{r: r, o: o, rep: rep, cats: map[string]*CategoryResult{}, groups: map[string]*GroupResult{}, targets: map[string]*TargetWakeups{}, on: map[BlockedOn]int64{},
+		procs: map[string]*ProcessResult{}, catFuncs: map[string]map[string]int64{}}
 	for _, c := range r.Categories {
 		a.cats[c.Name] = &CategoryResult{Name: c.Name, Description: c.Description, Idle: c.Idle}
 	}
@@ -193,13 +221,63 @@ func (a *analyzer) group(thread string) *GroupResult {
 	return g
 }
 
-func (a *analyzer) wanted(thread string) bool {
-	return a.o.Threads == nil || a.o.Threads.MatchString(thread)
+// wanted: the stack's thread (for a wake-up, the woken thread) passes
+// the filters.
+func (a *analyzer) wanted(s *Stack) bool { return a.o.Wanted(s) }
+
+// Wanted says whether the options keep a stack: its thread (for a
+// wake-up, the woken thread) and that thread's process pass the filters.
+func (o *Options) Wanted(s *Stack) bool {
+	thread, proc, pid := s.Thread, s.Process, s.PID
+	if s.Kind == KindWakeup {
+		thread, proc, pid = s.Target, s.TargetProcess, s.TargetPID
+	}
+	if o.Threads != nil && !o.Threads.MatchString(thread) {
+		return false
+	}
+	if o.PIDs != nil && !o.PIDs[pid] {
+		return false
+	}
+	if o.Processes != nil && !o.Processes.MatchString(proc) {
+		return false
+	}
+	return o.SkipProcesses == nil || proc == "" || !o.SkipProcesses.MatchString(proc)
+}
+
+func (o *Options) processFilter() string {
+	var parts []string
+	if o.Processes != nil {
+		parts = append(parts, "processes matching "+o.Processes.String())
+	}
+	if len(o.PIDs) > 0 {
+		ids := make([]int64, 0, len(o.PIDs))
+		for id := range o.PIDs {
+			ids = append(ids, id)
+		}
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+		parts = append(parts, fmt.Sprintf("pids %v", ids))
+	}
+	if o.SkipProcesses != nil {
+		parts = append(parts, "not processes matching "+o.SkipProcesses.String())
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (a *analyzer) process(name string) *ProcessResult {
+	if name == "" { // profiles without process labels
+		return &ProcessResult{}
+	}
+	p := a.procs[name]
+	if p == nil {
+		p = &ProcessResult{Name: name}
+		a.procs[name] = p
+	}
+	return p
 }
 
 // wakeup counts a wake-up by class, waker function and woken group.
 func (a *analyzer) wakeup(s *Stack) {
-	if !a.wanted(s.Target) {
+	if !a.wanted(s) {
 		return
 	}
 	rep := a.rep
@@ -224,20 +302,23 @@ func (a *analyzer) wakeup(s *Stack) {
 }
 
 func (a *analyzer) cpu(s *Stack) {
-	if a.wanted(s.Thread) {
+	if a.wanted(s) {
 		a.rep.CPUNs += s.Value
 		a.group(s.Thread).CPUNs += s.Value
+		a.process(s.Process).CPUNs += s.Value
 	}
 }
 
 // offCPU attributes an off-CPU stack to its categories, and when it is
 // application blocked time, to its functions and the top stacks.
 func (a *analyzer) offCPU(s *Stack) {
-	if !a.wanted(s.Thread) {
+	if !a.wanted(s) {
 		return
 	}
 	rep, r, cats := a.rep, a.r, a.cats
 	rep.TotalOffCPUNs += s.Value
+	p := a.process(s.Process)
+	p.OffCPUNs += s.Value
 	if root, ok := outermostUser(s); ok {
 		rep.UserStackNs += s.Value
 		if schema.IsThreadStart(root) {
@@ -249,6 +330,7 @@ func (a *analyzer) offCPU(s *Stack) {
 	if s.WaitsForCPU() {
 		rep.RunQueueNs += s.Value
 		g.RunQueueNs += s.Value
+		p.RunQueueNs += s.Value
 	}
 	cs := r.Categorize(s)
 	inner := r.InnermostApp(s)
@@ -261,17 +343,23 @@ func (a *analyzer) offCPU(s *Stack) {
 	}
 	if idle {
 		rep.IdleNs += s.Value
+		p.IdleNs += s.Value
 	}
 	if !app {
 		return
 	}
 	rep.AppBlockedNs += s.Value
 	g.AppBlockedNs += s.Value
+	p.AppBlockedNs += s.Value
 	for _, c := range cs {
 		if cats[c] != nil {
 			cats[c].AppNs += s.Value
 		}
 		g.Categories[c] += s.Value
+		if a.catFuncs[c] == nil {
+			a.catFuncs[c] = map[string]int64{}
+		}
+		a.catFuncs[c][inner] += s.Value
 	}
 	if cats[cs[0]] != nil {
 		cats[cs[0]].FirstNs += s.Value
@@ -296,8 +384,18 @@ func (a *analyzer) report() *Report {
 		if rep.AppBlockedNs > 0 {
 			cr.Share = float64(cr.AppNs) / float64(rep.AppBlockedNs)
 		}
+		if top := TopCounts(a.catFuncs[c.Name], 1); len(top) > 0 {
+			cr.TopFunction, cr.TopFunctionNs = top[0].Name, top[0].Value
+		}
 		rep.Categories = append(rep.Categories, cr)
 	}
+	for _, p := range a.procs {
+		rep.Processes = append(rep.Processes, *p)
+	}
+	sort.Slice(rep.Processes, func(i, j int) bool {
+		a, b := rep.Processes[i], rep.Processes[j]
+		return a.OffCPUNs > b.OffCPUNs || (a.OffCPUNs == b.OffCPUNs && a.Name < b.Name)
+	})
 	for _, g := range a.groups {
 		rep.ThreadGroups = append(rep.ThreadGroups, *g)
 	}

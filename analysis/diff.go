@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aclements/go-moremath/stats"
 	"golang.org/x/perf/benchmath"
@@ -129,6 +130,8 @@ func readMetrics(path string) (map[string]float64, bool, error) {
 
 // MetricDiff compares one metric over the runs of both sides.
 type MetricDiff struct {
+	// Unit: "" for a run's own metrics; ns, % or count for profile figures.
+	Unit       string    `json:"unit,omitempty"`
 	Name       string    `json:"name"`
 	Base       []float64 `json:"base"`
 	Cand       []float64 `json:"candidate"`
@@ -161,21 +164,26 @@ type ValueDiff struct {
 
 // DiffReport is what offcpu diff prints.
 type DiffReport struct {
-	Base, Cand       *Side
-	Metrics          []MetricDiff `json:"metrics"`
-	BaseReport       *Report      `json:"base_profile,omitempty"`
-	CandReport       *Report      `json:"candidate_profile,omitempty"`
-	Categories       []ValueDiff  `json:"categories"`      // app-blocked ns per category
-	ThreadGroups     []ValueDiff  `json:"thread_groups"`   // app-blocked ns per group
-	RunQueueGroups   []ValueDiff  `json:"runqueue_groups"` // ns waiting for a CPU per group
-	RootCauses       []ValueDiff  `json:"root_causes"`     // blocked ns per root cause (waiters: path)
-	FunctionsFlat    []ValueDiff  `json:"functions_flat"`
-	FunctionsCum     []ValueDiff  `json:"functions_cumulative"`
-	WakerFunctions   []ValueDiff  `json:"waker_functions"`
-	EventfdPerMsg    [2]float64   `json:"eventfd_wakeups_per_message"`
-	Statements       []string     `json:"statements"`
-	BaseProfiledRuns int          `json:"base_profiled_runs"`
-	CandProfiledRuns int          `json:"candidate_profiled_runs"`
+	Base, Cand     *Side
+	Metrics        []MetricDiff `json:"metrics"`
+	BaseReport     *Report      `json:"base_profile,omitempty"`
+	CandReport     *Report      `json:"candidate_profile,omitempty"`
+	Categories     []ValueDiff  `json:"categories"`      // app-blocked ns per category
+	ThreadGroups   []ValueDiff  `json:"thread_groups"`   // app-blocked ns per group
+	RunQueueGroups []ValueDiff  `json:"runqueue_groups"` // ns waiting for a CPU per group
+	RootCauses     []ValueDiff  `json:"root_causes"`     // blocked ns per root cause (waiters: path)
+	FunctionsFlat  []ValueDiff  `json:"functions_flat"`
+	FunctionsCum   []ValueDiff  `json:"functions_cumulative"`
+	WakerFunctions []ValueDiff  `json:"waker_functions"`
+	// Figures: profile figures, one value per profiled run (each run
+	// analyzed alone), compared as the metrics are.
+	Figures []MetricDiff `json:"figures,omitempty"`
+	// Seconds: the wall time of each side's profiled runs, where known.
+	Seconds          [2]float64 `json:"profiled_seconds"`
+	EventfdPerMsg    [2]float64 `json:"eventfd_wakeups_per_message"`
+	Statements       []string   `json:"statements"`
+	BaseProfiledRuns int        `json:"base_profiled_runs"`
+	CandProfiledRuns int        `json:"candidate_profiled_runs"`
 }
 
 // Diff compares two sides. Profile quantities are per profiled run.
@@ -183,12 +191,14 @@ func Diff(base, cand *Side, r *Rules, o Options) (*DiffReport, error) {
 	dr := &DiffReport{Base: base, Cand: cand}
 	dr.Metrics = diffMetrics(base, cand, o)
 	var err error
-	if dr.BaseReport, dr.BaseProfiledRuns, err = sideProfile(base, r, o); err != nil {
+	var perRun [2][]*Report
+	if dr.BaseReport, perRun[0], dr.Seconds[0], err = sideProfile(base, r, o); err != nil {
 		return nil, err
 	}
-	if dr.CandReport, dr.CandProfiledRuns, err = sideProfile(cand, r, o); err != nil {
+	if dr.CandReport, perRun[1], dr.Seconds[1], err = sideProfile(cand, r, o); err != nil {
 		return nil, err
 	}
+	dr.BaseProfiledRuns, dr.CandProfiledRuns = len(perRun[0]), len(perRun[1])
 	if dr.BaseReport != nil && dr.CandReport != nil {
 		b, c := dr.BaseReport, dr.CandReport
 		bn, cn := int64(dr.BaseProfiledRuns), int64(dr.CandProfiledRuns)
@@ -202,6 +212,7 @@ func Diff(base, cand *Side, r *Rules, o Options) (*DiffReport, error) {
 		dr.FunctionsCum = mapDiff(b.FunctionsCum, c.FunctionsCum, bn, cn, 10)
 		dr.WakerFunctions = mapDiff(b.WakerFunctions, c.WakerFunctions, bn, cn, 10)
 		dr.EventfdPerMsg = [2]float64{b.Wakeups.EventfdPerMessage, c.Wakeups.EventfdPerMessage}
+		dr.Figures = compareFigures(perRun[0], perRun[1], r)
 	}
 	dr.Statements = diffStatements(dr)
 	return dr, nil
@@ -276,30 +287,40 @@ func abs(x int64) int64 {
 	return x
 }
 
-func sideProfile(s *Side, r *Rules, o Options) (*Report, int, error) {
+// sideProfile analyzes a side's profiled runs together, and each alone;
+// secs is their wall time where the runs report it.
+func sideProfile(s *Side, r *Rules, o Options) (all *Report, each []*Report, secs float64, err error) {
 	var files []string
-	runs := 0
 	var messages int64
+	o.Top = 1 << 30 // keep every function for the diff
 	for _, run := range s.Runs {
 		if run.Failed || len(run.Profiles) == 0 {
 			continue
 		}
-		runs++
 		files = append(files, run.Profiles...)
 		messages += int64(run.Metrics[schema.MetricMessages])
+		secs += run.Metrics[schema.MetricWall]
+		d, err := Load(schema.FoldedMicroseconds, run.Profiles...)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		one := o
+		if one.Messages == 0 {
+			one.Messages = int64(run.Metrics[schema.MetricMessages])
+		}
+		each = append(each, Analyze(d, r, one))
 	}
-	if runs == 0 {
-		return nil, 0, nil
+	if len(each) == 0 {
+		return nil, nil, 0, nil
 	}
 	d, err := Load(schema.FoldedMicroseconds, files...)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	if o.Messages == 0 {
 		o.Messages = messages
 	}
-	o.Top = 1 << 30 // keep every function for the diff
-	return Analyze(d, r, o), runs, nil
+	return Analyze(d, r, o), each, secs, nil
 }
 
 // diffMetrics compares every metric both sides have: the workload's key
@@ -444,71 +465,163 @@ func diffStatements(dr *DiffReport) []string {
 				m.Name, m.ChangePct, num(m.BaseMean), num(m.CandMean), m.PairedP, 100*m.MinDetectableChange))
 		}
 	}
-	b, c := dr.BaseReport, dr.CandReport
-	if b == nil || c == nil {
+	if dr.BaseReport == nil || dr.CandReport == nil {
 		return out
 	}
-	// The category that dominates the baseline's app-blocked time.
-	var top *CategoryResult
-	for i := range b.Categories {
-		x := &b.Categories[i]
-		if x.Name != "other" && x.Name != "runqueue" && x.AppNs > 0 && (top == nil || x.FirstNs > top.FirstNs) {
-			top = x
-		}
-	}
-	bn, cn := int64(dr.BaseProfiledRuns), int64(dr.CandProfiledRuns)
-	share := func(ns, total int64) float64 {
-		if total == 0 {
-			return 0
-		}
-		return 100 * float64(ns) / float64(total)
-	}
+	return append(out, profileStatements(dr)...)
+}
+
+// profileStatements state the profiled runs' figures: absolute times per
+// run, the change, and the runs' range.
+func profileStatements(dr *DiffReport) []string {
+	var out []string
+	b, c := dr.BaseReport, dr.CandReport
 	// Threads whose waits are all idle (client pools waiting for tasks)
 	// have no cause worth naming: a few milliseconds would read as 100% of
 	// it. Idle time and the wait for a CPU are left out of the comparison,
 	// so many idle event loops on saturated CPUs do not hide a real wait.
 	negligible := b.AppBlockedNs*100 < b.TotalOffCPUNs-b.IdleNs-b.RunQueueNs && c.AppBlockedNs*100 < c.TotalOffCPUNs-c.IdleNs-c.RunQueueNs
 	if negligible {
+		bn, cn := int64(dr.BaseProfiledRuns), int64(dr.CandProfiledRuns)
 		out = append(out, fmt.Sprintf("Blocked time with an application frame: %s → %s per profiled run, under 1%% of the analyzed threads' blocked time that is not idle on both sides (their waits are idle).",
 			Secs(b.AppBlockedNs/bn), Secs(c.AppBlockedNs/cn)))
+	} else {
+		out = append(out, causeStatements(dr)...)
 	}
-	if len(dr.FunctionsFlat) > 0 && !negligible {
+	if f := dr.Figure(FigRunQueue); f != nil {
+		out = append(out, "Waiting for a CPU (woken or preempted; not blocked): "+timeChange(f)+".")
+	}
+	return append(out, wakeupStatements(dr)...)
+}
+
+// causeStatements: the app-blocked time, the baseline's largest cause
+// with its share and its own top function, the category that changed
+// most, and the function that changed most.
+func causeStatements(dr *DiffReport) []string {
+	var out []string
+	b, c := dr.BaseReport, dr.CandReport
+	bn, cn := int64(dr.BaseProfiledRuns), int64(dr.CandProfiledRuns)
+	if f := dr.Figure(FigAppBlocked); f != nil {
+		out = append(out, "Blocked time with an application frame: "+timeChange(f)+".")
+	}
+	cat, sh := dr.Headline()
+	if f := dr.Figure(cat); f != nil && sh != nil {
+		out = append(out, fmt.Sprintf("%s, the largest cause in the baseline: %s; %.0f%% → %.0f%% of the blocked time with an application frame (runs %s → %s)%s.",
+			cat, timeChange(f), sh.BaseMean, sh.CandMean, sh.Range(0), sh.Range(1), categoryFunctions(b, c, cat)))
+	}
+	// The category whose time changed most, where that is another one.
+	var most *MetricDiff
+	for i := range dr.Figures {
+		m := &dr.Figures[i]
+		if figureRank(*m) == 1 && m.Unit == UnitNs && (most == nil || math.Abs(m.CandMean-m.BaseMean) > math.Abs(most.CandMean-most.BaseMean)) {
+			most = m
+		}
+	}
+	if most != nil && most.Name != cat {
+		out = append(out, fmt.Sprintf("%s changed most: %s%s.", most.Name, timeChange(most), categoryFunctions(b, c, most.Name)))
+	}
+	if len(dr.FunctionsFlat) > 0 {
 		f := dr.FunctionsFlat[0]
-		out = append(out, fmt.Sprintf("In the baseline, threads blocked in %s are %.0f%% of the blocked time with an application frame (%s per profiled run); with the candidate, %.0f%% (%s).",
-			schema.ShortFunc(f.Name), share(f.Base, b.AppBlockedNs/bn), Secs(f.Base), share(f.Cand, c.AppBlockedNs/cn), Secs(f.Cand)))
-	}
-	if top != nil && !negligible {
-		var cs CategoryResult
-		for _, x := range c.Categories {
-			if x.Name == top.Name {
-				cs = x
-			}
-		}
-		out = append(out, fmt.Sprintf("%s, the largest cause in the baseline: %.0f%% → %.0f%% of the blocked time with an application frame (%s → %s per profiled run).",
-			top.Name, 100*top.Share, 100*cs.Share, Secs(top.AppNs/bn), Secs(cs.AppNs/cn)))
-	}
-	if !negligible {
-		out = append(out, fmt.Sprintf("Blocked time with an application frame: %s → %s per profiled run.", Secs(b.AppBlockedNs/bn), Secs(c.AppBlockedNs/cn)))
-	}
-	if b.RunQueueNs > 0 || c.RunQueueNs > 0 {
-		out = append(out, fmt.Sprintf("Waiting for a CPU (woken or preempted; not blocked): %s → %s per profiled run.", Secs(b.RunQueueNs/bn), Secs(c.RunQueueNs/cn)))
-	}
-	if b.Wakeups.Total > 0 || c.Wakeups.Total > 0 {
-		s := fmt.Sprintf("Eventfd wake-ups: %d → %d per profiled run", b.Wakeups.ByClass["eventfd"]/bn, c.Wakeups.ByClass["eventfd"]/cn)
-		if dr.EventfdPerMsg[0] > 0 || dr.EventfdPerMsg[1] > 0 {
-			s += fmt.Sprintf(" (%.4f → %.4f per message)", dr.EventfdPerMsg[0], dr.EventfdPerMsg[1])
-		}
-		out = append(out, s+".")
-		fb, fc := b.Wakeups.ByClass["futex"]/bn, c.Wakeups.ByClass["futex"]/cn
-		if fb > 0 || fc > 0 {
-			s := fmt.Sprintf("Futex wake-ups: %d → %d per profiled run", fb, fc)
-			if b.Messages > 0 && c.Messages > 0 {
-				s += fmt.Sprintf(" (%.4f → %.4f per message)", float64(b.Wakeups.ByClass["futex"])/float64(b.Messages), float64(c.Wakeups.ByClass["futex"])/float64(c.Messages))
-			}
-			out = append(out, s+".")
-		}
+		out = append(out, fmt.Sprintf("The function whose blocked time changed most: %s, %s → %s per profiled run (%s; %.0f%% → %.0f%% of the blocked time with an application frame).",
+			schema.ShortFunc(f.Name), Secs(f.Base), Secs(f.Cand), changeStr(f), pctOf(f.Base, b.AppBlockedNs/bn), pctOf(f.Cand, c.AppBlockedNs/cn)))
 	}
 	return out
+}
+
+func pctOf(ns, total int64) float64 {
+	if total == 0 {
+		return 0
+	}
+	return 100 * float64(ns) / float64(total)
+}
+
+// categoryFunctions names a category's own top function on each side.
+func categoryFunctions(b, c *Report, cat string) string {
+	fn := func(r *Report) string {
+		for _, x := range r.Categories {
+			if x.Name == cat {
+				return schema.ShortFunc(x.TopFunction)
+			}
+		}
+		return ""
+	}
+	fb, fc := fn(b), fn(c)
+	switch {
+	case fb == "" && fc == "":
+		return ""
+	case fb == fc || fc == "":
+		return "; mostly in " + fb
+	case fb == "":
+		return "; in the candidate mostly in " + fc
+	}
+	return fmt.Sprintf("; mostly in %s (baseline), %s (candidate)", fb, fc)
+}
+
+// timeChange states a time figure: means per profiled run, the change,
+// and the runs' ranges.
+func timeChange(f *MetricDiff) string {
+	s := fmt.Sprintf("%s → %s per profiled run", formatUnit(f.BaseMean, f.Unit), formatUnit(f.CandMean, f.Unit))
+	if f.BaseMean != 0 {
+		s += fmt.Sprintf(" (%+.0f%%", f.ChangePct)
+	} else {
+		s += " (new"
+	}
+	if len(f.Base) > 1 || len(f.Cand) > 1 {
+		s += fmt.Sprintf("; runs %s → %s", f.Range(0), f.Range(1))
+	}
+	if f.Significant(0.05) {
+		s += "; significant at 0.05"
+	}
+	return s + ")"
+}
+
+// wakeupStatements count wake-ups by class per profiled run, and per
+// message where the runs count messages, else per second.
+func wakeupStatements(dr *DiffReport) []string {
+	var out []string
+	b, c := dr.BaseReport, dr.CandReport
+	if b.Wakeups.Total == 0 && c.Wakeups.Total == 0 {
+		return nil
+	}
+	bn, cn := float64(dr.BaseProfiledRuns), float64(dr.CandProfiledRuns)
+	per := func(nb, nc float64) string {
+		switch {
+		case b.Messages > 0 && c.Messages > 0:
+			return fmt.Sprintf(" (%.4f → %.4f per message)", nb/float64(b.Messages), nc/float64(c.Messages))
+		case dr.Seconds[0] > 0 && dr.Seconds[1] > 0:
+			return fmt.Sprintf(" (%.0f → %.0f per second)", nb/dr.Seconds[0], nc/dr.Seconds[1])
+		}
+		return ""
+	}
+	if b.Messages == 0 || c.Messages == 0 {
+		nb, nc := float64(b.Wakeups.Total), float64(c.Wakeups.Total)
+		out = append(out, fmt.Sprintf("Wake-ups of the analyzed threads: %.0f → %.0f per profiled run%s; by class: %s.", nb/bn, nc/cn, per(nb, nc), classChanges(b, c, bn, cn)))
+	}
+	for _, class := range []string{"eventfd", "futex"} {
+		nb, nc := float64(b.Wakeups.ByClass[class]), float64(c.Wakeups.ByClass[class])
+		if nb == 0 && nc == 0 {
+			continue
+		}
+		name := strings.ToUpper(class[:1]) + class[1:]
+		out = append(out, fmt.Sprintf("%s wake-ups: %.0f → %.0f per profiled run%s.", name, nb/bn, nc/cn, per(nb, nc)))
+	}
+	return out
+}
+
+// classChanges lists wake-up classes per profiled run, largest first.
+func classChanges(b, c *Report, bn, cn float64) string {
+	m := map[string]int64{}
+	for k, v := range b.Wakeups.ByClass {
+		m[k] += v
+	}
+	for k, v := range c.Wakeups.ByClass {
+		m[k] += v
+	}
+	var parts []string
+	for _, t := range TopCounts(m, 5) {
+		parts = append(parts, fmt.Sprintf("%s %.0f → %.0f", t.Name, float64(b.Wakeups.ByClass[t.Name])/bn, float64(c.Wakeups.ByClass[t.Name])/cn))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func num(x float64) string {
@@ -521,14 +634,20 @@ func num(x float64) string {
 	return strconv.FormatFloat(x, 'f', 3, 64)
 }
 
-// FailOn is a --fail-on condition such as "monitor-wait>+10%".
+// FailOn is a --fail-on condition such as "monitor-wait>+10%" (relative
+// to the baseline's mean), "monitor-wait>+5ms" (absolute, per run),
+// "share:io>+5pp" (percentage points) or "wakeups:futex>+1000" (a count).
 type FailOn struct {
-	Name    string
-	Greater bool
-	Pct     float64
+	Name    string  `json:"name"`
+	Greater bool    `json:"greater"`
+	Value   float64 `json:"value"` // % for Unit "%"; ns for "ns"; else as written
+	Unit    string  `json:"unit"`  // "%", "ns", "pp" or "" (the figure's own unit)
+	Text    string  `json:"condition"`
 }
 
-var failOnRE = regexp.MustCompile(`^\s*([\w./-]+)\s*([<>])\s*([+-]?\d+(?:\.\d+)?)%\s*$`)
+var failOnRE = regexp.MustCompile(`^\s*([^<>]+?)\s*([<>])\s*([+-]?\d+(?:\.\d+)?)\s*(%|pp|ns|us|µs|ms|s)?\s*$`)
+
+var timeUnits = map[string]float64{"ns": 1, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
 
 // ParseFailOn parses conditions separated by commas.
 func ParseFailOn(exprs []string) ([]FailOn, error) {
@@ -537,49 +656,97 @@ func ParseFailOn(exprs []string) ([]FailOn, error) {
 		for _, e := range strings.Split(list, ",") {
 			m := failOnRE.FindStringSubmatch(e)
 			if m == nil {
-				return nil, fmt.Errorf("--fail-on %q: write NAME>+PCT%% or NAME<-PCT%% (a metric or a category), e.g. monitor-wait>+10%%", e)
+				return nil, fmt.Errorf("--fail-on %q: write NAME>+CHANGE or NAME<-CHANGE, CHANGE in %% of the baseline, ms/µs/s per run, or pp for shares, e.g. monitor-wait>+10%% or app_blocked>+5ms", e)
 			}
-			pct, _ := strconv.ParseFloat(m[3], 64)
-			out = append(out, FailOn{Name: m[1], Greater: m[2] == ">", Pct: pct})
+			v, _ := strconv.ParseFloat(m[3], 64)
+			c := FailOn{Name: m[1], Greater: m[2] == ">", Value: v, Unit: m[4], Text: strings.TrimSpace(e)}
+			if f, ok := timeUnits[c.Unit]; ok {
+				c.Value, c.Unit = v*f, UnitNs
+			}
+			out = append(out, c)
 		}
 	}
 	return out, nil
 }
 
-// Check returns the conditions that hold, as sentences.
-func (dr *DiffReport) Check(conds []FailOn) ([]string, error) {
-	var hit []string
-	for _, c := range conds {
-		change, ok := dr.change(c.Name)
-		if !ok {
-			return nil, fmt.Errorf("--fail-on: %s is neither a metric nor a category of these runs", c.Name)
-		}
-		if (c.Greater && change > c.Pct) || (!c.Greater && change < c.Pct) {
-			op := ">"
-			if !c.Greater {
-				op = "<"
-			}
-			hit = append(hit, fmt.Sprintf("%s changed %+.1f%% (%s %+.1f%%)", c.Name, change, op, c.Pct))
-		}
-	}
-	return hit, nil
+// Gate is a --fail-on condition checked against a diff.
+type Gate struct {
+	FailOn
+	Change      float64 `json:"change"` // in the condition's unit
+	P           float64 `json:"p"`
+	Significant bool    `json:"significant"`
+	Fired       bool    `json:"fired"`
+	Says        string  `json:"says"`
 }
 
-func (dr *DiffReport) change(name string) (float64, bool) {
-	for _, m := range dr.Metrics {
-		if m.Name == name {
-			return m.ChangePct, true
+// Gates checks conditions on metrics and profile figures. A condition
+// fires when its threshold is crossed and the change is significant at
+// level alpha (MetricDiff.Significant).
+func (dr *DiffReport) Gates(conds []FailOn, alpha float64) ([]Gate, error) {
+	var out []Gate
+	for _, c := range conds {
+		m := dr.lookup(c.Name)
+		if m == nil {
+			return nil, fmt.Errorf("--fail-on: %s is neither a metric nor a profile figure of these runs (figures: app_blocked, runqueue, a category such as monitor-wait, share:CATEGORY, process:NAME; see report.json)", c.Name)
 		}
-	}
-	for _, c := range dr.Categories {
-		if c.Name == name {
-			if c.New {
-				return math.MaxFloat64, true
+		g := Gate{FailOn: c, P: m.P, Significant: m.Significant(alpha)}
+		if m.MinDetectableChange > 0 {
+			g.P = m.PairedP
+		}
+		switch c.Unit {
+		case "%":
+			g.Change = m.ChangePct
+			if m.BaseMean == 0 && m.CandMean != 0 {
+				g.Change = math.Copysign(math.Inf(1), m.CandMean)
 			}
-			return c.ChangePct, true
+		case UnitNs:
+			if m.Unit != UnitNs {
+				return nil, fmt.Errorf("--fail-on %s: %s is not a time; give its change in %% or as a number", c.Text, c.Name)
+			}
+			g.Change = m.CandMean - m.BaseMean
+		default:
+			g.Change = m.CandMean - m.BaseMean
+		}
+		crossed := (c.Greater && g.Change > c.Value) || (!c.Greater && g.Change < c.Value)
+		g.Fired = crossed && g.Significant
+		g.Says = fmt.Sprintf("%s changed %s (p=%.3f)", c.Name, formatChange(g.Change, c.Unit), g.P)
+		switch {
+		case g.Fired:
+			g.Says += ": " + c.Text + " holds"
+		case crossed:
+			g.Says += fmt.Sprintf(": past %s but not significant at %g", c.Text, alpha)
+		default:
+			g.Says += ": " + c.Text + " does not hold"
+		}
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+func formatChange(v float64, unit string) string {
+	switch unit {
+	case "%":
+		return fmt.Sprintf("%+.1f%%", v)
+	case UnitNs:
+		sign := "+"
+		if v < 0 {
+			sign = "-"
+		}
+		return sign + time.Duration(math.Abs(v)).Round(time.Microsecond).String() + " per run"
+	case "pp":
+		return fmt.Sprintf("%+.1f pp", v)
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
+}
+
+// lookup is a metric or a profile figure by name.
+func (dr *DiffReport) lookup(name string) *MetricDiff {
+	for i := range dr.Metrics {
+		if dr.Metrics[i].Name == name {
+			return &dr.Metrics[i]
 		}
 	}
-	return 0, false
+	return dr.Figure(name)
 }
 
 // Write renders the diff as text, json or markdown.
@@ -662,6 +829,7 @@ func (dr *DiffReport) writeMarkdown(w io.Writer) error {
 				num(m.BaseMin), num(m.BaseMax), num(m.CandMin), num(m.CandMax), m.P, pairedP(m), mdcStr(m))
 		}
 	}
+	dr.writeFigures(w)
 	if len(dr.Categories) > 0 {
 		fmt.Fprintf(w, "\nBlocked time with an application frame, per profiled run:\n\n| category | %s | %s | change |\n|---|---:|---:|---:|\n", dr.Base.Name, dr.Cand.Name)
 		for _, c := range dr.Categories {

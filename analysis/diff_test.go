@@ -67,21 +67,21 @@ func TestDiffStatistics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hit, err := dr.Check(conds); err != nil || len(hit) != 1 {
-		t.Errorf("fail-on publish_rate<-3%%: %v %v", hit, err)
+	// The paired test on log ratios finds the steady 10% drop significant.
+	if g, err := dr.Gates(conds, 0.05); err != nil || len(g) != 1 || !g[0].Fired {
+		t.Errorf("fail-on publish_rate<-3%%: %+v %v", g, err)
 	}
 	conds, _ = ParseFailOn([]string{"publish_rate<-20%"})
-	if hit, _ := dr.Check(conds); len(hit) != 0 {
-		t.Errorf("fail-on publish_rate<-20%% held: %v", hit)
+	if g, _ := dr.Gates(conds, 0.05); len(g) != 1 || g[0].Fired {
+		t.Errorf("fail-on publish_rate<-20%% held: %+v", g)
 	}
 	conds, _ = ParseFailOn([]string{"nosuch>+1%"})
-	if _, err := dr.Check(conds); err == nil {
+	if _, err := dr.Gates(conds, 0.05); err == nil {
 		t.Error("unknown fail-on name accepted")
 	}
 	if _, err := ParseFailOn([]string{"monitor-wait more than 10"}); err == nil {
 		t.Error("bad fail-on accepted")
 	}
-
 	// Four against four, separated: p = 2/C(8,4) = 0.0286.
 	m4 := compare("x", []float64{1, 2, 3, 4}, []float64{5, 6, 7, 8})
 	if math.Abs(m4.P-2.0/70) > 1e-9 || m4.Separation != "above" {
@@ -139,5 +139,42 @@ func TestPairedDetectableChange(t *testing.T) {
 	}
 	if _, mdc := paired(base[:2], cand[:2]); mdc != 0 {
 		t.Error("two pairs gave a detectable change")
+	}
+}
+
+// A crossed threshold fires only when the change is significant; times
+// take units; shares change in percentage points.
+func TestGates(t *testing.T) {
+	conds, err := ParseFailOn([]string{"app_blocked>+5ms,share:io<-10pp", "runqueue>+20%"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conds[0].Value != 5e6 || conds[0].Unit != UnitNs || conds[1].Name != "share:io" || conds[1].Unit != "pp" || conds[2].Unit != "%" {
+		t.Fatalf("parsed %+v", conds)
+	}
+	dr := &DiffReport{Figures: []MetricDiff{
+		// +8 ms a run in 4 of 4 pairs, steady: significant.
+		compare(FigAppBlocked, []float64{10e6, 11e6, 12e6, 10.5e6}, []float64{18e6, 19.2e6, 20e6, 18.4e6}),
+		// -30 pp, but one run each: crossed, not significant.
+		compare("share:io", []float64{90}, []float64{60}),
+		// +50%, noisy: not significant.
+		compare(FigRunQueue, []float64{10e6, 30e6, 5e6}, []float64{25e6, 12e6, 20e6}),
+	}}
+	dr.Figures[0].Unit, dr.Figures[1].Unit, dr.Figures[2].Unit = UnitNs, UnitPct, UnitNs
+	g, err := dr.Gates(conds, 0.05)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g[0].Fired || math.Abs(g[0].Change-8.025e6) > 1 {
+		t.Errorf("app_blocked>+5ms on a steady +8 ms: %+v", g[0])
+	}
+	if g[1].Fired || !strings.Contains(g[1].Says, "not significant") {
+		t.Errorf("share:io<-10pp from one run a side fired: %+v", g[1])
+	}
+	if g[2].Fired || g[2].Change < 20 {
+		t.Errorf("runqueue>+20%% on noise: %+v", g[2])
+	}
+	if _, err := dr.Gates([]FailOn{{Name: "share:io", Unit: UnitNs, Value: 1}}, 0.05); err == nil {
+		t.Error("a time threshold on a share accepted")
 	}
 }

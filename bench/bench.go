@@ -54,12 +54,25 @@ type Config struct {
 	Executable string // offcpu binary for the bundled runs (default: this one)
 	Threads    string // analysis thread filter (default: broker threads for the bundled core)
 	CPUHz      int    // on-CPU sampling in profiled runs
-	// MinBlock drops shorter off-CPU intervals in profiled runs (seed
-	// 000's profiled scenario records waits of 100 µs and more).
+	// MinBlock drops shorter off-CPU intervals in profiled runs; < 0: the
+	// workload's default (the bundled core: 100 µs as seed 000's profiled
+	// scenario; commands: every interval).
 	MinBlock time.Duration
-	Rules    *analysis.Rules
-	Progress io.Writer
-	Terminal bool // draw a progress bar instead of lines
+	// Target picks the analyzed processes: a regexp of process names, or
+	// a pid file (a path: it holds a "/") the command writes. "": every
+	// process but the workload's harness.
+	Target string
+	// MaxProfiledRuns: above ProfiledRuns, profiled pairs are added until
+	// the headline share's range is within ±HeadlineSpread points on both
+	// sides, or this many runs a side.
+	MaxProfiledRuns int
+	// FailOn conditions are checked on the first scenario's diff; one
+	// fires when crossed and significant at FailAlpha.
+	FailOn    []analysis.FailOn
+	FailAlpha float64
+	Rules     *analysis.Rules
+	Progress  io.Writer
+	Terminal  bool // draw a progress bar instead of lines
 
 	workload workload // resolved by validate
 }
@@ -76,6 +89,10 @@ type RunRecord struct {
 	WallS    float64            `json:"wall_s"`
 	Dir      string             `json:"dir"`
 	Metrics  map[string]float64 `json:"metrics,omitempty"`
+	// TargetPIDs: read from the --target pid file after the run.
+	TargetPIDs []int64  `json:"target_pids,omitempty"`
+	Cooldown   cooled   `json:"cooldown"`
+	Kept       *float64 `json:"kept_share,omitempty"` // profiled: share of the recorded off-CPU time kept
 }
 
 // Result is a finished (or interrupted) benchmark.
@@ -87,9 +104,15 @@ type Result struct {
 	Scenarios   []ScenarioResult     `json:"scenarios,omitempty"`
 	Interrupted bool                 `json:"interrupted"`
 	Report      string               `json:"-"`
+	// Analyzed says which threads and processes the profiles were read for.
+	Analyzed string `json:"analyzed"`
+	// ProfiledRuns says how many profiled runs a side were run and why.
+	ProfiledRuns string          `json:"profiled_runs"`
+	Gates        []analysis.Gate `json:"gates,omitempty"`
 
 	// The SVGs written next to report.md, and which were not drawn.
-	flameLinks, flameNotes []string
+	flameLinks []flameLink
+	flameNotes []string
 }
 
 // ScenarioResult is the comparison of one scenario's runs.
@@ -99,6 +122,31 @@ type ScenarioResult struct {
 }
 
 func (c *Config) bundled() bool { return c.BaselineCmd == "" && c.CandidateCmd == "" }
+
+// isPIDFile: a --target with a "/" is a pid file, else process names.
+func isPIDFile(target string) bool { return strings.Contains(target, "/") }
+
+// readPIDFile reads the pids (one or more, white-space separated) the
+// run wrote, then removes the file so the next run writes its own.
+func readPIDFile(path string) ([]int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("the run wrote no pid file: %v", err)
+	}
+	os.Remove(path)
+	var pids []int64
+	for _, f := range strings.Fields(string(b)) {
+		pid, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || pid <= 0 {
+			return nil, fmt.Errorf("%s: %q is not a pid", path, f)
+		}
+		pids = append(pids, pid)
+	}
+	if len(pids) == 0 {
+		return nil, fmt.Errorf("%s is empty", path)
+	}
+	return pids, nil
+}
 
 func (c *Config) validate() error {
 	if len(c.Variants) != 2 || c.Variants[0] == c.Variants[1] {
@@ -121,6 +169,22 @@ func (c *Config) validate() error {
 		c.workload = w
 	} else {
 		c.workload = commandWorkload{[2]string{c.BaselineCmd, c.CandidateCmd}}
+	}
+	if c.Threads != "" {
+		if _, err := regexp.Compile(c.Threads); err != nil {
+			return fmt.Errorf("--threads %q: %v", c.Threads, err)
+		}
+	}
+	if c.Target != "" && !isPIDFile(c.Target) {
+		if _, err := regexp.Compile(c.Target); err != nil {
+			return fmt.Errorf("--target %q: not a process-name regexp (%v) nor a pid file path", c.Target, err)
+		}
+	}
+	if c.MaxProfiledRuns > 0 && c.MaxProfiledRuns < c.ProfiledRuns {
+		return fmt.Errorf("--max-profiled-runs %d is below --profiled-runs %d", c.MaxProfiledRuns, c.ProfiledRuns)
+	}
+	if c.FailAlpha == 0 {
+		c.FailAlpha = 0.05
 	}
 	if c.ProfiledRuns > 0 && os.Geteuid() != 0 {
 		return fmt.Errorf("profiled runs need root for eBPF: run with sudo, or --profiled-runs 0")
@@ -158,6 +222,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Threads == "" {
 		cfg.Threads = cfg.workload.Threads()
 	}
+	if cfg.MinBlock < 0 {
+		cfg.MinBlock = cfg.workload.MinBlock()
+	}
 	if err := os.MkdirAll(filepath.Join(cfg.Out, "runs"), 0o755); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", cfg.Out, err)
 	}
@@ -177,35 +244,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		plan = append(plan, plannedRun{scs[0], 0, i, true}, plannedRun{scs[0], 1, i, true})
 	}
 	res := &Result{}
-	prog := newProgress(cfg.Progress, cfg.Terminal, len(plan))
-	start := time.Now()
-	for n, pr := range plan {
-		if ctx.Err() != nil {
-			res.Interrupted = true
-			break
-		}
-		side := cfg.Variants[pr.side]
-		name := fmt.Sprintf("%s-%d", side, pr.index)
-		if pr.profiled {
-			name = fmt.Sprintf("%s-profiled-%d", side, pr.index)
-		}
-		if len(scs) > 1 {
-			name = scenarioLabel(pr.scenario) + "-" + name
-		}
-		method := cooldown(ctx, &cfg)
-		if res.Cooldown == "" {
-			res.Cooldown = method
-		}
-		prog.step(n, name, pr.profiled, start)
-		rec := runOne(ctx, &cfg, side, pr, name)
-		if ctx.Err() != nil && rec.Failed {
-			res.Interrupted = true
-			rec.Error = "interrupted"
-		}
-		res.Runs = append(res.Runs, rec)
-		prog.done(rec)
+	b := &batch{ctx: ctx, cfg: &cfg, res: res, start: time.Now(), multi: len(scs) > 1}
+	b.prog = newProgress(cfg.Progress, cfg.Terminal, len(plan))
+	for _, pr := range plan {
+		b.run(pr)
 	}
-	prog.finish()
+	res.ProfiledRuns = b.moreProfiled(scs[0])
+	b.prog.finish()
+	res.Cooldown = cooldownSummary(&cfg, res.Runs)
 	if err := finish(&cfg, res); err != nil {
 		return res, err
 	}
@@ -213,6 +259,88 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return res, ctx.Err()
 	}
 	return res, nil
+}
+
+// batch runs planned runs one after another.
+type batch struct {
+	ctx   context.Context
+	cfg   *Config
+	res   *Result
+	prog  *progress
+	start time.Time
+	n     int
+	multi bool // several scenarios: run names carry the scenario
+}
+
+func (b *batch) run(pr plannedRun) {
+	cfg, res := b.cfg, b.res
+	if b.ctx.Err() != nil {
+		res.Interrupted = true
+		return
+	}
+	side := cfg.Variants[pr.side]
+	name := fmt.Sprintf("%s-%d", side, pr.index)
+	if pr.profiled {
+		name = fmt.Sprintf("%s-profiled-%d", side, pr.index)
+	}
+	if b.multi {
+		name = scenarioLabel(pr.scenario) + "-" + name
+	}
+	cool := cooldown(b.ctx, cfg)
+	b.prog.step(b.n, name, pr.profiled, b.start)
+	b.n++
+	rec := runOne(b.ctx, cfg, side, pr, name)
+	rec.Cooldown = cool
+	if b.ctx.Err() != nil && rec.Failed {
+		res.Interrupted = true
+		rec.Error = "interrupted"
+	}
+	res.Runs = append(res.Runs, rec)
+	b.prog.done(rec)
+}
+
+// HeadlineSpread is how far (±percentage points) the headline share may
+// range over a side's profiled runs before more runs are added.
+const HeadlineSpread = 5.0
+
+// moreProfiled adds profiled pairs while the headline share ranges more
+// than ±HeadlineSpread points on a side, up to MaxProfiledRuns, and says
+// how many runs it took.
+func (b *batch) moreProfiled(sc string) string {
+	cfg := b.cfg
+	n := cfg.ProfiledRuns
+	if n == 0 {
+		return "no profiled runs"
+	}
+	for {
+		cat, spread, ok := b.headlineSpread(sc)
+		switch {
+		case !ok:
+			return fmt.Sprintf("%d profiled run%s a side (no headline share to settle)", n, plural(n))
+		case spread <= HeadlineSpread:
+			return fmt.Sprintf("%d profiled run%s a side: the headline share (%s) ranged within ±%.1f points on each side (target ±%.0f)", n, plural(n), cat, spread, HeadlineSpread)
+		case n >= cfg.MaxProfiledRuns || b.res.Interrupted:
+			return fmt.Sprintf("%d profiled run%s a side: the headline share (%s) still ranged ±%.1f points on a side (target ±%.0f; --max-profiled-runs %d)", n, plural(n), cat, spread, HeadlineSpread, max(cfg.MaxProfiledRuns, n))
+		}
+		n++
+		b.prog.total += 2
+		b.run(plannedRun{sc, 0, n, true})
+		b.run(plannedRun{sc, 1, n, true})
+	}
+}
+
+// headlineSpread is the headline category and the larger half-range of
+// its share over either side's profiled runs.
+func (b *batch) headlineSpread(sc string) (string, float64, bool) {
+	dr, err := diffScenario(b.cfg, b.res, sc, analysisOptions(b.cfg, b.res))
+	if err != nil || dr == nil {
+		return "", 0, false
+	}
+	cat, share := dr.Headline()
+	if share == nil {
+		return "", 0, false
+	}
+	return cat, max(share.BaseMax-share.BaseMin, share.CandMax-share.CandMin) / 2, true
 }
 
 func runOne(ctx context.Context, cfg *Config, side string, pr plannedRun, name string) RunRecord {
@@ -259,6 +387,16 @@ func runOne(ctx context.Context, cfg *Config, side string, pr plannedRun, name s
 			fmt.Fprintf(logf, "offcpu bench: %v\n", err)
 			rec.Failed, rec.Error = true, err.Error()
 		}
+		st := sess.Stats()
+		kept := st.KeptShare()
+		rec.Kept = &kept
+	}
+	if isPIDFile(cfg.Target) {
+		pids, err := readPIDFile(cfg.Target)
+		if err != nil && !rec.Failed {
+			rec.Failed, rec.Error = true, fmt.Sprintf("--target: %v", err)
+		}
+		rec.TargetPIDs = pids
 	}
 	readMetrics(&rec, metricsPath, cmd)
 	if waitErr != nil && !rec.Failed {
@@ -356,27 +494,66 @@ func lastLine(path string) string {
 	return strings.TrimSpace(lines[len(lines)-1])
 }
 
-// cooldown waits before a run and says how.
-func cooldown(ctx context.Context, cfg *Config) string {
-	deadline := time.Now().Add(cfg.CooldownMax)
+// cooled is what a cool-down did before one run.
+type cooled struct {
+	Method string        `json:"method"` // "thermal", "idle" or "none"
+	Waited time.Duration `json:"waited_ns"`
+	GaveUp bool          `json:"gave_up,omitempty"`
+	Level  float64       `json:"level"` // °C or % busy when it stopped waiting
+}
+
+// cooldown waits before a run until the machine is cool or idle, or
+// until --cooldown-max.
+func cooldown(ctx context.Context, cfg *Config) cooled {
+	start := time.Now()
+	deadline := start.Add(cfg.CooldownMax)
 	zones, _ := filepath.Glob("/sys/class/thermal/thermal_zone*/temp")
 	if len(zones) > 0 && cfg.CooldownTemp > 0 {
 		for {
 			t := hottest(zones)
-			if t < cfg.CooldownTemp || time.Now().After(deadline) || sleepCtx(ctx, time.Second) != nil {
-				return fmt.Sprintf("until the hottest thermal zone was below %.0f °C", cfg.CooldownTemp)
+			late := time.Now().After(deadline)
+			if t < cfg.CooldownTemp || late || sleepCtx(ctx, time.Second) != nil {
+				return cooled{Method: "thermal", Waited: time.Since(start), GaveUp: late && t >= cfg.CooldownTemp, Level: t}
 			}
 		}
 	}
 	if cfg.CooldownIdle <= 0 {
-		return "none"
+		return cooled{Method: "none"}
 	}
 	for {
 		busy := cpuBusy(500 * time.Millisecond)
-		if busy < cfg.CooldownIdle || time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Sprintf("until the CPUs were below %.0f%% busy (/proc/stat; no thermal zones)", cfg.CooldownIdle)
+		late := time.Now().After(deadline)
+		if busy < cfg.CooldownIdle || late || ctx.Err() != nil {
+			return cooled{Method: "idle", Waited: time.Since(start), GaveUp: late && busy >= cfg.CooldownIdle, Level: busy}
 		}
 	}
+}
+
+// cooldownSummary says what the cool-downs did over the runs.
+func cooldownSummary(cfg *Config, runs []RunRecord) string {
+	if len(runs) == 0 || runs[0].Cooldown.Method == "none" || runs[0].Cooldown.Method == "" {
+		return "none"
+	}
+	var longest time.Duration
+	gaveUp := 0
+	var worst float64
+	for _, r := range runs {
+		longest = max(longest, r.Cooldown.Waited)
+		if r.Cooldown.GaveUp {
+			gaveUp++
+			worst = max(worst, r.Cooldown.Level)
+		}
+	}
+	s := fmt.Sprintf("until the CPUs were below %.0f%% busy (/proc/stat; no thermal zones)", cfg.CooldownIdle)
+	unit := "% busy"
+	if runs[0].Cooldown.Method == "thermal" {
+		s, unit = fmt.Sprintf("until the hottest thermal zone was below %.0f °C", cfg.CooldownTemp), " °C"
+	}
+	s += fmt.Sprintf(", at most %v before a run (longest wait %v)", cfg.CooldownMax, longest.Round(100*time.Millisecond))
+	if gaveUp > 0 {
+		s += fmt.Sprintf("; before %d of %d runs it gave up after %v, at up to %.0f%s", gaveUp, len(runs), cfg.CooldownMax, worst, unit)
+	}
+	return s
 }
 
 func hottest(zones []string) float64 {

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/offcpu/offcpu/analysis"
 	"github.com/offcpu/offcpu/flamegraph"
 	"github.com/offcpu/offcpu/internal/output"
 	"github.com/offcpu/offcpu/schema"
@@ -33,19 +34,35 @@ func flamesFor(cfg *Config) flameKind {
 	return blockedFlames
 }
 
-// writeFlameGraphs draws each side's profiled runs, and the candidate
-// coloured by its change from the baseline.
-func writeFlameGraphs(cfg *Config, res *Result) error {
-	kind := flamesFor(cfg)
-	// Only the analyzed threads; for off-CPU time only blocked time with
-	// an application frame: the idle waits of loops and executors would
-	// fill most of the width.
-	sel := flamegraph.Select{GroupThreads: true}
-	if kind.blocked && cfg.Rules != nil {
-		sel.Keep = cfg.Rules.AppBlocked
+// writeFlameGraphs draws each side's profiled runs and their diff: the
+// story's kind for the bundled core; for commands, blocked time and
+// on-CPU time both.
+func writeFlameGraphs(cfg *Config, res *Result, o analysis.Options) error {
+	kinds := []flameKind{flamesFor(cfg)}
+	if cfg.workload.Story() == nil {
+		kinds = []flameKind{blockedFlames, cpuFlames}
 	}
-	if cfg.Threads != "" {
-		sel.Threads = regexp.MustCompile(cfg.Threads)
+	for i, kind := range kinds {
+		prefix := ""
+		if i > 0 {
+			prefix = "cpu-"
+		}
+		if err := writeFlames(cfg, res, o, kind, prefix); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeFlames draws one kind of graph per side, and the candidate against
+// the baseline.
+func writeFlames(cfg *Config, res *Result, o analysis.Options, kind flameKind, prefix string) error {
+	// Only the analyzed threads and processes; for off-CPU time only
+	// blocked time with an application frame: the idle waits of loops and
+	// executors would fill most of the width.
+	sel := flamegraph.Select{GroupThreads: true, Keep: func(s *schema.Stack) bool { return o.Wanted(s) }}
+	if kind.blocked && cfg.Rules != nil {
+		sel.Keep = func(s *schema.Stack) bool { return o.Wanted(s) && cfg.Rules.AppBlocked(s) }
 	}
 	profiles := make([]*flamegraph.Profile, 2)
 	for i, side := range cfg.Variants {
@@ -62,15 +79,15 @@ func writeFlameGraphs(cfg *Config, res *Result) error {
 			return fmt.Errorf("flame graph of %s: %w", side, err)
 		}
 		profiles[i] = p
-		name := side + ".svg"
+		name := prefix + side + ".svg"
 		title := kind.what + ": " + side
-		if sel.Threads != nil {
+		if cfg.Threads != "" {
 			title += " (threads " + cfg.Threads + ")"
 		}
 		if err := writeSVG(filepath.Join(cfg.Out, name), p, flamegraph.Options{Title: title}); err != nil {
 			return err
 		}
-		res.flameLinks = append(res.flameLinks, name)
+		res.flameLinks = append(res.flameLinks, flameLink{name, kind.what})
 	}
 	if profiles[0] == nil || profiles[1] == nil {
 		return nil
@@ -84,12 +101,16 @@ func writeFlameGraphs(cfg *Config, res *Result) error {
 	}
 	base.SetBase(profiles[1], false)
 	title := fmt.Sprintf("%s: %s (widths) against %s (blue: less in %s, red: more)", kind.what, cfg.Variants[0], cfg.Variants[1], cfg.Variants[1])
-	if err := writeSVG(filepath.Join(cfg.Out, "diff.svg"), base, flamegraph.Options{Title: title, Diff: true, Negate: true}); err != nil {
+	name := prefix + "diff.svg"
+	if err := writeSVG(filepath.Join(cfg.Out, name), base, flamegraph.Options{Title: title, Diff: true, Negate: true}); err != nil {
 		return err
 	}
-	res.flameLinks = append(res.flameLinks, "diff.svg")
+	res.flameLinks = append(res.flameLinks, flameLink{name, kind.what + ", " + cfg.Variants[1] + " against " + cfg.Variants[0]})
 	return nil
 }
+
+// flameLink is a drawn graph and what it shows.
+type flameLink struct{ file, what string }
 
 // storyCPU sums, per side, the on-CPU time of the analyzed threads in
 // each of the profiled scenario's story functions (inclusive), per

@@ -16,13 +16,52 @@ import (
 	"github.com/offcpu/offcpu/schema"
 )
 
-// finish analyzes what ran and writes report.md and report.json.
-func finish(cfg *Config, res *Result) error {
+// analysisOptions are the analyzed threads and processes, and the
+// workload's key metrics.
+func analysisOptions(cfg *Config, res *Result) analysis.Options {
 	var o analysis.Options
 	if cfg.Threads != "" {
 		o.Threads = regexp.MustCompile(cfg.Threads)
 	}
 	o.KeyMetrics, o.NotCompared = cfg.workload.KeyMetrics()
+	switch {
+	case isPIDFile(cfg.Target):
+		o.PIDs = map[int64]bool{}
+		for _, r := range res.Runs {
+			for _, p := range r.TargetPIDs {
+				o.PIDs[p] = true
+			}
+		}
+	case cfg.Target != "":
+		o.Processes = regexp.MustCompile("^(?:" + cfg.Target + ")$")
+	default:
+		o.SkipProcesses = cfg.workload.Harness()
+	}
+	return o
+}
+
+// analyzedLine names the analyzed threads and processes.
+func analyzedLine(cfg *Config) string {
+	threads := "every thread"
+	if cfg.Threads != "" {
+		threads = fmt.Sprintf("threads whose name matches `%s`", cfg.Threads)
+	}
+	procs := "of every process"
+	switch h := cfg.workload.Harness(); {
+	case isPIDFile(cfg.Target):
+		procs = fmt.Sprintf("of the processes whose pids each run wrote to `%s` (--target)", cfg.Target)
+	case cfg.Target != "":
+		procs = fmt.Sprintf("of the processes named `%s` (--target)", cfg.Target)
+	case h != nil:
+		procs = fmt.Sprintf("of every process but the harness (processes named `%s`, the shell each run starts; pick the system under test with --target)", h)
+	}
+	return threads + " " + procs
+}
+
+// finish analyzes what ran and writes report.md and report.json.
+func finish(cfg *Config, res *Result) error {
+	o := analysisOptions(cfg, res)
+	res.Analyzed = analyzedLine(cfg)
 	res.Setup = setupLine(cfg, res.Runs)
 	for _, sc := range cfg.workload.Rotation() {
 		dr, err := diffScenario(cfg, res, sc, o)
@@ -32,10 +71,12 @@ func finish(cfg *Config, res *Result) error {
 		res.Scenarios = append(res.Scenarios, ScenarioResult{Name: scenarioLabel(sc), Diff: dr})
 	}
 	res.Diff = res.Scenarios[0].Diff
-	if cfg.bundled() {
-		if err := writeFlameGraphs(cfg, res); err != nil {
-			return err
-		}
+	if err := writeFlameGraphs(cfg, res, o); err != nil {
+		return err
+	}
+	var gateErr error
+	if len(cfg.FailOn) > 0 && res.Diff != nil {
+		res.Gates, gateErr = res.Diff.Gates(cfg.FailOn, cfg.FailAlpha)
 	}
 	res.Report = markdown(cfg, res)
 	if err := os.WriteFile(filepath.Join(cfg.Out, "report.md"), []byte(res.Report), 0o644); err != nil {
@@ -45,7 +86,10 @@ func finish(cfg *Config, res *Result) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(cfg.Out, "report.json"), append(b, '\n'), 0o644)
+	if err := os.WriteFile(filepath.Join(cfg.Out, "report.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return gateErr
 }
 
 // diffScenario compares the two sides' runs of one scenario; nil when a
@@ -74,8 +118,9 @@ func diffScenario(cfg *Config, res *Result, sc string, o analysis.Options) (*ana
 func markdown(cfg *Config, res *Result) string {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "## Measurements\n\n")
-	fmt.Fprintf(&b, "Setup: %s. %s and %s interleaved run by run (A B A B ...): %d unprofiled and %d profiled run(s) per side (profiled runs under `offcpu record` with wake-ups and on-CPU samples at %d Hz). Cool-down before each run: %s.\n\n",
-		res.Setup, cfg.Variants[0], cfg.Variants[1], cfg.Runs, cfg.ProfiledRuns, cfg.CPUHz, res.Cooldown)
+	fmt.Fprintf(&b, "Setup: %s. %s and %s interleaved run by run (A B A B ...): %d unprofiled run(s) per side; %s (profiled runs under `offcpu record` with wake-ups and on-CPU samples at %d Hz; %s). Cool-down before each run: %s.\n\n",
+		res.Setup, cfg.Variants[0], cfg.Variants[1], cfg.Runs, res.ProfiledRuns, cfg.CPUHz, thresholdLine(cfg, res), res.Cooldown)
+	fmt.Fprintf(&b, "Analyzed: %s.\n\n", res.Analyzed)
 	if res.Interrupted {
 		finished := 0
 		for _, r := range res.Runs {
@@ -85,6 +130,7 @@ func markdown(cfg *Config, res *Result) string {
 		}
 		fmt.Fprintf(&b, "**Interrupted**: %d of the %d planned runs finished; this report covers them.\n\n", finished, 2*(cfg.Runs+cfg.ProfiledRuns))
 	}
+	writeGates(&b, cfg, res)
 	writeFailures(&b, cfg, res)
 	writeScenarios(&b, cfg, res)
 	if res.Diff == nil {
@@ -94,6 +140,44 @@ func markdown(cfg *Config, res *Result) string {
 	writeFlameLinks(&b, cfg, res)
 	fmt.Fprintf(&b, "\nRuns, metrics and profiles: `runs/`; machine-readable: `report.json`.\n")
 	return b.String()
+}
+
+// thresholdLine states what the profiled runs recorded, and how much of
+// the recorded threads' off-CPU time their profiles kept.
+func thresholdLine(cfg *Config, res *Result) string {
+	if cfg.ProfiledRuns == 0 {
+		return "no threshold"
+	}
+	s := "every off-CPU interval recorded"
+	if cfg.MinBlock > 0 {
+		s = fmt.Sprintf("off-CPU intervals of %v and longer recorded", cfg.MinBlock)
+	}
+	lo, hi, n := 1.0, 0.0, 0
+	for _, r := range res.Runs {
+		if r.Kept != nil && !r.Failed {
+			lo, hi, n = math.Min(lo, *r.Kept), math.Max(hi, *r.Kept), n+1
+		}
+	}
+	if n > 0 {
+		s += fmt.Sprintf(": the profiles kept %.1f–%.1f%% of the recorded threads' off-CPU time", 100*lo, 100*hi)
+	}
+	return s
+}
+
+// writeGates says which --fail-on conditions held.
+func writeGates(b *bytes.Buffer, cfg *Config, res *Result) {
+	if len(res.Gates) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "**Gates** (--fail-on, significant at %g):\n\n", cfg.FailAlpha)
+	for _, g := range res.Gates {
+		mark := "passed"
+		if g.Fired {
+			mark = "**FAILED**"
+		}
+		fmt.Fprintf(b, "- %s: %s\n", mark, g.Says)
+	}
+	b.WriteString("\n")
 }
 
 // writeFailures lists the failed runs, or says every run verified.
@@ -148,6 +232,11 @@ func writeProfiled(b *bytes.Buffer, cfg *Config, res *Result) {
 		b.Write(a.Bytes())
 	}
 	if res.Diff.BaseReport != nil && res.Diff.CandReport != nil {
+		b.WriteString(processTable(res.Diff, cfg))
+	}
+	if res.Diff.BaseReport != nil && res.Diff.CandReport != nil && (res.Diff.BaseReport.Messages == 0 || res.Diff.CandReport.Messages == 0) {
+		b.WriteString(wakeupsPerRun(res.Diff, cfg))
+	} else if res.Diff.BaseReport != nil && res.Diff.CandReport != nil {
 		bw, cw := res.Diff.BaseReport.Wakeups, res.Diff.CandReport.Wakeups
 		fmt.Fprintf(b, "\n### Wake-ups per message\n\n| | %s | %s |\n|---|---:|---:|\n", cfg.Variants[0], cfg.Variants[1])
 		fmt.Fprintf(b, "| all wake-ups of the analyzed threads | %.4f | %.4f |\n| eventfd wake-ups (event loops woken) | %.4f | %.4f |\n",
@@ -169,19 +258,81 @@ func writeProfiled(b *bytes.Buffer, cfg *Config, res *Result) {
 // writeFlameLinks links the flame graphs.
 func writeFlameLinks(b *bytes.Buffer, cfg *Config, res *Result) {
 	if len(res.flameLinks)+len(res.flameNotes) > 0 {
-		kind := flamesFor(cfg)
-		what := "Blocked time with an application frame of the analyzed threads, by thread group; diff.svg is drawn at the baseline's widths, blue where the candidate blocks less."
-		if !kind.blocked {
-			what = "On-CPU samples of the analyzed threads, by thread group; diff.svg is drawn at the baseline's widths, blue where the candidate spends less."
-		}
-		fmt.Fprintf(b, "\n### Flame graphs\n\n%s\n\n", what)
+		fmt.Fprintf(b, "\n### Flame graphs\n\nThe analyzed threads, by thread group; a diff is drawn at the baseline's widths, blue where the candidate has less, red where it has more.\n\n")
 		for _, l := range res.flameLinks {
-			fmt.Fprintf(b, "- [%s](%s)\n", l, l)
+			fmt.Fprintf(b, "- [%s](%s): %s\n", l.file, l.file, l.what)
 		}
 		for _, n := range res.flameNotes {
 			fmt.Fprintf(b, "- %s\n", n)
 		}
 	}
+}
+
+// processTable tabulates the analyzed time by process, per profiled run:
+// a command's server, load generator and the rest apart.
+func processTable(d *analysis.DiffReport, cfg *Config) string {
+	br, cr := d.BaseReport, d.CandReport
+	if len(br.Processes)+len(cr.Processes) == 0 {
+		return ""
+	}
+	rows := map[string][2]analysis.ProcessResult{}
+	var names []string
+	for i, rep := range []*analysis.Report{br, cr} {
+		for _, p := range rep.Processes {
+			r, seen := rows[p.Name]
+			if !seen {
+				names = append(names, p.Name)
+			}
+			r[i] = p
+			rows[p.Name] = r
+		}
+	}
+	bn, cn := int64(max(d.BaseProfiledRuns, 1)), int64(max(d.CandProfiledRuns, 1))
+	var b bytes.Buffer
+	a, c := cfg.Variants[0], cfg.Variants[1]
+	fmt.Fprintf(&b, "\n### By process (profiled runs, per run)\n\n| process | blocked w/ app frame %s | %s | idle %s | %s | waiting for a CPU %s | %s | on-CPU %s | %s |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n", a, c, a, c, a, c, a, c)
+	for _, n := range names {
+		x, y := rows[n][0], rows[n][1]
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", n, analysis.Secs(x.AppBlockedNs/bn), analysis.Secs(y.AppBlockedNs/cn),
+			analysis.Secs(x.IdleNs/bn), analysis.Secs(y.IdleNs/cn), analysis.Secs(x.RunQueueNs/bn), analysis.Secs(y.RunQueueNs/cn), analysis.Secs(x.CPUNs/bn), analysis.Secs(y.CPUNs/cn))
+	}
+	return b.String()
+}
+
+// wakeupsPerRun tabulates wake-ups by class per profiled run and per
+// second, for runs that count no messages.
+func wakeupsPerRun(d *analysis.DiffReport, cfg *Config) string {
+	br, cr := d.BaseReport, d.CandReport
+	if br.Wakeups.Total+cr.Wakeups.Total == 0 {
+		return ""
+	}
+	bn, cn := float64(max(d.BaseProfiledRuns, 1)), float64(max(d.CandProfiledRuns, 1))
+	classes := map[string]bool{}
+	for _, rep := range []*analysis.Report{br, cr} {
+		for k := range rep.Wakeups.ByClass {
+			classes[k] = true
+		}
+	}
+	names := make([]string, 0, len(classes))
+	for k := range classes {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	per := func(n int64, runs, secs float64) string {
+		s := fmt.Sprintf("%.0f", float64(n)/runs)
+		if secs > 0 {
+			s += fmt.Sprintf(" (%.0f/s)", float64(n)/secs)
+		}
+		return s
+	}
+	var b bytes.Buffer
+	a, c := cfg.Variants[0], cfg.Variants[1]
+	fmt.Fprintf(&b, "\n### Wake-ups of the analyzed threads (per profiled run, and per second; the runs count no messages)\n\n| class | %s | %s |\n|---|---:|---:|\n| all | %s | %s |\n", a, c,
+		per(br.Wakeups.Total, bn, d.Seconds[0]), per(cr.Wakeups.Total, cn, d.Seconds[1]))
+	for _, k := range names {
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", k, per(br.Wakeups.ByClass[k], bn, d.Seconds[0]), per(cr.Wakeups.ByClass[k], cn, d.Seconds[1]))
+	}
+	return b.String()
 }
 
 // wakeupsByGroup tabulates, per woken thread group, the wake-ups per

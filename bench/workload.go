@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"time"
 
 	"github.com/offcpu/offcpu/dispatcher"
 	"github.com/offcpu/offcpu/schema"
@@ -31,6 +33,11 @@ type workload interface {
 	// Story is what the profiled scenario's report draws and tabulates;
 	// nil: blocked-time flame graphs and no story table.
 	Story() *story
+	// MinBlock is the profiled runs' default shortest recorded interval.
+	MinBlock() time.Duration
+	// Harness names the processes that only run the benchmark (nil:
+	// none), left out of the analysis unless --target picks processes.
+	Harness() *regexp.Regexp
 }
 
 // story is a profiled scenario's story: the kind of flame graph it needs
@@ -59,6 +66,13 @@ func (w commandWorkload) Setup([]RunRecord) string {
 
 func (w commandWorkload) KeyMetrics() (key, notCompared []string) { return nil, nil }
 func (w commandWorkload) Story() *story                           { return nil }
+
+// MinBlock: every interval, so that the profile holds all of the
+// analyzed threads' off-CPU time.
+func (w commandWorkload) MinBlock() time.Duration { return 0 }
+
+// Harness: the shell each run starts (sh -c CMD), and its subshells.
+func (w commandWorkload) Harness() *regexp.Regexp { return regexp.MustCompile(`^sh$`) }
 
 // bundledWorkload runs the bundled core's scenarios, each resolved once
 // (loaded, scaled, variants checked) and written to a file each run
@@ -156,6 +170,12 @@ func (w *bundledWorkload) Setup(runs []RunRecord) string {
 func (w *bundledWorkload) KeyMetrics() (key, notCompared []string) {
 	return dispatcher.KeyMetrics, dispatcher.NotCompared
 }
+
+// MinBlock: seed 000's profiled scenario records waits of 100 µs and more.
+func (w *bundledWorkload) MinBlock() time.Duration { return 100 * time.Microsecond }
+
+// Harness: none; the bundled core is one process, analyzed by thread.
+func (w *bundledWorkload) Harness() *regexp.Regexp { return nil }
 
 func (w *bundledWorkload) Story() *story {
 	sc := w.specs[w.names[0]]

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -18,8 +20,8 @@ import (
 
 func newBenchCmd() *cobra.Command {
 	var cfg bench.Config
-	var variants, rules string
-	var failOn []string
+	var variants, rules, format string
+	var gates gateFlags
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Run a baseline and a candidate interleaved, profile them, and write the Measurements report",
@@ -35,16 +37,37 @@ writes the report for them.
 
 With --baseline-cmd and --candidate-cmd any benchmark can be compared: each run
 is 'sh -c CMD'; it may write a JSON object of metrics to the file named by
-$OFFCPU_METRICS; offcpu adds wall_s and cpu_s.`,
+$OFFCPU_METRICS; offcpu adds wall_s and cpu_s. Profiled runs of commands
+record every off-CPU interval; the analysis leaves out the shell each run
+starts, and --target picks the system under test (a process name, or a pid
+file the command writes).
+
+Profile figures (blocked time by category, process and thread group, shares,
+wake-ups, root causes) are compared over the profiled runs as metrics are.
+With --max-profiled-runs above --profiled-runs, profiled pairs are added until
+the headline share ranges within ±5 points on each side.
+
+Exit status: 0 the report was written; 1 bad input or a failed start;
+3 a --fail-on condition held (crossed and significant at --fail-alpha);
+130 interrupted (the report covers the finished runs).`,
 		Example: `  sudo offcpu bench
   sudo offcpu bench --scenario key-shared-500x20 --runs 4
   sudo offcpu bench --scenario telemetry-high-rate --duration 10s --runs 2
-  offcpu bench --profiled-runs 0 --baseline-cmd './old --bench' --candidate-cmd './new --bench'`,
+  offcpu bench --profiled-runs 0 --baseline-cmd './old --bench' --candidate-cmd './new --bench'
+  sudo offcpu bench --baseline-cmd ./bench-old.sh --candidate-cmd ./bench-new.sh --target redis-server \
+      --fail-on 'app_blocked>+10%,io>+5ms' --format github`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			conds, err := analysis.ParseFailOn(failOn)
+			conds, err := gates.parse()
 			if err != nil {
 				return err
+			}
+			if format != "text" && format != "json" && format != "github" {
+				return fmt.Errorf("--format %q: give text, json or github", format)
+			}
+			cfg.FailOn, cfg.FailAlpha = conds, gates.alpha
+			if !cmd.Flags().Changed("min-block") {
+				cfg.MinBlock = -1 // the workload's
 			}
 			cfg.Variants = strings.Split(variants, ",")
 			if cfg.Rules, err = analysis.LoadRules(rules); err != nil {
@@ -63,10 +86,8 @@ $OFFCPU_METRICS; offcpu adds wall_s and cpu_s.`,
 				return err
 			}
 			fmt.Fprintf(stderr, "offcpu bench: wrote %s/report.md and %s/report.json (%d runs)\n", cfg.Out, cfg.Out, len(res.Runs))
-			if res.Diff != nil {
-				for _, s := range res.Diff.Statements {
-					fmt.Fprintln(cmd.OutOrStdout(), s)
-				}
+			if perr := printBench(cmd.OutOrStdout(), res, cfg.Out, format); perr != nil && err == nil {
+				err = perr
 			}
 			if res.Interrupted {
 				return &exitError{code: 130, msg: fmt.Sprintf("interrupted: the report covers %d finished runs", len(res.Runs))}
@@ -74,23 +95,54 @@ $OFFCPU_METRICS; offcpu adds wall_s and cpu_s.`,
 			if err != nil {
 				return err
 			}
-			if len(conds) > 0 && res.Diff != nil {
-				return checkFailOn(res.Diff, conds)
-			}
-			return nil
+			return failOnExit(res.Gates, stderr, format == "github")
 		},
 	}
-	benchFlags(cmd, &cfg, &variants, &rules, &failOn)
+	benchFlags(cmd, &cfg, &variants, &rules)
+	gates.add(cmd)
+	cmd.Flags().StringVar(&format, "format", "text", "what to print on stdout: text (the statements), json (report.json) or github (statements, --fail-on as annotations, report.md appended to $GITHUB_STEP_SUMMARY)")
 	return cmd
 }
 
-func benchFlags(cmd *cobra.Command, cfg *bench.Config, variants, rules *string, failOn *[]string) {
+// printBench prints the result in a format; github also appends report.md
+// to the job summary.
+func printBench(w io.Writer, res *bench.Result, out, format string) error {
+	switch format {
+	case "json":
+		b, err := os.ReadFile(filepath.Join(out, "report.json"))
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	case "github":
+		if path := os.Getenv("GITHUB_STEP_SUMMARY"); path != "" {
+			f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+			if err != nil {
+				return fmt.Errorf("$GITHUB_STEP_SUMMARY: %v", err)
+			}
+			defer f.Close()
+			if _, err := io.WriteString(f, res.Report+"\n"); err != nil {
+				return fmt.Errorf("$GITHUB_STEP_SUMMARY: %v", err)
+			}
+		}
+	}
+	if res.Diff != nil {
+		for _, s := range res.Diff.Statements {
+			fmt.Fprintln(w, s)
+		}
+	}
+	return nil
+}
+
+func benchFlags(cmd *cobra.Command, cfg *bench.Config, variants, rules *string) {
 	fl := cmd.Flags()
 	fl.StringSliceVar(&cfg.Scenarios, "scenario", []string{"key-shared-500x20", "key-shared-500x20-fixed", "telemetry-high-rate"}, "bundled scenario names or YAML files, run in rotation (profiled runs: the first)")
 	fl.BoolVar(&cfg.Pin, "pin", false, "pin the bundled core's broker threads to the first half of the CPUs and its clients to the rest")
 	fl.StringVar(variants, "variants", "baseline,candidate", "the two variants to compare, baseline first")
 	fl.IntVar(&cfg.Runs, "runs", 12, "unprofiled runs per side and scenario")
 	fl.IntVar(&cfg.ProfiledRuns, "profiled-runs", 3, "profiled runs per side of the first scenario (needs root)")
+	fl.IntVar(&cfg.MaxProfiledRuns, "max-profiled-runs", 0, "add profiled pairs, up to this many runs a side, until the headline share ranges within ±5 points (default: --profiled-runs, none added)")
 	fl.Int64Var(&cfg.Messages, "messages", 0, "messages per run (default: each scenario's)")
 	fl.DurationVar(&cfg.Duration, "duration", 0, "publish for this long per run instead of --messages")
 	fl.Float64Var(&cfg.Rate, "rate", -1, "publish rate in msg/s (default: the scenario's)")
@@ -100,9 +152,9 @@ func benchFlags(cmd *cobra.Command, cfg *bench.Config, variants, rules *string, 
 	fl.DurationVar(&cfg.CooldownMax, "cooldown-max", time.Minute, "longest cool-down wait")
 	fl.StringVar(&cfg.BaselineCmd, "baseline-cmd", "", "run this command (sh -c) as the baseline instead of the bundled core")
 	fl.StringVar(&cfg.CandidateCmd, "candidate-cmd", "", "run this command (sh -c) as the candidate")
+	fl.StringVar(&cfg.Target, "target", "", "the system under test: a regexp of process names, or a pid file the command writes (a path) (default: every process but the harness shell)")
 	fl.StringVar(&cfg.Threads, "threads", "", "analyze only threads matching this regexp (default for the bundled core: broker threads)")
 	fl.IntVar(&cfg.CPUHz, "cpu-hz", 99, "on-CPU sampling rate in profiled runs")
-	fl.DurationVar(&cfg.MinBlock, "min-block", 100*time.Microsecond, "profiled runs record off-CPU intervals at least this long (seed 000's profile: 100µs)")
+	fl.DurationVar(&cfg.MinBlock, "min-block", 0, "profiled runs record off-CPU intervals at least this long (default: the bundled core 100µs, as seed 000's profile; commands every interval)")
 	fl.StringVar(rules, "rules", "", "attribution rules file (default: built in)")
-	fl.StringArrayVar(failOn, "fail-on", nil, "after the report, exit with status 3 when a condition holds, e.g. publish_rate<-3% or monitor-wait>+10%")
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"regexp"
 	"strings"
 
@@ -15,7 +16,7 @@ type diffFlags struct {
 	rules    string
 	format   string
 	threads  string
-	failOn   []string
+	gates    gateFlags
 	baseName string
 	candName string
 }
@@ -32,8 +33,10 @@ directories stands for its runs. Metrics are compared run by run with a
 Mann-Whitney U test (golang.org/x/perf/benchmath); profiles per category,
 thread group and function, per profiled run.
 
---fail-on NAME>+PCT% or NAME<-PCT% (a metric or a category; repeatable or
-comma-separated) exits with status 3 when a condition holds.`,
+--fail-on NAME>+CHANGE or NAME<-CHANGE (a metric or a profile figure;
+repeatable or comma-separated) exits with status 3 when a condition holds and
+the change is significant at --fail-alpha. Exit status: 0 compared, 1 bad
+input, 3 a --fail-on condition held.`,
 		Example: `  offcpu diff 'out/runs/baseline-*' 'out/runs/candidate-*'
   offcpu diff base1.json,base2.json,base3.json cand1.json,cand2.json,cand3.json --format markdown
   offcpu diff --fail-on 'monitor-wait>+10%,publish_rate<-3%' base/ cand/`,
@@ -44,7 +47,7 @@ comma-separated) exits with status 3 when a condition holds.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			conds, err := analysis.ParseFailOn(f.failOn)
+			conds, err := f.gates.parse()
 			if err != nil {
 				return err
 			}
@@ -75,14 +78,18 @@ comma-separated) exits with status 3 when a condition holds.`,
 			if err := dr.Write(cmd.OutOrStdout(), f.format); err != nil {
 				return err
 			}
-			return checkFailOn(dr, conds)
+			gates, err := dr.Gates(conds, f.gates.alpha)
+			if err != nil {
+				return err
+			}
+			return failOnExit(gates, cmd.ErrOrStderr(), false)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.rules, "rules", "", "rules file (YAML; default: the built-in rules)")
 	fl.StringVar(&f.format, "format", "text", "text, json or markdown")
 	fl.StringVar(&f.threads, "threads", "", "only threads whose name matches this regexp")
-	fl.StringArrayVar(&f.failOn, "fail-on", nil, "exit with status 3 when a condition holds, e.g. monitor-wait>+10% or publish_rate<-3%")
+	f.gates.add(cmd)
 	fl.StringVar(&f.baseName, "base-name", "baseline", "name of the first side in reports")
 	fl.StringVar(&f.candName, "candidate-name", "candidate", "name of the second side in reports")
 	return cmd
@@ -97,14 +104,45 @@ func loadSide(name, list string) (*analysis.Side, error) {
 	return analysis.LoadSide(name, paths)
 }
 
-// checkFailOn returns exit status 3 when a --fail-on condition holds.
-func checkFailOn(dr *analysis.DiffReport, conds []analysis.FailOn) error {
-	hit, err := dr.Check(conds)
-	if err != nil {
-		return err
+// gateFlags are --fail-on and its significance level.
+type gateFlags struct {
+	failOn []string
+	alpha  float64
+}
+
+func (g *gateFlags) add(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringArrayVar(&g.failOn, "fail-on", nil, "exit with status 3 when a condition holds and its change is significant: a metric or profile figure, its change in % of the baseline, ms/µs/s per run, or pp (shares), e.g. publish_rate<-3%, monitor-wait>+5ms, share:io>+5pp")
+	fl.Float64Var(&g.alpha, "fail-alpha", 0.05, "significance level a --fail-on change must reach (paired test on log ratios where every run's value is positive, else the U test)")
+}
+
+func (g *gateFlags) parse() ([]analysis.FailOn, error) {
+	if g.alpha <= 0 || g.alpha > 1 {
+		return nil, fmt.Errorf("--fail-alpha %g: give a level in (0, 1], e.g. 0.05", g.alpha)
 	}
-	if len(hit) > 0 {
-		return &exitError{code: 3, msg: "fail-on: " + strings.Join(hit, "; ")}
+	return analysis.ParseFailOn(g.failOn)
+}
+
+// failOnExit reports checked gates on w, as GitHub annotations too with
+// github set, and returns exit status 3 when one fired.
+func failOnExit(gates []analysis.Gate, w io.Writer, github bool) error {
+	var fired []string
+	for _, g := range gates {
+		if github {
+			level := "notice"
+			if g.Fired {
+				level = "error"
+			}
+			fmt.Fprintf(w, "::%s title=offcpu --fail-on::%s\n", level, g.Says)
+		} else if !g.Fired {
+			fmt.Fprintf(w, "fail-on: %s\n", g.Says)
+		}
+		if g.Fired {
+			fired = append(fired, g.Says)
+		}
+	}
+	if len(fired) > 0 {
+		return &exitError{code: 3, msg: fmt.Sprintf("%d of %d --fail-on conditions held: %s", len(fired), len(gates), strings.Join(fired, "; "))}
 	}
 	return nil
 }

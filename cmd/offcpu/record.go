@@ -387,8 +387,8 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 	if st.NoStart > 0 {
 		fmt.Fprintf(w, "blocked since before the start: %d threads (counted from the start; label interval=before-start or whole)\n", st.NoStart)
 	}
-	fmt.Fprintf(w, "losses: %d (user stacks %d, kernel stacks %d, aggregation full %d, starts %d, events %d, switches the kernel skipped %d); switch-ins not reported by the kernel %d (recovered); unreadable user stacks %d; %d intervals outside the block bounds\n",
-		st.Lost(), st.UserStackLost, st.KernelStackLost, st.AggFull, st.StartFull, st.EventsLost, st.SwitchMissed, st.MissedSwitchIn, st.UserStackFault, st.OutOfRange)
+	fmt.Fprintf(w, "losses: %d (user stacks %d, kernel stacks %d, aggregation full %d, starts %d, events %d, switches the kernel skipped %d); switch-ins not reported by the kernel %d (recovered); unreadable user stacks %d; %d intervals outside the block bounds (%v, %.1f%% of the off-CPU time kept)\n",
+		st.Lost(), st.UserStackLost, st.KernelStackLost, st.AggFull, st.StartFull, st.EventsLost, st.SwitchMissed, st.MissedSwitchIn, st.UserStackFault, st.OutOfRange, st.OutOfRangeTime.Round(time.Microsecond), 100*st.KeptShare())
 	if st.Lost() > 0 {
 		fmt.Fprintln(w, "offcpu: some data was lost: raise --stack-entries or --agg-entries")
 	}

@@ -140,7 +140,9 @@ func TestRecordWithoutPrivileges(t *testing.T) {
 
 func TestBenchFailOn(t *testing.T) {
 	out := t.TempDir()
-	args := []string{"bench", "--out", out, "--runs", "2", "--profiled-runs", "0", "--cooldown-idle", "0",
+	// Four runs a side, every candidate run below every baseline run: the
+	// U test's p = 2/C(8,4) = 0.029.
+	args := []string{"bench", "--out", out, "--runs", "4", "--profiled-runs", "0", "--cooldown-idle", "0",
 		"--baseline-cmd", `echo '{"score": 100}' > "$OFFCPU_METRICS"`,
 		"--candidate-cmd", `echo '{"score": 90}' > "$OFFCPU_METRICS"`}
 	_, err := run(t, append(args, "--fail-on", "score<-5%")...)
@@ -150,6 +152,10 @@ func TestBenchFailOn(t *testing.T) {
 	}
 	if _, err := run(t, append(args, "--fail-on", "score<-20%")...); err != nil {
 		t.Errorf("score<-20%% on a 10%% drop: err = %v", err)
+	}
+	// At a stricter level the same drop is not significant: no failure.
+	if _, err := run(t, append(args, "--fail-on", "score<-5%", "--fail-alpha", "0.01")...); err != nil {
+		t.Errorf("score<-5%% at --fail-alpha 0.01 (p=0.029): err = %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(out, "report.md")); err != nil {
 		t.Errorf("no report written: %v", err)
