@@ -40,7 +40,11 @@ type chainer struct {
 	waits map[chainKey][]*Stack // a thread's off-CPU stacks by their frames
 	memo  map[*Stack][]share
 	hops  map[*Stack]ChainHop
-	busy  map[*Stack]bool // being worked out: a wait reached again is a cycle
+	// firsts: first categories of stacks, and of unrecorded wakers'
+	// waits by thread group and frames (the rules are costly to run).
+	firsts    map[*Stack]string
+	unrecHops map[[2]string]ChainHop
+	busy      map[*Stack]bool // being worked out: a wait reached again is a cycle
 }
 
 // share is a path from a stack's waker to a root, and the fraction of the
@@ -67,7 +71,8 @@ func framesKey(fr []Frame) string {
 // Chains traces the blocked time with an application frame of the stacks
 // to its root causes, largest first (top n).
 func Chains(stacks []Stack, r *Rules, wanted func(*Stack) bool, n int) []RootCause {
-	c := &chainer{r: r, waits: map[chainKey][]*Stack{}, memo: map[*Stack][]share{}, hops: map[*Stack]ChainHop{}, busy: map[*Stack]bool{}}
+	c := &chainer{r: r, waits: map[chainKey][]*Stack{}, memo: map[*Stack][]share{}, hops: map[*Stack]ChainHop{}, busy: map[*Stack]bool{},
+		firsts: map[*Stack]string{}, unrecHops: map[[2]string]ChainHop{}}
 	for i := range stacks {
 		s := &stacks[i]
 		if s.Kind == KindOffCPU && s.TID != 0 {
@@ -161,8 +166,14 @@ func (c *chainer) down(s *Stack, frac float64) []share {
 	if sum == 0 {
 		// Not recorded (outside the recorded set): the chain ends in the
 		// waker's wait as its stack reads.
-		ws := &Stack{Kind: KindOffCPU, Thread: s.Waker, Frames: s.WakerWaitFrames, State: "sleeping"}
-		return []share{{[]ChainHop{{Group: schema.ThreadGroup(s.Waker), Category: c.first(ws), Frame: c.r.InnermostApp(ws)}}, frac}}
+		k := [2]string{schema.ThreadGroup(s.Waker), framesKey(s.WakerWaitFrames)}
+		h, ok := c.unrecHops[k]
+		if !ok {
+			ws := &Stack{Kind: KindOffCPU, Thread: s.Waker, Frames: s.WakerWaitFrames, State: "sleeping"}
+			h = ChainHop{Group: k[0], Category: c.r.Categorize(ws)[0], Frame: c.r.InnermostApp(ws)}
+			c.unrecHops[k] = h
+		}
+		return []share{{[]ChainHop{h}, frac}}
 	}
 	var out []share
 	for _, w := range waits {
@@ -217,7 +228,14 @@ func prune(in []share) []share {
 	return out
 }
 
-func (c *chainer) first(s *Stack) string { return c.r.Categorize(s)[0] }
+func (c *chainer) first(s *Stack) string {
+	f, ok := c.firsts[s]
+	if !ok {
+		f = c.r.Categorize(s)[0]
+		c.firsts[s] = f
+	}
+	return f
+}
 
 // hop is what a thread was doing in one of its waits.
 func (c *chainer) hop(w *Stack) ChainHop {

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/goccy/go-yaml"
@@ -470,15 +471,48 @@ func matchFrame(frames []Frame, res []*regexp.Regexp, kernel bool) *Frame {
 		if kernel && !f.Kernel {
 			continue
 		}
-		norm := NormalizeFrame(f.Name)
 		for _, re := range res {
-			if re.MatchString(f.Name) || (norm != f.Name && re.MatchString(norm)) {
+			if frameMatches(re, f.Name) {
 				return f
 			}
 		}
 	}
 	return nil
 }
+
+// frameMatches: re matches the name as written or normalised. Results
+// are cached: the same few thousand names meet the same rules in every
+// stack, and running the regexps was most of an analysis's time.
+func frameMatches(re *regexp.Regexp, name string) bool {
+	k := matchKey{re, name}
+	matchMu.RLock()
+	v, ok := matchCache[k]
+	matchMu.RUnlock()
+	if ok {
+		return v
+	}
+	norm := NormalizeFrame(name)
+	m := re.MatchString(name) || (norm != name && re.MatchString(norm))
+	matchMu.Lock()
+	if len(matchCache) >= maxMatchCache {
+		clear(matchCache) // bounded: long-lived users see ever new names
+	}
+	matchCache[k] = m
+	matchMu.Unlock()
+	return m
+}
+
+type matchKey struct {
+	re   *regexp.Regexp
+	name string
+}
+
+const maxMatchCache = 1 << 20
+
+var (
+	matchMu    sync.RWMutex
+	matchCache = map[matchKey]bool{}
+)
 
 // Kernel functions renamed across releases: the name rules are written
 // with on the right.
@@ -499,7 +533,9 @@ func NormalizeFrame(name string) string {
 	if i := strings.IndexByte(n, '@'); i > 0 {
 		n = n[:i]
 	}
-	n = compilerSuffix.ReplaceAllString(n, "")
+	if strings.IndexByte(n, '.') >= 0 { // the regexp is costly, and most names have no suffix
+		n = compilerSuffix.ReplaceAllString(n, "")
+	}
 	for _, p := range []string{"__GI___", "__GI_", "__libc_"} {
 		if strings.HasPrefix(n, p) && len(n) > len(p) {
 			n = n[len(p):]

@@ -113,6 +113,10 @@ type Result struct {
 	// The SVGs written next to report.md, and which were not drawn.
 	flameLinks []flameLink
 	flameNotes []string
+	// headline: the first scenario's diff over the first headlineRuns
+	// runs, which finish reuses while no run was added.
+	headline     *analysis.DiffReport
+	headlineRuns int
 }
 
 // ScenarioResult is the comparison of one scenario's runs.
@@ -336,6 +340,7 @@ func (b *batch) headlineSpread(sc string) (string, float64, bool) {
 	if err != nil || dr == nil {
 		return "", 0, false
 	}
+	b.res.headline, b.res.headlineRuns = dr, len(b.res.Runs)
 	cat, share := dr.Headline()
 	if share == nil {
 		return "", 0, false
