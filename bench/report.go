@@ -121,8 +121,12 @@ func diffScenario(cfg *Config, res *Result, sc string, o analysis.Options) (*ana
 func markdown(cfg *Config, res *Result) string {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "## Measurements\n\n")
-	fmt.Fprintf(&b, "Setup: %s. %s and %s interleaved run by run (A B A B ...): %d unprofiled run(s) per side; %s (profiled runs under `offcpu record` with wake-ups and on-CPU samples at %d Hz; %s). Cool-down before each run: %s.\n\n",
-		res.Setup, cfg.Variants[0], cfg.Variants[1], cfg.Runs, res.ProfiledRuns, cfg.CPUHz, thresholdLine(cfg, res), res.Cooldown)
+	profiled := res.ProfiledRuns
+	if cfg.ProfiledRuns > 0 {
+		profiled += fmt.Sprintf(" (profiled runs under `offcpu record` with wake-ups and on-CPU samples at %d Hz; %s)", cfg.CPUHz, thresholdLine(cfg, res))
+	}
+	fmt.Fprintf(&b, "Setup: %s. %s and %s interleaved run by run (A B A B ...): %d unprofiled run(s) per side; %s. Cool-down before each run: %s.\n\n",
+		res.Setup, cfg.Variants[0], cfg.Variants[1], cfg.Runs, profiled, res.Cooldown)
 	fmt.Fprintf(&b, "Analyzed: %s.\n\n", res.Analyzed)
 	if res.Interrupted {
 		finished := 0
