@@ -147,6 +147,17 @@ func TestNarrowFramesMerged(t *testing.T) {
 	if bytes.Contains(svg, []byte("small42")) {
 		t.Error("a frame narrower than --min-width was drawn")
 	}
+	// 5000 frames of 0.012 px make a 59 px group; 50 make a 0.59 px one,
+	// too narrow to see: not drawn, as flamegraph.pl draws no such frame.
+	var few bytes.Buffer
+	few.WriteString("t;big 1000000\n")
+	for i := 0; i < 50; i++ {
+		fmt.Fprintf(&few, "t;small%d;x 10\n", i)
+	}
+	tr, _ = ParseFolded(few.Bytes(), "us")
+	if svg := render(t, tr, Options{}); bytes.Contains(svg, []byte("narrow frames]")) {
+		t.Error("a group of narrow frames under a pixel wide was drawn")
+	}
 	if len(svg) > 25000 {
 		t.Errorf("SVG of %d bytes for 2 visible frames", len(svg))
 	}

@@ -131,7 +131,8 @@ type pendingFrame struct {
 }
 
 // layout walks the sorted stacks once and returns the frames at least
-// MinWidth wide; contiguous narrower siblings are merged into one frame.
+// MinWidth wide; contiguous narrower siblings are merged into one frame,
+// drawn when it is a pixel wide or more.
 func (w *writer) layout(lines []Line) []rect {
 	l := &layouter{w: w, deepest: -1}
 	var prev, cur [][]byte
@@ -202,7 +203,14 @@ func (l *layouter) flush(d int) {
 	}
 	p := &l.pending[d]
 	p.active = false
-	if width := p.end - p.start; !l.narrow(width) {
+	// A group of merged narrow frames is drawn from a pixel wide: under
+	// that it cannot be hovered or seen, and such groups were half the
+	// frames of a large graph.
+	width := p.end - p.start
+	if p.n > 1 && float64(width)*l.w.scale < max(1, l.w.o.MinWidth) {
+		return
+	}
+	if !l.narrow(width) {
 		l.out = append(l.out, rect{name: p.name, depth: d + 1, start: p.start, width: width, base: p.base, kernel: p.kernel, merged: p.n})
 	}
 }
