@@ -25,6 +25,7 @@ struct cfs_rq {
 
 struct sched_entity {
 	u64 sum_exec_runtime; /* ns on a CPU, updated before sched_switch fires */
+	u64 prev_sum_exec_runtime; /* sum_exec_runtime when the task was last picked to run */
 	struct cfs_rq *cfs_rq; /* the task's CPU's, set with its CPU (any class) */
 } __attribute__((preserve_access_index));
 
