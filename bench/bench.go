@@ -327,7 +327,7 @@ func (b *batch) moreProfiled(sc string) string {
 			return fmt.Sprintf("%d profiled run%s a side: the headline share (%s) still ranged ±%.1f points on a side (target ±%.0f; --max-profiled-runs %d)", n, plural(n), cat, spread, HeadlineSpread, max(cfg.MaxProfiledRuns, n))
 		}
 		n++
-		b.prog.total += 2
+		b.prog.grow(2)
 		b.run(plannedRun{sc, 0, n, true})
 		b.run(plannedRun{sc, 1, n, true})
 	}
@@ -664,6 +664,14 @@ func (p *progress) step(n int, name string, profiled bool, start time.Time) {
 		eta = (per * time.Duration(p.total-n)).Round(time.Second).String()
 	}
 	fmt.Fprintf(p.w, "run %d of %d: %s (%s), elapsed %v, ETA %s\n", n+1, p.total, name, kind, time.Since(start).Round(time.Second), eta)
+}
+
+// grow adds runs to the plan.
+func (p *progress) grow(n int) {
+	p.total += n
+	if p.bar != nil {
+		p.bar.ChangeMax(p.total)
+	}
 }
 
 func (p *progress) done(rec RunRecord) {

@@ -18,14 +18,7 @@ import (
 	"github.com/offcpu/offcpu/bench"
 )
 
-func newBenchCmd() *cobra.Command {
-	var cfg bench.Config
-	var variants, rules, format string
-	var gates gateFlags
-	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "Run a baseline and a candidate interleaved, profile them, and write the Measurements report",
-		Long: `Runs the baseline and the candidate in rotation (A B A B ...), first the
+const benchLong = `Runs the baseline and the candidate in rotation (A B A B ...), first the
 unprofiled runs, then the profiled runs under the recorder (off-CPU, wake-ups,
 on-CPU samples), with a cool-down before each run. Every run of the bundled
 dispatch core verifies its deliveries; a failed run is reported and left out
@@ -49,7 +42,16 @@ the headline share ranges within ±5 points on each side.
 
 Exit status: 0 the report was written; 1 bad input or a failed start;
 3 a --fail-on condition held (crossed and significant at --fail-alpha);
-130 interrupted (the report covers the finished runs).`,
+130 interrupted (the report covers the finished runs).`
+
+func newBenchCmd() *cobra.Command {
+	var cfg bench.Config
+	var variants, rules, format string
+	var gates gateFlags
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Run a baseline and a candidate interleaved, profile them, and write the Measurements report",
+		Long:  benchLong,
 		Example: `  sudo offcpu bench
   sudo offcpu bench --scenario key-shared-500x20 --runs 4
   sudo offcpu bench --scenario telemetry-high-rate --duration 10s --runs 2
