@@ -152,6 +152,14 @@ func allZero(v []float64) bool {
 	return true
 }
 
+// Compare compares a figure's values over the runs of both sides, as
+// metrics and profile figures are compared.
+func Compare(name, unit string, base, cand []float64) MetricDiff {
+	m := compare(name, base, cand)
+	m.Unit = unit
+	return m
+}
+
 // Figure is the named profile figure, or nil.
 func (dr *DiffReport) Figure(name string) *MetricDiff {
 	for i := range dr.Figures {

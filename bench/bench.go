@@ -109,6 +109,9 @@ type Result struct {
 	// ProfiledRuns says how many profiled runs a side were run and why.
 	ProfiledRuns string          `json:"profiled_runs"`
 	Gates        []analysis.Gate `json:"gates,omitempty"`
+	// Story: on-CPU µs per message in the scenario's story functions,
+	// run by run.
+	Story []analysis.MetricDiff `json:"story_cpu,omitempty"`
 
 	// The SVGs written next to report.md, and which were not drawn.
 	flameLinks []flameLink

@@ -187,7 +187,7 @@ func TestBenchListener(t *testing.T) {
 func TestBenchMultiTopic(t *testing.T) {
 	// The timer task takes 3-9% of the analyzed threads' CPU, a few
 	// samples at 199 Hz: a run without one happened in CI.
-	_, out, b, c := benchClient(t, "telemetry-multitopic", 0, 3*time.Second, 999)
+	res, out, b, c := benchClient(t, "telemetry-multitopic", 0, 3*time.Second, 999)
 	pair := "pulsar-timer → pulsar-intern-N"
 	pb := float64(b.Wakeups.ByPair[pair]) / float64(b.Messages)
 	pc := float64(c.Wakeups.ByPair[pair]) / float64(c.Messages)
@@ -196,6 +196,16 @@ func TestBenchMultiTopic(t *testing.T) {
 		t.Errorf("%s per message %.3f → %.3f: want about one per message in the baseline (the batch receive's timeout) and a quarter of that at most in the candidate", pair, pb, pc)
 	}
 	reportHas(t, out, "| app_cpu_per_msg_us |", "| timer_tasks_per_msg |", "| "+pair+" |", "| pendingBatchReceiveTask |", "worst_app_e2e_p99_ms")
+	// The story functions' on-CPU time, run by run: the timer task is the
+	// baseline's alone.
+	for _, m := range res.Story {
+		if m.Name == "pendingBatchReceiveTask" && (len(m.Base) != 1 || len(m.Cand) != 1 || m.Base[0] <= 0 || m.Cand[0] >= m.Base[0]) {
+			t.Errorf("pendingBatchReceiveTask µs per message, each profiled run: %v → %v, want the baseline's alone", m.Base, m.Cand)
+		}
+	}
+	if len(res.Story) == 0 {
+		t.Error("no story functions compared")
+	}
 	svg, _ := os.ReadFile(filepath.Join(out, "baseline.svg"))
 	if !strings.Contains(string(svg), "pendingBatchReceiveTask") {
 		t.Error("the baseline's flame graph lacks the timer task")

@@ -112,48 +112,61 @@ func writeFlames(cfg *Config, res *Result, o analysis.Options, kind flameKind, p
 // flameLink is a drawn graph and what it shows.
 type flameLink struct{ file, what string }
 
-// storyCPU sums, per side, the on-CPU time of the analyzed threads in
-// each of the profiled scenario's story functions (inclusive), per
-// published message of the profiled runs.
-func storyCPU(cfg *Config, res *Result) (fns []string, perMsg [2][]float64) {
+// storyCPU compares, per story function, the analyzed threads' on-CPU
+// time in it (inclusive) per published message, profiled run by run;
+// values in µs per message.
+func storyCPU(cfg *Config, res *Result) []analysis.MetricDiff {
 	st := cfg.workload.Story()
 	if st == nil {
-		return nil, perMsg
+		return nil
 	}
-	fns = st.Functions
 	sel := flamegraph.Select{}
 	if cfg.Threads != "" {
 		sel.Threads = regexp.MustCompile(cfg.Threads)
 	}
+	var vals [2][][]float64 // side, function, run
 	for side := range cfg.Variants {
-		files := profiledFiles(cfg, res, side)
-		var msgs float64
+		vals[side] = make([][]float64, len(st.Functions))
 		for _, r := range res.Runs {
-			if r.Side == cfg.Variants[side] && r.Profiled && !r.Failed {
-				msgs += r.Metrics[schema.MetricMessages]
+			msgs := r.Metrics[schema.MetricMessages]
+			if r.Side != cfg.Variants[side] || !r.Profiled || r.Failed || msgs == 0 {
+				continue
+			}
+			p, err := flamegraph.Load(schema.CPU, sel, filepath.Join(r.Dir, schema.ProfileFile))
+			if err != nil {
+				continue
+			}
+			for i, ns := range inclusive(p, st.Functions) {
+				vals[side][i] = append(vals[side][i], ns/msgs/1000)
 			}
 		}
-		perMsg[side] = make([]float64, len(fns))
-		p, err := flamegraph.Load(schema.CPU, sel, files...)
-		if err != nil || msgs == 0 {
-			continue
+	}
+	var out []analysis.MetricDiff
+	for i, fn := range st.Functions {
+		if len(vals[0][i]) == 0 || len(vals[1][i]) == 0 {
+			return nil
 		}
-		for _, l := range p.Lines {
-			frames := strings.Split(string(l.Stack), ";")
-			for i, fn := range fns {
-				for _, f := range frames {
-					if strings.HasSuffix(f, fn) && (len(f) == len(fn) || strings.ContainsAny(f[len(f)-len(fn)-1:len(f)-len(fn)], ".)")) {
-						perMsg[side][i] += float64(l.Value)
-						break
-					}
+		out = append(out, analysis.Compare(fn, "", vals[0][i], vals[1][i]))
+	}
+	return out
+}
+
+// inclusive sums each function's time anywhere in the stacks (a frame
+// ends with the name after a package or receiver: "pkg.F", "(*T).F").
+func inclusive(p *flamegraph.Profile, fns []string) []float64 {
+	out := make([]float64, len(fns))
+	for _, l := range p.Lines {
+		frames := strings.Split(string(l.Stack), ";")
+		for i, fn := range fns {
+			for _, f := range frames {
+				if strings.HasSuffix(f, fn) && (len(f) == len(fn) || strings.ContainsAny(f[len(f)-len(fn)-1:len(f)-len(fn)], ".)")) {
+					out[i] += float64(l.Value)
+					break
 				}
 			}
 		}
-		for i := range perMsg[side] {
-			perMsg[side][i] /= msgs
-		}
 	}
-	return fns, perMsg
+	return out
 }
 
 func profiledFiles(cfg *Config, res *Result, side int) []string {

@@ -419,18 +419,32 @@ func wakeupsByPair(d *analysis.DiffReport, cfg *Config) string {
 	return b.String()
 }
 
-// storyTable reports the on-CPU time of the scenario's story functions.
+// storyTable reports the on-CPU time of the scenario's story functions,
+// each profiled run's value with its range and test.
 func storyTable(cfg *Config, res *Result) string {
-	fns, per := storyCPU(cfg, res)
-	if len(fns) == 0 || per[0] == nil || per[1] == nil {
+	res.Story = storyCPU(cfg, res)
+	if len(res.Story) == 0 {
 		return ""
 	}
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "\nOn-CPU time of the analyzed threads in the scenario's functions (inclusive; profiled runs, µs per published message):\n\n| function | %s | %s |\n|---|---:|---:|\n", cfg.Variants[0], cfg.Variants[1])
-	for i, fn := range fns {
-		fmt.Fprintf(&b, "| %s | %.3f | %.3f |\n", fn, per[0][i]/1000, per[1][i]/1000)
+	a, c := cfg.Variants[0], cfg.Variants[1]
+	fmt.Fprintf(&b, "\nOn-CPU time of the analyzed threads in the scenario's functions (inclusive; µs per published message, each profiled run):\n\n| function | %s (each run) | %s (each run) | change | %s min–max | %s min–max | p |\n|---|---|---|---:|---|---|---:|\n", a, c, a, c)
+	for _, m := range res.Story {
+		p := m.P
+		if m.MinDetectableChange > 0 {
+			p = m.PairedP
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %+.1f%% | %.3f–%.3f | %.3f–%.3f | %.3f |\n", m.Name, runsOf(m.Base), runsOf(m.Cand), m.ChangePct, m.BaseMin, m.BaseMax, m.CandMin, m.CandMax, p)
 	}
 	return b.String()
+}
+
+func runsOf(v []float64) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprintf("%.3f", x)
+	}
+	return strings.Join(s, ", ")
 }
 
 func plural(n int) string {
