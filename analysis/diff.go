@@ -212,7 +212,7 @@ func Diff(base, cand *Side, r *Rules, o Options) (*DiffReport, error) {
 		dr.FunctionsCum = mapDiff(b.FunctionsCum, c.FunctionsCum, bn, cn, 10)
 		dr.WakerFunctions = mapDiff(b.WakerFunctions, c.WakerFunctions, bn, cn, 10)
 		dr.EventfdPerMsg = [2]float64{b.Wakeups.EventfdPerMessage, c.Wakeups.EventfdPerMessage}
-		dr.Figures = compareFigures(perRun[0], perRun[1], r)
+		dr.Figures = compareFigures(perRun[0], perRun[1])
 	}
 	dr.Statements = diffStatements(dr)
 	return dr, nil
@@ -510,14 +510,7 @@ func causeStatements(dr *DiffReport) []string {
 			cat, timeChange(f), sh.BaseMean, sh.CandMean, sh.Range(0), sh.Range(1), categoryFunctions(b, c, cat)))
 	}
 	// The category whose time changed most, where that is another one.
-	var most *MetricDiff
-	for i := range dr.Figures {
-		m := &dr.Figures[i]
-		if figureRank(*m) == 1 && m.Unit == UnitNs && (most == nil || math.Abs(m.CandMean-m.BaseMean) > math.Abs(most.CandMean-most.BaseMean)) {
-			most = m
-		}
-	}
-	if most != nil && most.Name != cat {
+	if most := dr.MostChangedCategory(); most != nil && most.Name != cat {
 		out = append(out, fmt.Sprintf("%s changed most: %s%s.", most.Name, timeChange(most), categoryFunctions(b, c, most.Name)))
 	}
 	if len(dr.FunctionsFlat) > 0 {
@@ -689,10 +682,7 @@ func (dr *DiffReport) Gates(conds []FailOn, alpha float64) ([]Gate, error) {
 		if m == nil {
 			return nil, fmt.Errorf("--fail-on: %s is neither a metric nor a profile figure of these runs (figures: app_blocked, runqueue, a category such as monitor-wait, share:CATEGORY, process:NAME; see report.json)", c.Name)
 		}
-		g := Gate{FailOn: c, P: m.P, Significant: m.Significant(alpha)}
-		if m.MinDetectableChange > 0 {
-			g.P = m.PairedP
-		}
+		g := Gate{FailOn: c, P: m.TestP(), Significant: m.Significant(alpha)}
 		switch c.Unit {
 		case "%":
 			g.Change = m.ChangePct

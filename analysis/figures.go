@@ -42,7 +42,7 @@ type figure struct {
 }
 
 // figures reads one profiled run's report as named values.
-func figures(rep *Report, r *Rules) []figure {
+func figures(rep *Report) []figure {
 	out := []figure{
 		{FigAppBlocked, UnitNs, float64(rep.AppBlockedNs)},
 		{FigRunQueue, UnitNs, float64(rep.RunQueueNs)},
@@ -79,7 +79,7 @@ func figures(rep *Report, r *Rules) []figure {
 // compareFigures compares each figure over the profiled runs of both
 // sides, as metrics are compared: every run's value, min–max and tests.
 // A run without a figure counts 0 for it.
-func compareFigures(base, cand []*Report, r *Rules) []MetricDiff {
+func compareFigures(base, cand []*Report) []MetricDiff {
 	type col struct {
 		unit string
 		v    [2][]float64
@@ -88,7 +88,7 @@ func compareFigures(base, cand []*Report, r *Rules) []MetricDiff {
 	var order []string
 	for side, reps := range [2][]*Report{base, cand} {
 		for i, rep := range reps {
-			for _, f := range figures(rep, r) {
+			for _, f := range figures(rep) {
 				c := cols[f.name]
 				if c == nil {
 					c = &col{unit: f.unit, v: [2][]float64{make([]float64, len(base)), make([]float64, len(cand))}}
@@ -194,11 +194,29 @@ func (dr *DiffReport) Headline() (category string, share *MetricDiff) {
 // Significant says whether a comparison's change is significant at
 // level alpha: the paired test on log ratios where it applies (every value
 // positive, three pairs or more), else the U test.
-func (m *MetricDiff) Significant(alpha float64) bool {
+func (m *MetricDiff) Significant(alpha float64) bool { return m.TestP() < alpha }
+
+// TestP is the p of the test that applies: the paired test on log
+// ratios where every value is positive (three pairs or more), else the U
+// test.
+func (m *MetricDiff) TestP() float64 {
 	if m.MinDetectableChange > 0 {
-		return m.PairedP < alpha
+		return m.PairedP
 	}
-	return m.P < alpha
+	return m.P
+}
+
+// MostChangedCategory is the category whose blocked time with an
+// application frame changed most per profiled run, or nil.
+func (dr *DiffReport) MostChangedCategory() *MetricDiff {
+	var most *MetricDiff
+	for i := range dr.Figures {
+		m := &dr.Figures[i]
+		if figureRank(*m) == 1 && m.Unit == UnitNs && (most == nil || math.Abs(m.CandMean-m.BaseMean) > math.Abs(most.CandMean-most.BaseMean)) {
+			most = m
+		}
+	}
+	return most
 }
 
 // Range is a figure's or metric's min–max over runs, in its unit.
@@ -223,7 +241,8 @@ func formatUnit(v float64, unit string) string {
 	return num(v)
 }
 
-func unitRuns(v []float64, unit string) string {
+// RunsString writes each run's value in its unit.
+func RunsString(v []float64, unit string) string {
 	s := make([]string, len(v))
 	for i, x := range v {
 		s[i] = formatUnit(x, unit)
@@ -248,12 +267,8 @@ func (dr *DiffReport) writeFigures(w io.Writer) {
 			}
 			rest++
 		}
-		p := m.P
-		if m.MinDetectableChange > 0 {
-			p = m.PairedP
-		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.3f |\n", m.Name, unitRuns(m.Base, m.Unit), unitRuns(m.Cand, m.Unit), figChange(m),
-			m.Range(0), m.Range(1), p)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.3f |\n", m.Name, RunsString(m.Base, m.Unit), RunsString(m.Cand, m.Unit), figChange(m),
+			m.Range(0), m.Range(1), m.TestP())
 	}
 	if omitted > 0 {
 		fmt.Fprintf(w, "\n%d more figures (processes, thread groups, root causes, wake-ups): `figures` in the JSON report.\n", omitted)

@@ -430,21 +430,9 @@ func storyTable(cfg *Config, res *Result) string {
 	a, c := cfg.Variants[0], cfg.Variants[1]
 	fmt.Fprintf(&b, "\nOn-CPU time of the analyzed threads in the scenario's functions (inclusive; µs per published message, each profiled run):\n\n| function | %s (each run) | %s (each run) | change | %s min–max | %s min–max | p |\n|---|---|---|---:|---|---|---:|\n", a, c, a, c)
 	for _, m := range res.Story {
-		p := m.P
-		if m.MinDetectableChange > 0 {
-			p = m.PairedP
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %+.1f%% | %.3f–%.3f | %.3f–%.3f | %.3f |\n", m.Name, runsOf(m.Base), runsOf(m.Cand), m.ChangePct, m.BaseMin, m.BaseMax, m.CandMin, m.CandMax, p)
+		fmt.Fprintf(&b, "| %s | %s | %s | %+.1f%% | %s | %s | %.3f |\n", m.Name, analysis.RunsString(m.Base, m.Unit), analysis.RunsString(m.Cand, m.Unit), m.ChangePct, m.Range(0), m.Range(1), m.TestP())
 	}
 	return b.String()
-}
-
-func runsOf(v []float64) string {
-	s := make([]string, len(v))
-	for i, x := range v {
-		s[i] = fmt.Sprintf("%.3f", x)
-	}
-	return strings.Join(s, ", ")
 }
 
 func plural(n int) string {

@@ -340,7 +340,7 @@ static __always_inline void account(u32 tid, struct start_rec *s, struct waker_r
 /* The CPU time of the run a switch-out ends (ran: se.sum_exec_runtime
  * now): the scheduler's own count since the switch-in; for a thread on a
  * CPU since before the window, the wall time since the window opened. */
-static __always_inline void add_run(struct start_rec *s, u64 ran, u64 stint_start, u64 now)
+static __always_inline void add_run(struct start_rec *s, struct task_struct *t, u64 ran, u64 now)
 {
 	if (s->running) {
 		if (ran > s->in_ran)
@@ -350,7 +350,8 @@ static __always_inline void add_run(struct start_rec *s, u64 ran, u64 stint_star
 		 * the program missed (before the filters were in place). Its
 		 * current stint's CPU time (the scheduler's prev_sum_exec_runtime
 		 * marks where it began), at most the window. */
-		u64 span = now - rec_start_ns, stint = ran > stint_start ? ran - stint_start : span;
+		u64 span = now - rec_start_ns, stint_start = t->se.prev_sum_exec_runtime;
+		u64 stint = ran > stint_start ? ran - stint_start : span;
 		s->oncpu += stint < span ? stint : span;
 	}
 	s->running = 0;
@@ -447,7 +448,7 @@ static __always_inline void switch_out(void *ctx, struct start_rec *s, struct ta
 	u64 ran = prev->se.sum_exec_runtime;
 	if (s->pending)
 		recover_missed_in(ptid, s, ran, now);
-	add_run(s, ran, prev->se.prev_sum_exec_runtime, now);
+	add_run(s, prev, ran, now);
 	if (prev_state & TASK_DEAD) {
 		/* Its last switch-out starts no interval; its name is still
 		 * kept (it may never have switched out before). */

@@ -12,7 +12,6 @@ import (
 
 	"github.com/google/pprof/profile"
 
-	"github.com/offcpu/offcpu/analysis"
 	"github.com/offcpu/offcpu/bench"
 	"github.com/offcpu/offcpu/schema"
 )
@@ -64,14 +63,9 @@ func TestBenchRealServerAB(t *testing.T) {
 	if cat != "io" || share == nil {
 		t.Errorf("headline category %q, want io", cat)
 	}
-	var most analysis.MetricDiff
-	for _, f := range dr.Figures {
-		if f.Unit == analysis.UnitNs && !strings.Contains(f.Name, ":") && !isWholeFigure(f.Name) &&
-			abs(f.CandMean-f.BaseMean) > abs(most.CandMean-most.BaseMean) {
-			most = f
-		}
-	}
-	if most.Name != "io" || most.CandMean > most.BaseMean/10 {
+	if most := dr.MostChangedCategory(); most == nil {
+		t.Error("no category changed")
+	} else if most.Name != "io" || most.CandMean > most.BaseMean/10 {
 		t.Errorf("category that changed most: %s (%v → %v ns), want io down tenfold or more", most.Name, most.BaseMean, most.CandMean)
 	}
 	stmts := strings.Join(dr.Statements, "\n")
@@ -115,21 +109,6 @@ func TestBenchRealServerAB(t *testing.T) {
 		"--fail-on", "io>+50%,app_blocked>+50%"); err != nil {
 		t.Errorf("A/A with io>+50%%: %v", err)
 	}
-}
-
-func isWholeFigure(name string) bool {
-	switch name {
-	case analysis.FigAppBlocked, analysis.FigRunQueue, analysis.FigIdle, analysis.FigOffCPU, analysis.FigCPU, analysis.FigWakeupsAll:
-		return true
-	}
-	return false
-}
-
-func abs(x float64) float64 {
-	if x < 0 {
-		return -x
-	}
-	return x
 }
 
 // checkServerKept compares a profiled run's off-CPU time of the server's
