@@ -56,6 +56,7 @@ type jvm struct {
 	vm      *hotspot.VM
 	mem     *os.File
 	err     error
+	seenAt  time.Time // libjvm.so first seen mapped
 	next    time.Time
 	every   time.Duration
 	blobs   map[uint64]hotspot.Blob    // every blob seen, by start: code that was freed still names old stacks
@@ -67,6 +68,10 @@ type jvm struct {
 	dirty   bool
 	stopped bool
 }
+
+// openGrace is how long a JVM whose tables cannot be read yet is tried
+// again before it counts as failed.
+const openGrace = 2 * time.Second
 
 func newJVMTracker(u *unwinder, methods, layouts *ebpf.Map) *jvmTracker {
 	return &jvmTracker{unw: u, methods: methods, layouts: layouts, jvms: map[uint32]*jvm{}}
@@ -80,7 +85,7 @@ func (t *jvmTracker) seen(pid uint32, ms []mapping) {
 		}
 		t.mu.Lock()
 		if _, ok := t.jvms[pid]; !ok {
-			t.jvms[pid] = &jvm{pid: pid, lib: m, next: time.Now().Add(20 * time.Millisecond),
+			t.jvms[pid] = &jvm{pid: pid, lib: m, seenAt: time.Now(), next: time.Now().Add(20 * time.Millisecond),
 				every: 50 * time.Millisecond, blobs: map[uint64]hotspot.Blob{}, inlined: map[uint64][]hotspot.Frame{}}
 		}
 		t.mu.Unlock()
@@ -119,7 +124,18 @@ func (t *jvmTracker) tick(now time.Time) {
 	t.mu.Lock()
 	var due []*jvm
 	for _, j := range t.jvms {
-		if !j.stopped && j.err == nil && !now.Before(j.next) {
+		if j.stopped || j.err != nil {
+			continue
+		}
+		if j.cur == nil {
+			// Every tick until the first walk: a thread blocking before it
+			// is walked without rows, its Java frames unnamed for the whole
+			// wait (a JVM not ready at 170 ms was read again only at 370).
+			j.next = now.Add(j.every)
+			due = append(due, j)
+			continue
+		}
+		if !now.Before(j.next) {
 			j.next = now.Add(j.every)
 			// Doubling to a second, or more for a large code cache: periodic
 			// walks cost at most 1% of a CPU (5,500 compiled methods: ~12 ms).
@@ -148,7 +164,9 @@ func (t *jvmTracker) tick(now time.Time) {
 func (t *jvmTracker) refresh(j *jvm) {
 	if j.vm == nil {
 		if err := t.open(j); err != nil {
-			if !hotspot.IsNotReady(err) {
+			// Mapped is not yet loaded: until the dynamic loader has
+			// relocated libjvm.so its tables point nowhere.
+			if !hotspot.IsNotReady(err) && time.Since(j.seenAt) > openGrace {
 				t.fail(j, err)
 			}
 			return
