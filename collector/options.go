@@ -107,6 +107,14 @@ type Options struct {
 	// ForceTracepoint uses the classic sched:sched_switch tracepoint even
 	// where tp_btf works (for testing the fallback).
 	ForceTracepoint bool
+	// Goroutines records the goroutine waits of the Go programs among
+	// the targets (PIDs, or commands started with StartCommand) with a
+	// uprobe on their runtime: Session.Goroutines after Stop.
+	Goroutines bool
+	// MaxGoroutines bounds the goroutines followed at once, parked or
+	// runnable (default 131072); beyond it parks are counted as lost.
+	MaxGoroutines int
+
 	// Stats enables kernel.bpf_stats_enabled while recording, to report
 	// the mean cost of a program run.
 	Stats bool

@@ -47,7 +47,8 @@ type Session struct {
 	attach        string
 	startWarnings []string // partial failures while starting (a tp_btf fallback)
 
-	unw   *unwinder // nil with FramePointersOnly
+	unw   *unwinder   // nil with FramePointersOnly
+	gor   *goRecorder // nil without Options.Goroutines
 	spill *stackSpill
 	// Goroutines that run while recording; nil where not started.
 	unwinding, spilling, flushing *worker
@@ -70,6 +71,7 @@ type Session struct {
 	prof     *profile.Profile
 	wakeProf *profile.Profile
 	offwake  *profile.Profile
+	goProf   *profile.Profile
 	stats    Stats
 	stopErr  error
 }
@@ -131,6 +133,8 @@ type Stats struct {
 
 	Unwind *UnwindStats `json:"unwind"` // .eh_frame unwinding; nil with FramePointersOnly
 	JVM    JVMStats     `json:"jvm"`    // HotSpot JVMs walked and named through their VMStructs
+	// Goroutine waits of Go programs (Options.Goroutines); nil without.
+	Goroutines *GoroutineStats `json:"goroutines,omitempty"`
 	// User stacks of the off-CPU profile that reach a thread-start frame
 	// (clone3, start_thread, _start, runtime.goexit...) versus the others,
 	// by distinct stack and by off-CPU time.
@@ -546,6 +550,13 @@ func (s *Session) prepare() error {
 	if s.unw != nil {
 		s.unw.jvms.now()
 	}
+	if o.Goroutines && s.gor == nil {
+		gor, err := newGoRecorder(o.MaxGoroutines)
+		if err != nil {
+			return err
+		}
+		s.gor = gor
+	}
 	if err := s.fillTargets(); err != nil {
 		return err
 	}
@@ -674,6 +685,11 @@ func (s *Session) fillTargets() error {
 			return fmt.Errorf("adding tid %d to the filter: %w", t, err)
 		}
 	}
+	if s.gor != nil {
+		for _, p := range s.opts.PIDs {
+			s.gor.add(uint32(p))
+		}
+	}
 	return nil
 }
 
@@ -687,6 +703,9 @@ func (s *Session) AddPID(pid int) error {
 		return fmt.Errorf("adding pid %d to the filter: %w", pid, err)
 	}
 	s.procs.snapshot(uint32(pid))
+	if s.gor != nil {
+		s.gor.add(uint32(pid))
+	}
 	return nil
 }
 
@@ -800,6 +819,10 @@ func (s *Session) closeLinks() {
 
 func (s *Session) closeBPF() {
 	s.closeLinks()
+	if s.gor != nil {
+		s.gor.close()
+		s.gor = nil
+	}
 	if s.coll != nil {
 		s.coll.Close()
 		s.coll = nil
@@ -834,6 +857,9 @@ func (s *Session) Stop() (*profile.Profile, error) {
 		}
 		// Detach first so that the maps no longer change while drained.
 		s.closeLinks()
+		if s.gor != nil {
+			s.gor.detach()
+		}
 		if s.unw != nil && s.unw.jvms != nil {
 			s.unw.jvms.final()
 			s.stats.JVM = s.unw.jvms.snapshotStats()
@@ -856,6 +882,11 @@ func (s *Session) Stop() (*profile.Profile, error) {
 		} else {
 			s.prof, s.wakeProf, s.offwake, s.stopErr = s.buildProfiles(d)
 		}
+		if s.gor != nil && s.stopErr == nil {
+			waits, stacks := s.gor.drain(s.stopMono)
+			s.stats.Goroutines = &s.gor.stats
+			s.goProf, s.stopErr = s.gor.profile(newSymbolizer(s.procs), waits, stacks, s.start, s.stats.Duration)
+		}
 		s.closeBPF()
 		s.procs.close()
 	})
@@ -873,6 +904,11 @@ func (s *Session) Wakeups() *profile.Profile { return s.wakeProf }
 // the blocked thread, its stack, "--", the waker stack leaf first and the
 // waker thread. Nil with NoWakeups.
 func (s *Session) Offwake() *profile.Profile { return s.offwake }
+
+// Goroutines returns, after Stop, the goroutine waits of the Go programs
+// recorded (sample types goroutine_blocked, goroutine_runqueue,
+// goroutine_waits); nil without Options.Goroutines.
+func (s *Session) Goroutines() *profile.Profile { return s.goProf }
 
 // markWindowStart tells the programs when the recorded window began, for
 // threads blocked since before it.

@@ -17,6 +17,11 @@ const (
 	// Of blocked, the time the waker was itself off a CPU in its own
 	// wait (label waker_wait_stack): one hop of a wait chain.
 	WakerWaiting = "waker_waiting"
+	// Goroutines (Go programs): time from a goroutine's park to being
+	// made runnable, then to running again; and the waits counted.
+	GoroutineBlocked  = "goroutine_blocked"
+	GoroutineRunQueue = "goroutine_runqueue"
+	GoroutineWaits    = "goroutine_waits"
 
 	Nanoseconds = "nanoseconds"
 	Count       = "count"
@@ -48,6 +53,13 @@ const (
 	// The waker's own wait that overlapped the interval (user frames root
 	// first, "-", kernel frames), when waker_waiting is not 0.
 	LabelWakerWaitStack = "waker_wait_stack"
+	// Goroutine waits: the goroutine (numeric), its wait reason as the Go
+	// runtime names it ("chan receive", "sync.Mutex.Lock", "IO wait"), and
+	// the goroutine that made it runnable (numeric; 0: the scheduler, for
+	// network polls and timers); waker_stack is that goroutine's stack.
+	LabelGoid      = "goid"
+	LabelReason    = "reason"
+	LabelWakerGoid = "waker_goid"
 )
 
 // OnCPUUnsampled is the frame of on-CPU time no sample fell in (a thread
@@ -57,12 +69,13 @@ const OnCPUUnsampled = "[on-CPU: not sampled]"
 
 // Files of a run directory (offcpu bench runs/NAME/).
 const (
-	MetricsFile       = "metrics.json"         // the run's metrics, a JSON object
-	RunInfoFile       = "run.json"             // profiled, failed, error
-	RunLogFile        = "run.log"              // the run's output
-	ProfileFile       = "offcpu.pb.gz"         // off-CPU and on-CPU samples
-	WakeupsFile       = "offcpu.wakeups.pb.gz" // wake-ups
-	FoldedFile        = "offcpu.folded"        // off-CPU folded stacks (µs)
+	MetricsFile       = "metrics.json"            // the run's metrics, a JSON object
+	RunInfoFile       = "run.json"                // profiled, failed, error
+	RunLogFile        = "run.log"                 // the run's output
+	ProfileFile       = "offcpu.pb.gz"            // off-CPU and on-CPU samples
+	WakeupsFile       = "offcpu.wakeups.pb.gz"    // wake-ups
+	GoroutinesFile    = "offcpu.goroutines.pb.gz" // goroutine waits (Go programs)
+	FoldedFile        = "offcpu.folded"           // off-CPU folded stacks (µs)
 	WakeupsFoldedFile = "wakeups.folded"
 	RecordStatsFile   = "record-stats.json" // the recorder's counters and losses
 )

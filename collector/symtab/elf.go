@@ -89,7 +89,9 @@ func debugFileFor(dir, id string) *elf.File {
 	return f
 }
 
-func goTable(ef *elf.File) *gosym.Table {
+// GoTable is the Go runtime's function table of an executable (.gopclntab),
+// present even when it is stripped; nil when there is none.
+func GoTable(ef *elf.File) *gosym.Table {
 	pcln := ef.Section(".gopclntab")
 	text := ef.Section(".text")
 	if pcln == nil || text == nil {

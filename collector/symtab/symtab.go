@@ -133,7 +133,7 @@ func (f *File) Load() {
 				sortSyms(f.syms)
 			}
 		}
-		f.gotab = goTable(ef)
+		f.gotab = GoTable(ef)
 		// A stripped executable still says where _start is: its entry
 		// point, the outermost frame of the main thread.
 		if ef.Type == elf.ET_EXEC || ef.Type == elf.ET_DYN && ef.Section(".interp") != nil {

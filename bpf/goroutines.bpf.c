@@ -1,0 +1,279 @@
+//go:build ignore
+
+// Goroutine waits, from outside: a uprobe on the Go runtime's casgstatus
+// (every goroutine state change goes through it) sees a goroutine park
+// (running -> waiting), made runnable (waiting -> runnable) and run again
+// (runnable -> running). The park's stack is walked from the goroutine's
+// saved state by frame pointers (Go keeps them); the waker is the
+// goroutine running on the thread that made it runnable, or none (the
+// scheduler: netpoll, timers). Time is aggregated in the kernel by
+// (process, goroutine, reason, park stack, waker, waker stack).
+// Go's ABIInternal on amd64: arguments in rax, rbx, rcx; r14 holds the
+// current g (g0 on the scheduler's stack).
+
+#include "offcpu_types.h"
+#include <bpf/bpf_helpers.h>
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#define GO_STACK_DEPTH 32
+#define G_RUNNABLE 1
+#define G_RUNNING 2
+#define G_WAITING 4
+
+/* x86-64 user registers as a uprobe sees them. */
+struct go_regs {
+	u64 r15, r14, r13, r12, bp, bx, r11, r10, r9, r8, ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
+};
+
+/* Where the runtime keeps what is read, per process: offsets into
+ * runtime.g and runtime.m, from the binary's DWARF or its Go release. */
+struct go_offsets {
+	u32 goid;
+	u32 waitreason;
+	u32 m;
+	u32 sched_sp;
+	u32 sched_pc;
+	u32 sched_bp;
+	u32 m_curg;
+	u32 pad;
+};
+
+struct go_gkey {
+	u32 tgid;
+	u32 pad;
+	u64 goid;
+};
+
+/* A goroutine between its park and its next run. */
+struct go_park {
+	u64 park_ns;
+	u64 ready_ns; /* 0: still waiting */
+	u64 stack;
+	u64 waker_stack;
+	u64 waker_goid; /* 0: the scheduler, no goroutine */
+	u32 reason;
+	u32 tid;       /* the thread it parked on */
+	u32 waker_tid; /* the thread that made it runnable */
+	u32 pad;
+};
+
+struct go_key {
+	u32 tgid;
+	u32 reason;
+	u64 goid;
+	u64 stack;
+	u64 waker_stack;
+	u64 waker_goid;
+};
+
+struct go_val {
+	u64 count;
+	u64 blocked_ns; /* park to runnable */
+	u64 runq_ns;    /* runnable to running */
+};
+
+struct go_stack {
+	u64 ips[GO_STACK_DEPTH];
+};
+
+enum go_stat {
+	GO_STAT_PARKS,
+	GO_STAT_READIES,
+	GO_STAT_RUNS,
+	GO_STAT_LOST_PARKS,  /* go_parked full: the wait is not counted */
+	GO_STAT_LOST_WAITS,  /* go_waits full */
+	GO_STAT_LOST_STACKS, /* go_stacks full: counted without its stack */
+	GO_STAT_UNSEEN,      /* made runnable, its park not seen (before the probe) */
+	GO_STAT_MAX,
+};
+
+/* Read by user space: the number of counters. */
+const volatile enum go_stat go_stat_count = GO_STAT_MAX;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, struct go_offsets);
+} go_procs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 131072); /* --goroutines-max */
+	__type(key, struct go_gkey);
+	__type(value, struct go_park);
+} go_parked SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct go_key);
+	__type(value, struct go_val);
+} go_waits SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u64);
+	__type(value, struct go_stack);
+} go_stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, GO_STAT_MAX);
+	__type(key, u32);
+	__type(value, u64);
+} go_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct go_stack);
+} go_scratch SEC(".maps");
+
+static __always_inline void go_count(u32 stat)
+{
+	u64 *v = bpf_map_lookup_elem(&go_stats, &stat);
+	if (v)
+		(*v)++;
+}
+
+static __always_inline u64 go_u64(u64 addr)
+{
+	u64 v = 0;
+	if (addr)
+		bpf_probe_read_user(&v, sizeof(v), (void *)addr);
+	return v;
+}
+
+/* Walks frame pointers from pc and bp (ret, when not 0, is the return
+ * address of a function that has not pushed its frame yet), stores the
+ * stack by its hash and returns the hash (0: none). */
+static __always_inline u64 go_walk(u64 pc, u64 ret, u64 bp)
+{
+	u32 zero = 0;
+	struct go_stack *st = bpf_map_lookup_elem(&go_scratch, &zero);
+	if (!st || !pc)
+		return 0;
+	__builtin_memset(st, 0, sizeof(*st));
+	st->ips[0] = pc;
+	u32 n = 1;
+	if (ret) {
+		st->ips[1] = ret;
+		n = 2;
+	}
+	for (int i = 0; i < GO_STACK_DEPTH; i++) {
+		u64 fr[2];
+		if (n >= GO_STACK_DEPTH || !bp || bpf_probe_read_user(fr, sizeof(fr), (void *)bp) || !fr[1])
+			break;
+		st->ips[n & (GO_STACK_DEPTH - 1)] = fr[1];
+		n++;
+		if (fr[0] <= bp) /* stacks grow down: a caller's frame is above */
+			break;
+		bp = fr[0];
+	}
+	u64 h = 14695981039346656037ULL; /* FNV-1a over the addresses */
+	for (int i = 0; i < GO_STACK_DEPTH; i++) {
+		h ^= st->ips[i];
+		h *= 1099511628211ULL;
+	}
+	if (!h)
+		h = 1;
+	if (bpf_map_update_elem(&go_stacks, &h, st, BPF_NOEXIST) && !bpf_map_lookup_elem(&go_stacks, &h)) {
+		go_count(GO_STAT_LOST_STACKS);
+		return 0;
+	}
+	return h;
+}
+
+static __always_inline void go_aggregate(u32 tgid, u64 goid, struct go_park *p, u64 now)
+{
+	struct go_key k = { .tgid = tgid, .reason = p->reason, .goid = goid, .stack = p->stack,
+			    .waker_stack = p->waker_stack, .waker_goid = p->waker_goid };
+	struct go_val *v = bpf_map_lookup_elem(&go_waits, &k);
+	if (!v) {
+		struct go_val zero = {};
+		if (bpf_map_update_elem(&go_waits, &k, &zero, BPF_NOEXIST) && !bpf_map_lookup_elem(&go_waits, &k)) {
+			go_count(GO_STAT_LOST_WAITS);
+			return;
+		}
+		v = bpf_map_lookup_elem(&go_waits, &k);
+		if (!v)
+			return;
+	}
+	__sync_fetch_and_add(&v->count, 1);
+	__sync_fetch_and_add(&v->blocked_ns, p->ready_ns - p->park_ns);
+	__sync_fetch_and_add(&v->runq_ns, now - p->ready_ns);
+}
+
+SEC("uprobe/casgstatus")
+int go_casgstatus(struct go_regs *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32;
+	struct go_offsets *o = bpf_map_lookup_elem(&go_procs, &tgid);
+	if (!o)
+		return 0;
+	u64 gp = ctx->ax;
+	u32 from = ctx->bx, to = ctx->cx;
+	struct go_gkey gk = { .tgid = tgid, .goid = go_u64(gp + o->goid) };
+	u64 now = bpf_ktime_get_ns();
+
+	if (from == G_RUNNING && to == G_WAITING) {
+		struct go_park p = { .park_ns = now, .tid = (u32)id };
+		bpf_probe_read_user(&p.reason, 1, (void *)(gp + o->waitreason));
+		if (gp == ctx->r14) /* changed its own state, not parked by mcall: sched is stale */
+			p.stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp);
+		else
+			p.stack = go_walk(go_u64(gp + o->sched_pc), 0, go_u64(gp + o->sched_bp));
+		go_count(GO_STAT_PARKS);
+		if (bpf_map_update_elem(&go_parked, &gk, &p, BPF_ANY))
+			go_count(GO_STAT_LOST_PARKS);
+		return 0;
+	}
+	if (from == G_WAITING && (to == G_RUNNABLE || to == G_RUNNING)) {
+		struct go_park *p = bpf_map_lookup_elem(&go_parked, &gk);
+		if (!p) {
+			go_count(GO_STAT_UNSEEN);
+			return 0;
+		}
+		go_count(GO_STAT_READIES);
+		p->ready_ns = now;
+		p->waker_tid = (u32)id;
+		/* The waker: the current g, or on the scheduler's stack (g0,
+		 * goid 0) the goroutine the thread was running, whose state
+		 * systemstack saved. */
+		u64 cur = ctx->r14;
+		u64 cur_goid = go_u64(cur + o->goid);
+		if (cur && cur_goid) {
+			p->waker_goid = cur_goid;
+			p->waker_stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp);
+		} else {
+			u64 curg = go_u64(go_u64(cur + o->m) + o->m_curg);
+			u64 curg_goid = curg ? go_u64(curg + o->goid) : 0;
+			if (curg_goid) {
+				p->waker_goid = curg_goid;
+				p->waker_stack = go_walk(go_u64(curg + o->sched_pc), 0, go_u64(curg + o->sched_bp));
+			} else {
+				p->waker_goid = 0;
+				p->waker_stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp);
+			}
+		}
+		if (to == G_RUNNING) { /* run at once: no run-queue wait */
+			go_aggregate(tgid, gk.goid, p, now);
+			bpf_map_delete_elem(&go_parked, &gk);
+		}
+		return 0;
+	}
+	if (from == G_RUNNABLE && to == G_RUNNING) {
+		struct go_park *p = bpf_map_lookup_elem(&go_parked, &gk);
+		if (!p || !p->ready_ns)
+			return 0;
+		go_count(GO_STAT_RUNS);
+		go_aggregate(tgid, gk.goid, p, now);
+		bpf_map_delete_elem(&go_parked, &gk);
+	}
+	return 0;
+}

@@ -1,0 +1,279 @@
+package collector
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf/link"
+	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/schema"
+)
+
+// goRecorder records the goroutine waits of the Go programs among the
+// targets: one uprobe per executable on runtime.casgstatus, the
+// processes it counts for listed in go_procs with their runtime's
+// offsets.
+type goRecorder struct {
+	objs bpf.GoroutinesObjects
+
+	mu    sync.Mutex
+	links map[[2]uint64]link.Link // by executable (device, inode)
+	procs map[uint32]*goRuntime
+	stats GoroutineStats
+}
+
+// GoroutineStats describes the goroutine waits recorded.
+type GoroutineStats struct {
+	Processes int      `json:"processes"` // Go processes probed
+	Parks     uint64   `json:"parks"`
+	Readies   uint64   `json:"readies"`
+	Runs      uint64   `json:"runs"`
+	Open      uint64   `json:"open"`        // still parked or runnable at the end, counted up to it
+	Unseen    uint64   `json:"unseen"`      // made runnable, parked before the probe: not counted
+	LostParks uint64   `json:"lost_parks"`  // goroutine map full (--goroutines-max)
+	LostWaits uint64   `json:"lost_waits"`  // aggregation map full
+	LostStack uint64   `json:"lost_stacks"` // stack map full: counted without a stack
+	Skipped   []string `json:"skipped,omitempty"`
+}
+
+func newGoRecorder(maxGoroutines int) (*goRecorder, error) {
+	spec, err := bpf.LoadGoroutines()
+	if err != nil {
+		return nil, err
+	}
+	if maxGoroutines > 0 {
+		spec.Maps[bpf.GoroutinesMapGoParked].MaxEntries = uint32(maxGoroutines)
+	}
+	r := &goRecorder{links: map[[2]uint64]link.Link{}, procs: map[uint32]*goRuntime{}}
+	if err := spec.LoadAndAssign(&r.objs, nil); err != nil {
+		return nil, fmt.Errorf("loading the goroutine probe: %w", err)
+	}
+	return r, nil
+}
+
+// add probes process pid if it runs a Go executable; other processes are
+// left alone, and a Go one that cannot be read is named in the stats.
+func (r *goRecorder) add(pid uint32) {
+	exe := fmt.Sprintf("/proc/%d/exe", pid)
+	rt, err := readGoRuntime(exe)
+	if errors.Is(err, errNotGo) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.procs[pid]; ok {
+		return
+	}
+	if err == nil {
+		err = r.attach(exe, rt)
+	}
+	if err != nil {
+		r.stats.Skipped = append(r.stats.Skipped, fmt.Sprintf("process %d: %v", pid, err))
+		return
+	}
+	if err := r.objs.GoProcs.Put(pid, rt.offsets); err != nil {
+		r.stats.Skipped = append(r.stats.Skipped, fmt.Sprintf("process %d: %v", pid, err))
+		return
+	}
+	r.procs[pid] = rt
+	r.stats.Processes++
+}
+
+// attach puts the probe on the executable once, for every process that
+// runs it: go_procs says which count.
+func (r *goRecorder) attach(exe string, rt *goRuntime) error {
+	var st syscall.Stat_t
+	if err := syscall.Stat(exe, &st); err != nil {
+		return err
+	}
+	key := [2]uint64{st.Dev, st.Ino}
+	if _, ok := r.links[key]; ok {
+		return nil
+	}
+	ex, err := link.OpenExecutable(exe)
+	if err != nil {
+		return err
+	}
+	l, err := ex.Uprobe("runtime.casgstatus", r.objs.GoCasgstatus, &link.UprobeOptions{Address: rt.casgstatus})
+	if err != nil {
+		return fmt.Errorf("uprobe on runtime.casgstatus: %w", err)
+	}
+	r.links[key] = l
+	return nil
+}
+
+// detach stops the probes; the maps stay for drain.
+func (r *goRecorder) detach() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, l := range r.links {
+		l.Close()
+		delete(r.links, k)
+	}
+}
+
+func (r *goRecorder) close() {
+	r.detach()
+	r.objs.Close()
+}
+
+// goWait is one aggregated row: a goroutine's waits with the same reason,
+// stack, waker and waker stack.
+type goWait struct {
+	key bpf.GoroutinesGoKey
+	val bpf.GoroutinesGoVal
+}
+
+// drain reads the waits, and counts the goroutines still parked (or
+// runnable) at end (CLOCK_MONOTONIC ns) up to it.
+func (r *goRecorder) drain(end uint64) (waits []goWait, stacks map[uint64][]uint64) {
+	var k bpf.GoroutinesGoKey
+	var v bpf.GoroutinesGoVal
+	it := r.objs.GoWaits.Iterate()
+	for it.Next(&k, &v) {
+		waits = append(waits, goWait{k, v})
+	}
+	var gk bpf.GoroutinesGoGkey
+	var p bpf.GoroutinesGoPark
+	pit := r.objs.GoParked.Iterate()
+	for pit.Next(&gk, &p) {
+		if p.ParkNs == 0 || p.ParkNs > end {
+			continue
+		}
+		w := goWait{key: bpf.GoroutinesGoKey{Tgid: gk.Tgid, Reason: p.Reason, Goid: gk.Goid, Stack: p.Stack,
+			WakerStack: p.WakerStack, WakerGoid: p.WakerGoid}}
+		w.val.Count = 1
+		if p.ReadyNs != 0 && p.ReadyNs <= end {
+			w.val.BlockedNs, w.val.RunqNs = p.ReadyNs-p.ParkNs, end-p.ReadyNs
+		} else {
+			w.val.BlockedNs = end - p.ParkNs
+			w.key.WakerStack, w.key.WakerGoid = 0, 0
+		}
+		waits = append(waits, w)
+		r.stats.Open++
+	}
+	stacks = map[uint64][]uint64{}
+	var h uint64
+	var st bpf.GoroutinesGoStack
+	sit := r.objs.GoStacks.Iterate()
+	for sit.Next(&h, &st) {
+		var ips []uint64
+		for _, a := range st.Ips {
+			if a == 0 {
+				break
+			}
+			ips = append(ips, a)
+		}
+		stacks[h] = ips
+	}
+	var per []uint64
+	for i, dst := range []*uint64{&r.stats.Parks, &r.stats.Readies, &r.stats.Runs, &r.stats.LostParks,
+		&r.stats.LostWaits, &r.stats.LostStack, &r.stats.Unseen} {
+		if err := r.objs.GoStats.Lookup(uint32(i), &per); err == nil {
+			*dst = 0
+			for _, n := range per {
+				*dst += n
+			}
+		}
+	}
+	return waits, stacks
+}
+
+// profile builds the goroutine profile: a sample per row, at the park's
+// stack, with the goroutine, its reason, the waker goroutine and its
+// stack as labels.
+func (r *goRecorder) profile(sym *symbolizer, waits []goWait, stacks map[uint64][]uint64, start time.Time, dur time.Duration) (*profile.Profile, error) {
+	b := newProfBuilder(sym, &profile.ValueType{Type: schema.GoroutineBlocked, Unit: schema.Nanoseconds},
+		&profile.ValueType{Type: schema.GoroutineRunQueue, Unit: schema.Nanoseconds},
+		&profile.ValueType{Type: schema.GoroutineWaits, Unit: schema.Count})
+	sort.Slice(waits, func(i, j int) bool { return waits[i].val.BlockedNs > waits[j].val.BlockedNs })
+	folded := map[uint64]string{}
+	for _, w := range waits {
+		pid := w.key.Tgid
+		var locs []*profile.Location
+		for i, a := range stacks[w.key.Stack] {
+			locs = append(locs, b.userLoc(pid, a, i == 0))
+		}
+		if len(locs) == 0 {
+			locs = append(locs, b.marker("[goroutine stack: not walked]"))
+		}
+		s := &profile.Sample{Location: locs, Value: []int64{int64(w.val.BlockedNs), int64(w.val.RunqNs), int64(w.val.Count)},
+			Label: map[string][]string{
+				schema.LabelReason:  {r.procs[pid].reason(w.key.Reason)},
+				schema.LabelProcess: {procName(sym, pid)},
+			},
+			NumLabel: map[string][]int64{schema.LabelGoid: {int64(w.key.Goid)}, schema.LabelPID: {int64(pid)},
+				schema.LabelWakerGoid: {int64(w.key.WakerGoid)}},
+		}
+		if w.key.WakerStack != 0 {
+			f, ok := folded[w.key.WakerStack]
+			if !ok {
+				f = b.foldUser(pid, stacks[w.key.WakerStack])
+				folded[w.key.WakerStack] = f
+			}
+			s.Label[schema.LabelWakerStack] = []string{f}
+		}
+		b.p.Sample = append(b.p.Sample, s)
+	}
+	p := b.p
+	p.TimeNanos, p.DurationNanos = start.UnixNano(), int64(dur)
+	st := r.stats
+	p.Comments = append(p.Comments, fmt.Sprintf("offcpu goroutines: processes=%d parks=%d readies=%d runs=%d open=%d unseen=%d lost_parks=%d lost_waits=%d lost_stacks=%d",
+		st.Processes, st.Parks, st.Readies, st.Runs, st.Open, st.Unseen, st.LostParks, st.LostWaits, st.LostStack))
+	for _, s := range st.Skipped {
+		p.Comments = append(p.Comments, "skipped: "+s)
+	}
+	if err := p.CheckValid(); err != nil {
+		return nil, fmt.Errorf("building the goroutine profile: %w", err)
+	}
+	return p, nil
+}
+
+// foldUser is a user stack as folded frames, root first.
+func (b *profBuilder) foldUser(pid uint32, ips []uint64) string {
+	var names []string
+	for i := len(ips) - 1; i >= 0; i-- {
+		l := b.userLoc(pid, ips[i], i == 0)
+		for j := len(l.Line) - 1; j >= 0; j-- {
+			names = append(names, l.Line[j].Function.Name)
+		}
+	}
+	return strings.Join(names, ";")
+}
+
+func procName(sym *symbolizer, pid uint32) string {
+	if p := sym.procs.get(pid); p != nil && p.comm != "" {
+		return p.comm
+	}
+	return fmt.Sprintf("pid-%d", pid)
+}
+
+// GoReasonClass groups the Go runtime's wait reasons (as it names them in
+// g.waitreason, every release since 1.11) into the kinds a developer
+// acts on: chan, select, sync (mutexes, conditions, wait groups,
+// semaphores), network, sleep, gc, other.
+func GoReasonClass(reason string) string {
+	switch {
+	case strings.HasPrefix(reason, "chan "):
+		return "chan"
+	case strings.HasPrefix(reason, "select"):
+		return "select"
+	case strings.HasPrefix(reason, "sync."), reason == "semacquire":
+		return "sync"
+	case reason == "IO wait":
+		return "network"
+	case reason == "sleep":
+		return "sleep"
+	case strings.Contains(strings.ToLower(reason), "gc") || strings.HasPrefix(reason, "garbage collection") ||
+		reason == "wait for GC cycle" || reason == "finalizer wait":
+		return "gc"
+	}
+	return "other"
+}

@@ -1,0 +1,249 @@
+package collector
+
+import (
+	"debug/buildinfo"
+	"debug/dwarf"
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/collector/symtab"
+)
+
+// goRuntime is what the goroutine probe needs from a Go executable: where
+// runtime.casgstatus is, the offsets of the runtime.g and runtime.m fields
+// it reads, and the names of the wait reasons.
+type goRuntime struct {
+	version    string // "go1.26.8"
+	casgstatus uint64 // file offset of runtime.casgstatus
+	offsets    bpf.GoroutinesGoOffsets
+	fromDWARF  bool
+	reasons    []string // waitReason -> its name, as the runtime prints it
+}
+
+// errNotGo: the executable has no Go build information.
+var errNotGo = errors.New("not a Go executable")
+
+// goOffsetTable holds the offsets of Go releases, for executables built
+// without DWARF (-ldflags=-w, or stripped). Each was checked against a
+// binary of that release: 1.26 against its DWARF (TestGoOffsetsTable),
+// 1.19 against Debian's nats-server (goroutine ids and reasons read sane).
+var goOffsetTable = map[string]bpf.GoroutinesGoOffsets{
+	"go1.19": {Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 104, M_curg: 192},
+	"go1.26": {Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 96, M_curg: 184},
+}
+
+// readGoRuntime reads a Go executable's runtime description.
+func readGoRuntime(path string) (*goRuntime, error) {
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return nil, errNotGo
+	}
+	ef, err := elf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer ef.Close()
+	if ef.Machine != elf.EM_X86_64 {
+		return nil, fmt.Errorf("%s: goroutine waits are read on x86-64 only", path)
+	}
+	rt := &goRuntime{version: bi.GoVersion}
+	if off, ok := goOffsetsDWARF(ef); ok {
+		rt.offsets, rt.fromDWARF = off, true
+	} else if off, ok := goOffsetTable[goMinor(bi.GoVersion)]; ok {
+		rt.offsets = off
+	} else {
+		return nil, fmt.Errorf("%s: built with %s and without DWARF: its runtime's layout is not known (known: go1.19, go1.26, or any release with DWARF)", path, bi.GoVersion)
+	}
+	addr, ok := goFuncAddr(ef, "runtime.casgstatus")
+	if !ok {
+		return nil, fmt.Errorf("%s: runtime.casgstatus not found", path)
+	}
+	if rt.casgstatus, ok = fileOffset(ef, addr); !ok {
+		return nil, fmt.Errorf("%s: runtime.casgstatus at %#x is in no loaded segment", path, addr)
+	}
+	rt.reasons = goWaitReasons(ef)
+	return rt, nil
+}
+
+// goMinor is "go1.26" of "go1.26.8" (or of "go1.26rc1").
+func goMinor(v string) string {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return v
+	}
+	minor := parts[1]
+	if i := strings.IndexFunc(minor, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		minor = minor[:i]
+	}
+	return parts[0] + "." + minor
+}
+
+// goOffsetsDWARF reads the offsets from the executable's DWARF.
+func goOffsetsDWARF(ef *elf.File) (bpf.GoroutinesGoOffsets, bool) {
+	d, err := ef.DWARF()
+	if err != nil {
+		return bpf.GoroutinesGoOffsets{}, false
+	}
+	want := map[string][]string{
+		"runtime.g":     {"goid", "waitreason", "m", "sched"},
+		"runtime.gobuf": {"sp", "pc", "bp"},
+		"runtime.m":     {"curg"},
+	}
+	got := map[string]uint64{}
+	r := d.Reader()
+	for {
+		e, err := r.Next()
+		if err != nil || e == nil {
+			break
+		}
+		name, _ := e.Val(dwarf.AttrName).(string)
+		fields, ok := want[name]
+		if e.Tag != dwarf.TagStructType || !ok {
+			if e.Children && e.Tag != dwarf.TagCompileUnit {
+				r.SkipChildren()
+			}
+			continue
+		}
+		for {
+			c, err := r.Next()
+			if err != nil || c == nil || c.Tag == 0 {
+				break
+			}
+			field, _ := c.Val(dwarf.AttrName).(string)
+			loc, isInt := c.Val(dwarf.AttrDataMemberLoc).(int64)
+			for _, f := range fields {
+				if f == field && isInt {
+					got[name+"."+f] = uint64(loc)
+				}
+			}
+			if c.Children {
+				r.SkipChildren()
+			}
+		}
+		delete(want, name)
+		if len(want) == 0 {
+			break
+		}
+	}
+	if len(got) != 8 {
+		return bpf.GoroutinesGoOffsets{}, false
+	}
+	sched := got["runtime.g.sched"]
+	return bpf.GoroutinesGoOffsets{
+		Goid: uint32(got["runtime.g.goid"]), Waitreason: uint32(got["runtime.g.waitreason"]), M: uint32(got["runtime.g.m"]),
+		SchedSp: uint32(sched + got["runtime.gobuf.sp"]), SchedPc: uint32(sched + got["runtime.gobuf.pc"]),
+		SchedBp: uint32(sched + got["runtime.gobuf.bp"]), M_curg: uint32(got["runtime.m.curg"]),
+	}, true
+}
+
+// goFuncAddr finds a function by its symbol, or in a stripped executable
+// by the runtime's own function table (.gopclntab).
+func goFuncAddr(ef *elf.File, name string) (uint64, bool) {
+	if syms, err := ef.Symbols(); err == nil {
+		for _, s := range syms {
+			if s.Name == name && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
+				return s.Value, true
+			}
+		}
+	}
+	if tab := symtab.GoTable(ef); tab != nil {
+		if f := tab.LookupFunc(name); f != nil {
+			return f.Entry, true
+		}
+	}
+	return 0, false
+}
+
+// fileOffset turns a virtual address into its offset in the file.
+func fileOffset(ef *elf.File, addr uint64) (uint64, bool) {
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && addr >= p.Vaddr && addr < p.Vaddr+p.Filesz {
+			return addr - p.Vaddr + p.Off, true
+		}
+	}
+	return 0, false
+}
+
+// goWaitReasons finds the runtime's table of wait reason names: an array
+// of Go strings whose second and third are "GC assist marking" and "IO
+// wait" (so since Go 1.11), found by content, symbols or none.
+func goWaitReasons(ef *elf.File) []string {
+	read := func(addr, n uint64) []byte {
+		for _, p := range ef.Progs {
+			if p.Type == elf.PT_LOAD && addr >= p.Vaddr && addr+n <= p.Vaddr+p.Filesz {
+				b := make([]byte, n)
+				if _, err := p.ReadAt(b, int64(addr-p.Vaddr)); err == nil {
+					return b
+				}
+			}
+		}
+		return nil
+	}
+	str := func(hdr []byte) (string, bool) {
+		ptr, n := binary.LittleEndian.Uint64(hdr), binary.LittleEndian.Uint64(hdr[8:])
+		if n == 0 {
+			return "", true
+		}
+		if n > 64 {
+			return "", false
+		}
+		b := read(ptr, n)
+		return string(b), b != nil
+	}
+	for _, name := range []string{".data", ".noptrdata", ".data.rel.ro"} {
+		s := ef.Section(name)
+		if s == nil || s.Type == elf.SHT_NOBITS {
+			continue
+		}
+		data, err := s.Data()
+		if err != nil {
+			continue
+		}
+		for i := 0; i+48 <= len(data); i += 8 {
+			// The first entry is "" (nil pointer, length 0), the second
+			// "GC assist marking" (17 bytes), the third "IO wait" (7).
+			if binary.LittleEndian.Uint64(data[i+8:]) != 0 || binary.LittleEndian.Uint64(data[i+24:]) != 17 ||
+				binary.LittleEndian.Uint64(data[i+40:]) != 7 {
+				continue
+			}
+			if a, ok := str(data[i+16:]); !ok || a != "GC assist marking" {
+				continue
+			}
+			if b, ok := str(data[i+32:]); !ok || b != "IO wait" {
+				continue
+			}
+			var out []string
+			for j := i; j+16 <= len(data) && len(out) < 256; j += 16 {
+				s, ok := str(data[j:])
+				if !ok || (len(out) > 0 && s == "") || !printable(s) {
+					break
+				}
+				out = append(out, s)
+			}
+			return out
+		}
+	}
+	return nil
+}
+
+func printable(s string) bool {
+	for _, r := range s {
+		if r < ' ' || r > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// reason names wait reason r.
+func (rt *goRuntime) reason(r uint32) string {
+	if rt != nil && int(r) < len(rt.reasons) && rt.reasons[r] != "" {
+		return rt.reasons[r]
+	}
+	return "wait reason " + strconv.Itoa(int(r))
+}
