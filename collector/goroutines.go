@@ -223,6 +223,7 @@ func (r *goRecorder) profile(sym *symbolizer, waits []goWait, stacks map[uint64]
 		b.p.Sample = append(b.p.Sample, s)
 	}
 	p := b.p
+	p.Mapping = p.Mapping[1:] // no kernel frames: the executable's mapping comes first, as pprof's main file
 	p.TimeNanos, p.DurationNanos = start.UnixNano(), int64(dur)
 	st := r.stats
 	p.Comments = append(p.Comments, fmt.Sprintf("offcpu goroutines: processes=%d parks=%d readies=%d runs=%d open=%d unseen=%d lost_parks=%d lost_waits=%d lost_stacks=%d",

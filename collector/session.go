@@ -783,6 +783,9 @@ func (s *Session) procEvent(raw []byte) {
 		if !s.kernelMaps {
 			s.procs.snapshot(ev.Tgid)
 		}
+		if s.gor != nil { // a target that runs a Go program now
+			s.gor.add(ev.Tgid)
+		}
 	case evFork:
 		s.procs.fork(ev.Tgid, ev.Parent)
 	case evExit:

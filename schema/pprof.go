@@ -147,3 +147,21 @@ func sampleThread(s *profile.Sample) string {
 	}
 	return "[unnamed]"
 }
+
+// WriteGoroutinesFolded writes a goroutine profile as
+// "PROCESS;[REASON];frames root first MICROSECONDS" (blocked time).
+func WriteGoroutinesFolded(w io.Writer, p *profile.Profile) error {
+	return writeFoldedBy(w, p, GoroutineBlocked, 1000, func(s *profile.Sample) string {
+		parts := []string{"[unnamed]", "[unknown]"}
+		if v := s.Label[LabelProcess]; len(v) > 0 {
+			parts[0] = FoldedFrame(v[0])
+		}
+		if v := s.Label[LabelReason]; len(v) > 0 {
+			parts[1] = FoldedFrame("[" + v[0] + "]")
+		}
+		for _, f := range Frames(s.Location) {
+			parts = append(parts, FoldedFrame(f.Name))
+		}
+		return strings.Join(parts, ";")
+	})
+}

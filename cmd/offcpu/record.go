@@ -51,6 +51,10 @@ type recordFlags struct {
 	follow             bool
 	tracepoint         bool
 	quiet              bool
+	goroutines         bool
+	goroutinesOut      string
+	goroutinesFolded   string
+	goroutinesMax      int
 }
 
 func newRecordCmd() *cobra.Command {
@@ -111,6 +115,10 @@ named, with source lines, from the JVM's own structures.`,
 	fl.BoolVar(&f.follow, "follow-forks", true, "also record processes that the targets start")
 	fl.BoolVar(&f.tracepoint, "tracepoint", false, "attach to the classic sched tracepoints instead of tp_btf")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print no summary")
+	fl.BoolVar(&f.goroutines, "goroutines", false, "also record where the goroutines of Go programs among the targets wait, and who wakes them (a uprobe on their runtime; needs -p or a command)")
+	fl.StringVar(&f.goroutinesOut, "goroutines-output", "", "goroutine pprof file (default: -o with .goroutines.pb.gz)")
+	fl.StringVar(&f.goroutinesFolded, "goroutines-folded", "", "write goroutine waits as folded stacks (µs), the reason as the root frame")
+	fl.IntVar(&f.goroutinesMax, "goroutines-max", 131072, "goroutines followed at once, parked or runnable (BPF map size)")
 	return cmd
 }
 
@@ -182,10 +190,19 @@ func (f *recordFlags) options(command []string) (collector.Options, error) {
 	if !f.noWakeups && f.wakeupsOut == "" {
 		f.wakeupsOut = strings.TrimSuffix(strings.TrimSuffix(f.output, ".gz"), ".pb") + ".wakeups.pb.gz"
 	}
+	if !f.goroutines && (f.goroutinesOut != "" || f.goroutinesFolded != "") {
+		return collector.Options{}, fmt.Errorf("--goroutines-output and --goroutines-folded need --goroutines")
+	}
+	if f.goroutines && len(f.pids) == 0 && len(command) == 0 {
+		return collector.Options{}, fmt.Errorf("--goroutines needs the Go programs to record: -p PID or a command after --")
+	}
+	if f.goroutines && f.goroutinesOut == "" {
+		f.goroutinesOut = strings.TrimSuffix(strings.TrimSuffix(f.output, ".gz"), ".pb") + ".goroutines.pb.gz"
+	}
 	if f.cpuFolded != "" && f.cpuHz == 0 {
 		return collector.Options{}, fmt.Errorf("--cpu-folded needs --cpu-hz above 0")
 	}
-	for _, p := range []string{f.folded, f.wakeupsOut, f.wakeupsFolded, f.offwakeFolded, f.cpuFolded} {
+	for _, p := range []string{f.folded, f.wakeupsOut, f.wakeupsFolded, f.offwakeFolded, f.cpuFolded, f.goroutinesOut, f.goroutinesFolded} {
 		if p != "" {
 			if err := checkWritable(p); err != nil {
 				return collector.Options{}, err
@@ -201,6 +218,7 @@ func (f *recordFlags) options(command []string) (collector.Options, error) {
 		MaxThreads: f.maxThreads, StackEntries: f.stackEntries, AggEntries: f.aggEntries,
 		UnwindRows: f.unwindRows, FramePointersOnly: f.fpOnly,
 		ForceTracepoint: f.tracepoint, Stats: f.stats,
+		Goroutines: f.goroutines, MaxGoroutines: f.goroutinesMax,
 	}
 	return opts, nil
 }
@@ -239,6 +257,16 @@ func (f *recordFlags) write(sess *collector.Session, prof *profile.Profile) erro
 	if f.cpuFolded != "" {
 		if err := writeFile(f.cpuFolded, func(w io.Writer) error { return schema.WriteFolded(w, prof, schema.CPU, 1000) }); err != nil {
 			return err
+		}
+	}
+	if gp := sess.Goroutines(); gp != nil {
+		if err := writeProfile(f.goroutinesOut, gp); err != nil {
+			return err
+		}
+		if f.goroutinesFolded != "" {
+			if err := writeFile(f.goroutinesFolded, func(w io.Writer) error { return schema.WriteGoroutinesFolded(w, gp) }); err != nil {
+				return err
+			}
 		}
 	}
 	if wp := sess.Wakeups(); wp != nil {
@@ -367,6 +395,9 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 		fmt.Fprintf(w, "user stacks reaching a thread start: %.1f%% of off-CPU time (%d complete, %d truncated distinct stacks)\n",
 			100*share, st.CompleteStacks, st.TruncatedStacks)
 	}
+	if g := st.Goroutines; g != nil {
+		printGoroutines(w, g, f)
+	}
 	if u := st.Unwind; u != nil && u.Files > 0 {
 		fmt.Fprintf(w, "unwind tables: %d files without frame pointers (%d rows of %d), %d processes; %d stacks walked with them, %d reached the thread start\n",
 			u.Files, u.Rows, u.RowCapacity, u.Processes, u.Stacks, u.Ends)
@@ -396,10 +427,25 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 		fmt.Fprintf(w, "bpf %s: %d runs, mean %d ns per run\n", ps.Name, ps.Runs, ps.MeanCost.Nanoseconds())
 	}
 	written := []string{f.output}
-	for _, p := range []string{f.folded, f.wakeupsOut, f.wakeupsFolded, f.offwakeFolded, f.cpuFolded} {
+	for _, p := range []string{f.folded, f.wakeupsOut, f.wakeupsFolded, f.offwakeFolded, f.cpuFolded, f.goroutinesOut, f.goroutinesFolded} {
 		if p != "" {
 			written = append(written, p)
 		}
 	}
 	fmt.Fprintf(w, "offcpu: wrote %s\n", strings.Join(written, ", "))
+}
+
+func printGoroutines(w io.Writer, g *collector.GoroutineStats, f *recordFlags) {
+	if g.Processes == 0 {
+		fmt.Fprintf(w, "goroutines: no Go program among the targets\n")
+	} else {
+		fmt.Fprintf(w, "goroutines: %d Go processes, %d parks, %d made runnable, %d still waiting at the end; written to %s\n",
+			g.Processes, g.Parks, g.Readies, g.Open, f.goroutinesOut)
+	}
+	if lost := g.LostParks + g.LostWaits; lost > 0 || g.LostStack > 0 {
+		fmt.Fprintf(w, "goroutines: lost %d parks (--goroutines-max), %d waits (aggregation full), %d stacks\n", g.LostParks, g.LostWaits, g.LostStack)
+	}
+	for _, s := range g.Skipped {
+		fmt.Fprintf(w, "goroutines: skipped %s\n", s)
+	}
 }

@@ -3,6 +3,7 @@ package symtab
 import (
 	"debug/elf"
 	"debug/gosym"
+	"encoding/binary"
 	"encoding/hex"
 	"path/filepath"
 	"sort"
@@ -101,7 +102,7 @@ func GoTable(ef *elf.File) *gosym.Table {
 	if err != nil {
 		return nil
 	}
-	tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, text.Addr))
+	tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, goTextStart(data, text.Addr)))
 	if err != nil {
 		return nil
 	}
@@ -132,4 +133,20 @@ func buildID(ef *elf.File) string {
 		return hex.EncodeToString(desc)
 	}
 	return ""
+}
+
+// goTextStart is where the Go function table's addresses count from: the
+// table's own header says so since Go 1.18 (the first Go function, after
+// the C code of a cgo binary), else the .text section's start.
+func goTextStart(pcln []byte, text uint64) uint64 {
+	if len(pcln) < 32 || pcln[7] != 8 {
+		return text
+	}
+	switch binary.LittleEndian.Uint32(pcln) {
+	case 0xfffffff0, 0xfffffff1: // Go 1.18, Go 1.20 and later
+		if v := binary.LittleEndian.Uint64(pcln[24:]); v >= text {
+			return v
+		}
+	}
+	return text
 }
