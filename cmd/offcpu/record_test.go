@@ -42,6 +42,8 @@ func TestRecordBadInput(t *testing.T) {
 		{[]string{"record", "-o", out, "-p", "1073741823", "-d", "1s"}, "pid 1073741823 not found"},
 		{[]string{"record", "-o", out, "--state", "dozing"}, `unknown state "dozing"`},
 		{[]string{"record", "-o", out, "--user-only", "--kernel-only"}, "exclude each other"},
+		{[]string{"record", "-o", out, "--goroutines", "-d", "1s"}, "--goroutines needs the Go programs to record"},
+		{[]string{"record", "-o", out, "--goroutines-folded", out + ".f", "-d", "1s"}, "need --goroutines"},
 	} {
 		_, err := run(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -94,6 +96,46 @@ func TestRecordCommand(t *testing.T) {
 	}
 	if !strings.Contains(string(b), "sleep;") || !strings.Contains(string(b), ";-;") || !strings.Contains(string(b), "nanosleep") {
 		t.Errorf("folded output lacks the sleep stack:\n%s", b)
+	}
+}
+
+// A Go program's goroutine waits, from the command line: the goroutine
+// profile and the folded file, with the reason as a frame.
+func TestRecordGoroutines(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "goroutines")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../collector/testdata/goroutines").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, folded := filepath.Join(dir, "go.pb.gz"), filepath.Join(dir, "go.folded")
+	summary, err := run(t, "record", "--goroutines", "--goroutines-folded", folded, "-o", out, "--", bin, filepath.Join(dir, "trace.out"), "500ms")
+	if err != nil {
+		t.Fatalf("record: %v\n%s", err, summary)
+	}
+	if !strings.Contains(summary, "goroutines: 1 Go processes") {
+		t.Errorf("summary lacks the goroutine line:\n%s", summary)
+	}
+	fh, err := os.Open(filepath.Join(dir, "go.goroutines.pb.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	p, err := profile.Parse(fh)
+	if err != nil {
+		t.Fatalf("goroutine profile: %v", err)
+	}
+	if len(p.SampleType) != 3 || p.SampleType[0].Type != "goroutine_blocked" {
+		t.Errorf("sample types %v", p.SampleType)
+	}
+	b, err := os.ReadFile(folded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{";[sync.Mutex.Lock];", "main.mutexWait;", ";[IO wait];", "main.netClient;"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("folded goroutine waits lack %q", want)
+		}
 	}
 }
 
