@@ -76,6 +76,16 @@ func threadTimes(t *testing.T, pids []int) map[int]kernelTime {
 			t.Fatalf("threads of %d: %v", pid, err)
 		}
 		for _, th := range threads {
+			// run_delay grows when a wait for a CPU ends: a thread read while
+			// runnable (a housekeeping timer beside CPU hogs) would count a
+			// wait at one end that the window holds only in part. Read each
+			// thread while it sleeps, if it does within 50 ms.
+			for i := 0; i < 50; i++ {
+				if ps, err := th.Stat(); err != nil || ps.State != "R" {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
 			st, err := th.Schedstat()
 			if err != nil {
 				t.Fatalf("schedstat of %d/%d: %v", pid, th.PID, err)
