@@ -395,9 +395,7 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 		fmt.Fprintf(w, "user stacks reaching a thread start: %.1f%% of off-CPU time (%d complete, %d truncated distinct stacks)\n",
 			100*share, st.CompleteStacks, st.TruncatedStacks)
 	}
-	if g := st.Goroutines; g != nil {
-		printGoroutines(w, g, f)
-	}
+	printGoroutines(w, st.Goroutines, f)
 	if u := st.Unwind; u != nil && u.Files > 0 {
 		fmt.Fprintf(w, "unwind tables: %d files without frame pointers (%d rows of %d), %d processes; %d stacks walked with them, %d reached the thread start\n",
 			u.Files, u.Rows, u.RowCapacity, u.Processes, u.Stacks, u.Ends)
@@ -435,7 +433,11 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 	fmt.Fprintf(w, "offcpu: wrote %s\n", strings.Join(written, ", "))
 }
 
+// printGoroutines describes the goroutine waits recorded (nil: not asked).
 func printGoroutines(w io.Writer, g *collector.GoroutineStats, f *recordFlags) {
+	if g == nil {
+		return
+	}
 	if g.Processes == 0 {
 		fmt.Fprintf(w, "goroutines: no Go program among the targets\n")
 	} else {
