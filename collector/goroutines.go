@@ -197,17 +197,14 @@ func (r *goRecorder) profile(sym *symbolizer, waits []goWait, stacks map[uint64]
 	folded := map[uint64]string{}
 	for _, w := range waits {
 		pid := w.key.Tgid
-		var locs []*profile.Location
-		for i, a := range stacks[w.key.Stack] {
-			locs = append(locs, b.userLoc(pid, a, i == 0))
-		}
+		locs := b.stack(pid, nil, stacks[w.key.Stack], 0, true)
 		if len(locs) == 0 {
 			locs = append(locs, b.marker("[goroutine stack: not walked]"))
 		}
 		s := &profile.Sample{Location: locs, Value: []int64{int64(w.val.BlockedNs), int64(w.val.RunqNs), int64(w.val.Count)},
 			Label: map[string][]string{
 				schema.LabelReason:  {r.procs[pid].reason(w.key.Reason)},
-				schema.LabelProcess: {procName(sym, pid)},
+				schema.LabelProcess: {processName(&recording{}, pid, sym.procs)},
 			},
 			NumLabel: map[string][]int64{schema.LabelGoid: {int64(w.key.Goid)}, schema.LabelPID: {int64(pid)},
 				schema.LabelWakerGoid: {int64(w.key.WakerGoid)}},
@@ -215,7 +212,7 @@ func (r *goRecorder) profile(sym *symbolizer, waits []goWait, stacks map[uint64]
 		if w.key.WakerStack != 0 {
 			f, ok := folded[w.key.WakerStack]
 			if !ok {
-				f = b.foldUser(pid, stacks[w.key.WakerStack])
+				f = schema.FoldFrames(schema.Frames(b.stack(pid, nil, stacks[w.key.WakerStack], 0, true)))
 				folded[w.key.WakerStack] = f
 			}
 			s.Label[schema.LabelWakerStack] = []string{f}
@@ -235,25 +232,6 @@ func (r *goRecorder) profile(sym *symbolizer, waits []goWait, stacks map[uint64]
 		return nil, fmt.Errorf("building the goroutine profile: %w", err)
 	}
 	return p, nil
-}
-
-// foldUser is a user stack as folded frames, root first.
-func (b *profBuilder) foldUser(pid uint32, ips []uint64) string {
-	var names []string
-	for i := len(ips) - 1; i >= 0; i-- {
-		l := b.userLoc(pid, ips[i], i == 0)
-		for j := len(l.Line) - 1; j >= 0; j-- {
-			names = append(names, l.Line[j].Function.Name)
-		}
-	}
-	return strings.Join(names, ";")
-}
-
-func procName(sym *symbolizer, pid uint32) string {
-	if p := sym.procs.get(pid); p != nil && p.comm != "" {
-		return p.comm
-	}
-	return fmt.Sprintf("pid-%d", pid)
 }
 
 // GoReasonClass groups the Go runtime's wait reasons (as it names them in

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,22 +51,13 @@ func TestGoOffsetsTable(t *testing.T) {
 		t.Errorf("runtime.casgstatus at %#x (symbols), %#x (pclntab)", a.casgstatus, b.casgstatus)
 	}
 	for _, rt := range []*goRuntime{a, b} {
-		if len(rt.reasons) < 20 || rt.reasons[2] != "IO wait" || !contains(rt.reasons, "chan receive") {
+		if len(rt.reasons) < 20 || rt.reasons[2] != "IO wait" || !slices.Contains(rt.reasons, "chan receive") {
 			t.Errorf("wait reasons %q", rt.reasons)
 		}
 	}
 	if _, err := readGoRuntime("/bin/sh"); err != errNotGo {
 		t.Errorf("/bin/sh: %v, want errNotGo", err)
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // goWaitKey is a wait's innermost function of package main and the class
