@@ -462,9 +462,13 @@ func TestDebugInfoSameCategories(t *testing.T) {
 	for th, w := range with {
 		wo := without[th]
 		t.Logf("%s: with debug files %v; without %v", th, fmtShares(w), fmtShares(wo))
+		// Two recordings of the same workload: a contended mutex splits its
+		// time between waiting and sleeping a little differently each run
+		// (3.8 points apart once in CI); a frame named differently moves a
+		// category whole.
 		for _, c := range unionKeys(w, wo) {
-			if d := w[c] - wo[c]; d > 0.03 || d < -0.03 {
-				t.Errorf("%s: %s %.1f%% of its off-CPU time with glibc's debug files, %.1f%% without: want the same within 3 points",
+			if d := w[c] - wo[c]; d > 0.06 || d < -0.06 {
+				t.Errorf("%s: %s %.1f%% of its off-CPU time with glibc's debug files, %.1f%% without: want the same within 6 points",
 					th, c, 100*w[c], 100*wo[c])
 			}
 		}
