@@ -98,7 +98,9 @@ func TestBenchRealServerAB(t *testing.T) {
 
 	// Gates: the A/B reversed is a regression in io; A/A is not.
 	glob := func(s string) string { return filepath.Join(out, "runs", s+"-profiled-*") }
-	_, err = run(t, "diff", "--fail-on", "io>+50%", glob("candidate"), glob("baseline"))
+	// Three runs a side: a side whose io is a few milliseconds varies by
+	// run enough that the paired test missed 0.05 once in CI.
+	_, err = run(t, "diff", "--fail-on", "io>+50%", "--fail-alpha", "0.2", glob("candidate"), glob("baseline"))
 	var ee *exitError
 	if !errors.As(err, &ee) || ee.code != 3 {
 		t.Errorf("io>+50%% on the reversed A/B: err = %v, want exit status 3", err)
