@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
+	"golang.org/x/sys/unix"
 
 	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/collector/symtab"
 	"github.com/offcpu/offcpu/internal/testenv"
 	"github.com/offcpu/offcpu/schema"
 )
@@ -356,7 +358,9 @@ func TestVerdictsEventLoops(t *testing.T) {
 // Wait chains of known shape (testdata/chain/chain.c): each waiter holds
 // a lock while it waits on the next thread's, the last thread holds its
 // lock while it sleeps. Followed along the wakers' own waits, at least 90%
-// of every waiter's blocked time ends in that sleep, 1 to 3 hops away.
+// of every waiter's blocked time ends in the root thread, 1 to 3 hops
+// away, and at least 75% in its sleep: the rest is the root holding the
+// lock while it waits for a CPU or runs (a larger part on a loaded host).
 func TestWaitChains(t *testing.T) {
 	requireBPF(t)
 	bin := filepath.Join(t.TempDir(), "chain")
@@ -369,7 +373,7 @@ func TestWaitChains(t *testing.T) {
 		t.Run(fmt.Sprintf("depth-%d", depth), func(t *testing.T) {
 			p := recordRunning(t, exec.Command(bin, strconv.Itoa(depth), "5", "3000"), 200*time.Millisecond, 1500*time.Millisecond, Options{})
 			rep := analysis.Analyze(loadRecorded(t, p), r, analysis.Options{Top: 100})
-			total, root := map[string]int64{}, map[string]int64{}
+			total, root, sleep := map[string]int64{}, map[string]int64{}, map[string]int64{}
 			for _, rc := range rep.Chains {
 				if !strings.HasPrefix(rc.Waiters, "chain-w") {
 					continue // the main thread, joining at the end
@@ -378,18 +382,21 @@ func TestWaitChains(t *testing.T) {
 				// chain-wa waits on chain-wb, ...: the root is depth-k-2 hops
 				// into the path of the k-th waiter (from 0).
 				k := int(rc.Waiters[len(rc.Waiters)-1] - 'a')
-				if at := depth - k - 2; at >= 0 && at < len(rc.Path) && rc.Path[at].Group == "chain-root" && rc.Path[at].Category == "sleep-timer" {
+				if at := depth - k - 2; at >= 0 && at < len(rc.Path) && rc.Path[at].Group == "chain-root" {
 					root[rc.Waiters] += rc.Ns
+					if rc.Path[at].Category == "sleep-timer" {
+						sleep[rc.Waiters] += rc.Ns
+					}
 				}
 			}
 			if len(total) != depth-1 {
 				t.Fatalf("root causes for %d waiter threads, want %d: %+v", len(total), depth-1, rep.Chains)
 			}
 			for w, ns := range total {
-				share := float64(root[w]) / float64(ns)
-				t.Logf("%s: %.1f%% of %v blocked traced to chain-root's sleep", w, 100*share, time.Duration(ns))
-				if share < 0.9 {
-					t.Errorf("%s: %.1f%% of its blocked time traced to chain-root's sleep at the right depth, want >= 90%%", w, 100*share)
+				rs, ss := float64(root[w])/float64(ns), float64(sleep[w])/float64(ns)
+				t.Logf("%s: of %v blocked, %.1f%% traced to chain-root at the right depth, %.1f%% to its sleep", w, time.Duration(ns), 100*rs, 100*ss)
+				if rs < 0.9 || ss < 0.75 {
+					t.Errorf("%s: %.1f%% of its blocked time traced to chain-root at the right depth (want >= 90%%), %.1f%% to its sleep (want >= 75%%)", w, 100*rs, 100*ss)
 				}
 			}
 		})
@@ -397,11 +404,12 @@ func TestWaitChains(t *testing.T) {
 }
 
 // glibc's own waits (mutex, condition, timed condition, pipe, sleep),
-// recorded twice, once naming frames from libc6-dbg's debug files
-// (__GI___pthread_mutex_lock, __lll_lock_wait, ...) and once from libc's
-// exported symbols only: each thread's time falls in the same categories.
-// (Two sessions at once would not do: loading the second perturbs the
-// first one's window.)
+// recorded once with frames named from libc6-dbg's debug files
+// (__GI___pthread_mutex_lock, __lll_lock_wait, ...), then named again from
+// the files' own symbols only: every wait falls in the same category
+// either way. (One recording named twice: two recordings of a contended
+// mutex split its time between waiting and sleeping differently, 9 points
+// apart once in CI.)
 func TestDebugInfoSameCategories(t *testing.T) {
 	requireBPF(t)
 	bin := filepath.Join(t.TempDir(), "libcwaits")
@@ -411,68 +419,108 @@ func TestDebugInfoSameCategories(t *testing.T) {
 		t.Fatal(err)
 	}
 	threads := map[string]bool{"lock-a": true, "lock-b": true, "pool-1": true, "pool-2": true, "submit": true, "timed": true, "pipe-rd": true, "pipe-wr": true}
-	// record returns each thread's share of its off-CPU time per category
-	// and the functions named.
-	record := func(noDebug bool) (map[string]map[string]float64, map[string]bool) {
-		p := recordRunning(t, exec.Command(bin, "3000"), 200*time.Millisecond, 2*time.Second, Options{NoDebugInfo: noDebug})
-		frames := map[string]bool{}
-		for _, f := range p.Function {
-			frames[f.Name] = true
-		}
-		d := loadRecorded(t, p)
-		shares, total := map[string]map[string]float64{}, map[string]float64{}
-		for i := range d.Stacks {
-			st := &d.Stacks[i]
-			if st.Kind != schema.KindOffCPU || st.WaitsForCPU() || !threads[st.Thread] {
-				continue
-			}
-			if shares[st.Thread] == nil {
-				shares[st.Thread] = map[string]float64{}
-			}
-			shares[st.Thread][r.Categorize(st)[0]] += float64(st.Value)
-			total[st.Thread] += float64(st.Value)
-		}
-		for th, m := range shares {
-			for c := range m {
-				m[c] /= total[th]
-			}
-		}
-		return shares, frames
-	}
-	with, debugFrames := record(false)
-	without, frames := record(true)
-	var debugOnly []string
-	for f := range debugFrames {
-		if !frames[f] && strings.HasPrefix(f, "__") {
-			debugOnly = append(debugOnly, f)
-		}
-	}
-	sort.Strings(debugOnly)
-	t.Logf("frames named from the debug files only: %v", debugOnly)
-	if len(debugOnly) == 0 {
+	with := recordRunning(t, exec.Command(bin, "3000"), 200*time.Millisecond, 2*time.Second, Options{})
+	without, renamed := withoutDebugNames(t, with)
+	sort.Strings(renamed)
+	t.Logf("frames named from the debug files only: %v", renamed)
+	if len(renamed) == 0 {
 		msg := "no frame was named from a debug file: apt-get install libc6-dbg"
 		if os.Getenv("OFFCPU_REQUIRE_BPF") == "1" {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)
 	}
-	if len(with) != len(threads) || len(without) != len(threads) {
-		t.Fatalf("threads recorded: %d with debug files, %d without; want %d", len(with), len(without), len(threads))
+	sw, swo := threadCategories(t, r, with, threads), threadCategories(t, r, without, threads)
+	if len(sw) != len(threads) {
+		t.Fatalf("threads recorded: %d, want %d", len(sw), len(threads))
 	}
-	for th, w := range with {
-		wo := without[th]
-		t.Logf("%s: with debug files %v; without %v", th, fmtShares(w), fmtShares(wo))
-		// Two recordings of the same workload: a contended mutex splits its
-		// time between waiting and sleeping a little differently each run
-		// (3.8 points apart once in CI); a frame named differently moves a
-		// category whole.
+	for th, w := range sw {
+		wo := swo[th]
+		t.Logf("%s: with debug names %v; without %v", th, fmtShares(w), fmtShares(wo))
 		for _, c := range unionKeys(w, wo) {
-			if d := w[c] - wo[c]; d > 0.06 || d < -0.06 {
-				t.Errorf("%s: %s %.1f%% of its off-CPU time with glibc's debug files, %.1f%% without: want the same within 6 points",
+			if d := w[c] - wo[c]; d > 0.01 || d < -0.01 {
+				t.Errorf("%s: %s %.1f%% of its off-CPU time with glibc's debug files, %.1f%% without: want the same within 1 point",
 					th, c, 100*w[c], 100*wo[c])
 			}
 		}
 	}
+}
+
+// threadCategories is each thread's share of its blocked time per first
+// category.
+func threadCategories(t *testing.T, r *analysis.Rules, p *profile.Profile, threads map[string]bool) map[string]map[string]float64 {
+	d := loadRecorded(t, p)
+	shares, total := map[string]map[string]float64{}, map[string]float64{}
+	for i := range d.Stacks {
+		st := &d.Stacks[i]
+		if st.Kind != schema.KindOffCPU || st.WaitsForCPU() || !threads[st.Thread] {
+			continue
+		}
+		if shares[st.Thread] == nil {
+			shares[st.Thread] = map[string]float64{}
+		}
+		shares[st.Thread][r.Categorize(st)[0]] += float64(st.Value)
+		total[st.Thread] += float64(st.Value)
+	}
+	for th, m := range shares {
+		for c := range m {
+			m[c] /= total[th]
+		}
+	}
+	return shares
+}
+
+// withoutDebugNames is a copy of p with the frames of files read from
+// disk named again from the files' own symbols, as NoDebugInfo would, and
+// the names that changed.
+func withoutDebugNames(t *testing.T, p *profile.Profile) (*profile.Profile, []string) {
+	t.Helper()
+	q := p.Copy()
+	cache := symtab.NewCache()
+	cache.DebugDir = ""
+	defer cache.Close()
+	funcs := map[string]*profile.Function{}
+	for _, f := range q.Function {
+		funcs[f.Name] = f
+	}
+	changed := map[string]bool{}
+	for _, l := range q.Location {
+		m := l.Mapping
+		if m == nil || !strings.HasPrefix(m.File, "/") || len(l.Line) != 1 || l.Address < m.Start {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat(m.File, &st) != nil {
+			continue
+		}
+		f := cache.Open(st.Dev, st.Ino, m.File, m.File)
+		f.Load()
+		if f.Err != nil || f.BuildID != m.BuildID {
+			continue
+		}
+		off := l.Address - 1 - m.Start + m.Offset
+		name := fmt.Sprintf("%s+0x%x", filepath.Base(m.File), off+1)
+		if va, ok := f.VAddr(off); ok {
+			if fr, ok := f.Lookup(va); ok {
+				name = fr.Func
+			}
+		}
+		if old := l.Line[0].Function; old.Name != name {
+			changed[old.Name] = true
+			fn := funcs[name]
+			if fn == nil {
+				fn = &profile.Function{ID: uint64(len(q.Function) + 1), Name: name, SystemName: name}
+				q.Function = append(q.Function, fn)
+				funcs[name] = fn
+			}
+			l.Line[0] = profile.Line{Function: fn}
+		}
+	}
+	var names []string
+	for n := range changed {
+		names = append(names, n)
+	}
+	return q, names
 }
 
 func unionKeys(a, b map[string]float64) []string {
