@@ -458,7 +458,7 @@ func TestExplain(t *testing.T) {
 	}
 	for stack, want := range map[string][]string{
 		"nginx;main;ngx_process_events_and_timers;epoll_wait;-;do_epoll_wait": {`frame do_epoll_wait matches`, "counts as idle: event-loop-idle"},
-		"app;main;worker;pthread_mutex_lock;__lll_lock_wait;-;futex_wait":     {"innermost: worker", "rule 2 (monitor-wait) matches: frame pthread_mutex_lock", "counts as blocked time with an application frame"},
+		"app;main;worker;pthread_mutex_lock;__lll_lock_wait;-;futex_wait":     {"innermost: worker", "(monitor-wait) matches: frame pthread_mutex_lock", "counts as blocked time with an application frame"},
 		"pool;start_thread;pthread_cond_wait;-;futex_wait":                    {"application frames: none", "counts as idle: queue-wait"},
 		"x;main;mystery;-;schedule":                                           {"no rule matches: other", "first match: other"},
 	} {

@@ -140,7 +140,10 @@ type Report struct {
 	FunctionsFlat   map[string]int64 `json:"-"`                 // per innermost app frame
 	WakerFunctions  map[string]int64 `json:"-"`
 	Messages        int64            `json:"messages,omitempty"`
-	Statements      []string         `json:"statements"`
+	// Goroutines: the stacks are goroutine waits (a goroutine profile);
+	// groups are goroutines' start functions.
+	Goroutines bool     `json:"goroutines,omitempty"`
+	Statements []string `json:"statements"`
 	// UnmatchedRules: rules of a user's rules file that matched nothing
 	// (file:line and category), most often a misspelled pattern.
 	UnmatchedRules []string `json:"unmatched_rules,omitempty"`
@@ -170,12 +173,13 @@ func Analyze(d *Data, r *Rules, o Options) *Report {
 	}
 	rep := a.report()
 	if rep.BlockedOn != nil { // wakers were recorded
-		rep.Chains = Chains(d.Stacks, r, func(s *Stack) bool { return a.wanted(s) }, o.Top)
+		// Goroutine waits carry no waker's own wait: no chains.
+		rep.Chains = Chains(d.Stacks, r, func(s *Stack) bool { return a.wanted(s) && s.Goid == 0 }, o.Top)
 	}
 	if len(rep.Chains) > 0 && len(rep.Chains[0].Path) > 1 {
 		rc := rep.Chains[0]
-		rep.Statements = append(rep.Statements, fmt.Sprintf("The largest root cause of %s threads' blocked time: %s, %s (%.0f%% of it).",
-			rc.Waiters, pathString(rc.Path), Secs(rc.Ns), 100*rc.Share))
+		rep.Statements = append(rep.Statements, fmt.Sprintf("The largest root cause of %s %s' blocked time: %s, %s (%.0f%% of it).",
+			rc.Waiters, rep.unit(), pathString(rc.Path), Secs(rc.Ns), 100*rc.Share))
 	}
 	return rep
 }
@@ -314,6 +318,9 @@ func (a *analyzer) cpu(s *Stack) {
 func (a *analyzer) offCPU(s *Stack) {
 	if !a.wanted(s) {
 		return
+	}
+	if s.Goid != 0 {
+		a.rep.Goroutines = true
 	}
 	rep, r, cats := a.rep, a.r, a.cats
 	rep.TotalOffCPUNs += s.Value
@@ -564,7 +571,7 @@ func statements(rep *Report) []string {
 			}
 		}
 		if bestGroup != "" {
-			where = fmt.Sprintf(" %s threads", bestGroup)
+			where = fmt.Sprintf(" %s %s", bestGroup, rep.unit())
 		}
 		fn := ""
 		if len(rep.TopAppFunctions) > 0 {
@@ -575,15 +582,15 @@ func statements(rep *Report) []string {
 	}
 	if len(rep.BlockedOn) > 0 {
 		b := rep.BlockedOn[0]
-		by := b.Waker + " threads"
+		by := b.Waker + " " + rep.unit()
 		if strings.HasPrefix(b.Waker, "[") {
 			by = b.Waker
 		}
 		if b.WakerFunction != "" {
 			by += " in " + schema.ShortFunc(b.WakerFunction)
 		}
-		out = append(out, fmt.Sprintf("%s threads blocked %s in %s, woken by %s (%.0f%% of the blocked time with an application frame).",
-			b.Waiters, Secs(b.Ns), b.Category, by, 100*float64(b.Ns)/float64(rep.AppBlockedNs)))
+		out = append(out, fmt.Sprintf("%s %s blocked %s in %s, woken by %s (%.0f%% of the blocked time with an application frame).",
+			b.Waiters, rep.unit(), Secs(b.Ns), b.Category, by, 100*float64(b.Ns)/float64(rep.AppBlockedNs)))
 	}
 	out = append(out, fmt.Sprintf("Blocked time with an application frame: %s of %s off-CPU.", Secs(rep.AppBlockedNs), Secs(rep.TotalOffCPUNs)))
 	if rep.RunQueueNs > 0 {
@@ -665,6 +672,14 @@ func (rep *Report) writeText(w io.Writer) error {
 	return app.text(w)
 }
 
+// unit is what the report's stacks wait in: threads or goroutines.
+func (rep *Report) unit() string {
+	if rep.Goroutines {
+		return "goroutines"
+	}
+	return "threads"
+}
+
 // tables are the report's category, thread group and woken group tables.
 func (rep *Report) tables() []*table {
 	cats := &table{head: []string{"category", "all", "with app frame", "share", "first match"},
@@ -674,8 +689,12 @@ func (rep *Report) tables() []*table {
 			cats.add(c.label(), Secs(c.Ns), Secs(c.AppNs), pct(c.AppNs, rep.AppBlockedNs), pct(c.FirstNs, rep.AppBlockedNs))
 		}
 	}
-	groups := &table{head: []string{"thread group", "off-CPU", "waiting for CPU", "with app frame", "on-CPU"},
-		md: []string{"thread group", "off-CPU", "of it waiting for a CPU", "blocked with an application frame", "on-CPU"}}
+	group := "thread group"
+	if rep.Goroutines {
+		group = "goroutines by start function"
+	}
+	groups := &table{head: []string{group, "off-CPU", "waiting for CPU", "with app frame", "on-CPU"},
+		md: []string{group, "off-CPU", "of it waiting for a CPU", "blocked with an application frame", "on-CPU"}}
 	for _, g := range rep.ThreadGroups {
 		groups.add(g.Name, Secs(g.OffCPUNs), Secs(g.RunQueueNs), Secs(g.AppBlockedNs), Secs(g.CPUNs))
 	}

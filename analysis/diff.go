@@ -827,7 +827,11 @@ func (dr *DiffReport) writeMarkdown(w io.Writer) error {
 				fmt.Fprintf(w, "| %s | %s | %s | %s |\n", c.Name, Secs(c.Base), Secs(c.Cand), changeStr(c))
 			}
 		}
-		fmt.Fprintf(w, "\n| thread group | %s | %s | change |\n|---|---:|---:|---:|\n", dr.Base.Name, dr.Cand.Name)
+		group := "thread group"
+		if dr.BaseReport != nil && dr.BaseReport.Goroutines {
+			group = "goroutines by start function"
+		}
+		fmt.Fprintf(w, "\n| %s | %s | %s | change |\n|---|---:|---:|---:|\n", group, dr.Base.Name, dr.Cand.Name)
 		for _, g := range dr.ThreadGroups {
 			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", g.Name, Secs(g.Base), Secs(g.Cand), changeStr(g))
 		}
@@ -838,7 +842,7 @@ func (dr *DiffReport) writeMarkdown(w io.Writer) error {
 			}
 		}
 		if len(dr.RunQueueGroups) > 0 {
-			fmt.Fprintf(w, "\nWaiting for a CPU (not blocked), per profiled run:\n\n| thread group | %s | %s | change |\n|---|---:|---:|---:|\n", dr.Base.Name, dr.Cand.Name)
+			fmt.Fprintf(w, "\nWaiting for a CPU (not blocked), per profiled run:\n\n| %s | %s | %s | change |\n|---|---:|---:|---:|\n", group, dr.Base.Name, dr.Cand.Name)
 			for _, g := range dr.RunQueueGroups {
 				fmt.Fprintf(w, "| %s | %s | %s | %s |\n", g.Name, Secs(g.Base), Secs(g.Cand), changeStr(g))
 			}

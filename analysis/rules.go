@@ -49,6 +49,8 @@ type fileRule struct {
 	Kernel       bool     `yaml:"kernel"`
 	Kinds        []string `yaml:"kinds"`
 	States       []string `yaml:"states"`
+	// Reasons: a goroutine's wait reason, as Go's runtime names it.
+	Reasons []string `yaml:"reasons"`
 	// The waker's side: any frame of the waker's stack matches, the
 	// wake-up's class (block-io, net-rx, timer, futex...), or who the
 	// waker was relative to the waiter (WakerRelations).
@@ -99,6 +101,7 @@ type rule struct {
 	kernel       bool
 	kinds        map[string]bool
 	states       map[string]bool
+	reasons      []*regexp.Regexp
 	wakerFrames  []*regexp.Regexp
 	wakerClasses map[string]bool
 	waker        map[string]bool
@@ -311,6 +314,9 @@ func (p *ruleParser) rule(base string, fr fileRule, known map[string]bool) (rule
 		}
 		ru.states[st] = true
 	}
+	if ru.reasons, err = p.compileAll(base+".reasons", fr.Reasons); err != nil {
+		return rule{}, err
+	}
 	if ru.wakerFrames, err = p.compileAll(base+".waker_frames", fr.WakerFrames); err != nil {
 		return rule{}, err
 	}
@@ -329,9 +335,9 @@ func (p *ruleParser) rule(base string, fr fileRule, known map[string]bool) (rule
 		}
 		ru.waker[w] = true
 	}
-	if len(ru.frames) == 0 && len(ru.allFrames) == 0 && ru.innermostApp == nil && ru.threads == nil && ru.states == nil &&
+	if len(ru.frames) == 0 && len(ru.allFrames) == 0 && ru.innermostApp == nil && ru.threads == nil && ru.states == nil && len(ru.reasons) == 0 &&
 		len(ru.wakerFrames) == 0 && ru.wakerClasses == nil && ru.waker == nil && !ru.inRequest && !ru.dispatching {
-		return rule{}, fmt.Errorf("%s: rule for %s matches everything: give frames, all_frames, innermost_app, threads, states or a waker condition", p.at(base), fr.Category)
+		return rule{}, fmt.Errorf("%s: rule for %s matches everything: give frames, all_frames, innermost_app, threads, states, reasons or a waker condition", p.at(base), fr.Category)
 	}
 	return ru, nil
 }
@@ -435,6 +441,9 @@ func (ru *rule) matches(s *Stack, inner string) bool {
 		return false
 	}
 	if ru.innermostApp != nil && !ru.innermostApp.MatchString(inner) {
+		return false
+	}
+	if len(ru.reasons) > 0 && !slices.ContainsFunc(ru.reasons, func(re *regexp.Regexp) bool { return re.MatchString(s.Reason) }) {
 		return false
 	}
 	if ru.waker != nil && !ru.waker[s.WakerRelation()] {

@@ -54,6 +54,9 @@ type Config struct {
 	Executable string // offcpu binary for the bundled runs (default: this one)
 	Threads    string // analysis thread filter (default: broker threads for the bundled core)
 	CPUHz      int    // on-CPU sampling in profiled runs
+	// Goroutines records the goroutine waits of Go programs in profiled
+	// runs (collector.Options.Goroutines): the report compares them.
+	Goroutines bool
 	// MinBlock drops shorter off-CPU intervals in profiled runs; < 0: the
 	// workload's default (the bundled core: 100 µs as seed 000's profiled
 	// scenario; commands: every interval).
@@ -126,6 +129,8 @@ type Result struct {
 type ScenarioResult struct {
 	Name string               `json:"name"`
 	Diff *analysis.DiffReport `json:"diff,omitempty"`
+	// Goroutines compares the profiled runs' goroutine waits (--goroutines).
+	Goroutines *analysis.DiffReport `json:"goroutines,omitempty"`
 }
 
 func (c *Config) bundled() bool { return c.BaselineCmd == "" && c.CandidateCmd == "" }
@@ -373,7 +378,7 @@ func runOne(ctx context.Context, cfg *Config, side string, pr plannedRun, name s
 	var sess *collector.Session
 	t0 := time.Now()
 	if pr.profiled {
-		sess, err = collector.Start(ctx, collector.Options{TargetsOnly: true, FollowForks: true, CPUHz: cfg.CPUHz, MinBlock: cfg.MinBlock})
+		sess, err = collector.Start(ctx, collector.Options{TargetsOnly: true, FollowForks: true, CPUHz: cfg.CPUHz, MinBlock: cfg.MinBlock, Goroutines: cfg.Goroutines})
 		if err == nil {
 			err = sess.StartCommand(cmd)
 		}
@@ -485,6 +490,11 @@ func saveProfiles(s *collector.Session, dir string) error {
 			return err
 		}
 		if err := write(schema.WakeupsFoldedFile, func(w io.Writer) error { return schema.WriteWakeupsFolded(w, wp) }); err != nil {
+			return err
+		}
+	}
+	if gp := s.Goroutines(); gp != nil {
+		if err := write(schema.GoroutinesFile, gp.Write); err != nil {
 			return err
 		}
 	}

@@ -335,3 +335,28 @@ func TestBenchScenarioRotation(t *testing.T) {
 		}
 	}
 }
+
+// The bundled core's goroutine waits, compared in a profiled run's report.
+func TestBenchGoroutines(t *testing.T) {
+	requireRoot(t)
+	out := t.TempDir()
+	res, err := Run(context.Background(), Config{
+		Scenarios: []string{"key-shared-500x20"}, Variants: []string{"baseline", "candidate"},
+		Runs: 0, ProfiledRuns: 1, Messages: 20000, Rate: -1, Out: out, Executable: buildOffcpu(t), CPUHz: 99, Goroutines: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := res.Scenarios[0].Goroutines
+	if g == nil || g.BaseReport == nil || !g.BaseReport.Goroutines || g.BaseReport.TotalOffCPUNs == 0 {
+		t.Fatalf("no goroutine waits compared: %+v", g)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "### Goroutine waits (profiled runs)")
+	if !ok || !strings.Contains(section, "| goroutines by start function |") || !strings.Contains(section, "dispatcher.runLoad") {
+		t.Errorf("report.md lacks the bundled core's goroutine waits:\n%s", section)
+	}
+}

@@ -71,7 +71,13 @@ func finish(cfg *Config, res *Result) error {
 		if err != nil {
 			return err
 		}
-		res.Scenarios = append(res.Scenarios, ScenarioResult{Name: scenarioLabel(sc), Diff: dr})
+		sr := ScenarioResult{Name: scenarioLabel(sc), Diff: dr}
+		if cfg.Goroutines && i == 0 {
+			if sr.Goroutines, err = diffGoroutines(cfg, res, sc, o); err != nil {
+				return err
+			}
+		}
+		res.Scenarios = append(res.Scenarios, sr)
 	}
 	res.Diff = res.Scenarios[0].Diff
 	if err := writeFlameGraphs(cfg, res, o); err != nil {
@@ -118,6 +124,32 @@ func diffScenario(cfg *Config, res *Result, sc string, o analysis.Options) (*ana
 	return analysis.Diff(sides[0], sides[1], cfg.Rules, o)
 }
 
+// diffGoroutines compares the goroutine waits of one scenario's profiled
+// runs, for every goroutine of the analyzed processes; nil when a side
+// recorded none.
+func diffGoroutines(cfg *Config, res *Result, sc string, o analysis.Options) (*analysis.DiffReport, error) {
+	o.Threads, o.KeyMetrics, o.NotCompared = nil, nil, nil
+	sides := make([]*analysis.Side, 2)
+	for i, name := range cfg.Variants {
+		sides[i] = &analysis.Side{Name: name}
+		for _, r := range res.Runs {
+			path := filepath.Join(r.Dir, schema.GoroutinesFile)
+			if r.Side == name && r.Scenario == sc && r.Profiled && !r.Failed && fileExists(path) {
+				sides[i].Runs = append(sides[i].Runs, analysis.Run{Name: r.Name, Profiled: true, Profiles: []string{path}})
+			}
+		}
+		if len(sides[i].Runs) == 0 {
+			return nil, nil
+		}
+	}
+	return analysis.Diff(sides[0], sides[1], cfg.Rules, o)
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
 func markdown(cfg *Config, res *Result) string {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "## Measurements\n\n")
@@ -144,6 +176,7 @@ func markdown(cfg *Config, res *Result) string {
 		return b.String()
 	}
 	writeProfiled(&b, cfg, res)
+	writeGoroutines(&b, res)
 	writeFlameLinks(&b, cfg, res)
 	fmt.Fprintf(&b, "\nRuns, metrics and profiles: `runs/`; machine-readable: `report.json`.\n")
 	return b.String()
@@ -225,6 +258,18 @@ func writeScenarios(b *bytes.Buffer, cfg *Config, res *Result) {
 		}
 		b.WriteString("\n")
 	}
+}
+
+// writeGoroutines writes the comparison of the profiled runs' goroutine
+// waits, where they were recorded.
+func writeGoroutines(b *bytes.Buffer, res *Result) {
+	if len(res.Scenarios) == 0 || res.Scenarios[0].Goroutines == nil {
+		return
+	}
+	fmt.Fprintf(b, "\n### Goroutine waits (profiled runs)\n\n")
+	var d bytes.Buffer
+	res.Scenarios[0].Goroutines.Write(&d, "markdown")
+	b.WriteString(strings.TrimPrefix(d.String(), "### Measurements\n\n"))
 }
 
 // writeProfiled writes the profiled runs' attribution and wake-ups.

@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf/link"
@@ -24,7 +23,7 @@ type goRecorder struct {
 	objs bpf.GoroutinesObjects
 
 	mu    sync.Mutex
-	links map[[2]uint64]link.Link // by executable (device, inode)
+	links map[uint32]link.Link // by process
 	procs map[uint32]*goRuntime
 	stats GoroutineStats
 }
@@ -51,7 +50,7 @@ func newGoRecorder(maxGoroutines int) (*goRecorder, error) {
 	if maxGoroutines > 0 {
 		spec.Maps[bpf.GoroutinesMapGoParked].MaxEntries = uint32(maxGoroutines)
 	}
-	r := &goRecorder{links: map[[2]uint64]link.Link{}, procs: map[uint32]*goRuntime{}}
+	r := &goRecorder{links: map[uint32]link.Link{}, procs: map[uint32]*goRuntime{}}
 	if err := spec.LoadAndAssign(&r.objs, nil); err != nil {
 		return nil, fmt.Errorf("loading the goroutine probe: %w", err)
 	}
@@ -72,7 +71,7 @@ func (r *goRecorder) add(pid uint32) {
 		return
 	}
 	if err == nil {
-		err = r.attach(exe, rt)
+		err = r.attach(pid, exe, rt)
 	}
 	if err != nil {
 		r.stats.Skipped = append(r.stats.Skipped, fmt.Sprintf("process %d: %v", pid, err))
@@ -86,27 +85,30 @@ func (r *goRecorder) add(pid uint32) {
 	r.stats.Processes++
 }
 
-// attach puts the probe on the executable once, for every process that
-// runs it: go_procs says which count.
-func (r *goRecorder) attach(exe string, rt *goRuntime) error {
-	var st syscall.Stat_t
-	if err := syscall.Stat(exe, &st); err != nil {
-		return err
-	}
-	key := [2]uint64{st.Dev, st.Ino}
-	if _, ok := r.links[key]; ok {
-		return nil
-	}
+// attach puts the probe on the process's executable for that process
+// alone: other processes that run it (the recorder itself, when it
+// records its own workload) do not trap.
+func (r *goRecorder) attach(pid uint32, exe string, rt *goRuntime) error {
 	ex, err := link.OpenExecutable(exe)
 	if err != nil {
 		return err
 	}
-	l, err := ex.Uprobe("runtime.casgstatus", r.objs.GoCasgstatus, &link.UprobeOptions{Address: rt.casgstatus})
+	l, err := ex.Uprobe("runtime.casgstatus", r.objs.GoCasgstatus, &link.UprobeOptions{Address: rt.casgstatus, PID: int(pid)})
 	if err != nil {
 		return fmt.Errorf("uprobe on runtime.casgstatus: %w", err)
 	}
-	r.links[key] = l
+	r.links[pid] = l
 	return nil
+}
+
+// exit removes an ended process's probe; its waits stay for drain.
+func (r *goRecorder) exit(pid uint32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if l, ok := r.links[pid]; ok {
+		l.Close()
+		delete(r.links, pid)
+	}
 }
 
 // detach stops the probes; the maps stay for drain.

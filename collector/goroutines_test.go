@@ -22,6 +22,7 @@ import (
 	"github.com/google/pprof/profile"
 	"golang.org/x/exp/trace"
 
+	"github.com/offcpu/offcpu/analysis"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -29,10 +30,44 @@ import (
 // the table, and equal to its DWARF: what a stripped binary of that
 // release is read with.
 func TestGoOffsetsTable(t *testing.T) {
+	// The building toolchain, and Debian's Go 1.19 (CI installs it).
+	tools := map[string]string{"current": "go"}
+	if _, err := os.Stat(go119Bin); err == nil {
+		tools["go1.19"] = go119Bin
+	} else if os.Getenv("CI") != "" {
+		t.Fatalf("no %s: .ci/run installs golang-1.19-go", go119Bin)
+	}
+	for name, gobin := range tools {
+		t.Run(name, func(t *testing.T) { checkGoOffsets(t, gobin) })
+	}
+	if _, err := readGoRuntime("/bin/sh"); err != errNotGo {
+		t.Errorf("/bin/sh: %v, want errNotGo", err)
+	}
+}
+
+const go119Bin = "/usr/lib/go-1.19/bin/go"
+
+// checkGoOffsets builds the test program with gobin, with DWARF and
+// stripped, and compares the offsets the table gives with DWARF's.
+func checkGoOffsets(t *testing.T, gobin string) {
 	dir := t.TempDir()
+	src, err := os.ReadFile("testdata/goroutines/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	withDWARF, without := filepath.Join(dir, "with"), filepath.Join(dir, "without")
-	build(t, "go", "build", "-o", withDWARF, "./testdata/goroutines")
-	build(t, "go", "build", "-ldflags=-s -w", "-o", without, "./testdata/goroutines")
+	for _, args := range [][]string{{"-o", withDWARF}, {"-ldflags=-s -w", "-o", without}} {
+		cmd := exec.Command(gobin, append(append([]string{"build"}, args...), "main.go")...)
+		cmd.Dir = dir
+		// Outside the module: an older toolchain builds the file alone.
+		cmd.Env = append(os.Environ(), "GO111MODULE=off", "GOTOOLCHAIN=local", "GOFLAGS=")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s build: %v\n%s", gobin, err, out)
+		}
+	}
 	a, err := readGoRuntime(withDWARF)
 	if err != nil {
 		t.Fatal(err)
@@ -41,6 +76,7 @@ func TestGoOffsetsTable(t *testing.T) {
 	if err != nil {
 		t.Fatalf("stripped: %v", err)
 	}
+	t.Logf("%s: %+v", a.version, a.offsets)
 	if !a.fromDWARF || b.fromDWARF {
 		t.Fatalf("DWARF read %v for the plain build, %v for the stripped one", a.fromDWARF, b.fromDWARF)
 	}
@@ -54,9 +90,6 @@ func TestGoOffsetsTable(t *testing.T) {
 		if len(rt.reasons) < 20 || rt.reasons[2] != "IO wait" || !slices.Contains(rt.reasons, "chan receive") {
 			t.Errorf("wait reasons %q", rt.reasons)
 		}
-	}
-	if _, err := readGoRuntime("/bin/sh"); err != errNotGo {
-		t.Errorf("/bin/sh: %v, want errNotGo", err)
 	}
 }
 
@@ -262,6 +295,51 @@ func TestGoroutineWaitsMatchTrace(t *testing.T) {
 		t.Errorf("the waker matches the trace's for %d of %d wake-ups, want ≥ 95%%", same, all)
 	}
 	t.Logf("trace: %d wake-ups, %.1f ms blocked; waker as in the trace for %.2f%%", all, float64(total)/1e6, 100*float64(same)/float64(max(all, 1)))
+	checkGoroutineVerdicts(t, gp)
+}
+
+// checkGoroutineVerdicts analyzes the goroutine profile with the default
+// rules: each function of the test program waits in the category its
+// wait reason and waker give, idle or blocked as a Go developer reads it.
+func checkGoroutineVerdicts(t *testing.T, gp *profile.Profile) {
+	t.Helper()
+	r, err := analysis.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"main.chanRecv": "queue-wait", "main.selectWait": "queue-wait", "main.condWait": "queue-wait",
+		"main.chanSend": "chan-send", "main.mutexWait": "monitor-wait", "main.waitGroupWait": "join-wait",
+		"main.sleeper": "sleep-timer", "main.netServer": "input-wait",
+	}
+	got := map[string]map[string]int64{}
+	d := loadRecorded(t, gp)
+	for i := range d.Stacks {
+		st := &d.Stacks[i]
+		if st.WaitsForCPU() {
+			continue
+		}
+		fn := ""
+		for _, f := range st.Frames {
+			if strings.HasPrefix(f.Name, "main.") && !strings.HasPrefix(f.Name, "main.main") {
+				fn = f.Name // innermost last: frames are root first
+			}
+		}
+		if got[fn] == nil {
+			got[fn] = map[string]int64{}
+		}
+		got[fn][r.Categorize(st)[0]] += st.Value
+	}
+	for fn, cat := range want {
+		var all int64
+		for _, ns := range got[fn] {
+			all += ns
+		}
+		t.Logf("%s: %v", fn, got[fn])
+		if all == 0 || float64(got[fn][cat]) < 0.95*float64(all) {
+			t.Errorf("%s: %v of %v in %s (idle %v), want >= 95%%", fn, time.Duration(got[fn][cat]), time.Duration(all), cat, r.IsIdle(cat))
+		}
+	}
 }
 
 // offcpuWakers counts the goroutine profile's waits by (goroutine, waker).

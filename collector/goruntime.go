@@ -29,13 +29,23 @@ type goRuntime struct {
 var errNotGo = errors.New("not a Go executable")
 
 // goOffsetTable holds the offsets of Go releases, for executables built
-// without DWARF (-ldflags=-w, or stripped). Each was checked against a
-// binary of that release: 1.26 against its DWARF (TestGoOffsetsTable),
-// 1.19 against Debian's nats-server (goroutine ids and reasons read sane).
+// without DWARF (-ldflags=-w, or stripped). runtime.g and runtime.m
+// changed twice since 1.19 (src/runtime/runtime2.go): 1.23 added
+// g.syscallbp before goid, 1.25 removed gobuf.ret (in g.sched and in
+// m.morebuf, before m.curg). Checked against DWARF by TestGoOffsetsTable:
+// 1.19 (Debian's golang-1.19-go) and the building toolchain; 1.27.3 by
+// hand (same as 1.26). The rows between follow from the source alone.
 var goOffsetTable = map[string]bpf.GoroutinesGoOffsets{
-	"go1.19": {Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 104, M_curg: 192},
-	"go1.26": {Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 96, M_curg: 184},
+	"go1.19": go119, "go1.20": go119, "go1.21": go119, "go1.22": go119,
+	"go1.23": go123, "go1.24": go123,
+	"go1.25": go125, "go1.26": go125, "go1.27": go125,
 }
+
+var (
+	go119 = bpf.GoroutinesGoOffsets{Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 104, M_curg: 192}
+	go123 = bpf.GoroutinesGoOffsets{Goid: 160, Waitreason: 184, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 104, M_curg: 192}
+	go125 = bpf.GoroutinesGoOffsets{Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 96, M_curg: 184}
+)
 
 // readGoRuntime reads a Go executable's runtime description.
 func readGoRuntime(path string) (*goRuntime, error) {
@@ -57,7 +67,7 @@ func readGoRuntime(path string) (*goRuntime, error) {
 	} else if off, ok := goOffsetTable[goMinor(bi.GoVersion)]; ok {
 		rt.offsets = off
 	} else {
-		return nil, fmt.Errorf("%s: built with %s and without DWARF: its runtime's layout is not known (known: go1.19, go1.26, or any release with DWARF)", path, bi.GoVersion)
+		return nil, fmt.Errorf("%s: built with %s and without DWARF: its runtime's layout is not known (known: go1.19 to go1.27, or any release built with DWARF)", path, bi.GoVersion)
 	}
 	addr, ok := goFuncAddr(ef, "runtime.casgstatus")
 	if !ok {

@@ -792,6 +792,9 @@ func (s *Session) procEvent(raw []byte) {
 		if s.unw != nil {
 			s.unw.forget(ev.Tgid)
 		}
+		if s.gor != nil {
+			s.gor.exit(ev.Tgid)
+		}
 	case evThreadExit:
 		s.exitedMu.Lock()
 		s.exited[[2]uint32{ev.Tid, ev.Gen}] = thread{tgid: ev.Tgid, gen: ev.Gen, comm: cString(ev.Comm[:]), exited: true}

@@ -59,6 +59,12 @@ type Stack struct {
 	// WakerWaitFrames (its own wait): one hop of a wait chain.
 	WakerWaitNs     int64
 	WakerWaitFrames []Frame
+	// Goroutine waits (Go programs): the goroutine, its wait reason as
+	// the runtime names it ("chan receive", "sync.Mutex.Lock", "IO wait")
+	// and the goroutine that made it runnable (0: the scheduler, for
+	// network polls and timers). Thread is the goroutine's start function.
+	Goid, WakerGoid int64
+	Reason          string
 }
 
 // StateRunQueue is the state of the part of an off-CPU interval after its
@@ -136,20 +142,18 @@ func typeIndex(p *profile.Profile, typ, unit string) int {
 }
 
 func (d *Data) addProfile(path string, p *profile.Profile) error {
-	label := func(s *profile.Sample, k string) string {
-		if v := s.Label[k]; len(v) > 0 {
-			return v[0]
-		}
-		return ""
+	if gIdx := typeIndex(p, GoroutineBlocked, Nanoseconds); gIdx >= 0 {
+		d.addGoroutines(p, gIdx)
+		return nil
 	}
 	wakeIdx, offIdx, cntIdx := typeIndex(p, Wakeups, Count), typeIndex(p, OffCPU, Nanoseconds), typeIndex(p, Switches, Count)
 	cpuIdx, runqIdx := typeIndex(p, CPU, Nanoseconds), typeIndex(p, RunQueue, Nanoseconds)
 	chainIdx := typeIndex(p, WakerWaiting, Nanoseconds)
 	if wakeIdx >= 0 {
 		for _, s := range p.Sample {
-			st := Stack{Kind: KindWakeup, Thread: label(s, LabelThread), Frames: frames(s), Value: s.Value[wakeIdx],
-				Class: label(s, LabelWakeupClass), Target: label(s, LabelTarget),
-				TargetProcess: label(s, LabelTargetProcess), TargetPID: numLabel(s, LabelTargetPID), PID: numLabel(s, LabelPID), Process: label(s, LabelProcess)}
+			st := Stack{Kind: KindWakeup, Thread: sampleLabel(s, LabelThread), Frames: frames(s), Value: s.Value[wakeIdx],
+				Class: sampleLabel(s, LabelWakeupClass), Target: sampleLabel(s, LabelTarget),
+				TargetProcess: sampleLabel(s, LabelTargetProcess), TargetPID: numLabel(s, LabelTargetPID), PID: numLabel(s, LabelPID), Process: sampleLabel(s, LabelProcess)}
 			if offIdx >= 0 {
 				st.Ended = s.Value[offIdx]
 			}
@@ -176,27 +180,78 @@ func (d *Data) addProfile(path string, p *profile.Profile) error {
 	defer func() { MarkInRequest(d.Stacks[first:]) }()
 	for _, s := range p.Sample {
 		fr := frames(s)
-		th := label(s, LabelThread)
+		th := sampleLabel(s, LabelThread)
 		if v := s.Value[offIdx]; v != 0 {
-			st := Stack{Kind: KindOffCPU, Thread: th, Frames: fr, Value: v, State: label(s, LabelState), Waker: label(s, LabelWaker),
-				Class: label(s, LabelWakeupClass), Process: label(s, LabelProcess), WakerProcess: label(s, LabelWakerProcess),
+			st := Stack{Kind: KindOffCPU, Thread: th, Frames: fr, Value: v, State: sampleLabel(s, LabelState), Waker: sampleLabel(s, LabelWaker),
+				Class: sampleLabel(s, LabelWakeupClass), Process: sampleLabel(s, LabelProcess), WakerProcess: sampleLabel(s, LabelWakerProcess),
 				PID: numLabel(s, LabelPID), TID: numLabel(s, LabelTID), WakerPID: numLabel(s, LabelWakerPID),
-				WakerTID: numLabel(s, LabelWakerTID), WakerFrames: ParseWakerStack(label(s, LabelWakerStack))}
+				WakerTID: numLabel(s, LabelWakerTID), WakerFrames: ParseWakerStack(sampleLabel(s, LabelWakerStack))}
 			if cntIdx >= 0 {
 				st.Count = s.Value[cntIdx]
 			}
 			if chainIdx >= 0 && s.Value[chainIdx] > 0 {
 				st.WakerWaitNs = s.Value[chainIdx]
-				st.WakerWaitFrames = ParseWakerStack(label(s, LabelWakerWaitStack))
+				st.WakerWaitFrames = ParseWakerStack(sampleLabel(s, LabelWakerWaitStack))
 			}
 			d.addOffCPU(st, runqIdx, s)
 		}
 		if cpuIdx >= 0 && s.Value[cpuIdx] != 0 {
 			d.Stacks = append(d.Stacks, Stack{Kind: KindCPU, Thread: th, Frames: fr, Value: s.Value[cpuIdx],
-				Process: label(s, LabelProcess), PID: numLabel(s, LabelPID), TID: numLabel(s, LabelTID)})
+				Process: sampleLabel(s, LabelProcess), PID: numLabel(s, LabelPID), TID: numLabel(s, LabelTID)})
 		}
 	}
 	return nil
+}
+
+// addGoroutines adds a goroutine profile's waits: the blocked part (from
+// the park to being made runnable) and, as stacks of their own, the wait
+// for a CPU after it, grouped by the goroutine's start function.
+func (d *Data) addGoroutines(p *profile.Profile, blockedIdx int) {
+	runqIdx, waitsIdx := typeIndex(p, GoroutineRunQueue, Nanoseconds), typeIndex(p, GoroutineWaits, Count)
+	first := len(d.Stacks)
+	for _, s := range p.Sample {
+		fr := frames(s)
+		st := Stack{Kind: KindOffCPU, Thread: GoroutineGroup(fr), Frames: fr, Value: s.Value[blockedIdx],
+			Process: sampleLabel(s, LabelProcess), PID: numLabel(s, LabelPID), Goid: numLabel(s, LabelGoid),
+			Reason: sampleLabel(s, LabelReason), WakerGoid: numLabel(s, LabelWakerGoid), WakerFrames: ParseWakerStack(sampleLabel(s, LabelWakerStack))}
+		switch {
+		case st.WakerGoid != 0:
+			st.Waker, st.WakerPID, st.WakerProcess = GoroutineGroup(st.WakerFrames), st.PID, st.Process
+		case len(st.WakerFrames) > 0:
+			// A network poll or a timer: the runtime's interrupts.
+			st.Waker = "[scheduler]"
+		}
+		if waitsIdx >= 0 {
+			st.Count = s.Value[waitsIdx]
+		}
+		if st.Value > 0 {
+			d.Stacks = append(d.Stacks, st)
+		}
+		if runqIdx >= 0 && s.Value[runqIdx] > 0 {
+			rq := st
+			rq.Value, rq.Count, rq.State = s.Value[runqIdx], 0, StateRunQueue
+			d.Stacks = append(d.Stacks, rq)
+		}
+	}
+	MarkInRequest(d.Stacks[first:])
+}
+
+// GoroutineGroup names a goroutine by its start function: the outermost
+// frame of its stack (root first) below the runtime's goexit.
+func GoroutineGroup(frames []Frame) string {
+	for _, f := range frames {
+		if f.Name != "runtime.goexit" && !f.Kernel {
+			return f.Name
+		}
+	}
+	return "[goroutine]"
+}
+
+func sampleLabel(s *profile.Sample, k string) string {
+	if v := s.Label[k]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // MarkInRequest finds, in one profile's stacks, the threads that serve
@@ -210,11 +265,12 @@ func MarkInRequest(stacks []Stack) {
 		inputAt map[string]bool // user stacks of input waits
 		inputs  [][]string      // the same, root first
 	}
-	threads := map[[2]int64]*thread{}
-	key := func(s *Stack) [2]int64 { return [2]int64{s.PID, s.TID} }
+	// Threads, or goroutines (whose network waits are their input waits).
+	threads := map[[3]int64]*thread{}
+	key := func(s *Stack) [3]int64 { return [3]int64{s.PID, s.TID, s.Goid} }
 	for i := range stacks {
 		s := &stacks[i]
-		if s.Kind != KindOffCPU || s.WaitsForCPU() || s.TID == 0 {
+		if s.Kind != KindOffCPU || s.WaitsForCPU() || (s.TID == 0 && s.Goid == 0) {
 			continue
 		}
 		t := threads[key(s)]
@@ -222,7 +278,7 @@ func MarkInRequest(stacks []Stack) {
 			t = &thread{inputAt: map[string]bool{}}
 			threads[key(s)] = t
 		}
-		if rel := s.WakerRelation(); (rel == "other-program" || s.Class == "net-rx") && !t.inputAt[userFolded(s)] {
+		if rel := s.WakerRelation(); (rel == "other-program" || s.Class == "net-rx" || s.Reason == goNetworkWait) && !t.inputAt[userFolded(s)] {
 			t.inputAt[userFolded(s)] = true
 			t.inputs = append(t.inputs, userFrames(s.Frames))
 		}
@@ -234,11 +290,15 @@ func MarkInRequest(stacks []Stack) {
 			continue
 		}
 		s.InRequest = !t.inputAt[userFolded(s)]
-		if w := threads[[2]int64{s.WakerPID, s.WakerTID}]; s.InRequest && w != nil {
+		if w := threads[[3]int64{s.WakerPID, s.WakerTID, s.WakerGoid}]; s.InRequest && w != nil {
 			s.WakerDispatching = nearInput(userFrames(s.WakerFrames), w.inputs)
 		}
 	}
 }
+
+// goNetworkWait is the Go runtime's wait reason for a goroutine parked in
+// the network poller.
+const goNetworkWait = "IO wait"
 
 // dispatchDepth: a wake-up this many frames or fewer past where the
 // waker's stack leaves one of its input waits' is made from its top of
@@ -387,6 +447,9 @@ func (s *Stack) Folded() string {
 			kernel = true
 		}
 		parts = append(parts, FoldedFrame(f.Name))
+	}
+	if s.Reason != "" {
+		parts = append(parts, FoldedFrame("["+s.Reason+"]"))
 	}
 	return strings.Join(parts, ";")
 }

@@ -157,6 +157,7 @@ func benchFlags(cmd *cobra.Command, cfg *bench.Config, variants, rules *string) 
 	fl.StringVar(&cfg.Target, "target", "", "the system under test: a regexp of process names, or a pid file the command writes (a path) (default: every process but the harness shell)")
 	fl.StringVar(&cfg.Threads, "threads", "", "analyze only threads matching this regexp (default for the bundled core: broker threads)")
 	fl.IntVar(&cfg.CPUHz, "cpu-hz", 99, "on-CPU sampling rate in profiled runs")
+	fl.BoolVar(&cfg.Goroutines, "goroutines", false, "profiled runs also record the goroutine waits of Go programs (the bundled core is one): the report compares them")
 	fl.DurationVar(&cfg.MinBlock, "min-block", 0, "profiled runs record off-CPU intervals at least this long (default: the bundled core 100µs, as seed 000's profile; commands every interval)")
 	fl.StringVar(rules, "rules", "", "attribution rules file (default: built in)")
 }

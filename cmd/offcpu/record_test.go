@@ -137,6 +137,27 @@ func TestRecordGoroutines(t *testing.T) {
 			t.Errorf("folded goroutine waits lack %q", want)
 		}
 	}
+	// analyze, flamegraph and diff read the goroutine profile.
+	gp := filepath.Join(dir, "go.goroutines.pb.gz")
+	rep, err := run(t, "analyze", gp)
+	if err != nil {
+		t.Fatalf("analyze: %v\n%s", err, rep)
+	}
+	for _, want := range []string{"goroutines by start function", "chan-send", "join-wait", "monitor-wait", "queue-wait (idle)"} {
+		if !strings.Contains(rep, want) {
+			t.Errorf("analyze of the goroutine profile lacks %q:\n%s", want, rep)
+		}
+	}
+	svg := filepath.Join(dir, "blocked.svg")
+	if out, err := run(t, "flamegraph", "--blocked", "-o", svg, gp); err != nil {
+		t.Fatalf("flamegraph: %v\n%s", err, out)
+	}
+	if b, err := os.ReadFile(svg); err != nil || !strings.Contains(string(b), "[sync.Mutex.Lock]") || strings.Contains(string(b), "[chan receive]") {
+		t.Errorf("blocked goroutine flame graph: want the mutex waits' reason and no idle channel receives (err %v)", err)
+	}
+	if out, err := run(t, "diff", gp, gp); err != nil || !strings.Contains(out, "chan-send") {
+		t.Errorf("diff of the goroutine profile with itself: %v\n%s", err, out)
+	}
 }
 
 func TestRecordExitStatus(t *testing.T) {
