@@ -133,6 +133,44 @@ struct {
 	__type(value, struct go_stack);
 } go_scratch SEC(".maps");
 
+/* runtime.g from its m field on, in words: m, sched, goid and waitreason
+ * (each at a multiple of 8) are read in one go. */
+#define G_BASE_WORDS 32 /* a power of two: indexes are masked */
+struct go_gwords {
+	u64 w[G_BASE_WORDS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, u32);
+	__type(value, struct go_gwords);
+} go_gbuf SEC(".maps");
+
+/* go_gread reads g's words from offset o->m on into buffer slot (0 or 1). */
+static __always_inline struct go_gwords *go_gread(u64 g, struct go_offsets *o, u32 slot)
+{
+	struct go_gwords *b = bpf_map_lookup_elem(&go_gbuf, &slot);
+	if (!b)
+		return 0;
+	if (!g || bpf_probe_read_user(b, sizeof(*b), (void *)(g + o->m)))
+		__builtin_memset(b, 0, sizeof(*b));
+	return b;
+}
+
+/* go_gword is the word of g at offset off (a multiple of 8), read by
+ * go_gread; go_gbyte the byte. */
+static __always_inline u64 go_gword(struct go_gwords *b, struct go_offsets *o, u32 off)
+{
+	u64 i = ((u64)(off - o->m) / 8) & (G_BASE_WORDS - 1);
+	return b->w[i]; /* user space checks the offsets are in range */
+}
+
+static __always_inline u8 go_gbyte(struct go_gwords *b, struct go_offsets *o, u32 off)
+{
+	return go_gword(b, o, off & ~7U) >> ((off & 7) * 8);
+}
+
 static __always_inline void go_count(u32 stat)
 {
 	u64 *v = bpf_map_lookup_elem(&go_stats, &stat);
@@ -150,18 +188,23 @@ static __always_inline u64 go_u64(u64 addr)
 
 /* Walks frame pointers from pc and bp (ret, when not 0, is the return
  * address of a function that has not pushed its frame yet), stores the
- * stack by its hash and returns the hash (0: none). */
+ * stack by its hash and returns the hash (0: none). A stack ends at its
+ * first 0: what follows in the scratch buffer is left from earlier walks
+ * and neither hashed nor read. Most stacks are seen before: a lookup,
+ * not an update, finds them. */
 static __always_inline u64 go_walk(u64 pc, u64 ret, u64 bp)
 {
 	u32 zero = 0;
 	struct go_stack *st = bpf_map_lookup_elem(&go_scratch, &zero);
 	if (!st || !pc)
 		return 0;
-	__builtin_memset(st, 0, sizeof(*st));
+	u64 h = 14695981039346656037ULL; /* FNV-1a over the addresses */
 	st->ips[0] = pc;
+	h = (h ^ pc) * 1099511628211ULL;
 	u32 n = 1;
 	if (ret) {
 		st->ips[1] = ret;
+		h = (h ^ ret) * 1099511628211ULL;
 		n = 2;
 	}
 	for (int i = 0; i < GO_STACK_DEPTH; i++) {
@@ -169,18 +212,18 @@ static __always_inline u64 go_walk(u64 pc, u64 ret, u64 bp)
 		if (n >= GO_STACK_DEPTH || !bp || bpf_probe_read_user(fr, sizeof(fr), (void *)bp) || !fr[1])
 			break;
 		st->ips[n & (GO_STACK_DEPTH - 1)] = fr[1];
+		h = (h ^ fr[1]) * 1099511628211ULL;
 		n++;
 		if (fr[0] <= bp) /* stacks grow down: a caller's frame is above */
 			break;
 		bp = fr[0];
 	}
-	u64 h = 14695981039346656037ULL; /* FNV-1a over the addresses */
-	for (int i = 0; i < GO_STACK_DEPTH; i++) {
-		h ^= st->ips[i];
-		h *= 1099511628211ULL;
-	}
+	if (n < GO_STACK_DEPTH)
+		st->ips[n & (GO_STACK_DEPTH - 1)] = 0;
 	if (!h)
 		h = 1;
+	if (bpf_map_lookup_elem(&go_stacks, &h))
+		return h;
 	if (bpf_map_update_elem(&go_stacks, &h, st, BPF_NOEXIST) && !bpf_map_lookup_elem(&go_stacks, &h)) {
 		go_count(GO_STAT_LOST_STACKS);
 		return 0;
@@ -218,22 +261,30 @@ int go_casgstatus(struct go_regs *ctx)
 		return 0;
 	u64 gp = ctx->ax;
 	u32 from = ctx->bx, to = ctx->cx;
-	struct go_gkey gk = { .tgid = tgid, .goid = go_u64(gp + o->goid) };
+	int park = from == G_RUNNING && to == G_WAITING;
+	int ready = from == G_WAITING && (to == G_RUNNABLE || to == G_RUNNING);
+	if (!park && !ready && !(from == G_RUNNABLE && to == G_RUNNING))
+		return 0; /* system calls, preemption, exits: not followed */
 	u64 now = bpf_ktime_get_ns();
+	struct go_gkey gk = { .tgid = tgid };
 
-	if (from == G_RUNNING && to == G_WAITING) {
-		struct go_park p = { .park_ns = now, .tid = (u32)id };
-		bpf_probe_read_user(&p.reason, 1, (void *)(gp + o->waitreason));
+	if (park) {
+		struct go_gwords *g = go_gread(gp, o, 0);
+		if (!g)
+			return 0;
+		gk.goid = go_gword(g, o, o->goid);
+		struct go_park p = { .park_ns = now, .tid = (u32)id, .reason = go_gbyte(g, o, o->waitreason) };
 		if (gp == ctx->r14) /* changed its own state, not parked by mcall: sched is stale */
 			p.stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp);
 		else
-			p.stack = go_walk(go_u64(gp + o->sched_pc), 0, go_u64(gp + o->sched_bp));
+			p.stack = go_walk(go_gword(g, o, o->sched_pc), 0, go_gword(g, o, o->sched_bp));
 		go_count(GO_STAT_PARKS);
 		if (bpf_map_update_elem(&go_parked, &gk, &p, BPF_ANY))
 			go_count(GO_STAT_LOST_PARKS);
 		return 0;
 	}
-	if (from == G_WAITING && (to == G_RUNNABLE || to == G_RUNNING)) {
+	gk.goid = go_u64(gp + o->goid);
+	if (ready) {
 		struct go_park *p = bpf_map_lookup_elem(&go_parked, &gk);
 		if (!p) {
 			go_count(GO_STAT_UNSEEN);
@@ -246,16 +297,20 @@ int go_casgstatus(struct go_regs *ctx)
 		 * goid 0) the goroutine the thread was running, whose state
 		 * systemstack saved. */
 		u64 cur = ctx->r14;
-		u64 cur_goid = go_u64(cur + o->goid);
+		struct go_gwords *g = go_gread(cur, o, 0);
+		if (!g)
+			return 0;
+		u64 cur_goid = go_gword(g, o, o->goid);
 		if (cur && cur_goid) {
 			p->waker_goid = cur_goid;
 			p->waker_stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp);
 		} else {
-			u64 curg = go_u64(go_u64(cur + o->m) + o->m_curg);
-			u64 curg_goid = curg ? go_u64(curg + o->goid) : 0;
+			u64 curg = go_u64(go_gword(g, o, o->m) + o->m_curg);
+			struct go_gwords *cg = go_gread(curg, o, 1);
+			u64 curg_goid = cg ? go_gword(cg, o, o->goid) : 0;
 			if (curg_goid) {
 				p->waker_goid = curg_goid;
-				p->waker_stack = go_walk(go_u64(curg + o->sched_pc), 0, go_u64(curg + o->sched_bp));
+				p->waker_stack = go_walk(go_gword(cg, o, o->sched_pc), 0, go_gword(cg, o, o->sched_bp));
 			} else {
 				p->waker_goid = 0;
 				p->waker_stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp);
@@ -267,13 +322,12 @@ int go_casgstatus(struct go_regs *ctx)
 		}
 		return 0;
 	}
-	if (from == G_RUNNABLE && to == G_RUNNING) {
-		struct go_park *p = bpf_map_lookup_elem(&go_parked, &gk);
-		if (!p || !p->ready_ns)
-			return 0;
-		go_count(GO_STAT_RUNS);
-		go_aggregate(tgid, gk.goid, p, now);
-		bpf_map_delete_elem(&go_parked, &gk);
-	}
+	/* runnable -> running */
+	struct go_park *p = bpf_map_lookup_elem(&go_parked, &gk);
+	if (!p || !p->ready_ns)
+		return 0;
+	go_count(GO_STAT_RUNS);
+	go_aggregate(tgid, gk.goid, p, now);
+	bpf_map_delete_elem(&go_parked, &gk);
 	return 0;
 }

@@ -20,6 +20,11 @@ type GoroutinesGoGkey struct {
 	Goid uint64
 }
 
+type GoroutinesGoGwords struct {
+	_ structs.HostLayout
+	W [32]uint64
+}
+
 type GoroutinesGoKey struct {
 	_          structs.HostLayout
 	Tgid       uint32
@@ -84,6 +89,7 @@ type GoroutinesGoVal struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	GoroutinesMapGoGbuf        = "go_gbuf"
 	GoroutinesMapGoParked      = "go_parked"
 	GoroutinesMapGoProcs       = "go_procs"
 	GoroutinesMapGoScratch     = "go_scratch"
@@ -143,6 +149,7 @@ type GoroutinesProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type GoroutinesMapSpecs struct {
+	GoGbuf    *ebpf.MapSpec `ebpf:"go_gbuf"`
 	GoParked  *ebpf.MapSpec `ebpf:"go_parked"`
 	GoProcs   *ebpf.MapSpec `ebpf:"go_procs"`
 	GoScratch *ebpf.MapSpec `ebpf:"go_scratch"`
@@ -178,6 +185,7 @@ func (o *GoroutinesObjects) Close() error {
 //
 // It can be passed to LoadGoroutinesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type GoroutinesMaps struct {
+	GoGbuf    *ebpf.Map `ebpf:"go_gbuf"`
 	GoParked  *ebpf.Map `ebpf:"go_parked"`
 	GoProcs   *ebpf.Map `ebpf:"go_procs"`
 	GoScratch *ebpf.Map `ebpf:"go_scratch"`
@@ -188,6 +196,7 @@ type GoroutinesMaps struct {
 
 func (m *GoroutinesMaps) Close() error {
 	return _GoroutinesClose(
+		m.GoGbuf,
 		m.GoParked,
 		m.GoProcs,
 		m.GoScratch,

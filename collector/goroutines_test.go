@@ -38,7 +38,7 @@ func TestGoOffsetsTable(t *testing.T) {
 		t.Fatalf("no %s: .ci/run installs golang-1.19-go", go119Bin)
 	}
 	for name, gobin := range tools {
-		t.Run(name, func(t *testing.T) { checkGoOffsets(t, gobin) })
+		t.Run(name, func(t *testing.T) { checkTableOffsets(t, gobin) })
 	}
 	if _, err := readGoRuntime("/bin/sh"); err != errNotGo {
 		t.Errorf("/bin/sh: %v, want errNotGo", err)
@@ -47,9 +47,9 @@ func TestGoOffsetsTable(t *testing.T) {
 
 const go119Bin = "/usr/lib/go-1.19/bin/go"
 
-// checkGoOffsets builds the test program with gobin, with DWARF and
+// checkTableOffsets builds the test program with gobin, with DWARF and
 // stripped, and compares the offsets the table gives with DWARF's.
-func checkGoOffsets(t *testing.T, gobin string) {
+func checkTableOffsets(t *testing.T, gobin string) {
 	dir := t.TempDir()
 	src, err := os.ReadFile("testdata/goroutines/main.go")
 	if err != nil {

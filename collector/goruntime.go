@@ -69,6 +69,9 @@ func readGoRuntime(path string) (*goRuntime, error) {
 	} else {
 		return nil, fmt.Errorf("%s: built with %s and without DWARF: its runtime's layout is not known (known: go1.19 to go1.27, or any release built with DWARF)", path, bi.GoVersion)
 	}
+	if err := checkGoOffsets(rt.offsets); err != nil {
+		return nil, fmt.Errorf("%s (%s): %w", path, bi.GoVersion, err)
+	}
 	addr, ok := goFuncAddr(ef, "runtime.casgstatus")
 	if !ok {
 		return nil, fmt.Errorf("%s: runtime.casgstatus not found", path)
@@ -78,6 +81,26 @@ func readGoRuntime(path string) (*goRuntime, error) {
 	}
 	rt.reasons = goWaitReasons(ef)
 	return rt, nil
+}
+
+// gWords is how much of runtime.g, from its m field on, the probe reads
+// in one go (G_BASE_WORDS in goroutines.bpf.c).
+const gWords = 32
+
+// checkGoOffsets: the probe finds goid, waitreason and sched's pc and bp
+// among the gWords words of runtime.g that follow m, the words at a
+// multiple of 8.
+func checkGoOffsets(o bpf.GoroutinesGoOffsets) error {
+	for _, f := range []struct {
+		name string
+		off  uint32
+		word bool
+	}{{"goid", o.Goid, true}, {"waitreason", o.Waitreason, false}, {"sched.pc", o.SchedPc, true}, {"sched.bp", o.SchedBp, true}} {
+		if f.off < o.M || f.off-o.M >= gWords*8 || (f.word && (f.off-o.M)%8 != 0) {
+			return fmt.Errorf("runtime.g.%s at offset %d is not where the probe reads it (from m at %d, %d words)", f.name, f.off, o.M, gWords)
+		}
+	}
+	return nil
 }
 
 // goMinor is "go1.26" of "go1.26.8" (or of "go1.26rc1").

@@ -1,0 +1,103 @@
+package collector
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The cost of recording goroutine waits: testdata/goparks (pairs of
+// goroutines handing a message back and forth, WORK of CPU per message,
+// nearly one park per message; at 40 µs and 2 CPUs about 50,000 parks/s)
+// run unprofiled, under offcpu recording its threads, and under offcpu
+// recording threads and goroutines, interleaved, REPEATS times each.
+// Reports each mode's median messages/s and its ratio to unprofiled, and
+// for goroutines the recorder's cost per park: the BPF program's run time
+// per park (bpf_stats) and the program's CPU per message over the
+// unprofiled one (uprobe traps included). OFFCPU_GOPARKS="WORK_US
+// SECONDS REPEATS" (default "40 3 3"). As root:
+//
+//	go test -run XXX -bench GoroutineParks -benchtime 1x ./collector
+func BenchmarkGoroutineParks(b *testing.B) {
+	requireBPF(b)
+	work, secs, repeats := 40, 3, 3
+	benchEnv(b, "OFFCPU_GOPARKS", "WORK_US SECONDS REPEATS", &work, &secs, &repeats)
+	bin := filepath.Join(b.TempDir(), "goparks")
+	build(b, "go", "build", "-o", bin, "./testdata/goparks")
+	defer enableBPFStats(b).Close()
+	type result struct{ rate, cpuPerMsg, bpfPerPark, parksPerSec, runsPerPark float64 }
+	modes := []string{"unprofiled", "threads", "threads+goroutines"}
+	results := map[string][]result{}
+	for i := 0; i < repeats*len(modes); i++ {
+		mode := modes[i%len(modes)]
+		cmd := exec.Command(bin, fmt.Sprintf("%ds", secs), fmt.Sprintf("%dus", work), "8")
+		var out strings.Builder
+		cmd.Stdout = &out
+		var s *Session
+		var err error
+		if mode != "unprofiled" {
+			if s, err = Start(context.Background(), Options{TargetsOnly: true, Goroutines: mode == "threads+goroutines"}); err != nil {
+				b.Fatal(err)
+			}
+			err = s.StartCommand(cmd)
+		} else {
+			err = cmd.Start()
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		var r result
+		var runtime time.Duration
+		var runs uint64
+		if err := cmd.Wait(); err != nil {
+			b.Fatalf("goparks: %v", err)
+		}
+		if s != nil {
+			for _, p := range bpfPrograms() {
+				if strings.HasPrefix(p.name, "go_casg") {
+					runtime += p.runtime
+					runs += p.runs
+				}
+			}
+			if _, err := s.Stop(); err != nil {
+				b.Fatal(err)
+			}
+			if g := s.Stats().Goroutines; g != nil && g.Parks > 0 {
+				r.bpfPerPark = float64(runtime) / float64(g.Parks)
+				r.parksPerSec = float64(g.Parks) / float64(secs)
+				r.runsPerPark = float64(runs) / float64(g.Parks)
+			}
+		}
+		var msgs, cpu int64
+		if _, err := fmt.Sscan(out.String(), &msgs, &cpu); err != nil || msgs == 0 {
+			b.Fatalf("goparks printed %q", out.String())
+		}
+		r.rate, r.cpuPerMsg = float64(msgs)/float64(secs), float64(cpu)/float64(msgs)
+		results[mode] = append(results[mode], r)
+	}
+	med := func(mode string, f func(result) float64) float64 {
+		var v []float64
+		for _, r := range results[mode] {
+			v = append(v, f(r))
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	base := med("unprofiled", func(r result) float64 { return r.rate })
+	baseCPU := med("unprofiled", func(r result) float64 { return r.cpuPerMsg })
+	for _, mode := range modes {
+		rate := med(mode, func(r result) float64 { return r.rate })
+		line := fmt.Sprintf("%-19s %8.0f msg/s  %.3f× unprofiled  CPU %6.0f ns/msg (+%.0f)", mode, rate, rate/base,
+			med(mode, func(r result) float64 { return r.cpuPerMsg }), med(mode, func(r result) float64 { return r.cpuPerMsg })-baseCPU)
+		if mode == "threads+goroutines" {
+			line += fmt.Sprintf("  %.0f parks/s, BPF %.0f ns/park in %.2f runs", med(mode, func(r result) float64 { return r.parksPerSec }),
+				med(mode, func(r result) float64 { return r.bpfPerPark }), med(mode, func(r result) float64 { return r.runsPerPark }))
+		}
+		b.Log(line)
+	}
+}
