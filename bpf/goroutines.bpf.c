@@ -39,14 +39,17 @@ struct go_offsets {
 	u32 pad;
 };
 
+/* A parked goroutine, by its runtime.g's address: every transition has
+ * it in a register, and a g is not reused while it waits. */
 struct go_gkey {
 	u32 tgid;
 	u32 pad;
-	u64 goid;
+	u64 g;
 };
 
 /* A goroutine between its park and its next run. */
 struct go_park {
+	u64 goid;
 	u64 park_ns;
 	u64 ready_ns; /* 0: still waiting */
 	u64 stack;
@@ -133,9 +136,10 @@ struct {
 	__type(value, struct go_stack);
 } go_scratch SEC(".maps");
 
-/* runtime.g from its m field on, in words: m, sched, goid and waitreason
- * (each at a multiple of 8) are read in one go. */
+/* runtime.g's first words: stack.hi, m, sched, goid and waitreason (each
+ * at a multiple of 8) are read in one go. */
 #define G_BASE_WORDS 32 /* a power of two: indexes are masked */
+#define G_STACK_HI 8     /* g.stack.hi: the stack is g's first field */
 struct go_gwords {
 	u64 w[G_BASE_WORDS];
 };
@@ -147,13 +151,13 @@ struct {
 	__type(value, struct go_gwords);
 } go_gbuf SEC(".maps");
 
-/* go_gread reads g's words from offset o->m on into buffer slot (0 or 1). */
+/* go_gread reads g's first words into buffer slot (0 or 1). */
 static __always_inline struct go_gwords *go_gread(u64 g, struct go_offsets *o, u32 slot)
 {
 	struct go_gwords *b = bpf_map_lookup_elem(&go_gbuf, &slot);
 	if (!b)
 		return 0;
-	if (!g || bpf_probe_read_user(b, sizeof(*b), (void *)(g + o->m)))
+	if (!g || bpf_probe_read_user(b, sizeof(*b), (void *)g))
 		__builtin_memset(b, 0, sizeof(*b));
 	return b;
 }
@@ -162,7 +166,7 @@ static __always_inline struct go_gwords *go_gread(u64 g, struct go_offsets *o, u
  * go_gread; go_gbyte the byte. */
 static __always_inline u64 go_gword(struct go_gwords *b, struct go_offsets *o, u32 off)
 {
-	u64 i = ((u64)(off - o->m) / 8) & (G_BASE_WORDS - 1);
+	u64 i = ((u64)off / 8) & (G_BASE_WORDS - 1);
 	return b->w[i]; /* user space checks the offsets are in range */
 }
 
@@ -186,18 +190,40 @@ static __always_inline u64 go_u64(u64 addr)
 	return v;
 }
 
+/* A goroutine's frames, read in one go from its innermost frame pointer
+ * up: most stacks fit, and one read costs what one frame's does. */
+#define GO_CHUNK 2048
+struct go_chunk {
+	u64 w[GO_CHUNK / 8];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct go_chunk);
+} go_chunkbuf SEC(".maps");
+
 /* Walks frame pointers from pc and bp (ret, when not 0, is the return
- * address of a function that has not pushed its frame yet), stores the
- * stack by its hash and returns the hash (0: none). A stack ends at its
- * first 0: what follows in the scratch buffer is left from earlier walks
- * and neither hashed nor read. Most stacks are seen before: a lookup,
- * not an update, finds them. */
-static __always_inline u64 go_walk(u64 pc, u64 ret, u64 bp)
+ * address of a function that has not pushed its frame yet; hi, when not
+ * 0, the top of the stack), stores the stack by its hash and returns the
+ * hash (0: none). Frames within GO_CHUNK of bp are read in one go, the
+ * rest one by one. A stack ends at its first 0: what follows in the
+ * scratch buffer is left from earlier walks and neither hashed nor read.
+ * Most stacks are seen before: a lookup, not an update, finds them. */
+static __always_inline u64 go_walk(u64 pc, u64 ret, u64 bp, u64 hi)
 {
 	u32 zero = 0;
 	struct go_stack *st = bpf_map_lookup_elem(&go_scratch, &zero);
-	if (!st || !pc)
+	struct go_chunk *c = bpf_map_lookup_elem(&go_chunkbuf, &zero);
+	if (!st || !c || !pc)
 		return 0;
+	u64 base = bp, len = GO_CHUNK - 8;
+	if (hi > bp && hi - bp < len)
+		len = hi - bp; /* not past the top of the stack */
+	len &= GO_CHUNK - 1;
+	if (!bp || bpf_probe_read_user(c, len, (void *)bp))
+		len = 0;
 	u64 h = 14695981039346656037ULL; /* FNV-1a over the addresses */
 	st->ips[0] = pc;
 	h = (h ^ pc) * 1099511628211ULL;
@@ -209,7 +235,16 @@ static __always_inline u64 go_walk(u64 pc, u64 ret, u64 bp)
 	}
 	for (int i = 0; i < GO_STACK_DEPTH; i++) {
 		u64 fr[2];
-		if (n >= GO_STACK_DEPTH || !bp || bpf_probe_read_user(fr, sizeof(fr), (void *)bp) || !fr[1])
+		if (n >= GO_STACK_DEPTH || !bp)
+			break;
+		u64 off = bp - base;
+		if (bp >= base && off + 16 <= len) {
+			fr[0] = c->w[(off / 8) & (GO_CHUNK / 8 - 1)];
+			fr[1] = c->w[(off / 8 + 1) & (GO_CHUNK / 8 - 1)];
+		} else if (bpf_probe_read_user(fr, sizeof(fr), (void *)bp)) {
+			break;
+		}
+		if (!fr[1])
 			break;
 		st->ips[n & (GO_STACK_DEPTH - 1)] = fr[1];
 		h = (h ^ fr[1]) * 1099511628211ULL;
@@ -266,24 +301,23 @@ int go_casgstatus(struct go_regs *ctx)
 	if (!park && !ready && !(from == G_RUNNABLE && to == G_RUNNING))
 		return 0; /* system calls, preemption, exits: not followed */
 	u64 now = bpf_ktime_get_ns();
-	struct go_gkey gk = { .tgid = tgid };
+	struct go_gkey gk = { .tgid = tgid, .g = gp };
 
 	if (park) {
 		struct go_gwords *g = go_gread(gp, o, 0);
 		if (!g)
 			return 0;
-		gk.goid = go_gword(g, o, o->goid);
-		struct go_park p = { .park_ns = now, .tid = (u32)id, .reason = go_gbyte(g, o, o->waitreason) };
+		struct go_park p = { .goid = go_gword(g, o, o->goid), .park_ns = now, .tid = (u32)id,
+				     .reason = go_gbyte(g, o, o->waitreason) };
 		if (gp == ctx->r14) /* changed its own state, not parked by mcall: sched is stale */
-			p.stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp);
+			p.stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp, go_gword(g, o, G_STACK_HI));
 		else
-			p.stack = go_walk(go_gword(g, o, o->sched_pc), 0, go_gword(g, o, o->sched_bp));
+			p.stack = go_walk(go_gword(g, o, o->sched_pc), 0, go_gword(g, o, o->sched_bp), go_gword(g, o, G_STACK_HI));
 		go_count(GO_STAT_PARKS);
 		if (bpf_map_update_elem(&go_parked, &gk, &p, BPF_ANY))
 			go_count(GO_STAT_LOST_PARKS);
 		return 0;
 	}
-	gk.goid = go_u64(gp + o->goid);
 	if (ready) {
 		struct go_park *p = bpf_map_lookup_elem(&go_parked, &gk);
 		if (!p) {
@@ -303,21 +337,21 @@ int go_casgstatus(struct go_regs *ctx)
 		u64 cur_goid = go_gword(g, o, o->goid);
 		if (cur && cur_goid) {
 			p->waker_goid = cur_goid;
-			p->waker_stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp);
+			p->waker_stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp, go_gword(g, o, G_STACK_HI));
 		} else {
 			u64 curg = go_u64(go_gword(g, o, o->m) + o->m_curg);
 			struct go_gwords *cg = go_gread(curg, o, 1);
 			u64 curg_goid = cg ? go_gword(cg, o, o->goid) : 0;
 			if (curg_goid) {
 				p->waker_goid = curg_goid;
-				p->waker_stack = go_walk(go_gword(cg, o, o->sched_pc), 0, go_gword(cg, o, o->sched_bp));
+				p->waker_stack = go_walk(go_gword(cg, o, o->sched_pc), 0, go_gword(cg, o, o->sched_bp), go_gword(cg, o, G_STACK_HI));
 			} else {
 				p->waker_goid = 0;
-				p->waker_stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp);
+				p->waker_stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp, go_gword(g, o, G_STACK_HI));
 			}
 		}
 		if (to == G_RUNNING) { /* run at once: no run-queue wait */
-			go_aggregate(tgid, gk.goid, p, now);
+			go_aggregate(tgid, p->goid, p, now);
 			bpf_map_delete_elem(&go_parked, &gk);
 		}
 		return 0;
@@ -327,7 +361,7 @@ int go_casgstatus(struct go_regs *ctx)
 	if (!p || !p->ready_ns)
 		return 0;
 	go_count(GO_STAT_RUNS);
-	go_aggregate(tgid, gk.goid, p, now);
+	go_aggregate(tgid, p->goid, p, now);
 	bpf_map_delete_elem(&go_parked, &gk);
 	return 0;
 }

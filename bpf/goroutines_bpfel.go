@@ -13,11 +13,16 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type GoroutinesGoChunk struct {
+	_ structs.HostLayout
+	W [256]uint64
+}
+
 type GoroutinesGoGkey struct {
 	_    structs.HostLayout
 	Tgid uint32
 	Pad  uint32
-	Goid uint64
+	G    uint64
 }
 
 type GoroutinesGoGwords struct {
@@ -49,6 +54,7 @@ type GoroutinesGoOffsets struct {
 
 type GoroutinesGoPark struct {
 	_          structs.HostLayout
+	Goid       uint64
 	ParkNs     uint64
 	ReadyNs    uint64
 	Stack      uint64
@@ -89,6 +95,7 @@ type GoroutinesGoVal struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	GoroutinesMapGoChunkbuf    = "go_chunkbuf"
 	GoroutinesMapGoGbuf        = "go_gbuf"
 	GoroutinesMapGoParked      = "go_parked"
 	GoroutinesMapGoProcs       = "go_procs"
@@ -149,13 +156,14 @@ type GoroutinesProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type GoroutinesMapSpecs struct {
-	GoGbuf    *ebpf.MapSpec `ebpf:"go_gbuf"`
-	GoParked  *ebpf.MapSpec `ebpf:"go_parked"`
-	GoProcs   *ebpf.MapSpec `ebpf:"go_procs"`
-	GoScratch *ebpf.MapSpec `ebpf:"go_scratch"`
-	GoStacks  *ebpf.MapSpec `ebpf:"go_stacks"`
-	GoStats   *ebpf.MapSpec `ebpf:"go_stats"`
-	GoWaits   *ebpf.MapSpec `ebpf:"go_waits"`
+	GoChunkbuf *ebpf.MapSpec `ebpf:"go_chunkbuf"`
+	GoGbuf     *ebpf.MapSpec `ebpf:"go_gbuf"`
+	GoParked   *ebpf.MapSpec `ebpf:"go_parked"`
+	GoProcs    *ebpf.MapSpec `ebpf:"go_procs"`
+	GoScratch  *ebpf.MapSpec `ebpf:"go_scratch"`
+	GoStacks   *ebpf.MapSpec `ebpf:"go_stacks"`
+	GoStats    *ebpf.MapSpec `ebpf:"go_stats"`
+	GoWaits    *ebpf.MapSpec `ebpf:"go_waits"`
 }
 
 // GoroutinesVariableSpecs contains global variables before they are loaded into the kernel.
@@ -185,17 +193,19 @@ func (o *GoroutinesObjects) Close() error {
 //
 // It can be passed to LoadGoroutinesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type GoroutinesMaps struct {
-	GoGbuf    *ebpf.Map `ebpf:"go_gbuf"`
-	GoParked  *ebpf.Map `ebpf:"go_parked"`
-	GoProcs   *ebpf.Map `ebpf:"go_procs"`
-	GoScratch *ebpf.Map `ebpf:"go_scratch"`
-	GoStacks  *ebpf.Map `ebpf:"go_stacks"`
-	GoStats   *ebpf.Map `ebpf:"go_stats"`
-	GoWaits   *ebpf.Map `ebpf:"go_waits"`
+	GoChunkbuf *ebpf.Map `ebpf:"go_chunkbuf"`
+	GoGbuf     *ebpf.Map `ebpf:"go_gbuf"`
+	GoParked   *ebpf.Map `ebpf:"go_parked"`
+	GoProcs    *ebpf.Map `ebpf:"go_procs"`
+	GoScratch  *ebpf.Map `ebpf:"go_scratch"`
+	GoStacks   *ebpf.Map `ebpf:"go_stacks"`
+	GoStats    *ebpf.Map `ebpf:"go_stats"`
+	GoWaits    *ebpf.Map `ebpf:"go_waits"`
 }
 
 func (m *GoroutinesMaps) Close() error {
 	return _GoroutinesClose(
+		m.GoChunkbuf,
 		m.GoGbuf,
 		m.GoParked,
 		m.GoProcs,

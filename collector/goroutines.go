@@ -149,7 +149,7 @@ func (r *goRecorder) drain(end uint64) (waits []goWait, stacks map[uint64][]uint
 		if p.ParkNs == 0 || p.ParkNs > end {
 			continue
 		}
-		w := goWait{key: bpf.GoroutinesGoKey{Tgid: gk.Tgid, Reason: p.Reason, Goid: gk.Goid, Stack: p.Stack,
+		w := goWait{key: bpf.GoroutinesGoKey{Tgid: gk.Tgid, Reason: p.Reason, Goid: p.Goid, Stack: p.Stack,
 			WakerStack: p.WakerStack, WakerGoid: p.WakerGoid}}
 		w.val.Count = 1
 		if p.ReadyNs != 0 && p.ReadyNs <= end {

@@ -83,21 +83,21 @@ func readGoRuntime(path string) (*goRuntime, error) {
 	return rt, nil
 }
 
-// gWords is how much of runtime.g, from its m field on, the probe reads
-// in one go (G_BASE_WORDS in goroutines.bpf.c).
+// gWords is how much of runtime.g the probe reads in one go (G_BASE_WORDS
+// in goroutines.bpf.c).
 const gWords = 32
 
-// checkGoOffsets: the probe finds goid, waitreason and sched's pc and bp
-// among the gWords words of runtime.g that follow m, the words at a
-// multiple of 8.
+// checkGoOffsets: the probe finds m, goid, waitreason and sched's pc and
+// bp among the first gWords words of runtime.g, the words at a multiple
+// of 8.
 func checkGoOffsets(o bpf.GoroutinesGoOffsets) error {
 	for _, f := range []struct {
 		name string
 		off  uint32
 		word bool
-	}{{"goid", o.Goid, true}, {"waitreason", o.Waitreason, false}, {"sched.pc", o.SchedPc, true}, {"sched.bp", o.SchedBp, true}} {
-		if f.off < o.M || f.off-o.M >= gWords*8 || (f.word && (f.off-o.M)%8 != 0) {
-			return fmt.Errorf("runtime.g.%s at offset %d is not where the probe reads it (from m at %d, %d words)", f.name, f.off, o.M, gWords)
+	}{{"m", o.M, true}, {"goid", o.Goid, true}, {"waitreason", o.Waitreason, false}, {"sched.pc", o.SchedPc, true}, {"sched.bp", o.SchedBp, true}} {
+		if f.off >= gWords*8 || (f.word && f.off%8 != 0) {
+			return fmt.Errorf("runtime.g.%s at offset %d is not where the probe reads it (the first %d words)", f.name, f.off, gWords)
 		}
 	}
 	return nil
