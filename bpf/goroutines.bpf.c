@@ -85,9 +85,10 @@ enum go_stat {
 	GO_STAT_READIES,
 	GO_STAT_RUNS,
 	GO_STAT_LOST_PARKS,  /* go_parked full: the wait is not counted */
-	GO_STAT_LOST_WAITS,  /* go_waits full */
+	GO_STAT_LOST_WAITS,  /* go_waits full, even without goroutine ids */
 	GO_STAT_LOST_STACKS, /* go_stacks full: counted without its stack */
 	GO_STAT_UNSEEN,      /* made runnable, its park not seen (before the probe) */
+	GO_STAT_MERGED,      /* go_waits full: counted without its goroutine ids */
 	GO_STAT_MAX,
 };
 
@@ -114,6 +115,14 @@ struct {
 	__type(key, struct go_key);
 	__type(value, struct go_val);
 } go_waits SEC(".maps");
+
+/* Waits aggregated without goroutine ids, when go_waits is full. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct go_key);
+	__type(value, struct go_val);
+} go_waits_merged SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -266,18 +275,30 @@ static __always_inline u64 go_walk(u64 pc, u64 ret, u64 bp, u64 hi)
 	return h;
 }
 
+/* GO_MERGED stands for the goroutine ids of waits aggregated without
+ * them: with more goroutines than go_waits holds, their time still counts. */
+#define GO_MERGED (~0ULL)
+
+static __always_inline struct go_val *go_waits_entry(void *map, struct go_key *k)
+{
+	struct go_val *v = bpf_map_lookup_elem(map, k);
+	if (v)
+		return v;
+	struct go_val zero = {};
+	bpf_map_update_elem(map, k, &zero, BPF_NOEXIST);
+	return bpf_map_lookup_elem(map, k);
+}
+
 static __always_inline void go_aggregate(u32 tgid, u64 goid, struct go_park *p, u64 now)
 {
 	struct go_key k = { .tgid = tgid, .reason = p->reason, .goid = goid, .stack = p->stack,
 			    .waker_stack = p->waker_stack, .waker_goid = p->waker_goid };
-	struct go_val *v = bpf_map_lookup_elem(&go_waits, &k);
+	struct go_val *v = go_waits_entry(&go_waits, &k);
 	if (!v) {
-		struct go_val zero = {};
-		if (bpf_map_update_elem(&go_waits, &k, &zero, BPF_NOEXIST) && !bpf_map_lookup_elem(&go_waits, &k)) {
-			go_count(GO_STAT_LOST_WAITS);
-			return;
-		}
-		v = bpf_map_lookup_elem(&go_waits, &k);
+		k.goid = GO_MERGED;
+		k.waker_goid = p->waker_goid ? GO_MERGED : 0;
+		v = go_waits_entry(&go_waits_merged, &k);
+		go_count(v ? GO_STAT_MERGED : GO_STAT_LOST_WAITS);
 		if (!v)
 			return;
 	}

@@ -81,7 +81,8 @@ const (
 	GoroutinesGoStatGO_STAT_LOST_WAITS  GoroutinesGoStat = 4
 	GoroutinesGoStatGO_STAT_LOST_STACKS GoroutinesGoStat = 5
 	GoroutinesGoStatGO_STAT_UNSEEN      GoroutinesGoStat = 6
-	GoroutinesGoStatGO_STAT_MAX         GoroutinesGoStat = 7
+	GoroutinesGoStatGO_STAT_MERGED      GoroutinesGoStat = 7
+	GoroutinesGoStatGO_STAT_MAX         GoroutinesGoStat = 8
 )
 
 type GoroutinesGoVal struct {
@@ -103,6 +104,7 @@ const (
 	GoroutinesMapGoStacks      = "go_stacks"
 	GoroutinesMapGoStats       = "go_stats"
 	GoroutinesMapGoWaits       = "go_waits"
+	GoroutinesMapGoWaitsMerged = "go_waits_merged"
 	GoroutinesProgGoCasgstatus = "go_casgstatus"
 	GoroutinesVarGoStatCount   = "go_stat_count"
 )
@@ -156,14 +158,15 @@ type GoroutinesProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type GoroutinesMapSpecs struct {
-	GoChunkbuf *ebpf.MapSpec `ebpf:"go_chunkbuf"`
-	GoGbuf     *ebpf.MapSpec `ebpf:"go_gbuf"`
-	GoParked   *ebpf.MapSpec `ebpf:"go_parked"`
-	GoProcs    *ebpf.MapSpec `ebpf:"go_procs"`
-	GoScratch  *ebpf.MapSpec `ebpf:"go_scratch"`
-	GoStacks   *ebpf.MapSpec `ebpf:"go_stacks"`
-	GoStats    *ebpf.MapSpec `ebpf:"go_stats"`
-	GoWaits    *ebpf.MapSpec `ebpf:"go_waits"`
+	GoChunkbuf    *ebpf.MapSpec `ebpf:"go_chunkbuf"`
+	GoGbuf        *ebpf.MapSpec `ebpf:"go_gbuf"`
+	GoParked      *ebpf.MapSpec `ebpf:"go_parked"`
+	GoProcs       *ebpf.MapSpec `ebpf:"go_procs"`
+	GoScratch     *ebpf.MapSpec `ebpf:"go_scratch"`
+	GoStacks      *ebpf.MapSpec `ebpf:"go_stacks"`
+	GoStats       *ebpf.MapSpec `ebpf:"go_stats"`
+	GoWaits       *ebpf.MapSpec `ebpf:"go_waits"`
+	GoWaitsMerged *ebpf.MapSpec `ebpf:"go_waits_merged"`
 }
 
 // GoroutinesVariableSpecs contains global variables before they are loaded into the kernel.
@@ -193,14 +196,15 @@ func (o *GoroutinesObjects) Close() error {
 //
 // It can be passed to LoadGoroutinesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type GoroutinesMaps struct {
-	GoChunkbuf *ebpf.Map `ebpf:"go_chunkbuf"`
-	GoGbuf     *ebpf.Map `ebpf:"go_gbuf"`
-	GoParked   *ebpf.Map `ebpf:"go_parked"`
-	GoProcs    *ebpf.Map `ebpf:"go_procs"`
-	GoScratch  *ebpf.Map `ebpf:"go_scratch"`
-	GoStacks   *ebpf.Map `ebpf:"go_stacks"`
-	GoStats    *ebpf.Map `ebpf:"go_stats"`
-	GoWaits    *ebpf.Map `ebpf:"go_waits"`
+	GoChunkbuf    *ebpf.Map `ebpf:"go_chunkbuf"`
+	GoGbuf        *ebpf.Map `ebpf:"go_gbuf"`
+	GoParked      *ebpf.Map `ebpf:"go_parked"`
+	GoProcs       *ebpf.Map `ebpf:"go_procs"`
+	GoScratch     *ebpf.Map `ebpf:"go_scratch"`
+	GoStacks      *ebpf.Map `ebpf:"go_stacks"`
+	GoStats       *ebpf.Map `ebpf:"go_stats"`
+	GoWaits       *ebpf.Map `ebpf:"go_waits"`
+	GoWaitsMerged *ebpf.Map `ebpf:"go_waits_merged"`
 }
 
 func (m *GoroutinesMaps) Close() error {
@@ -213,6 +217,7 @@ func (m *GoroutinesMaps) Close() error {
 		m.GoStacks,
 		m.GoStats,
 		m.GoWaits,
+		m.GoWaitsMerged,
 	)
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/google/pprof/profile"
 
@@ -38,6 +39,9 @@ type GoroutineStats struct {
 	Unseen    uint64   `json:"unseen"`      // made runnable, parked before the probe: not counted
 	LostParks uint64   `json:"lost_parks"`  // goroutine map full (--goroutines-max)
 	LostWaits uint64   `json:"lost_waits"`  // aggregation map full
+	// Merged: waits counted without their goroutine ids (goid -1), the
+	// aggregation map being full of other goroutines'.
+	Merged uint64 `json:"merged_waits"`
 	LostStack uint64   `json:"lost_stacks"` // stack map full: counted without a stack
 	Skipped   []string `json:"skipped,omitempty"`
 }
@@ -138,9 +142,11 @@ type goWait struct {
 func (r *goRecorder) drain(end uint64) (waits []goWait, stacks map[uint64][]uint64) {
 	var k bpf.GoroutinesGoKey
 	var v bpf.GoroutinesGoVal
-	it := r.objs.GoWaits.Iterate()
-	for it.Next(&k, &v) {
-		waits = append(waits, goWait{k, v})
+	for _, m := range []*ebpf.Map{r.objs.GoWaits, r.objs.GoWaitsMerged} {
+		it := m.Iterate()
+		for it.Next(&k, &v) {
+			waits = append(waits, goWait{k, v})
+		}
 	}
 	var gk bpf.GoroutinesGoGkey
 	var p bpf.GoroutinesGoPark
@@ -177,7 +183,7 @@ func (r *goRecorder) drain(end uint64) (waits []goWait, stacks map[uint64][]uint
 	}
 	var per []uint64
 	for i, dst := range []*uint64{&r.stats.Parks, &r.stats.Readies, &r.stats.Runs, &r.stats.LostParks,
-		&r.stats.LostWaits, &r.stats.LostStack, &r.stats.Unseen} {
+		&r.stats.LostWaits, &r.stats.LostStack, &r.stats.Unseen, &r.stats.Merged} {
 		if err := r.objs.GoStats.Lookup(uint32(i), &per); err == nil {
 			*dst = 0
 			for _, n := range per {
@@ -225,8 +231,8 @@ func (r *goRecorder) profile(sym *symbolizer, waits []goWait, stacks map[uint64]
 	p.Mapping = p.Mapping[1:] // no kernel frames: the executable's mapping comes first, as pprof's main file
 	p.TimeNanos, p.DurationNanos = start.UnixNano(), int64(dur)
 	st := r.stats
-	p.Comments = append(p.Comments, fmt.Sprintf("offcpu goroutines: processes=%d parks=%d readies=%d runs=%d open=%d unseen=%d lost_parks=%d lost_waits=%d lost_stacks=%d",
-		st.Processes, st.Parks, st.Readies, st.Runs, st.Open, st.Unseen, st.LostParks, st.LostWaits, st.LostStack))
+	p.Comments = append(p.Comments, fmt.Sprintf("offcpu goroutines: processes=%d parks=%d readies=%d runs=%d open=%d unseen=%d lost_parks=%d lost_waits=%d lost_stacks=%d merged_waits=%d",
+		st.Processes, st.Parks, st.Readies, st.Runs, st.Open, st.Unseen, st.LostParks, st.LostWaits, st.LostStack, st.Merged))
 	for _, s := range st.Skipped {
 		p.Comments = append(p.Comments, "skipped: "+s)
 	}

@@ -511,3 +511,44 @@ func TestGoroutineWaitsNATSServer(t *testing.T) {
 	}
 	t.Logf("%d goroutine waits compared (%.1f ms); waker as in the trace for %d of %d wake-ups", compared, float64(total)/1e6, same, all)
 }
+
+// 100,000 goroutines wait on one channel, then sleep: more than the
+// aggregation map holds by goroutine, so waits are merged without their
+// ids, and none is lost; per function and reason the time matches the
+// execution trace's.
+func TestManyGoroutines(t *testing.T) {
+	requireBPF(t)
+	dir := t.TempDir()
+	bin, tr := filepath.Join(dir, "many"), filepath.Join(dir, "trace.out")
+	build(t, "go", "build", "-o", bin, "./testdata/manygoroutines")
+	s, err := Start(context.Background(), Options{TargetsOnly: true, NoWakeups: true, Goroutines: true})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	cmd := exec.Command(bin, tr, "100000")
+	cmd.Stderr = os.Stderr
+	if err := s.StartCommand(cmd); err != nil {
+		s.Stop()
+		t.Fatal(err)
+	}
+	runErr := cmd.Wait()
+	if _, err := s.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if runErr != nil {
+		t.Fatalf("the program: %v", runErr)
+	}
+	st := s.Stats().Goroutines
+	t.Logf("goroutine stats %+v", *st)
+	if st.Parks < 200000 || st.LostParks+st.LostWaits+st.LostStack != 0 || st.Merged == 0 {
+		t.Errorf("parks %d (want >= 200000), lost %d/%d/%d (want none), merged %d (want some)", st.Parks, st.LostParks, st.LostWaits, st.LostStack, st.Merged)
+	}
+	want, got := traceWaits(t, tr).byKey, offcpuWaits(s.Goroutines())
+	for _, k := range []goWaitKey{{"main.waiter", "chan"}, {"main.waiter", "sleep"}} {
+		w, g := want[k], got[k]
+		t.Logf("%s %s: trace %.1f s, offcpu %.1f s", k.fn, k.class, float64(w)/1e9, float64(g)/1e9)
+		if w == 0 || math.Abs(float64(g-w)) > 0.05*float64(w) {
+			t.Errorf("%s %s: offcpu %.1f s, trace %.1f s: want within 5%%", k.fn, k.class, float64(g)/1e9, float64(w)/1e9)
+		}
+	}
+}

@@ -53,7 +53,8 @@ const (
 	// The waker's own wait that overlapped the interval (user frames root
 	// first, "-", kernel frames), when waker_waiting is not 0.
 	LabelWakerWaitStack = "waker_wait_stack"
-	// Goroutine waits: the goroutine (numeric), its wait reason as the Go
+	// Goroutine waits: the goroutine (numeric; -1: waits merged without
+	// their ids, more goroutines than the recorder aggregates), its wait reason as the Go
 	// runtime names it ("chan receive", "sync.Mutex.Lock", "IO wait"), and
 	// the goroutine that made it runnable (numeric; 0: the scheduler, for
 	// network polls and timers); waker_stack is that goroutine's stack.

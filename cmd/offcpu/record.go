@@ -444,6 +444,9 @@ func printGoroutines(w io.Writer, g *collector.GoroutineStats, f *recordFlags) {
 		fmt.Fprintf(w, "goroutines: %d Go processes, %d parks, %d made runnable, %d still waiting at the end; written to %s\n",
 			g.Processes, g.Parks, g.Readies, g.Open, f.goroutinesOut)
 	}
+	if g.Merged > 0 {
+		fmt.Fprintf(w, "goroutines: %d waits counted without their goroutine ids (goid -1): more goroutines than the aggregation map holds\n", g.Merged)
+	}
 	if lost := g.LostParks + g.LostWaits; lost > 0 || g.LostStack > 0 {
 		fmt.Fprintf(w, "goroutines: lost %d parks (--goroutines-max), %d waits (aggregation full), %d stacks\n", g.LostParks, g.LostWaits, g.LostStack)
 	}
