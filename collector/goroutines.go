@@ -31,17 +31,17 @@ type goRecorder struct {
 
 // GoroutineStats describes the goroutine waits recorded.
 type GoroutineStats struct {
-	Processes int      `json:"processes"` // Go processes probed
-	Parks     uint64   `json:"parks"`
-	Readies   uint64   `json:"readies"`
-	Runs      uint64   `json:"runs"`
-	Open      uint64   `json:"open"`        // still parked or runnable at the end, counted up to it
-	Unseen    uint64   `json:"unseen"`      // made runnable, parked before the probe: not counted
-	LostParks uint64   `json:"lost_parks"`  // goroutine map full (--goroutines-max)
-	LostWaits uint64   `json:"lost_waits"`  // aggregation map full
+	Processes int    `json:"processes"` // Go processes probed
+	Parks     uint64 `json:"parks"`
+	Readies   uint64 `json:"readies"`
+	Runs      uint64 `json:"runs"`
+	Open      uint64 `json:"open"`       // still parked or runnable at the end, counted up to it
+	Unseen    uint64 `json:"unseen"`     // made runnable, parked before the probe: not counted
+	LostParks uint64 `json:"lost_parks"` // goroutine map full (--goroutines-max)
+	LostWaits uint64 `json:"lost_waits"` // aggregation map full
 	// Merged: waits counted without their goroutine ids (goid -1), the
 	// aggregation map being full of other goroutines'.
-	Merged uint64 `json:"merged_waits"`
+	Merged    uint64   `json:"merged_waits"`
 	LostStack uint64   `json:"lost_stacks"` // stack map full: counted without a stack
 	Skipped   []string `json:"skipped,omitempty"`
 }
