@@ -221,19 +221,19 @@ func offcpuWaits(p *profile.Profile) map[goWaitKey]int64 {
 	return out
 }
 
-// A Go program waits in every common way with the runtime's execution
-// trace on: the goroutine waits recorded from outside match the trace's,
-// per innermost function and reason, within 5%.
-func TestGoroutineWaitsMatchTrace(t *testing.T) {
-	requireBPF(t)
-	dir := t.TempDir()
-	bin, tr := filepath.Join(dir, "goroutines"), filepath.Join(dir, "trace.out")
-	build(t, "go", "build", "-o", bin, "./testdata/goroutines")
+// recordGoProgram builds the Go program in dir and records its goroutine
+// waits from its start to its exit; it writes its execution trace to the
+// file returned (its first argument, then args).
+func recordGoProgram(t *testing.T, dir string, args ...string) (*Session, string) {
+	t.Helper()
+	tmp := t.TempDir()
+	bin, tr := filepath.Join(tmp, "prog"), filepath.Join(tmp, "trace.out")
+	build(t, "go", "build", "-o", bin, dir)
 	s, err := Start(context.Background(), Options{TargetsOnly: true, NoWakeups: true, Goroutines: true})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	cmd := exec.Command(bin, tr, "1500ms")
+	cmd := exec.Command(bin, append([]string{tr}, args...)...)
 	cmd.Stderr = os.Stderr
 	if err := s.StartCommand(cmd); err != nil {
 		s.Stop()
@@ -246,6 +246,15 @@ func TestGoroutineWaitsMatchTrace(t *testing.T) {
 	if runErr != nil {
 		t.Fatalf("the program: %v", runErr)
 	}
+	return s, tr
+}
+
+// A Go program waits in every common way with the runtime's execution
+// trace on: the goroutine waits recorded from outside match the trace's,
+// per innermost function and reason, within 5%.
+func TestGoroutineWaitsMatchTrace(t *testing.T) {
+	requireBPF(t)
+	s, tr := recordGoProgram(t, "./testdata/goroutines", "1500ms")
 	gp := s.Goroutines()
 	if gp == nil {
 		t.Fatal("no goroutine profile")
@@ -518,26 +527,7 @@ func TestGoroutineWaitsNATSServer(t *testing.T) {
 // execution trace's.
 func TestManyGoroutines(t *testing.T) {
 	requireBPF(t)
-	dir := t.TempDir()
-	bin, tr := filepath.Join(dir, "many"), filepath.Join(dir, "trace.out")
-	build(t, "go", "build", "-o", bin, "./testdata/manygoroutines")
-	s, err := Start(context.Background(), Options{TargetsOnly: true, NoWakeups: true, Goroutines: true})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	cmd := exec.Command(bin, tr, "100000")
-	cmd.Stderr = os.Stderr
-	if err := s.StartCommand(cmd); err != nil {
-		s.Stop()
-		t.Fatal(err)
-	}
-	runErr := cmd.Wait()
-	if _, err := s.Stop(); err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	if runErr != nil {
-		t.Fatalf("the program: %v", runErr)
-	}
+	s, tr := recordGoProgram(t, "./testdata/manygoroutines", "100000")
 	st := s.Stats().Goroutines
 	t.Logf("goroutine stats %+v", *st)
 	if st.Parks < 200000 || st.LostParks+st.LostWaits+st.LostStack != 0 || st.Merged == 0 {
