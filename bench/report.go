@@ -134,7 +134,10 @@ func diffGoroutines(cfg *Config, res *Result, sc string, o analysis.Options) (*a
 		sides[i] = &analysis.Side{Name: name}
 		for _, r := range res.Runs {
 			path := filepath.Join(r.Dir, schema.GoroutinesFile)
-			if r.Side == name && r.Scenario == sc && r.Profiled && !r.Failed && fileExists(path) {
+			if r.Side == name && r.Scenario == sc && r.Profiled && !r.Failed {
+				if _, err := os.Stat(path); err != nil {
+					continue
+				}
 				sides[i].Runs = append(sides[i].Runs, analysis.Run{Name: r.Name, Profiled: true, Profiles: []string{path}})
 			}
 		}
@@ -143,11 +146,6 @@ func diffGoroutines(cfg *Config, res *Result, sc string, o analysis.Options) (*a
 		}
 	}
 	return analysis.Diff(sides[0], sides[1], cfg.Rules, o)
-}
-
-func fileExists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
 }
 
 func markdown(cfg *Config, res *Result) string {

@@ -161,7 +161,7 @@ struct {
 } go_gbuf SEC(".maps");
 
 /* go_gread reads g's first words into buffer slot (0 or 1). */
-static __always_inline struct go_gwords *go_gread(u64 g, struct go_offsets *o, u32 slot)
+static __always_inline struct go_gwords *go_gread(u64 g, u32 slot)
 {
 	struct go_gwords *b = bpf_map_lookup_elem(&go_gbuf, &slot);
 	if (!b)
@@ -173,15 +173,15 @@ static __always_inline struct go_gwords *go_gread(u64 g, struct go_offsets *o, u
 
 /* go_gword is the word of g at offset off (a multiple of 8), read by
  * go_gread; go_gbyte the byte. */
-static __always_inline u64 go_gword(struct go_gwords *b, struct go_offsets *o, u32 off)
+static __always_inline u64 go_gword(struct go_gwords *b, u32 off)
 {
 	u64 i = ((u64)off / 8) & (G_BASE_WORDS - 1);
 	return b->w[i]; /* user space checks the offsets are in range */
 }
 
-static __always_inline u8 go_gbyte(struct go_gwords *b, struct go_offsets *o, u32 off)
+static __always_inline u8 go_gbyte(struct go_gwords *b, u32 off)
 {
-	return go_gword(b, o, off & ~7U) >> ((off & 7) * 8);
+	return go_gword(b, off & ~7U) >> ((off & 7) * 8);
 }
 
 static __always_inline void go_count(u32 stat)
@@ -325,15 +325,15 @@ int go_casgstatus(struct go_regs *ctx)
 	struct go_gkey gk = { .tgid = tgid, .g = gp };
 
 	if (park) {
-		struct go_gwords *g = go_gread(gp, o, 0);
+		struct go_gwords *g = go_gread(gp, 0);
 		if (!g)
 			return 0;
-		struct go_park p = { .goid = go_gword(g, o, o->goid), .park_ns = now, .tid = (u32)id,
-				     .reason = go_gbyte(g, o, o->waitreason) };
+		struct go_park p = { .goid = go_gword(g, o->goid), .park_ns = now, .tid = (u32)id,
+				     .reason = go_gbyte(g, o->waitreason) };
 		if (gp == ctx->r14) /* changed its own state, not parked by mcall: sched is stale */
-			p.stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp, go_gword(g, o, G_STACK_HI));
+			p.stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp, go_gword(g, G_STACK_HI));
 		else
-			p.stack = go_walk(go_gword(g, o, o->sched_pc), 0, go_gword(g, o, o->sched_bp), go_gword(g, o, G_STACK_HI));
+			p.stack = go_walk(go_gword(g, o->sched_pc), 0, go_gword(g, o->sched_bp), go_gword(g, G_STACK_HI));
 		go_count(GO_STAT_PARKS);
 		if (bpf_map_update_elem(&go_parked, &gk, &p, BPF_ANY))
 			go_count(GO_STAT_LOST_PARKS);
@@ -352,23 +352,23 @@ int go_casgstatus(struct go_regs *ctx)
 		 * goid 0) the goroutine the thread was running, whose state
 		 * systemstack saved. */
 		u64 cur = ctx->r14;
-		struct go_gwords *g = go_gread(cur, o, 0);
+		struct go_gwords *g = go_gread(cur, 0);
 		if (!g)
 			return 0;
-		u64 cur_goid = go_gword(g, o, o->goid);
+		u64 cur_goid = go_gword(g, o->goid);
 		if (cur && cur_goid) {
 			p->waker_goid = cur_goid;
-			p->waker_stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp, go_gword(g, o, G_STACK_HI));
+			p->waker_stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp, go_gword(g, G_STACK_HI));
 		} else {
-			u64 curg = go_u64(go_gword(g, o, o->m) + o->m_curg);
-			struct go_gwords *cg = go_gread(curg, o, 1);
-			u64 curg_goid = cg ? go_gword(cg, o, o->goid) : 0;
+			u64 curg = go_u64(go_gword(g, o->m) + o->m_curg);
+			struct go_gwords *cg = go_gread(curg, 1);
+			u64 curg_goid = cg ? go_gword(cg, o->goid) : 0;
 			if (curg_goid) {
 				p->waker_goid = curg_goid;
-				p->waker_stack = go_walk(go_gword(cg, o, o->sched_pc), 0, go_gword(cg, o, o->sched_bp), go_gword(cg, o, G_STACK_HI));
+				p->waker_stack = go_walk(go_gword(cg, o->sched_pc), 0, go_gword(cg, o->sched_bp), go_gword(cg, G_STACK_HI));
 			} else {
 				p->waker_goid = 0;
-				p->waker_stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp, go_gword(g, o, G_STACK_HI));
+				p->waker_stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp, go_gword(g, G_STACK_HI));
 			}
 		}
 		if (to == G_RUNNING) { /* run at once: no run-queue wait */

@@ -211,12 +211,12 @@ func (d *Data) addGoroutines(p *profile.Profile, blockedIdx int) {
 	first := len(d.Stacks)
 	for _, s := range p.Sample {
 		fr := frames(s)
-		st := Stack{Kind: KindOffCPU, Thread: GoroutineGroup(fr), Frames: fr, Value: s.Value[blockedIdx],
+		st := Stack{Kind: KindOffCPU, Thread: goroutineGroup(fr), Frames: fr, Value: s.Value[blockedIdx],
 			Process: sampleLabel(s, LabelProcess), PID: numLabel(s, LabelPID), Goid: numLabel(s, LabelGoid),
 			Reason: sampleLabel(s, LabelReason), WakerGoid: numLabel(s, LabelWakerGoid), WakerFrames: ParseWakerStack(sampleLabel(s, LabelWakerStack))}
 		switch {
 		case st.WakerGoid != 0:
-			st.Waker, st.WakerPID, st.WakerProcess = GoroutineGroup(st.WakerFrames), st.PID, st.Process
+			st.Waker, st.WakerPID, st.WakerProcess = goroutineGroup(st.WakerFrames), st.PID, st.Process
 		case len(st.WakerFrames) > 0:
 			// A network poll or a timer: the runtime's interrupts.
 			st.Waker = "[scheduler]"
@@ -236,9 +236,9 @@ func (d *Data) addGoroutines(p *profile.Profile, blockedIdx int) {
 	MarkInRequest(d.Stacks[first:])
 }
 
-// GoroutineGroup names a goroutine by its start function: the outermost
+// goroutineGroup names a goroutine by its start function: the outermost
 // frame of its stack (root first) below the runtime's goexit.
-func GoroutineGroup(frames []Frame) string {
+func goroutineGroup(frames []Frame) string {
 	for _, f := range frames {
 		if f.Name != "runtime.goexit" && !f.Kernel {
 			return f.Name
