@@ -315,6 +315,25 @@ int offcpu_flush_open(struct bpf_iter__task *ctx)
 	return 0;
 }
 
+/* Run at each cut of a continuous recording: stores every recorded
+ * thread's on-CPU total so far, its current run by the scheduler's own
+ * count (what its switch-out will add to, so the totals never go back). */
+SEC("iter/task")
+int offcpu_snap_oncpu(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	if (!task || !task->pid)
+		return 0;
+	struct start_rec *s = bpf_task_storage_get(&task_starts, task, 0, 0);
+	if (!s || !s->counting)
+		return 0;
+	u64 oncpu = s->oncpu, ran = task->se.sum_exec_runtime;
+	if (s->running && ran > s->in_ran)
+		oncpu += ran - s->in_ran;
+	store_oncpu(task, oncpu);
+	return 0;
+}
+
 /* Run once right after the probes attach: walks the user stack of every
  * target thread blocked at that moment (another task's memory can only be
  * read from a sleepable program), so an interval blocked since before the

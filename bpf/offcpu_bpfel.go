@@ -320,6 +320,7 @@ const (
 	OffcpuProgOffcpuRename      = "offcpu_rename"
 	OffcpuProgOffcpuRenameTp    = "offcpu_rename_tp"
 	OffcpuProgOffcpuSnapBlocked = "offcpu_snap_blocked"
+	OffcpuProgOffcpuSnapOncpu   = "offcpu_snap_oncpu"
 	OffcpuProgOffcpuSwitch      = "offcpu_switch"
 	OffcpuProgOffcpuSwitchTp    = "offcpu_switch_tp"
 	OffcpuProgOffcpuWakeup      = "offcpu_wakeup"
@@ -400,6 +401,7 @@ type OffcpuProgramSpecs struct {
 	OffcpuRename      *ebpf.ProgramSpec `ebpf:"offcpu_rename"`
 	OffcpuRenameTp    *ebpf.ProgramSpec `ebpf:"offcpu_rename_tp"`
 	OffcpuSnapBlocked *ebpf.ProgramSpec `ebpf:"offcpu_snap_blocked"`
+	OffcpuSnapOncpu   *ebpf.ProgramSpec `ebpf:"offcpu_snap_oncpu"`
 	OffcpuSwitch      *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
 	OffcpuSwitchTp    *ebpf.ProgramSpec `ebpf:"offcpu_switch_tp"`
 	OffcpuWakeup      *ebpf.ProgramSpec `ebpf:"offcpu_wakeup"`
@@ -595,6 +597,7 @@ type OffcpuPrograms struct {
 	OffcpuRename      *ebpf.Program `ebpf:"offcpu_rename"`
 	OffcpuRenameTp    *ebpf.Program `ebpf:"offcpu_rename_tp"`
 	OffcpuSnapBlocked *ebpf.Program `ebpf:"offcpu_snap_blocked"`
+	OffcpuSnapOncpu   *ebpf.Program `ebpf:"offcpu_snap_oncpu"`
 	OffcpuSwitch      *ebpf.Program `ebpf:"offcpu_switch"`
 	OffcpuSwitchTp    *ebpf.Program `ebpf:"offcpu_switch_tp"`
 	OffcpuWakeup      *ebpf.Program `ebpf:"offcpu_wakeup"`
@@ -614,6 +617,7 @@ func (p *OffcpuPrograms) Close() error {
 		p.OffcpuRename,
 		p.OffcpuRenameTp,
 		p.OffcpuSnapBlocked,
+		p.OffcpuSnapOncpu,
 		p.OffcpuSwitch,
 		p.OffcpuSwitchTp,
 		p.OffcpuWakeup,

@@ -32,6 +32,7 @@ type record struct {
 	open      bool // still off-CPU when recording stopped
 	prestart  bool // blocked since before the start: stacks walked at the start
 	kthread   bool // known to be a kernel thread (prestart records)
+	id        any  // the map key it was read under (continuous deltas)
 }
 
 // waker is who ended an interval or made a wake-up.
@@ -54,6 +55,7 @@ type cpuRecord struct {
 	gen          uint32
 	count        uint64
 	user, kernel []uint64
+	id           bpf.OffcpuCpuKey
 }
 
 // wakeRecord is one wake-up aggregation entry.
@@ -62,6 +64,7 @@ type wakeRecord struct {
 	gen       uint32 // its incarnation (0: unknown)
 	count     uint64
 	waker     waker
+	id        bpf.OffcpuWakeKey
 }
 
 // recording is what a session drained from the kernel: plain data that
@@ -108,7 +111,9 @@ func (d *recording) threadOf(r *record) thread {
 	return d.threads[r.tid]
 }
 
-func (s *Session) drain() (*recording, error) {
+// drain reads every map. final: the window is closed (Stop), the open
+// intervals of the classic tracepoint mode are accounted up to its end.
+func (s *Session) drain(final bool) (*recording, error) {
 	d := &recording{threads: map[uint32]thread{}, exited: map[[2]uint32]thread{}, oncpu: map[[2]uint32]cpuTotal{}}
 	stacks := s.coll.Maps[bpf.OffcpuMapStacks]
 	cache := map[int64][]uint64{}
@@ -124,7 +129,10 @@ func (s *Session) drain() (*recording, error) {
 		if err := stacks.Lookup(id, &raw); err == nil {
 			st = trimStack(raw.Ips[:])
 		} else if s.spill != nil {
-			st, _ = s.spill.get(id)
+			var ok bool
+			if st, ok = s.spill.get(id); !ok {
+				s.stats.StacksMissing++
+			}
 		}
 		cache[id] = st
 		return st
@@ -140,6 +148,7 @@ func (s *Session) drain() (*recording, error) {
 		r.kernel = getStack(key.Kstack)
 		r.waker = decodeWaker(key.Waker, getStack)
 		r.open = key.Open != 0
+		r.id = key
 		if r.open {
 			s.stats.OpenIntervals += val.Count
 			s.stats.OpenTime += durationNs(val.Ns)
@@ -153,7 +162,9 @@ func (s *Session) drain() (*recording, error) {
 		return nil, fmt.Errorf("reading the aggregation map: %w", err)
 	}
 	if !s.flushIter {
-		s.drainOpenStarts(d, getStack)
+		if final {
+			s.drainOpenStarts(d, getStack)
+		}
 	} else if err := s.drainPrestart(d, getStack); err != nil {
 		return nil, err
 	}
@@ -182,7 +193,7 @@ func (s *Session) drainWakeupsAndSamples(d *recording, getStack func(int64) []ui
 	var n uint64
 	wit := s.coll.Maps[bpf.OffcpuMapWakeups].Iterate()
 	for wit.Next(&wk, &n) {
-		d.wakes = append(d.wakes, wakeRecord{tgid: wk.TargetTgid, tid: wk.TargetTid, gen: wk.TargetGen, count: n, waker: decodeWaker(wk.Waker, getStack)})
+		d.wakes = append(d.wakes, wakeRecord{tgid: wk.TargetTgid, tid: wk.TargetTid, gen: wk.TargetGen, count: n, waker: decodeWaker(wk.Waker, getStack), id: wk})
 		s.stats.Wakeups += n
 	}
 	if err := wit.Err(); err != nil {
@@ -191,7 +202,7 @@ func (s *Session) drainWakeupsAndSamples(d *recording, getStack func(int64) []ui
 	var ck bpf.OffcpuCpuKey
 	cit := s.coll.Maps[bpf.OffcpuMapCpuSamples].Iterate()
 	for cit.Next(&ck, &n) {
-		d.cpu = append(d.cpu, cpuRecord{tgid: ck.Tgid, tid: ck.Tid, gen: ck.Gen, count: n, user: getStack(ck.Ustack), kernel: getStack(ck.Kstack)})
+		d.cpu = append(d.cpu, cpuRecord{tgid: ck.Tgid, tid: ck.Tid, gen: ck.Gen, count: n, user: getStack(ck.Ustack), kernel: getStack(ck.Kstack), id: ck})
 		s.stats.CPUSamples += n
 	}
 	if err := cit.Err(); err != nil {
@@ -427,7 +438,8 @@ func (s *Session) drainPrestart(d *recording, getStack func(int64) []uint64) err
 			kernel = append(kernel, ip)
 		}
 		d.records = append(d.records, record{tgid: v.Tgid, tid: tid, gen: v.Gen, state: State(v.State), ns: v.Ns, count: 1, runq: min(v.RunqNs, v.Ns),
-			kernel: kernel, user: getStack(v.Ustack), userErr: min(v.Ustack, -1), open: v.Whole != 0, prestart: true, kthread: v.Kthread != 0})
+			kernel: kernel, user: getStack(v.Ustack), userErr: min(v.Ustack, -1), open: v.Whole != 0, prestart: true, kthread: v.Kthread != 0,
+			id: prestartKey{tid: tid, gen: v.Gen, ustack: v.Ustack}})
 		s.stats.Intervals++
 		s.stats.OffCPU += durationNs(v.Ns)
 		s.stats.RunQueue += durationNs(min(v.RunqNs, v.Ns))

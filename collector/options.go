@@ -115,6 +115,12 @@ type Options struct {
 	// runnable (default 131072); beyond it parks are counted as lost.
 	MaxGoroutines int
 
+	// Continuous keeps the maps across Session.Snapshot calls: each one
+	// returns what ended since the previous one, and the entries of
+	// threads and processes that exited are evicted so that memory stays
+	// bounded by what is alive.
+	Continuous bool
+
 	// Stats enables kernel.bpf_stats_enabled while recording, to report
 	// the mean cost of a program run.
 	Stats bool
@@ -149,6 +155,9 @@ func (o *Options) validate() error {
 	}
 	if o.MinBlock < 0 || o.MaxBlock < 0 {
 		return fmt.Errorf("block-time bounds must not be negative")
+	}
+	if o.Continuous && o.Goroutines {
+		return fmt.Errorf("goroutine waits are recorded in one window only: drop --goroutines or --continuous")
 	}
 	if o.CPUHz < 0 || o.CPUHz > 10000 {
 		return fmt.Errorf("--cpu-hz %d out of range (0 to 10000)", o.CPUHz)

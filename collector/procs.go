@@ -258,6 +258,18 @@ func (p *procInfo) find(addr uint64) *mapping {
 	return nil
 }
 
+// forget drops an exited process's mappings once nothing is left to name.
+func (t *procTable) forget(pid uint32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.procs[pid]; p != nil {
+		if p.root != nil {
+			p.root.Close()
+		}
+		delete(t.procs, pid)
+	}
+}
+
 func (t *procTable) close() {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -72,6 +72,8 @@ type Session struct {
 	wakeProf *profile.Profile
 	offwake  *profile.Profile
 	goProf   *profile.Profile
+	cont     *continuous // Options.Continuous
+	final    *Interval
 	stats    Stats
 	stopErr  error
 }
@@ -100,6 +102,11 @@ type Stats struct {
 	// StacksMoved: stacks moved from the full BPF map to memory while
 	// recording (many short-lived processes), not lost.
 	StacksMoved uint64 `json:"stacks_moved"`
+	// StacksMissing: stack ids found neither in the map nor in memory
+	// (continuous mode: evicted with the last thread that used them while
+	// another thread still waited with the same stack); their intervals
+	// are kept without that stack.
+	StacksMissing uint64 `json:"stacks_missing,omitempty"`
 
 	UserStackLost   uint64        `json:"user_stack_lost"` // user stack not stored (map full or collision)
 	KernelStackLost uint64        `json:"kernel_stack_lost"`
@@ -240,6 +247,9 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 	_ = rlimit.RemoveMemlock()
 
 	s := &Session{opts: opts, procs: newProcTable(), readerDone: make(chan struct{}), exited: map[[2]uint32]thread{}}
+	if opts.Continuous {
+		s.cont = newContinuous()
+	}
 	if opts.NoDebugInfo {
 		s.procs.files.DebugDir = ""
 	}
@@ -478,6 +488,7 @@ func (s *Session) spec(cgroupID uint64, btfMode bool) (*ebpf.CollectionSpec, err
 		}
 		delete(spec.Programs, bpf.OffcpuProgOffcpuFlushOpen)
 		delete(spec.Programs, bpf.OffcpuProgOffcpuSnapBlocked)
+		delete(spec.Programs, bpf.OffcpuProgOffcpuSnapOncpu)
 		delete(spec.Maps, bpf.OffcpuMapTaskStarts)
 		delete(spec.Maps, bpf.OffcpuMapThreadCpus)
 		delete(spec.Maps, bpf.OffcpuMapTaskWaits)
@@ -795,6 +806,11 @@ func (s *Session) procEvent(raw []byte) {
 		if s.gor != nil {
 			s.gor.exit(ev.Tgid)
 		}
+		if s.cont != nil {
+			s.exitedMu.Lock()
+			s.cont.deadProcs[ev.Tgid] = true
+			s.exitedMu.Unlock()
+		}
 	case evThreadExit:
 		s.exitedMu.Lock()
 		s.exited[[2]uint32{ev.Tid, ev.Gen}] = thread{tgid: ev.Tgid, gen: ev.Gen, comm: cString(ev.Comm[:]), exited: true}
@@ -882,8 +898,9 @@ func (s *Session) Stop() (*profile.Profile, error) {
 		}
 		s.rd.Close()
 		<-s.readerDone
-		d, err := s.drain()
-		if err != nil {
+		if s.cont != nil {
+			s.stopContinuous()
+		} else if d, err := s.drain(true); err != nil {
 			s.stopErr = err
 		} else {
 			s.prof, s.wakeProf, s.offwake, s.stopErr = s.buildProfiles(d)
@@ -897,6 +914,19 @@ func (s *Session) Stop() (*profile.Profile, error) {
 		s.procs.close()
 	})
 	return s.prof, s.stopErr
+}
+
+// stopContinuous cuts the last interval; the session's stats become the
+// sum of its intervals.
+func (s *Session) stopContinuous() {
+	s.final, s.stopErr = s.cut(true)
+	if s.final != nil {
+		s.prof, s.wakeProf = s.final.Profile, s.final.Wakeups
+	}
+	kept := s.stats
+	s.stats = s.cont.total
+	s.stats.Attach, s.stats.Warnings, s.stats.Programs = kept.Attach, kept.Warnings, kept.Programs
+	s.stats.Duration = kept.Duration
 }
 
 // Wakeups returns, after Stop, the wake-up profile: waker stacks with

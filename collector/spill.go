@@ -120,6 +120,15 @@ func (sp *stackSpill) get(id int64) ([]uint64, bool) {
 	return st, ok
 }
 
+// forget drops moved stacks no longer used.
+func (sp *stackSpill) forget(ids []int64) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	for _, id := range ids {
+		delete(sp.stacks, id)
+	}
+}
+
 // count is how many stacks were moved out.
 func (sp *stackSpill) count() uint64 {
 	sp.mu.Lock()

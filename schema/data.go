@@ -65,6 +65,9 @@ type Stack struct {
 	// network polls and timers). Thread is the goroutine's start function.
 	Goid, WakerGoid int64
 	Reason          string
+	// Sample is the pprof sample the stack was read from (nil for folded
+	// input); several stacks share one when its wait for a CPU is split.
+	Sample *profile.Sample
 }
 
 // StateRunQueue is the state of the part of an off-CPU interval after its
@@ -141,6 +144,16 @@ func typeIndex(p *profile.Profile, typ, unit string) int {
 	return -1
 }
 
+// FromProfile reads one profile that offcpu (or Go) wrote, as Load does a
+// file.
+func FromProfile(p *profile.Profile) (*Data, error) {
+	d := &Data{}
+	if err := d.addProfile("profile", p); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
 func (d *Data) addProfile(path string, p *profile.Profile) error {
 	if gIdx := typeIndex(p, GoroutineBlocked, Nanoseconds); gIdx >= 0 {
 		d.addGoroutines(p, gIdx)
@@ -151,7 +164,7 @@ func (d *Data) addProfile(path string, p *profile.Profile) error {
 	chainIdx := typeIndex(p, WakerWaiting, Nanoseconds)
 	if wakeIdx >= 0 {
 		for _, s := range p.Sample {
-			st := Stack{Kind: KindWakeup, Thread: sampleLabel(s, LabelThread), Frames: frames(s), Value: s.Value[wakeIdx],
+			st := Stack{Kind: KindWakeup, Thread: sampleLabel(s, LabelThread), Frames: frames(s), Value: s.Value[wakeIdx], Sample: s,
 				Class: sampleLabel(s, LabelWakeupClass), Target: sampleLabel(s, LabelTarget),
 				TargetProcess: sampleLabel(s, LabelTargetProcess), TargetPID: numLabel(s, LabelTargetPID), PID: numLabel(s, LabelPID), Process: sampleLabel(s, LabelProcess)}
 			if offIdx >= 0 {
@@ -182,7 +195,7 @@ func (d *Data) addProfile(path string, p *profile.Profile) error {
 		fr := frames(s)
 		th := sampleLabel(s, LabelThread)
 		if v := s.Value[offIdx]; v != 0 {
-			st := Stack{Kind: KindOffCPU, Thread: th, Frames: fr, Value: v, State: sampleLabel(s, LabelState), Waker: sampleLabel(s, LabelWaker),
+			st := Stack{Kind: KindOffCPU, Thread: th, Frames: fr, Value: v, Sample: s, State: sampleLabel(s, LabelState), Waker: sampleLabel(s, LabelWaker),
 				Class: sampleLabel(s, LabelWakeupClass), Process: sampleLabel(s, LabelProcess), WakerProcess: sampleLabel(s, LabelWakerProcess),
 				PID: numLabel(s, LabelPID), TID: numLabel(s, LabelTID), WakerPID: numLabel(s, LabelWakerPID),
 				WakerTID: numLabel(s, LabelWakerTID), WakerFrames: ParseWakerStack(sampleLabel(s, LabelWakerStack))}
@@ -196,7 +209,7 @@ func (d *Data) addProfile(path string, p *profile.Profile) error {
 			d.addOffCPU(st, runqIdx, s)
 		}
 		if cpuIdx >= 0 && s.Value[cpuIdx] != 0 {
-			d.Stacks = append(d.Stacks, Stack{Kind: KindCPU, Thread: th, Frames: fr, Value: s.Value[cpuIdx],
+			d.Stacks = append(d.Stacks, Stack{Kind: KindCPU, Thread: th, Frames: fr, Value: s.Value[cpuIdx], Sample: s,
 				Process: sampleLabel(s, LabelProcess), PID: numLabel(s, LabelPID), TID: numLabel(s, LabelTID)})
 		}
 	}

@@ -55,6 +55,7 @@ type recordFlags struct {
 	goroutinesOut      string
 	goroutinesFolded   string
 	goroutinesMax      int
+	agent              agentFlags
 }
 
 func newRecordCmd() *cobra.Command {
@@ -71,20 +72,47 @@ written.
 User stacks are whole through code built without frame pointers (from its
 .eh_frame), and through HotSpot JVMs (tested: JDK 17 and 25) started with no
 flag: their interpreted, compiled and inlined Java frames are walked and
-named, with source lines, from the JVM's own structures.`,
+named, with source lines, from the JVM's own structures.
+
+With --continuous it runs until stopped (SIGTERM or Ctrl-C flush the open
+interval) and cuts a profile every --interval: pprof files rotated in
+--output-dir, and OTLP profiles (off_cpu, runqueue, wakeups, cpu) sent to an
+OpenTelemetry Collector with --otlp-endpoint. Entries of exited threads and
+processes are evicted at each cut, so memory follows what is alive. SIGHUP
+re-reads --config (otlp:, output_dir:, keep:, rules:).`,
 		Example: `  sudo offcpu record -p 1234 -d 10s -o offcpu.pb.gz
   sudo offcpu record -o out.pb.gz --folded out.folded -- ./server --port 8080
-  go tool pprof -http :8080 offcpu.pb.gz`,
+  go tool pprof -http :8080 offcpu.pb.gz
+  sudo offcpu record --continuous --interval 10s --otlp-endpoint localhost:4317 --otlp-insecure
+  sudo offcpu record --continuous --output-dir /var/lib/offcpu --keep 360`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if n := cmd.ArgsLenAtDash(); n > 0 {
 				return fmt.Errorf("unexpected argument %q: put the command to record after --", args[0])
 			} else if n < 0 && len(args) > 0 {
 				return fmt.Errorf("unexpected argument %q: put the command to record after --", args[0])
 			}
+			if f.agent.continuous {
+				for _, name := range []string{"output", "folded", "cpu-folded", "wakeups-output", "wakeups-folded", "offwake-folded"} {
+					if cmd.Flags().Changed(name) {
+						return fmt.Errorf("--%s writes one profile at the end: with --continuous, give --output-dir", name)
+					}
+				}
+				opts, err := f.options(args)
+				if err != nil {
+					return err
+				}
+				return runContinuous(cmd.ErrOrStderr(), f, opts, args)
+			}
+			for _, name := range []string{"interval", "output-dir", "keep", "config", "rules", "otlp-endpoint", "otlp-protocol", "otlp-header", "otlp-insecure", "otlp-ca", "otlp-queue", "otlp-retry", "shutdown-timeout"} {
+				if cmd.Flags().Changed(name) {
+					return fmt.Errorf("--%s needs --continuous", name)
+				}
+			}
 			return runRecord(cmd.ErrOrStderr(), f, args)
 		},
 	}
 	fl := cmd.Flags()
+	f.agent.register(fl)
 	fl.IntSliceVarP(&f.pids, "pid", "p", nil, "record this process (repeatable, or comma-separated)")
 	fl.IntSliceVar(&f.tids, "tid", nil, "record this thread (repeatable)")
 	fl.StringVar(&f.cgroup, "cgroup", "", "record threads of this cgroup v2 directory")
@@ -181,13 +209,15 @@ func (f *recordFlags) options(command []string) (collector.Options, error) {
 	if err != nil {
 		return collector.Options{}, err
 	}
-	if err := checkWritable(f.output); err != nil {
-		return collector.Options{}, err
+	if !f.agent.continuous {
+		if err := checkWritable(f.output); err != nil {
+			return collector.Options{}, err
+		}
 	}
 	if f.noWakeups && (f.wakeupsOut != "" || f.wakeupsFolded != "" || f.offwakeFolded != "") {
 		return collector.Options{}, fmt.Errorf("--no-wakeups excludes --wakeups-output, --wakeups-folded and --offwake-folded")
 	}
-	if !f.noWakeups && f.wakeupsOut == "" {
+	if !f.noWakeups && f.wakeupsOut == "" && !f.agent.continuous {
 		f.wakeupsOut = strings.TrimSuffix(strings.TrimSuffix(f.output, ".gz"), ".pb") + ".wakeups.pb.gz"
 	}
 	if !f.goroutines && (f.goroutinesOut != "" || f.goroutinesFolded != "") {
@@ -195,6 +225,9 @@ func (f *recordFlags) options(command []string) (collector.Options, error) {
 	}
 	if f.goroutines && len(f.pids) == 0 && len(command) == 0 {
 		return collector.Options{}, fmt.Errorf("--goroutines needs the Go programs to record: -p PID or a command after --")
+	}
+	if f.goroutines && f.agent.continuous {
+		return collector.Options{}, fmt.Errorf("--goroutines records one window: it does not work with --continuous yet")
 	}
 	if f.goroutines && f.goroutinesOut == "" {
 		f.goroutinesOut = strings.TrimSuffix(strings.TrimSuffix(f.output, ".gz"), ".pb") + ".goroutines.pb.gz"

@@ -1,0 +1,402 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/goccy/go-yaml"
+	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/collector"
+	"github.com/offcpu/offcpu/otlp"
+)
+
+// agentFlags are record's continuous-mode flags.
+type agentFlags struct {
+	continuous bool
+	interval   time.Duration
+	outputDir  string
+	keep       int
+	config     string
+	rules      string
+	headers    []string
+	otlp       otlp.Config
+	shutdown   time.Duration
+}
+
+// agentConfig is the --config file, read at the start and on SIGHUP; what
+// it sets replaces the flags' values.
+type agentConfig struct {
+	OTLP      *otlp.Config `yaml:"otlp"`
+	OutputDir *string      `yaml:"output_dir"`
+	Keep      *int         `yaml:"keep"`
+	Rules     *string      `yaml:"rules"`
+}
+
+func (a *agentFlags) register(cmd interface {
+	BoolVar(*bool, string, bool, string)
+	DurationVar(*time.Duration, string, time.Duration, string)
+	StringVar(*string, string, string, string)
+	IntVar(*int, string, int, string)
+	StringSliceVar(*[]string, string, []string, string)
+}) {
+	cmd.BoolVar(&a.continuous, "continuous", false, "record until stopped, one profile per --interval, to --output-dir and/or an OTLP collector (--otlp-endpoint)")
+	cmd.DurationVar(&a.interval, "interval", 10*time.Second, "continuous: length of each profile")
+	cmd.StringVar(&a.outputDir, "output-dir", "", "continuous: write each interval's pprof files here (offcpu-TIME-SEQ.pb.gz, .wakeups.pb.gz)")
+	cmd.IntVar(&a.keep, "keep", 360, "continuous: intervals kept in --output-dir, the oldest removed (0: all)")
+	cmd.StringVar(&a.config, "config", "", "continuous: YAML file with otlp:, output_dir:, keep:, rules:; re-read on SIGHUP")
+	cmd.StringVar(&a.rules, "rules", "", "continuous: rules file for the category and verdict attributes (default: the built-in rules)")
+	cmd.StringVar(&a.otlp.Endpoint, "otlp-endpoint", "", "continuous: send each interval to this OTLP collector (host:port, or a URL with --otlp-protocol http)")
+	cmd.StringVar(&a.otlp.Protocol, "otlp-protocol", "grpc", "continuous: grpc or http")
+	cmd.StringSliceVar(&a.headers, "otlp-header", nil, "continuous: header KEY=VALUE sent with each export (repeatable)")
+	cmd.BoolVar(&a.otlp.Insecure, "otlp-insecure", false, "continuous: send without TLS")
+	cmd.StringVar(&a.otlp.CAFile, "otlp-ca", "", "continuous: PEM file of the CA that signed the collector's certificate")
+	cmd.IntVar(&a.otlp.QueueSize, "otlp-queue", 60, "continuous: intervals waiting to be sent; one that finds the queue full is dropped (counted)")
+	cmd.DurationVar(&a.otlp.RetryFor, "otlp-retry", 5*time.Minute, "continuous: how long an interval is retried before it is dropped (counted)")
+	cmd.DurationVar(&a.shutdown, "shutdown-timeout", 10*time.Second, "continuous: on SIGTERM or Ctrl-C, how long queued intervals may still be sent")
+}
+
+// settings are what the flags and the --config file say, resolved.
+type settings struct {
+	otlp      *otlp.Config // nil: no export
+	outputDir string
+	keep      int
+	rules     *analysis.Rules
+}
+
+func (a *agentFlags) resolve() (*settings, error) {
+	cfg := a.otlp
+	cfg.Headers = map[string]string{}
+	for _, h := range a.headers {
+		k, v, ok := strings.Cut(h, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--otlp-header %q: write KEY=VALUE", h)
+		}
+		cfg.Headers[k] = v
+	}
+	s := &settings{outputDir: a.outputDir, keep: a.keep}
+	rulesPath := a.rules
+	if a.config != "" {
+		b, err := os.ReadFile(a.config)
+		if err != nil {
+			return nil, fmt.Errorf("reading --config: %w", err)
+		}
+		var c agentConfig
+		if err := yaml.UnmarshalWithOptions(b, &c, yaml.Strict()); err != nil {
+			return nil, fmt.Errorf("%s: %s", a.config, yaml.FormatError(err, false, true))
+		}
+		if c.OTLP != nil {
+			if c.OTLP.Protocol == "" {
+				c.OTLP.Protocol = cfg.Protocol
+			}
+			cfg = *c.OTLP
+		}
+		if c.OutputDir != nil {
+			s.outputDir = *c.OutputDir
+		}
+		if c.Keep != nil {
+			s.keep = *c.Keep
+		}
+		if c.Rules != nil {
+			rulesPath = *c.Rules
+		}
+	}
+	if cfg.Endpoint != "" {
+		if err := cfg.Check(); err != nil {
+			return nil, err
+		}
+		s.otlp = &cfg
+	}
+	if s.otlp == nil && s.outputDir == "" {
+		return nil, errors.New("--continuous needs somewhere to send the profiles: --output-dir DIR and/or --otlp-endpoint HOST:PORT")
+	}
+	if s.keep < 0 {
+		return nil, fmt.Errorf("--keep %d: give 0 (keep all) or more", s.keep)
+	}
+	if s.outputDir != "" {
+		if err := os.MkdirAll(s.outputDir, 0o755); err != nil {
+			return nil, fmt.Errorf("--output-dir: %w", err)
+		}
+		if err := checkWritable(filepath.Join(s.outputDir, ".offcpu-check")); err != nil {
+			return nil, err
+		}
+	}
+	r, err := analysis.LoadRules(rulesPath)
+	if err != nil {
+		return nil, err
+	}
+	s.rules = r
+	return s, nil
+}
+
+// agent handles each interval of a continuous recording.
+type agent struct {
+	stderr    io.Writer
+	quiet     bool
+	set       *settings
+	exporter  *otlp.Exporter
+	conv      *otlp.Converter
+	procs     *otlp.ProcessCache
+	intervals int
+	written   int
+	failed    int // intervals not written to --output-dir
+}
+
+func newAgent(stderr io.Writer, quiet bool, set *settings) (*agent, error) {
+	host, _ := os.Hostname()
+	a := &agent{stderr: stderr, quiet: quiet, set: set, procs: otlp.NewProcessCache()}
+	a.conv = &otlp.Converter{Host: host, Rules: set.rules, Processes: a.procs.Get, Version: version}
+	if set.otlp != nil {
+		e, err := otlp.NewExporter(*set.otlp)
+		if err != nil {
+			return nil, err
+		}
+		a.exporter = e
+	}
+	return a, nil
+}
+
+// reload applies a re-read configuration. The recording itself (targets,
+// filters) is not changed: that needs a restart.
+func (a *agent) reload(set *settings) error {
+	switch {
+	case set.otlp != nil && a.exporter != nil:
+		if err := a.exporter.Reconfigure(*set.otlp); err != nil {
+			return err
+		}
+	case set.otlp != nil:
+		e, err := otlp.NewExporter(*set.otlp)
+		if err != nil {
+			return err
+		}
+		a.exporter = e
+	case a.exporter != nil:
+		return errors.New("the new configuration has no OTLP endpoint: keeping the old one (restart to stop exporting)")
+	}
+	a.set = set
+	a.conv.Rules = set.rules
+	return nil
+}
+
+func (a *agent) handle(iv *collector.Interval) {
+	a.intervals++
+	var notes []string
+	if a.set.outputDir != "" {
+		if err := a.writeInterval(iv); err != nil {
+			a.failed++
+			notes = append(notes, "not written: "+err.Error())
+		} else {
+			a.written++
+		}
+	}
+	if a.exporter != nil {
+		p, counts, err := a.conv.Convert(iv.Start, iv.Duration, iv.Profile, iv.Wakeups)
+		switch {
+		case err != nil:
+			notes = append(notes, "not exported: "+err.Error())
+		case !a.exporter.Enqueue(p, counts.Samples):
+			notes = append(notes, "dropped: the export queue is full")
+		}
+		st := a.exporter.Stats()
+		notes = append(notes, fmt.Sprintf("exported %d, pending %d, dropped %d", st.Sent, st.Pending, st.Dropped))
+		if st.Pending > 0 && st.LastError != "" {
+			notes = append(notes, "last error: "+st.LastError)
+		}
+		a.procs.Prune()
+	}
+	if !a.quiet {
+		fmt.Fprintf(a.stderr, "offcpu: %s; %s\n", iv, strings.Join(notes, "; "))
+	}
+}
+
+// writeInterval writes an interval's profiles to the output directory and
+// removes the oldest beyond --keep.
+func (a *agent) writeInterval(iv *collector.Interval) error {
+	base := filepath.Join(a.set.outputDir, fmt.Sprintf("offcpu-%s-%06d", iv.Start.UTC().Format("20060102T150405.000Z"), iv.Seq))
+	if err := writeAtomic(base+".pb.gz", iv.Profile); err != nil {
+		return err
+	}
+	if iv.Wakeups != nil {
+		if err := writeAtomic(base+".wakeups.pb.gz", iv.Wakeups); err != nil {
+			return err
+		}
+	}
+	if a.set.keep == 0 {
+		return nil
+	}
+	names, err := filepath.Glob(filepath.Join(a.set.outputDir, "offcpu-*.pb.gz"))
+	if err != nil {
+		return err
+	}
+	var mains []string
+	for _, n := range names {
+		if !strings.HasSuffix(n, ".wakeups.pb.gz") {
+			mains = append(mains, n)
+		}
+	}
+	sort.Strings(mains) // the start time leads the name
+	for _, old := range mains[:max(0, len(mains)-a.set.keep)] {
+		os.Remove(old)
+		os.Remove(strings.TrimSuffix(old, ".pb.gz") + ".wakeups.pb.gz")
+	}
+	return nil
+}
+
+// writeAtomic writes p next to path and renames it there, so that a
+// reader of the directory never sees half a file.
+func writeAtomic(path string, p *profile.Profile) error {
+	tmp := path + ".tmp"
+	if err := writeProfile(tmp, p); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func (a *agent) close(timeout time.Duration) {
+	if a.exporter == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	a.exporter.Close(ctx)
+}
+
+// runContinuous records until stopped, cutting an interval every
+// --interval.
+func runContinuous(stderr io.Writer, f *recordFlags, opts collector.Options, command []string) error {
+	af := &f.agent
+	if af.interval < 100*time.Millisecond {
+		return fmt.Errorf("--interval %v is too short: give at least 100ms", af.interval)
+	}
+	set, err := af.resolve()
+	if err != nil {
+		return err
+	}
+	ag, err := newAgent(stderr, f.quiet, set)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	opts.Continuous = true
+	sess, err := collector.Start(ctx, opts)
+	if err != nil {
+		ag.close(0)
+		return err
+	}
+	var cmdDone chan error
+	var child *exec.Cmd
+	if len(command) > 0 {
+		child = exec.Command(command[0], command[1:]...)
+		child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
+		if err := sess.StartCommand(child); err != nil {
+			sess.Stop()
+			ag.close(0)
+			return err
+		}
+		cmdDone = make(chan error, 1)
+		go func() { cmdDone <- child.Wait() }()
+	}
+	if !f.quiet {
+		fmt.Fprintf(stderr, "offcpu: recording %s continuously, a profile every %v; Ctrl-C or SIGTERM to stop, SIGHUP to re-read the configuration\n",
+			describeTargets(f, command), af.interval)
+	}
+	var end <-chan time.Time
+	if f.duration > 0 {
+		end = time.After(f.duration)
+	}
+	var pidsGone <-chan struct{}
+	if len(f.pids) > 0 {
+		pidsGone = watchPIDs(ctx, f.pids)
+	}
+	tick := time.NewTicker(af.interval)
+	defer tick.Stop()
+	var snapErr error
+loop:
+	for {
+		select {
+		case <-tick.C:
+			iv, err := sess.Snapshot()
+			if err != nil {
+				snapErr = err
+				break loop
+			}
+			ag.handle(iv)
+		case <-hup:
+			set, err := af.resolve()
+			if err == nil {
+				err = ag.reload(set)
+			}
+			if err != nil {
+				fmt.Fprintf(stderr, "offcpu: configuration not reloaded: %v\n", err)
+			} else if !f.quiet {
+				fmt.Fprintf(stderr, "offcpu: configuration reloaded\n")
+			}
+		case <-ctx.Done():
+			break loop
+		case <-end:
+			break loop
+		case <-pidsGone:
+			break loop
+		case <-cmdDone:
+			cmdDone = nil
+			break loop
+		}
+	}
+	cancel()
+	_, stopErr := sess.Stop()
+	if iv := sess.FinalInterval(); iv != nil {
+		ag.handle(iv)
+	}
+	ag.close(af.shutdown)
+	if child != nil && cmdDone != nil {
+		child.Process.Signal(syscall.SIGTERM)
+		<-cmdDone
+	}
+	if !f.quiet {
+		printAgentSummary(stderr, sess.Stats(), ag)
+	}
+	if snapErr != nil {
+		return fmt.Errorf("cutting an interval: %w (the intervals before it were delivered)", snapErr)
+	}
+	return stopErr
+}
+
+func printAgentSummary(w io.Writer, st collector.Stats, ag *agent) {
+	fmt.Fprintf(w, "offcpu: %d intervals over %v (%s): %d off-CPU intervals, %v off-CPU (%v waiting for a CPU), %d wake-ups; losses %d\n",
+		ag.intervals, st.Duration.Round(time.Millisecond), st.Attach, st.Intervals, st.OffCPU.Round(time.Millisecond),
+		st.RunQueue.Round(time.Millisecond), st.Wakeups, st.Lost())
+	if st.StacksMissing > 0 {
+		fmt.Fprintf(w, "offcpu: %d stacks were evicted while still needed: their intervals were kept without them\n", st.StacksMissing)
+	}
+	if ag.set.outputDir != "" {
+		fmt.Fprintf(w, "offcpu: wrote %d intervals to %s (%d failed)\n", ag.written, ag.set.outputDir, ag.failed)
+	}
+	if ag.exporter != nil {
+		es := ag.exporter.Stats()
+		fmt.Fprintf(w, "offcpu: OTLP: %d intervals exported (%d samples), %d dropped (%d samples), %d retries\n",
+			es.Sent, es.SentSamples, es.Dropped, es.DroppedSample, es.Retries)
+		if es.Dropped > 0 && es.LastError != "" {
+			fmt.Fprintf(w, "offcpu: OTLP: last error: %s\n", es.LastError)
+		}
+	}
+}
+
+// version is the scope version of exported profiles.
+var version = "dev"

@@ -1,0 +1,398 @@
+package collector
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/bpf"
+)
+
+// Interval is one period of a continuous recording: the off-CPU
+// intervals, wake-ups and on-CPU time that ended in it. An off-CPU
+// interval counts whole in the period it ended in (as other off-CPU
+// profilers report them); at Stop, the threads still blocked are counted
+// up to the end, label interval=open.
+type Interval struct {
+	Seq      int // 1, 2, ...
+	Start    time.Time
+	Duration time.Duration
+	Profile  *profile.Profile // off-CPU, with on-CPU samples
+	Wakeups  *profile.Profile // nil with NoWakeups
+	Stats    Stats            // this period's counts and losses
+	Final    bool             // the last one, cut by Stop
+}
+
+// ErrStopped is returned by Snapshot once Stop has been called.
+var ErrStopped = errors.New("the recording has stopped")
+
+// continuous is a Session's state between snapshots: the maps hold
+// running totals per key, and a snapshot reports the difference from the
+// totals read the last time.
+type continuous struct {
+	mu    sync.Mutex // one snapshot at a time
+	recs  map[any]aggVals
+	wakes map[bpf.OffcpuWakeKey]uint64
+	cpu   map[bpf.OffcpuCpuKey]uint64
+	oncpu map[[2]uint32]uint64
+	// counters: the kernel's running loss counters at the last snapshot.
+	counters Stats
+	lastMono uint64
+	lastTime time.Time
+	seq      int
+	total    Stats
+	// deadProcs: processes that exited since the last snapshot (guarded
+	// by Session.exitedMu).
+	deadProcs map[uint32]bool
+	stopped   bool
+}
+
+type aggVals struct{ ns, count, runq, chain uint64 }
+
+// prestartKey identifies a blocked-since-before-the-start record.
+type prestartKey struct {
+	tid, gen uint32
+	ustack   int64
+}
+
+func newContinuous() *continuous {
+	return &continuous{recs: map[any]aggVals{}, wakes: map[bpf.OffcpuWakeKey]uint64{}, cpu: map[bpf.OffcpuCpuKey]uint64{},
+		oncpu: map[[2]uint32]uint64{}, deadProcs: map[uint32]bool{}}
+}
+
+// Snapshot returns what ended since the previous snapshot (or the start)
+// and evicts what belongs to threads and processes that have exited. It
+// needs Options.Continuous; Stop cuts the last interval (FinalInterval).
+func (s *Session) Snapshot() (*Interval, error) {
+	if s.cont == nil {
+		return nil, errors.New("Snapshot needs a session started with Options.Continuous")
+	}
+	return s.cut(false)
+}
+
+// FinalInterval is, after Stop of a continuous session, its last interval.
+func (s *Session) FinalInterval() *Interval { return s.final }
+
+// cut drains the maps and turns the change since the last cut into an
+// interval. final: Stop has closed the window and detached the programs.
+func (s *Session) cut(final bool) (*Interval, error) {
+	c := s.cont
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return nil, ErrStopped
+	}
+	c.stopped = final
+	now, wall := monotonicNow(), time.Now()
+	if final {
+		now = s.stopMono
+	}
+	if c.lastMono == 0 {
+		c.lastMono, c.lastTime = s.startMono, s.start
+	}
+	// What had exited before the maps are read is final: evicted after.
+	s.exitedMu.Lock()
+	deadThreads, deadProcs := maps.Clone(s.exited), maps.Clone(c.deadProcs)
+	s.exitedMu.Unlock()
+
+	var warnings []string
+	if !final {
+		if err := s.runIter(bpf.OffcpuProgOffcpuSnapOncpu); err != nil {
+			warnings = append(warnings, fmt.Sprintf("on-CPU times of running threads not read: %v", err))
+		}
+	}
+	kept := s.stats
+	s.stats = Stats{Attach: s.attach}
+	d, err := s.drain(final)
+	read := s.stats
+	read.SwitchMissed = s.switchMisses()
+	s.stats = kept
+	if err != nil {
+		return nil, err
+	}
+	iv := &Interval{Seq: c.seq + 1, Start: c.lastTime, Duration: time.Duration(now - c.lastMono), Final: final}
+	iv.Stats = c.delta(d, read)
+	iv.Stats.Duration = iv.Duration
+	iv.Stats.Warnings = append(read.Warnings, warnings...)
+	if final {
+		iv.Stats.Warnings = append(iv.Stats.Warnings, s.stats.Warnings...)
+	}
+	s.snapshotLive(d)
+	sym := newSymbolizer(s.procs)
+	if s.unw != nil {
+		sym.jvms = s.unw.jvms
+	}
+	d.stats, d.start, d.cpuHz, d.wakeups = &iv.Stats, iv.Start, s.opts.CPUHz, !s.opts.NoWakeups
+	off, wake, _, err := d.profiles(sym)
+	if err != nil {
+		return nil, err
+	}
+	iv.Profile, iv.Wakeups = off, wake
+	if !final {
+		s.evict(deadThreads, deadProcs)
+	}
+	c.seq++
+	c.lastMono, c.lastTime = now, wall
+	c.total.add(&iv.Stats)
+	return iv, nil
+}
+
+// delta turns d's running totals into the change since the last cut (in
+// place) and returns that change's counts; read holds the counters the
+// drain read.
+func (c *continuous) delta(d *recording, read Stats) Stats {
+	var st Stats
+	st.Attach, st.ExactOnCPU = read.Attach, read.ExactOnCPU
+	recs := make(map[any]aggVals, len(d.records))
+	out := d.records[:0]
+	for _, r := range d.records {
+		cur := aggVals{r.ns, r.count, r.runq, r.chain}
+		recs[r.id] = cur
+		p := c.recs[r.id]
+		if cur.count < p.count || cur.ns < p.ns {
+			p = aggVals{} // evicted and made again
+		}
+		r.ns, r.count, r.runq, r.chain = cur.ns-p.ns, cur.count-p.count, cur.runq-min(p.runq, cur.runq), cur.chain-min(p.chain, cur.chain)
+		if r.count == 0 && r.ns == 0 {
+			continue
+		}
+		out = append(out, r)
+		st.Intervals += r.count
+		st.OffCPU += durationNs(r.ns)
+		st.RunQueue += durationNs(r.runq)
+		if r.open {
+			st.OpenIntervals += r.count
+			st.OpenTime += durationNs(r.ns)
+		}
+	}
+	d.records, c.recs = out, recs
+
+	wakes := make(map[bpf.OffcpuWakeKey]uint64, len(d.wakes))
+	ws := d.wakes[:0]
+	for _, w := range d.wakes {
+		wakes[w.id] = w.count
+		if p := c.wakes[w.id]; p <= w.count {
+			w.count -= p
+		}
+		if w.count > 0 {
+			ws = append(ws, w)
+			st.Wakeups += w.count
+		}
+	}
+	d.wakes, c.wakes = ws, wakes
+
+	cpu := make(map[bpf.OffcpuCpuKey]uint64, len(d.cpu))
+	cs := d.cpu[:0]
+	for _, r := range d.cpu {
+		cpu[r.id] = r.count
+		if p := c.cpu[r.id]; p <= r.count {
+			r.count -= p
+		}
+		if r.count > 0 {
+			cs = append(cs, r)
+			st.CPUSamples += r.count
+		}
+	}
+	d.cpu, c.cpu = cs, cpu
+
+	oncpu := make(map[[2]uint32]uint64, len(d.oncpu))
+	for k, v := range d.oncpu {
+		p := c.oncpu[k]
+		oncpu[k] = max(p, v.ns)
+		// A run stored by the clock at the end can exceed what the
+		// scheduler's count adds later: never count back.
+		v.ns -= min(p, v.ns)
+		if v.ns == 0 {
+			delete(d.oncpu, k)
+			continue
+		}
+		d.oncpu[k] = v
+		st.OnCPU += durationNs(v.ns)
+	}
+	c.oncpu = oncpu
+
+	st.Keys, st.Stacks, st.StacksMoved, st.Unwind, st.JVM, st.Programs = read.Keys, read.Stacks, read.StacksMoved, read.Unwind, read.JVM, read.Programs
+	st.StacksMissing = read.StacksMissing
+	st.addCounters(&read, 1)
+	st.addCounters(&c.counters, -1)
+	c.counters = read
+	return st
+}
+
+// addCounters adds sign times o's running kernel counters to st.
+func (st *Stats) addCounters(o *Stats, sign int) {
+	add := func(dst *uint64, v uint64) {
+		if sign > 0 {
+			*dst += v
+		} else {
+			*dst -= min(v, *dst)
+		}
+	}
+	addD := func(dst *time.Duration, v time.Duration) { *dst += time.Duration(sign) * v }
+	add(&st.UserStackLost, o.UserStackLost)
+	add(&st.KernelStackLost, o.KernelStackLost)
+	add(&st.UserStackFault, o.UserStackFault)
+	add(&st.AggFull, o.AggFull)
+	addD(&st.AggFullTime, o.AggFullTime)
+	add(&st.StartFull, o.StartFull)
+	add(&st.NoStart, o.NoStart)
+	add(&st.MissedSwitchIn, o.MissedSwitchIn)
+	add(&st.OutOfRange, o.OutOfRange)
+	addD(&st.OutOfRangeTime, o.OutOfRangeTime)
+	add(&st.EventsLost, o.EventsLost)
+	add(&st.StacksReused, o.StacksReused)
+	add(&st.WakeFull, o.WakeFull)
+	add(&st.WakerStackLost, o.WakerStackLost)
+	add(&st.WakesReused, o.WakesReused)
+	add(&st.CPUFull, o.CPUFull)
+	add(&st.ThreadCPUFull, o.ThreadCPUFull)
+	add(&st.ForkUnwindFull, o.ForkUnwindFull)
+	add(&st.SwitchMissed, o.SwitchMissed)
+}
+
+// add sums an interval into a whole recording's stats.
+func (st *Stats) add(o *Stats) {
+	st.Attach, st.ExactOnCPU = o.Attach, o.ExactOnCPU
+	st.Duration += o.Duration
+	st.Intervals += o.Intervals
+	st.OffCPU += o.OffCPU
+	st.RunQueue += o.RunQueue
+	st.OnCPU += o.OnCPU
+	st.OpenIntervals += o.OpenIntervals
+	st.OpenTime += o.OpenTime
+	st.Wakeups += o.Wakeups
+	st.CPUSamples += o.CPUSamples
+	st.CompleteStacks += o.CompleteStacks
+	st.TruncatedStacks += o.TruncatedStacks
+	st.CompleteTime += o.CompleteTime
+	st.TruncatedTime += o.TruncatedTime
+	st.StacksMissing = o.StacksMissing
+	st.Keys, st.Stacks, st.StacksMoved, st.Unwind, st.JVM = o.Keys, o.Stacks, o.StacksMoved, o.Unwind, o.JVM
+	for k, v := range o.WakeupsByClass {
+		if st.WakeupsByClass == nil {
+			st.WakeupsByClass = map[string]uint64{}
+		}
+		st.WakeupsByClass[k] += v
+	}
+	st.addCounters(o, 1)
+}
+
+// evict deletes the map entries of threads that had exited before the
+// last drain (their totals are final and reported), the stacks only they
+// used, and what is kept to symbolize processes that had exited.
+func (s *Session) evict(deadThreads map[[2]uint32]thread, deadProcs map[uint32]bool) {
+	c := s.cont
+	dead := func(tid, gen uint32) bool { _, ok := deadThreads[[2]uint32{tid, gen}]; return ok }
+	live, gone := map[int64]bool{}, map[int64]bool{}
+	mark := func(set map[int64]bool, ids ...int64) {
+		for _, id := range ids {
+			if id > 0 {
+				set[id] = true
+			}
+		}
+	}
+	wakerIDs := func(w bpf.OffcpuWakerRec) []int64 { return []int64{w.Ustack, w.Kstack, w.WaitUstack, w.WaitKstack} }
+	var offKeys []bpf.OffcpuOffcpuKey
+	var preKeys []uint32
+	for k := range c.recs {
+		switch k := k.(type) {
+		case bpf.OffcpuOffcpuKey:
+			ids := append([]int64{k.Ustack, k.Kstack}, wakerIDs(k.Waker)...)
+			if dead(k.Tid, k.Gen) {
+				offKeys = append(offKeys, k)
+				delete(c.recs, k)
+				mark(gone, ids...)
+			} else {
+				mark(live, ids...)
+			}
+		case prestartKey:
+			if dead(k.tid, k.gen) {
+				preKeys = append(preKeys, k.tid)
+				delete(c.recs, k)
+				mark(gone, k.ustack)
+			} else {
+				mark(live, k.ustack)
+			}
+		}
+	}
+	var wakeKeys []bpf.OffcpuWakeKey
+	for k := range c.wakes {
+		if dead(k.TargetTid, k.TargetGen) {
+			wakeKeys = append(wakeKeys, k)
+			delete(c.wakes, k)
+			mark(gone, wakerIDs(k.Waker)...)
+		} else {
+			mark(live, wakerIDs(k.Waker)...)
+		}
+	}
+	var cpuKeys []bpf.OffcpuCpuKey
+	for k := range c.cpu {
+		if dead(k.Tid, k.Gen) {
+			cpuKeys = append(cpuKeys, k)
+			delete(c.cpu, k)
+			mark(gone, k.Ustack, k.Kstack)
+		} else {
+			mark(live, k.Ustack, k.Kstack)
+		}
+	}
+	var cpuTotals []bpf.OffcpuThreadKey
+	for k := range c.oncpu {
+		if dead(k[0], k[1]) {
+			cpuTotals = append(cpuTotals, bpf.OffcpuThreadKey{Tid: k[0], Gen: k[1]})
+			delete(c.oncpu, k)
+		}
+	}
+	var stackIDs []int64
+	for id := range gone {
+		if !live[id] {
+			stackIDs = append(stackIDs, id)
+		}
+	}
+	deleteKeys(s.coll.Maps[bpf.OffcpuMapOffcpu], offKeys)
+	deleteKeys(s.coll.Maps[bpf.OffcpuMapPrestart], preKeys)
+	deleteKeys(s.coll.Maps[bpf.OffcpuMapWakeups], wakeKeys)
+	deleteKeys(s.coll.Maps[bpf.OffcpuMapCpuSamples], cpuKeys)
+	deleteKeys(s.coll.Maps[bpf.OffcpuMapThreadCpus], cpuTotals)
+	deleteKeys(s.coll.Maps[bpf.OffcpuMapStacks], stackIDs)
+	if s.spill != nil {
+		s.spill.forget(stackIDs)
+	}
+	for pid := range deadProcs {
+		s.procs.forget(pid)
+	}
+	s.exitedMu.Lock()
+	for k := range deadThreads {
+		delete(s.exited, k)
+	}
+	for pid := range deadProcs {
+		delete(c.deadProcs, pid)
+	}
+	s.exitedMu.Unlock()
+}
+
+// deleteKeys deletes keys from m, in batches where the kernel can; a key
+// already gone is no error.
+func deleteKeys[K any](m *ebpf.Map, keys []K) {
+	if m == nil || len(keys) == 0 {
+		return
+	}
+	if _, err := m.BatchDelete(keys, nil); err == nil {
+		return
+	}
+	for _, k := range keys {
+		_ = m.Delete(k)
+	}
+}
+
+// String describes an interval in one line.
+func (iv *Interval) String() string {
+	st := &iv.Stats
+	return fmt.Sprintf("interval %d: %v from %s: %d off-CPU intervals, %v off-CPU (%v waiting for a CPU), %d wake-ups, %v on-CPU, %d lost",
+		iv.Seq, iv.Duration.Round(time.Millisecond), iv.Start.Format(time.RFC3339), st.Intervals, st.OffCPU.Round(time.Microsecond),
+		st.RunQueue.Round(time.Microsecond), st.Wakeups, st.OnCPU.Round(time.Microsecond), st.Lost())
+}

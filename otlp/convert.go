@@ -1,0 +1,404 @@
+// Package otlp turns offcpu's profiles into OpenTelemetry profiles
+// (OTLP v1development, built with the Collector's pdata) and sends them
+// to a Collector over gRPC or HTTP, with a bounded queue that counts what
+// it drops.
+package otlp
+
+import (
+	"crypto/rand"
+	"fmt"
+	"time"
+
+	"github.com/google/pprof/profile"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/schema"
+)
+
+// Sample types, as the OpenTelemetry eBPF profiler and Pyroscope's OTLP
+// ingestion name time and event profiles.
+const (
+	TypeOffCPU   = "off_cpu"  // blocked: off a CPU, not waiting for one
+	TypeRunQueue = "runqueue" // runnable, waiting for a CPU
+	TypeWakeups  = "wakeups"  // wake-ups, at the waker's stack
+	TypeCPU      = "cpu"      // on a CPU
+)
+
+// Attribute keys. Resource attributes follow the semantic conventions;
+// offcpu's own are prefixed.
+const (
+	AttrHostName       = "host.name"
+	AttrPID            = "process.pid"
+	AttrExecutable     = "process.executable.name"
+	AttrContainerID    = "container.id"
+	AttrServiceName    = "service.name"
+	AttrThreadName     = "thread.name"
+	AttrThreadID       = "thread.id"
+	AttrBuildID        = "process.executable.build_id.gnu"
+	AttrVerdict        = "offcpu.verdict" // idle or blocked
+	AttrCategory       = "offcpu.category"
+	AttrState          = "offcpu.state"
+	AttrWaker          = "offcpu.waker"
+	AttrWakerPID       = "offcpu.waker.pid"
+	AttrWakeupClass    = "offcpu.wakeup_class"
+	AttrTargetThread   = "offcpu.target.thread"
+	AttrTargetPID      = "offcpu.target.pid"
+	ScopeName          = "offcpu"
+	verdictIdle        = "idle"
+	verdictBlocked     = "blocked"
+	verdictWaitsForCPU = "runnable"
+)
+
+// Process describes a process for its resource attributes.
+type Process struct {
+	Executable  string // process.executable.name
+	ServiceName string // OTEL_SERVICE_NAME from its environment
+	ContainerID string // from its cgroup
+}
+
+// Converter builds OTLP profiles. Processes, when set, names a pid's
+// resource; Rules decide each off-CPU stack's category and verdict.
+type Converter struct {
+	Host      string
+	Rules     *analysis.Rules
+	Processes func(pid int64, comm string) Process
+	Version   string
+}
+
+// Counts is what one conversion holds, per sample type: the sum of its
+// values and its samples.
+type Counts struct {
+	Values  map[string]int64
+	Samples int
+}
+
+// Convert builds one Profiles message from an interval's off-CPU profile
+// (with on-CPU samples) and its wake-up profile (may be nil): per process
+// a resource, per sample type a profile, one sample per stack and state.
+func (c *Converter) Convert(start time.Time, dur time.Duration, off, wake *profile.Profile) (pprofile.Profiles, Counts, error) {
+	b := newBuilder(c, start, dur)
+	if off != nil {
+		d, err := schema.FromProfile(off)
+		if err != nil {
+			return pprofile.Profiles{}, Counts{}, fmt.Errorf("reading the off-CPU profile: %w", err)
+		}
+		for i := range d.Stacks {
+			st := &d.Stacks[i]
+			switch {
+			case st.Kind == schema.KindCPU:
+				b.add(TypeCPU, st, nil)
+			case st.Kind == schema.KindOffCPU && st.WaitsForCPU():
+				b.add(TypeRunQueue, st, []kv{{AttrVerdict, verdictWaitsForCPU}})
+			case st.Kind == schema.KindOffCPU:
+				extra := []kv{}
+				if c.Rules != nil {
+					cat := c.Rules.Categorize(st)[0]
+					verdict := verdictBlocked
+					if c.Rules.IsIdle(cat) {
+						verdict = verdictIdle
+					}
+					extra = append(extra, kv{AttrCategory, cat}, kv{AttrVerdict, verdict})
+				}
+				b.add(TypeOffCPU, st, extra)
+			}
+		}
+	}
+	if wake != nil {
+		d, err := schema.FromProfile(wake)
+		if err != nil {
+			return pprofile.Profiles{}, Counts{}, fmt.Errorf("reading the wake-up profile: %w", err)
+		}
+		for i := range d.Stacks {
+			b.add(TypeWakeups, &d.Stacks[i], nil)
+		}
+	}
+	return b.out, b.counts, nil
+}
+
+type kv struct{ k, v string }
+
+// builder fills one Profiles message and its shared dictionary.
+type builder struct {
+	c          *Converter
+	out        pprofile.Profiles
+	dict       pprofile.ProfilesDictionary
+	start      time.Time
+	dur        time.Duration
+	strs       map[string]int32
+	attrs      map[[2]string]int32
+	intAttrs   map[intAttr]int32
+	funcs      map[*profile.Function]int32
+	mappings   map[*profile.Mapping]int32
+	locs       map[*profile.Location]int32
+	stacks     map[string]int32
+	resources  map[int64]*resource
+	counts     Counts
+	stackBuf   []byte
+	locIndices []int32
+}
+
+type intAttr struct {
+	k string
+	v int64
+}
+
+type resource struct {
+	scope    pprofile.ScopeProfiles
+	profiles map[string]pprofile.Profile
+}
+
+func newBuilder(c *Converter, start time.Time, dur time.Duration) *builder {
+	b := &builder{c: c, out: pprofile.NewProfiles(), start: start, dur: dur,
+		strs: map[string]int32{}, attrs: map[[2]string]int32{}, intAttrs: map[intAttr]int32{},
+		funcs: map[*profile.Function]int32{}, mappings: map[*profile.Mapping]int32{}, locs: map[*profile.Location]int32{},
+		stacks: map[string]int32{}, resources: map[int64]*resource{}, counts: Counts{Values: map[string]int64{}}}
+	b.dict = b.out.Dictionary()
+	// Index 0 of every table is the zero value, as the format asks.
+	b.str("")
+	b.dict.MappingTable().AppendEmpty()
+	b.dict.LocationTable().AppendEmpty()
+	b.dict.FunctionTable().AppendEmpty()
+	b.dict.AttributeTable().AppendEmpty()
+	b.dict.StackTable().AppendEmpty()
+	b.dict.LinkTable().AppendEmpty()
+	return b
+}
+
+func (b *builder) str(s string) int32 {
+	if i, ok := b.strs[s]; ok {
+		return i
+	}
+	i := int32(b.dict.StringTable().Len())
+	b.dict.StringTable().Append(s)
+	b.strs[s] = i
+	return i
+}
+
+func (b *builder) attr(k, v string) int32 {
+	if i, ok := b.attrs[[2]string{k, v}]; ok {
+		return i
+	}
+	i := int32(b.dict.AttributeTable().Len())
+	a := b.dict.AttributeTable().AppendEmpty()
+	a.SetKeyStrindex(b.str(k))
+	a.Value().SetStr(v)
+	b.attrs[[2]string{k, v}] = i
+	return i
+}
+
+func (b *builder) intAttr(k string, v int64) int32 {
+	if i, ok := b.intAttrs[intAttr{k, v}]; ok {
+		return i
+	}
+	i := int32(b.dict.AttributeTable().Len())
+	a := b.dict.AttributeTable().AppendEmpty()
+	a.SetKeyStrindex(b.str(k))
+	a.Value().SetInt(v)
+	b.intAttrs[intAttr{k, v}] = i
+	return i
+}
+
+// resource returns pid's resource, made with its attributes on first use.
+func (b *builder) resource(pid int64, comm string) *resource {
+	if r, ok := b.resources[pid]; ok {
+		return r
+	}
+	rp := b.out.ResourceProfiles().AppendEmpty()
+	attrs := rp.Resource().Attributes()
+	if b.c.Host != "" {
+		attrs.PutStr(AttrHostName, b.c.Host)
+	}
+	attrs.PutInt(AttrPID, pid)
+	p := Process{Executable: comm}
+	if b.c.Processes != nil {
+		p = b.c.Processes(pid, comm)
+	}
+	if p.Executable != "" {
+		attrs.PutStr(AttrExecutable, p.Executable)
+	}
+	if p.ServiceName != "" {
+		attrs.PutStr(AttrServiceName, p.ServiceName)
+	}
+	if p.ContainerID != "" {
+		attrs.PutStr(AttrContainerID, p.ContainerID)
+	}
+	sp := rp.ScopeProfiles().AppendEmpty()
+	sp.Scope().SetName(ScopeName)
+	sp.Scope().SetVersion(b.c.Version)
+	r := &resource{scope: sp, profiles: map[string]pprofile.Profile{}}
+	b.resources[pid] = r
+	return r
+}
+
+// profile returns the resource's profile of one sample type.
+func (b *builder) profile(r *resource, typ string) pprofile.Profile {
+	if p, ok := r.profiles[typ]; ok {
+		return p
+	}
+	p := r.scope.Profiles().AppendEmpty()
+	unit := "nanoseconds"
+	if typ == TypeWakeups {
+		unit = "count"
+	}
+	p.SampleType().SetTypeStrindex(b.str(typ))
+	p.SampleType().SetUnitStrindex(b.str(unit))
+	p.PeriodType().SetTypeStrindex(b.str(typ))
+	p.PeriodType().SetUnitStrindex(b.str(unit))
+	p.SetPeriod(1)
+	p.SetTime(pcommon.NewTimestampFromTime(b.start))
+	p.SetDurationNano(uint64(b.dur))
+	var id pprofile.ProfileID
+	_, _ = rand.Read(id[:])
+	p.SetProfileID(id)
+	p.SetOriginalPayloadFormat("")
+	r.profiles[typ] = p
+	return p
+}
+
+// add appends one stack's sample to the profile of typ of its process.
+func (b *builder) add(typ string, st *schema.Stack, extra []kv) {
+	if st.Value == 0 || st.Sample == nil {
+		return
+	}
+	s := st.Sample
+	pid := st.PID
+	proc := st.Process
+	thread, tid := st.Thread, st.TID
+	if typ == TypeWakeups {
+		// The wake-up profile's pid and thread are the waker's.
+		pid, proc = first(s.NumLabel[schema.LabelPID]), label(s, schema.LabelProcess)
+		thread, tid = label(s, schema.LabelThread), first(s.NumLabel[schema.LabelTID])
+	}
+	if proc == "" {
+		proc = thread
+	}
+	r := b.resource(pid, proc)
+	p := b.profile(r, typ)
+	smp := p.Samples().AppendEmpty()
+	smp.Values().Append(st.Value)
+	smp.SetStackIndex(b.stack(s.Location))
+	ai := smp.AttributeIndices()
+	if thread != "" {
+		ai.Append(b.attr(AttrThreadName, thread))
+	}
+	if tid != 0 {
+		ai.Append(b.intAttr(AttrThreadID, tid))
+	}
+	if st.State != "" && typ != TypeCPU {
+		ai.Append(b.attr(AttrState, st.State))
+	}
+	for _, e := range extra {
+		ai.Append(b.attr(e.k, e.v))
+	}
+	switch typ {
+	case TypeOffCPU, TypeRunQueue:
+		if st.Waker != "" {
+			ai.Append(b.attr(AttrWaker, st.Waker))
+		}
+		if st.WakerPID != 0 {
+			ai.Append(b.intAttr(AttrWakerPID, st.WakerPID))
+		}
+		if st.Class != "" {
+			ai.Append(b.attr(AttrWakeupClass, st.Class))
+		}
+	case TypeWakeups:
+		if st.Target != "" {
+			ai.Append(b.attr(AttrTargetThread, st.Target))
+		}
+		if st.TargetPID != 0 {
+			ai.Append(b.intAttr(AttrTargetPID, st.TargetPID))
+		}
+		if st.Class != "" {
+			ai.Append(b.attr(AttrWakeupClass, st.Class))
+		}
+	}
+	b.counts.Values[typ] += st.Value
+	b.counts.Samples++
+}
+
+// stack returns the stack table index of locs (leaf first, as in pprof
+// and OTLP alike).
+func (b *builder) stack(locs []*profile.Location) int32 {
+	b.locIndices = b.locIndices[:0]
+	b.stackBuf = b.stackBuf[:0]
+	for _, l := range locs {
+		i := b.location(l)
+		b.locIndices = append(b.locIndices, i)
+		b.stackBuf = fmt.Appendf(b.stackBuf, "%d,", i)
+	}
+	if i, ok := b.stacks[string(b.stackBuf)]; ok {
+		return i
+	}
+	i := int32(b.dict.StackTable().Len())
+	b.dict.StackTable().AppendEmpty().LocationIndices().Append(b.locIndices...)
+	b.stacks[string(b.stackBuf)] = i
+	return i
+}
+
+func (b *builder) location(l *profile.Location) int32 {
+	if i, ok := b.locs[l]; ok {
+		return i
+	}
+	i := int32(b.dict.LocationTable().Len())
+	loc := b.dict.LocationTable().AppendEmpty()
+	loc.SetAddress(l.Address)
+	if l.Mapping != nil {
+		loc.SetMappingIndex(b.mapping(l.Mapping))
+	}
+	for _, ln := range l.Line {
+		line := loc.Lines().AppendEmpty()
+		line.SetLine(ln.Line)
+		if ln.Function != nil {
+			line.SetFunctionIndex(b.function(ln.Function))
+		}
+	}
+	b.locs[l] = i
+	return i
+}
+
+func (b *builder) mapping(m *profile.Mapping) int32 {
+	if i, ok := b.mappings[m]; ok {
+		return i
+	}
+	i := int32(b.dict.MappingTable().Len())
+	mp := b.dict.MappingTable().AppendEmpty()
+	mp.SetMemoryStart(m.Start)
+	mp.SetMemoryLimit(m.Limit)
+	mp.SetFileOffset(m.Offset)
+	mp.SetFilenameStrindex(b.str(m.File))
+	if m.BuildID != "" {
+		mp.AttributeIndices().Append(b.attr(AttrBuildID, m.BuildID))
+	}
+	b.mappings[m] = i
+	return i
+}
+
+func (b *builder) function(f *profile.Function) int32 {
+	if i, ok := b.funcs[f]; ok {
+		return i
+	}
+	i := int32(b.dict.FunctionTable().Len())
+	fn := b.dict.FunctionTable().AppendEmpty()
+	fn.SetNameStrindex(b.str(f.Name))
+	fn.SetSystemNameStrindex(b.str(f.SystemName))
+	fn.SetFilenameStrindex(b.str(f.Filename))
+	fn.SetStartLine(f.StartLine)
+	b.funcs[f] = i
+	return i
+}
+
+func label(s *profile.Sample, k string) string {
+	if v := s.Label[k]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func first(v []int64) int64 {
+	if len(v) > 0 {
+		return v[0]
+	}
+	return 0
+}

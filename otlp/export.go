@@ -1,0 +1,368 @@
+package otlp
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	neturl "net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// Config says where and how profiles are sent.
+type Config struct {
+	// Endpoint: host:port for gRPC (default port 4317); for HTTP a URL or
+	// host:port (default path /v1development/profiles, port 4318).
+	Endpoint string `yaml:"endpoint"`
+	Protocol string `yaml:"protocol"` // grpc (default) or http
+	// Headers are sent with every export (authentication tokens, tenant).
+	Headers map[string]string `yaml:"headers"`
+	// Insecure sends in clear text; otherwise TLS, verified against the
+	// system's roots or CAFile.
+	Insecure bool   `yaml:"insecure"`
+	CAFile   string `yaml:"ca_file"`
+	// Timeout bounds one attempt (default 10s).
+	Timeout time.Duration `yaml:"timeout"`
+	// QueueSize is how many intervals wait to be sent (default 60); an
+	// interval that finds the queue full is dropped, and counted.
+	QueueSize int `yaml:"queue_size"`
+	// RetryFor is how long an interval is retried before it is dropped
+	// (default 5m); retries back off from 1s to 30s.
+	RetryFor time.Duration `yaml:"retry_for"`
+}
+
+// HTTPPath is where an OTLP receiver takes profiles over HTTP.
+const HTTPPath = "/v1development/profiles"
+
+func (c Config) withDefaults() Config {
+	if c.Protocol == "" {
+		c.Protocol = "grpc"
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 10 * time.Second
+	}
+	if c.QueueSize == 0 {
+		c.QueueSize = 60
+	}
+	if c.RetryFor == 0 {
+		c.RetryFor = 5 * time.Minute
+	}
+	return c
+}
+
+// Check validates a configuration without connecting.
+func (c Config) Check() error {
+	c = c.withDefaults()
+	if c.Endpoint == "" {
+		return errors.New("no OTLP endpoint: give --otlp-endpoint host:port")
+	}
+	if c.Protocol != "grpc" && c.Protocol != "http" {
+		return fmt.Errorf("OTLP protocol %q: use grpc or http", c.Protocol)
+	}
+	if c.QueueSize < 1 || c.Timeout < 0 || c.RetryFor < 0 {
+		return errors.New("OTLP queue size must be at least 1, timeout and retry time not negative")
+	}
+	if c.CAFile != "" {
+		if _, err := os.ReadFile(c.CAFile); err != nil {
+			return fmt.Errorf("OTLP CA file: %w", err)
+		}
+	}
+	return nil
+}
+
+// Stats counts what an exporter did; Dropped* are intervals (and their
+// samples) that were never delivered.
+type Stats struct {
+	Queued, Sent, Dropped      uint64
+	SentSamples, DroppedSample uint64
+	Retries                    uint64
+	Pending                    int    // in the queue or being sent now
+	LastError                  string // the last failed attempt's error
+}
+
+type item struct {
+	p       pprofile.Profiles
+	samples int
+	since   time.Time
+}
+
+// sender sends one message; retry says whether a failure is worth
+// another attempt.
+type sender interface {
+	send(ctx context.Context, req pprofileotlp.ExportRequest) (retry bool, err error)
+	close()
+}
+
+// Exporter sends profiles from a bounded queue on its own goroutine.
+type Exporter struct {
+	queue chan item
+	done  chan struct{}
+	stop  chan struct{}
+
+	mu     sync.Mutex
+	cfg    Config
+	sender sender
+	stats  Stats
+}
+
+// NewExporter checks cfg and starts sending. No connection is made
+// until the first export.
+func NewExporter(cfg Config) (*Exporter, error) {
+	if err := cfg.Check(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s, err := newSender(cfg)
+	if err != nil {
+		return nil, err
+	}
+	e := &Exporter{queue: make(chan item, cfg.QueueSize), done: make(chan struct{}), stop: make(chan struct{}), cfg: cfg, sender: s}
+	go e.run()
+	return e, nil
+}
+
+// Reconfigure switches to a new configuration (endpoint, headers, TLS,
+// retry time) for the next attempts; the queue keeps its size.
+func (e *Exporter) Reconfigure(cfg Config) error {
+	if err := cfg.Check(); err != nil {
+		return err
+	}
+	cfg = cfg.withDefaults()
+	s, err := newSender(cfg)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	old := e.sender
+	e.cfg, e.sender = cfg, s
+	e.mu.Unlock()
+	old.close()
+	return nil
+}
+
+// Enqueue queues one message; it returns false, and counts the drop,
+// when the queue is full.
+func (e *Exporter) Enqueue(p pprofile.Profiles, samples int) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	select {
+	case e.queue <- item{p: p, samples: samples, since: time.Now()}:
+		e.stats.Queued++
+		e.stats.Pending++
+		return true
+	default:
+		e.stats.Dropped++
+		e.stats.DroppedSample += uint64(samples)
+		e.stats.LastError = "queue full"
+		return false
+	}
+}
+
+// Stats returns the counts so far.
+func (e *Exporter) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stats
+}
+
+// Close sends what is queued until ctx ends; what is left is dropped and
+// counted.
+func (e *Exporter) Close(ctx context.Context) Stats {
+	close(e.queue)
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		close(e.stop)
+		<-e.done
+	}
+	e.mu.Lock()
+	e.sender.close()
+	e.mu.Unlock()
+	return e.Stats()
+}
+
+func (e *Exporter) run() {
+	defer close(e.done)
+	for it := range e.queue {
+		ok := e.deliver(it)
+		e.mu.Lock()
+		e.stats.Pending--
+		if ok {
+			e.stats.Sent++
+			e.stats.SentSamples += uint64(it.samples)
+		} else {
+			e.stats.Dropped++
+			e.stats.DroppedSample += uint64(it.samples)
+		}
+		e.mu.Unlock()
+	}
+}
+
+// deliver tries until the message is taken, a failure is permanent, its
+// retry time is spent or the exporter is stopped.
+func (e *Exporter) deliver(it item) bool {
+	req := pprofileotlp.NewExportRequestFromProfiles(it.p)
+	backoff := time.Second
+	for {
+		e.mu.Lock()
+		s, cfg := e.sender, e.cfg
+		e.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+		retry, err := s.send(ctx, req)
+		cancel()
+		if err == nil {
+			return true
+		}
+		e.mu.Lock()
+		e.stats.LastError = err.Error()
+		e.mu.Unlock()
+		if !retry || time.Since(it.since)+backoff > cfg.RetryFor {
+			return false
+		}
+		select {
+		case <-time.After(backoff):
+		case <-e.stop:
+			return false
+		}
+		e.mu.Lock()
+		e.stats.Retries++
+		e.mu.Unlock()
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+func newSender(cfg Config) (sender, error) {
+	var tlsCfg *tls.Config
+	if !cfg.Insecure {
+		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.CAFile != "" {
+			pem, err := os.ReadFile(cfg.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("OTLP CA file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("OTLP CA file %s holds no PEM certificate", cfg.CAFile)
+			}
+			tlsCfg.RootCAs = pool
+		}
+	}
+	if cfg.Protocol == "http" {
+		return newHTTPSender(cfg, tlsCfg), nil
+	}
+	creds := insecure.NewCredentials()
+	if tlsCfg != nil {
+		creds = credentials.NewTLS(tlsCfg)
+	}
+	target := cfg.Endpoint
+	if !strings.Contains(target, ":") {
+		target += ":4317"
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, fmt.Errorf("OTLP gRPC endpoint %s: %w", cfg.Endpoint, err)
+	}
+	return &grpcSender{conn: conn, client: pprofileotlp.NewGRPCClient(conn), md: metadata.New(cfg.Headers)}, nil
+}
+
+type grpcSender struct {
+	conn   *grpc.ClientConn
+	client pprofileotlp.GRPCClient
+	md     metadata.MD
+}
+
+func (g *grpcSender) send(ctx context.Context, req pprofileotlp.ExportRequest) (bool, error) {
+	if len(g.md) > 0 {
+		ctx = metadata.NewOutgoingContext(ctx, g.md)
+	}
+	resp, err := g.client.Export(ctx, req)
+	if err != nil {
+		switch status.Code(err) {
+		case codes.Canceled, codes.DeadlineExceeded, codes.Aborted, codes.OutOfRange, codes.Unavailable, codes.DataLoss, codes.ResourceExhausted:
+			return true, err
+		}
+		return false, err
+	}
+	if ps := resp.PartialSuccess(); ps.RejectedProfiles() > 0 {
+		return false, fmt.Errorf("collector rejected %d profiles: %s", ps.RejectedProfiles(), ps.ErrorMessage())
+	}
+	return false, nil
+}
+
+func (g *grpcSender) close() { g.conn.Close() }
+
+type httpSender struct {
+	url     string
+	client  *http.Client
+	headers map[string]string
+}
+
+func newHTTPSender(cfg Config, tlsCfg *tls.Config) *httpSender {
+	url := cfg.Endpoint
+	if !strings.Contains(url, "://") {
+		scheme := "https://"
+		if cfg.Insecure {
+			scheme = "http://"
+		}
+		host := url
+		if !strings.Contains(host, ":") {
+			host += ":4318"
+		}
+		url = scheme + host
+	}
+	if u, err := neturl.Parse(url); err == nil && (u.Path == "" || u.Path == "/") {
+		u.Path = HTTPPath
+		url = u.String()
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = tlsCfg
+	return &httpSender{url: url, client: &http.Client{Transport: tr}, headers: cfg.Headers}
+}
+
+func (h *httpSender) send(ctx context.Context, req pprofileotlp.ExportRequest) (bool, error) {
+	body, err := req.MarshalProto()
+	if err != nil {
+		return false, fmt.Errorf("encoding the profiles: %w", err)
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
+	if err != nil {
+		return false, err
+	}
+	hr.Header.Set("Content-Type", "application/x-protobuf")
+	for k, v := range h.headers {
+		hr.Header.Set(k, v)
+	}
+	resp, err := h.client.Do(hr)
+	if err != nil {
+		return true, err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode/100 == 2 {
+		return false, nil
+	}
+	err = fmt.Errorf("%s: %s %s", h.url, resp.Status, strings.TrimSpace(string(msg)))
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true, err
+	}
+	return false, err
+}
+
+func (h *httpSender) close() { h.client.CloseIdleConnections() }
