@@ -334,6 +334,41 @@ int offcpu_snap_oncpu(struct bpf_iter__task *ctx)
 	return 0;
 }
 
+/* Run before a cut of a continuous recording evicts stacks: writes every
+ * stack id a live thread still holds (its pending interval, the stacks it
+ * may reuse, its waker's, its past waits), which must not be evicted. */
+SEC("iter/task")
+int offcpu_live_stacks(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	if (!task || !task->pid)
+		return 0;
+	/* Past waits are kept only for threads with a start record. */
+	struct start_rec *s = bpf_task_storage_get(&task_starts, task, 0, 0);
+	if (!s)
+		return 0;
+	s64 ids[10 + 2 * PAST_WAITS] = {};
+	ids[0] = s->ustack;
+	ids[1] = s->kstack;
+	ids[2] = s->c_ustack;
+	ids[3] = s->c_kstack;
+	ids[4] = s->waker.ustack;
+	ids[5] = s->waker.kstack;
+	ids[6] = s->waker.wait_ustack;
+	ids[7] = s->waker.wait_kstack;
+	ids[8] = s->w_ustack;
+	ids[9] = s->w_kstack;
+	struct past_waits *p = bpf_task_storage_get(&task_waits, task, 0, 0);
+	if (p) {
+		for (int i = 0; i < PAST_WAITS; i++) {
+			ids[10 + i] = p->ustack[i];
+			ids[10 + PAST_WAITS + i] = p->kstack[i];
+		}
+	}
+	bpf_seq_write(ctx->meta->seq, ids, sizeof(ids));
+	return 0;
+}
+
 /* Run once right after the probes attach: walks the user stack of every
  * target thread blocked at that moment (another task's memory can only be
  * read from a sleepable program), so an interval blocked since before the

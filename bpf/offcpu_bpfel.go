@@ -315,6 +315,7 @@ const (
 	OffcpuProgOffcpuFlushOpen   = "offcpu_flush_open"
 	OffcpuProgOffcpuFork        = "offcpu_fork"
 	OffcpuProgOffcpuForkTp      = "offcpu_fork_tp"
+	OffcpuProgOffcpuLiveStacks  = "offcpu_live_stacks"
 	OffcpuProgOffcpuMmapEnter   = "offcpu_mmap_enter"
 	OffcpuProgOffcpuMmapExit    = "offcpu_mmap_exit"
 	OffcpuProgOffcpuRename      = "offcpu_rename"
@@ -396,6 +397,7 @@ type OffcpuProgramSpecs struct {
 	OffcpuFlushOpen   *ebpf.ProgramSpec `ebpf:"offcpu_flush_open"`
 	OffcpuFork        *ebpf.ProgramSpec `ebpf:"offcpu_fork"`
 	OffcpuForkTp      *ebpf.ProgramSpec `ebpf:"offcpu_fork_tp"`
+	OffcpuLiveStacks  *ebpf.ProgramSpec `ebpf:"offcpu_live_stacks"`
 	OffcpuMmapEnter   *ebpf.ProgramSpec `ebpf:"offcpu_mmap_enter"`
 	OffcpuMmapExit    *ebpf.ProgramSpec `ebpf:"offcpu_mmap_exit"`
 	OffcpuRename      *ebpf.ProgramSpec `ebpf:"offcpu_rename"`
@@ -592,6 +594,7 @@ type OffcpuPrograms struct {
 	OffcpuFlushOpen   *ebpf.Program `ebpf:"offcpu_flush_open"`
 	OffcpuFork        *ebpf.Program `ebpf:"offcpu_fork"`
 	OffcpuForkTp      *ebpf.Program `ebpf:"offcpu_fork_tp"`
+	OffcpuLiveStacks  *ebpf.Program `ebpf:"offcpu_live_stacks"`
 	OffcpuMmapEnter   *ebpf.Program `ebpf:"offcpu_mmap_enter"`
 	OffcpuMmapExit    *ebpf.Program `ebpf:"offcpu_mmap_exit"`
 	OffcpuRename      *ebpf.Program `ebpf:"offcpu_rename"`
@@ -612,6 +615,7 @@ func (p *OffcpuPrograms) Close() error {
 		p.OffcpuFlushOpen,
 		p.OffcpuFork,
 		p.OffcpuForkTp,
+		p.OffcpuLiveStacks,
 		p.OffcpuMmapEnter,
 		p.OffcpuMmapExit,
 		p.OffcpuRename,

@@ -149,7 +149,10 @@ struct trace_event_raw_task_rename {
 } __attribute__((preserve_access_index));
 
 /* Context of iter/task programs. */
-struct bpf_iter_meta;
+struct seq_file;
+struct bpf_iter_meta {
+	struct seq_file *seq;
+} __attribute__((preserve_access_index));
 struct bpf_iter__task {
 	struct bpf_iter_meta *meta;
 	struct task_struct *task;

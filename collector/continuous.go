@@ -1,6 +1,8 @@
 package collector
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -49,7 +51,14 @@ type continuous struct {
 	// deadProcs: processes that exited since the last snapshot (guarded
 	// by Session.exitedMu).
 	deadProcs map[uint32]bool
+	// graveyard: addresses of the stacks deleted at the last cuts.
+	graveyard map[int64]grave
 	stopped   bool
+}
+
+type grave struct {
+	ips  []uint64
+	cuts int // cuts since it was deleted
 }
 
 type aggVals struct{ ns, count, runq, chain uint64 }
@@ -62,7 +71,7 @@ type prestartKey struct {
 
 func newContinuous() *continuous {
 	return &continuous{recs: map[any]aggVals{}, wakes: map[bpf.OffcpuWakeKey]uint64{}, cpu: map[bpf.OffcpuCpuKey]uint64{},
-		oncpu: map[[2]uint32]uint64{}, deadProcs: map[uint32]bool{}}
+		oncpu: map[[2]uint32]uint64{}, deadProcs: map[uint32]bool{}, graveyard: map[int64]grave{}}
 }
 
 // Snapshot returns what ended since the previous snapshot (or the start)
@@ -134,7 +143,7 @@ func (s *Session) cut(final bool) (*Interval, error) {
 	}
 	iv.Profile, iv.Wakeups = off, wake
 	if !final {
-		s.evict(deadThreads, deadProcs)
+		s.evict(deadThreads, deadProcs, d.stacks)
 	}
 	c.seq++
 	c.lastMono, c.lastTime = now, wall
@@ -285,9 +294,16 @@ func (st *Stats) add(o *Stats) {
 // evict deletes the map entries of threads that had exited before the
 // last drain (their totals are final and reported), the stacks only they
 // used, and what is kept to symbolize processes that had exited.
-func (s *Session) evict(deadThreads map[[2]uint32]thread, deadProcs map[uint32]bool) {
+func (s *Session) evict(deadThreads map[[2]uint32]thread, deadProcs map[uint32]bool, stacks map[int64][]uint64) {
 	c := s.cont
 	dead := func(tid, gen uint32) bool { _, ok := deadThreads[[2]uint32{tid, gen}]; return ok }
+	// A key of a live thread woken by one that exited is final too: those
+	// would pile up under a server that forks a child per request.
+	deadTIDs := map[uint32]bool{}
+	for k := range deadThreads {
+		deadTIDs[k[0]] = true
+	}
+	deadWaker := func(w bpf.OffcpuWakerRec) bool { return w.Valid != 0 && w.Irq == 0 && deadTIDs[w.Tid] }
 	live, gone := map[int64]bool{}, map[int64]bool{}
 	mark := func(set map[int64]bool, ids ...int64) {
 		for _, id := range ids {
@@ -303,7 +319,7 @@ func (s *Session) evict(deadThreads map[[2]uint32]thread, deadProcs map[uint32]b
 		switch k := k.(type) {
 		case bpf.OffcpuOffcpuKey:
 			ids := append([]int64{k.Ustack, k.Kstack}, wakerIDs(k.Waker)...)
-			if dead(k.Tid, k.Gen) {
+			if dead(k.Tid, k.Gen) || deadWaker(k.Waker) {
 				offKeys = append(offKeys, k)
 				delete(c.recs, k)
 				mark(gone, ids...)
@@ -322,7 +338,7 @@ func (s *Session) evict(deadThreads map[[2]uint32]thread, deadProcs map[uint32]b
 	}
 	var wakeKeys []bpf.OffcpuWakeKey
 	for k := range c.wakes {
-		if dead(k.TargetTid, k.TargetGen) {
+		if dead(k.TargetTid, k.TargetGen) || deadWaker(k.Waker) {
 			wakeKeys = append(wakeKeys, k)
 			delete(c.wakes, k)
 			mark(gone, wakerIDs(k.Waker)...)
@@ -347,10 +363,30 @@ func (s *Session) evict(deadThreads map[[2]uint32]thread, deadProcs map[uint32]b
 			delete(c.oncpu, k)
 		}
 	}
+	// Stacks only dead threads used are deleted, their addresses kept in
+	// the graveyard for two more cuts: kernel stacks are shared across
+	// processes, and a thread may take one from the map just before it is
+	// deleted. One still in use by then comes back to memory.
 	var stackIDs []int64
-	for id := range gone {
-		if !live[id] {
-			stackIDs = append(stackIDs, id)
+	if held, err := s.heldStacks(); err == nil {
+		for id, g := range c.graveyard {
+			switch {
+			case live[id] || held[id]:
+				if s.spill != nil {
+					s.spill.put(id, g.ips)
+				}
+				delete(c.graveyard, id)
+			case g.cuts >= 2:
+				delete(c.graveyard, id)
+			default:
+				c.graveyard[id] = grave{g.ips, g.cuts + 1}
+			}
+		}
+		for id := range gone {
+			if !live[id] && !held[id] {
+				stackIDs = append(stackIDs, id)
+				c.graveyard[id] = grave{ips: stacks[id]}
+			}
 		}
 	}
 	deleteKeys(s.coll.Maps[bpf.OffcpuMapOffcpu], offKeys)
@@ -395,4 +431,60 @@ func (iv *Interval) String() string {
 	return fmt.Sprintf("interval %d: %v from %s: %d off-CPU intervals, %v off-CPU (%v waiting for a CPU), %d wake-ups, %v on-CPU, %d lost",
 		iv.Seq, iv.Duration.Round(time.Millisecond), iv.Start.Format(time.RFC3339), st.Intervals, st.OffCPU.Round(time.Microsecond),
 		st.RunQueue.Round(time.Microsecond), st.Wakeups, st.OnCPU.Round(time.Microsecond), st.Lost())
+}
+
+// heldStacks returns the stack ids live threads hold outside the
+// aggregation maps: their pending interval's, the ones they may reuse,
+// their waker's, their past waits' and those walked at the start.
+func (s *Session) heldStacks() (map[int64]bool, error) {
+	held := map[int64]bool{}
+	add := func(ids ...int64) {
+		for _, id := range ids {
+			if id > 0 {
+				held[id] = true
+			}
+		}
+	}
+	if _, ok := s.coll.Programs[bpf.OffcpuProgOffcpuLiveStacks]; ok {
+		var buf bytes.Buffer
+		if err := s.readIter(bpf.OffcpuProgOffcpuLiveStacks, &buf); err != nil {
+			return nil, err
+		}
+		b := buf.Bytes()
+		for i := 0; i+8 <= len(b); i += 8 {
+			add(int64(binary.NativeEndian.Uint64(b[i:])))
+		}
+	} else if m := s.coll.Maps[bpf.OffcpuMapStarts]; m != nil {
+		var tid uint32
+		var st bpf.OffcpuStartRec
+		it := m.Iterate()
+		for it.Next(&tid, &st) {
+			add(st.Ustack, st.Kstack, st.C_ustack, st.C_kstack, st.W_ustack, st.W_kstack,
+				st.Waker.Ustack, st.Waker.Kstack, st.Waker.WaitUstack, st.Waker.WaitKstack)
+		}
+		if err := it.Err(); err != nil {
+			return nil, err
+		}
+	}
+	if m := s.coll.Maps[bpf.OffcpuMapBlockedUstacks]; m != nil {
+		var tid uint32
+		var id int64
+		it := m.Iterate()
+		for it.Next(&tid, &id) {
+			add(id)
+		}
+		if err := it.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return held, nil
+}
+
+// graveyard returns a stack deleted at one of the last cuts.
+func (s *Session) graveyard(id int64) ([]uint64, bool) {
+	if s.cont == nil {
+		return nil, false
+	}
+	g, ok := s.cont.graveyard[id]
+	return g.ips, ok
 }

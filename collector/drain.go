@@ -77,6 +77,7 @@ type recording struct {
 	// incarnation (tp_btf only).
 	oncpu   map[[2]uint32]cpuTotal
 	threads map[uint32]thread
+	stacks  map[int64][]uint64 // every stack read, by id
 	// exited: threads that exited while recording, by tid and incarnation.
 	exited map[[2]uint32]thread
 
@@ -131,7 +132,11 @@ func (s *Session) drain(final bool) (*recording, error) {
 		} else if s.spill != nil {
 			var ok bool
 			if st, ok = s.spill.get(id); !ok {
-				s.stats.StacksMissing++
+				if g, dead := s.graveyard(id); dead {
+					st = g
+				} else {
+					s.stats.StacksMissing++
+				}
 			}
 		}
 		cache[id] = st
@@ -176,6 +181,7 @@ func (s *Session) drain(final bool) (*recording, error) {
 	}
 	s.stats.Keys = len(d.records)
 	s.stats.Stacks = len(cache)
+	d.stacks = cache
 
 	if err := s.drainThreads(d); err != nil {
 		return nil, err

@@ -489,6 +489,7 @@ func (s *Session) spec(cgroupID uint64, btfMode bool) (*ebpf.CollectionSpec, err
 		delete(spec.Programs, bpf.OffcpuProgOffcpuFlushOpen)
 		delete(spec.Programs, bpf.OffcpuProgOffcpuSnapBlocked)
 		delete(spec.Programs, bpf.OffcpuProgOffcpuSnapOncpu)
+		delete(spec.Programs, bpf.OffcpuProgOffcpuLiveStacks)
 		delete(spec.Maps, bpf.OffcpuMapTaskStarts)
 		delete(spec.Maps, bpf.OffcpuMapThreadCpus)
 		delete(spec.Maps, bpf.OffcpuMapTaskWaits)
@@ -966,7 +967,10 @@ func (s *Session) flushOpen() error { return s.runIter(bpf.OffcpuProgOffcpuFlush
 
 // runIter runs a task iterator program once over every task; absent in
 // classic-tracepoint mode.
-func (s *Session) runIter(name string) error {
+func (s *Session) runIter(name string) error { return s.readIter(name, io.Discard) }
+
+// readIter runs a task iterator program and copies what it writes to w.
+func (s *Session) readIter(name string, w io.Writer) error {
 	prog := s.coll.Programs[name]
 	if prog == nil {
 		return nil
@@ -981,7 +985,7 @@ func (s *Session) runIter(name string) error {
 		return fmt.Errorf("running %s: %w", name, err)
 	}
 	defer rd.Close()
-	_, err = io.Copy(io.Discard, rd)
+	_, err = io.Copy(w, rd)
 	return err
 }
 

@@ -120,6 +120,13 @@ func (sp *stackSpill) get(id int64) ([]uint64, bool) {
 	return st, ok
 }
 
+// put keeps a stack in memory.
+func (sp *stackSpill) put(id int64, ips []uint64) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	sp.stacks[id] = ips
+}
+
 // forget drops moved stacks no longer used.
 func (sp *stackSpill) forget(ids []int64) {
 	sp.mu.Lock()

@@ -1,0 +1,124 @@
+package collector
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/offcpu/offcpu/schema"
+)
+
+// A continuous recording of process churn, system-wide, cut every second:
+// the intervals add up to what the processes' own clocks measured, their
+// frames are named although each cut forgets the processes that exited,
+// and what the session keeps follows what is alive, not what was seen.
+func TestContinuousChurn(t *testing.T) {
+	requireBPF(t)
+	dir := t.TempDir()
+	churn, nap := filepath.Join(dir, "churn"), filepath.Join(dir, "nap")
+	build(t, "gcc", "-O2", "-o", churn, "testdata/churn/churn.c")
+	build(t, "gcc", "-O2", "-o", nap, "testdata/churn/nap.c")
+
+	s, err := Start(context.Background(), Options{Continuous: true})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if _, err := s.Snapshot(); err != nil { // the machine's own, before the churn
+		s.Stop()
+		t.Fatal(err)
+	}
+	const rate, secs, napUs = 500, 8, 1000
+	napLog := filepath.Join(dir, "naps")
+	launcher := exec.Command(churn, fmt.Sprint(rate), fmt.Sprint(secs), nap, fmt.Sprint(napUs))
+	launcher.Env = append(os.Environ(), "NAP_LOG="+napLog)
+	done := make(chan error, 1)
+	var out []byte
+	go func() { var err error; out, err = launcher.Output(); done <- err }()
+
+	var ivs []*Interval
+	var maxKeys, maxProcs, maxSpill int
+	tick := time.NewTicker(time.Second)
+	for waiting := true; waiting; {
+		select {
+		case err := <-done:
+			if err != nil {
+				s.Stop()
+				t.Fatalf("churn: %v", err)
+			}
+			waiting = false
+		case <-tick.C:
+			iv, err := s.Snapshot()
+			if err != nil {
+				s.Stop()
+				t.Fatal(err)
+			}
+			ivs = append(ivs, iv)
+			maxKeys = max(maxKeys, len(s.cont.recs))
+			maxProcs = max(maxProcs, len(s.procs.procs))
+			maxSpill = max(maxSpill, len(s.spill.stacks))
+		}
+	}
+	tick.Stop()
+	time.Sleep(100 * time.Millisecond) // the last exits' events
+	if _, err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	ivs = append(ivs, s.FinalInterval())
+	var started, ok int
+	if _, err := fmt.Sscan(string(out), &started, &ok); err != nil || ok != started || started < rate*secs*9/10 {
+		t.Fatalf("churn printed %q: want about %d processes, all exiting with 0", out, rate*secs)
+	}
+	var slept, named, total int64
+	var missing uint64
+	for _, iv := range ivs {
+		missing += iv.Stats.StacksMissing
+		for _, smp := range iv.Profile.Sample {
+			if smp.Label[schema.LabelThread][0] != "nap" {
+				continue
+			}
+			total += smp.Value[0]
+			if namedUserFrame(smp) {
+				named += smp.Value[0]
+			}
+			if stackHas(smp, "nap_here") || stackHas(smp, "clock_nanosleep") {
+				slept += smp.Value[0]
+			}
+		}
+	}
+	var truth time.Duration
+	raw, err := os.ReadFile(napLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Fields(string(raw)) {
+		ns, _ := strconv.ParseInt(l, 10, 64)
+		truth += time.Duration(ns)
+	}
+	t.Logf("%d processes, %d intervals: %v in nanosleep recorded, %v by their own clocks; %.1f%% named; at most %d keys, %d processes, %d stacks in memory; %d stacks missing",
+		started, len(ivs), time.Duration(slept), truth, 100*float64(named)/float64(max(total, 1)), maxKeys, maxProcs, maxSpill, missing)
+	if diff := time.Duration(slept) - truth; diff < -truth/20 || diff > truth/20 {
+		t.Errorf("%v recorded in the processes' nanosleeps over the intervals, their own clocks say %v: want within 5%%", time.Duration(slept), truth)
+	}
+	if total == 0 || float64(named) < 0.95*float64(total) {
+		t.Errorf("%v of the short-lived processes' %v off-CPU time has a named user frame, want >= 95%%", time.Duration(named), time.Duration(total))
+	}
+	if missing > 0 {
+		t.Errorf("%d stack ids were evicted while still used", missing)
+	}
+	// About a second of exited processes is kept at most (500 here), and
+	// the machine's own: far fewer than the processes seen.
+	if maxProcs > started/4 || maxKeys > 8*rate+20000 {
+		t.Errorf("after %d processes: at most %d processes and %d keys kept between cuts: want what one interval saw", started, maxProcs, maxKeys)
+	}
+	for _, iv := range ivs {
+		if iv.Stats.Lost() > 0 {
+			t.Errorf("interval %d: %d lost (%+v)", iv.Seq, iv.Stats.Lost(), iv.Stats)
+		}
+	}
+}
