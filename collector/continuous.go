@@ -13,6 +13,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/collector/symtab"
 )
 
 // Interval is one period of a continuous recording: the off-CPU
@@ -53,6 +54,7 @@ type continuous struct {
 	deadProcs map[uint32]bool
 	// graveyard: addresses of the stacks deleted at the last cuts.
 	graveyard map[int64]grave
+	kern      kernelSymbols
 	stopped   bool
 }
 
@@ -132,7 +134,7 @@ func (s *Session) cut(final bool) (*Interval, error) {
 		iv.Stats.Warnings = append(iv.Stats.Warnings, s.stats.Warnings...)
 	}
 	s.snapshotLive(d)
-	sym := newSymbolizer(s.procs)
+	sym := &symbolizer{procs: s.procs, perfMaps: map[uint32]*symtab.PerfMap{}, kern: c.kern.get()}
 	if s.unw != nil {
 		sym.jvms = s.unw.jvms
 	}

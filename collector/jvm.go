@@ -28,6 +28,7 @@ type jvmTracker struct {
 	methods *ebpf.Map // java_methods
 	layouts *ebpf.Map // java_procs
 
+	wake alarm // a JVM was seen
 	mu   sync.Mutex
 	jvms map[uint32]*jvm
 
@@ -74,7 +75,7 @@ type jvm struct {
 const openGrace = 2 * time.Second
 
 func newJVMTracker(u *unwinder, methods, layouts *ebpf.Map) *jvmTracker {
-	return &jvmTracker{unw: u, methods: methods, layouts: layouts, jvms: map[uint32]*jvm{}}
+	return &jvmTracker{unw: u, methods: methods, layouts: layouts, jvms: map[uint32]*jvm{}, wake: newAlarm()}
 }
 
 // seen looks for libjvm.so among a process's mappings.
@@ -87,6 +88,7 @@ func (t *jvmTracker) seen(pid uint32, ms []mapping) {
 		if _, ok := t.jvms[pid]; !ok {
 			t.jvms[pid] = &jvm{pid: pid, lib: m, seenAt: time.Now(), next: time.Now().Add(20 * time.Millisecond),
 				every: 50 * time.Millisecond, blobs: map[uint64]hotspot.Blob{}, inlined: map[uint64][]hotspot.Frame{}}
+			t.wake.wake()
 		}
 		t.mu.Unlock()
 		return
@@ -99,7 +101,16 @@ func (t *jvmTracker) seen(pid uint32, ms []mapping) {
 func (t *jvmTracker) run(stop <-chan struct{}) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	every(10*time.Millisecond, stop, t.tick)
+	everyWhileBusy(10*time.Millisecond, time.Second, t.wake, stop, func() bool {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		for _, j := range t.jvms {
+			if !j.stopped && j.err == nil {
+				return true
+			}
+		}
+		return false
+	}, t.tick)
 }
 
 // forget stops reading an exited process; its names stay.

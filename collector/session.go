@@ -724,7 +724,11 @@ func (s *Session) AddPID(pid int) error {
 // flushEvents hands the reader what is queued every 50 ms: most events
 // do not wake it (the ones the unwinder needs at once do).
 func (s *Session) flushEvents(stop <-chan struct{}) {
-	tick := time.NewTicker(50 * time.Millisecond)
+	every := 50 * time.Millisecond
+	if s.cont != nil {
+		every = 200 * time.Millisecond // an agent's wake-ups count more than its latency
+	}
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {

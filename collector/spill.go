@@ -36,6 +36,41 @@ func (sp *stackSpill) run(stop <-chan struct{}) {
 	every(100*time.Millisecond, stop, func(time.Time) { sp.maybeMove() })
 }
 
+// alarm lets a worker that sleeps while idle be woken when work arrives.
+type alarm chan struct{}
+
+func newAlarm() alarm { return make(alarm, 1) }
+
+// wake wakes the worker; it never blocks.
+func (w alarm) wake() {
+	select {
+	case w <- struct{}{}:
+	default:
+	}
+}
+
+// everyWhileBusy calls f every d while busy says there is work, and
+// otherwise waits for w (or idle at most) before calling it again: a
+// worker with nothing to do costs no wake-ups.
+func everyWhileBusy(d, idle time.Duration, w alarm, stop <-chan struct{}, busy func() bool, f func(now time.Time)) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-w:
+		case <-t.C:
+		}
+		f(time.Now())
+		next := d
+		if !busy() {
+			next = idle
+		}
+		t.Reset(next)
+	}
+}
+
 // every calls f with the time every d until stop is closed.
 func every(d time.Duration, stop <-chan struct{}, f func(now time.Time)) {
 	tick := time.NewTicker(d)

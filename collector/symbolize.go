@@ -18,15 +18,33 @@ type symbolizer struct {
 }
 
 func newSymbolizer(procs *procTable) *symbolizer {
-	s := &symbolizer{procs: procs, perfMaps: map[uint32]*symtab.PerfMap{}}
+	return &symbolizer{procs: procs, perfMaps: map[uint32]*symtab.PerfMap{}, kern: loadKernelSymbols()}
+}
+
+func loadKernelSymbols() *symtab.Kernel {
 	if f, err := os.Open("/proc/kallsyms"); err == nil {
-		s.kern, _ = symtab.LoadKallsyms(f)
-		f.Close()
+		defer f.Close()
+		if k, err := symtab.LoadKallsyms(f); err == nil && k != nil {
+			return k
+		}
 	}
-	if s.kern == nil {
-		s.kern = &symtab.Kernel{}
+	return &symtab.Kernel{}
+}
+
+// kernelSymbols keeps the kernel's symbols across the cuts of a
+// continuous recording; they are read again when the loaded modules
+// change.
+type kernelSymbols struct {
+	modules []byte
+	kern    *symtab.Kernel
+}
+
+func (k *kernelSymbols) get() *symtab.Kernel {
+	mods, _ := os.ReadFile("/proc/modules")
+	if k.kern == nil || !bytes.Equal(mods, k.modules) {
+		k.kern, k.modules = loadKernelSymbols(), mods
 	}
-	return s
+	return k.kern
 }
 
 // perfMapFor reads the JIT map now, at the end, since it grows while the

@@ -24,6 +24,7 @@ type unwinder struct {
 	procs *ebpf.Map
 	files *ebpf.Map // unwind_files: lets the kernel make a process's entry itself
 
+	wake    alarm // a process to scan soon
 	mu      sync.Mutex
 	loadMu  sync.Mutex // one file's table parsed at a time, outside mu
 	cap     uint32
@@ -91,6 +92,7 @@ type rescan struct {
 
 func newUnwinder(coll *ebpf.Collection, capacity uint32) *unwinder {
 	return &unwinder{
+		wake:    newAlarm(),
 		rows:    coll.Maps[bpf.OffcpuMapUnwindRows],
 		procs:   coll.Maps[bpf.OffcpuMapUnwindProcs],
 		files:   coll.Maps[bpf.OffcpuMapUnwindFiles],
@@ -275,6 +277,7 @@ func (u *unwinder) updateLocked(pid uint32, ms []mapping) {
 	u.last[pid] = ms
 	if _, ok := u.scans[pid]; !ok && u.rescan {
 		u.scans[pid] = &rescan{next: time.Now().Add(10 * time.Millisecond), every: 10 * time.Millisecond}
+		u.wake.wake()
 	}
 	var entry bpf.OffcpuUnwindProc
 	for _, m := range ms {
@@ -391,6 +394,19 @@ func (u *unwinder) due(now time.Time) []uint32 {
 	return out
 }
 
+// busy says whether a process's mappings are due within a second.
+func (u *unwinder) busy() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	soon := time.Now().Add(time.Second)
+	for _, r := range u.scans {
+		if r.next.Before(soon) {
+			return true
+		}
+	}
+	return false
+}
+
 // exec counts an exec of pid, in the order of the kernel's events.
 func (u *unwinder) exec(pid uint32) {
 	u.mu.Lock()
@@ -417,7 +433,7 @@ func (u *unwinder) forget(pid uint32) {
 
 // run rescans mappings until stop is closed.
 func (u *unwinder) run(procs *procTable, stop <-chan struct{}) {
-	every(10*time.Millisecond, stop, func(now time.Time) {
+	everyWhileBusy(10*time.Millisecond, time.Second, u.wake, stop, u.busy, func(now time.Time) {
 		for _, pid := range u.due(now) {
 			if !processExists(int(pid)) {
 				u.forget(pid)

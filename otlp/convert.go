@@ -65,6 +65,30 @@ type Converter struct {
 	Rules     *analysis.Rules
 	Processes func(pid int64, comm string) Process
 	Version   string
+
+	// Categories already decided, by everything the rules read: most
+	// stacks come back interval after interval.
+	cache      map[string][2]string
+	cacheRules *analysis.Rules
+}
+
+// categorize returns st's category and verdict.
+func (c *Converter) categorize(st *schema.Stack) (string, string) {
+	if c.cacheRules != c.Rules || len(c.cache) > 1<<16 {
+		c.cache, c.cacheRules = map[string][2]string{}, c.Rules
+	}
+	key := fmt.Sprintf("%s|%s|%s|%s|%s|%s|%s|%d|%d|%v|%v|%s|%s|%s", st.Thread, st.State, st.Folded(), st.Waker, st.WakerProcess, st.Process,
+		st.Class, st.PID, st.WakerPID, st.InRequest, st.WakerDispatching, schema.FoldFrames(st.WakerFrames), schema.FoldFrames(st.WakerWaitFrames), st.Reason)
+	if v, ok := c.cache[key]; ok {
+		return v[0], v[1]
+	}
+	cat := c.Rules.Categorize(st)[0]
+	verdict := verdictBlocked
+	if c.Rules.IsIdle(cat) {
+		verdict = verdictIdle
+	}
+	c.cache[key] = [2]string{cat, verdict}
+	return cat, verdict
 }
 
 // Counts is what one conversion holds, per sample type: the sum of its
@@ -94,11 +118,7 @@ func (c *Converter) Convert(start time.Time, dur time.Duration, off, wake *profi
 			case st.Kind == schema.KindOffCPU:
 				extra := []kv{}
 				if c.Rules != nil {
-					cat := c.Rules.Categorize(st)[0]
-					verdict := verdictBlocked
-					if c.Rules.IsIdle(cat) {
-						verdict = verdictIdle
-					}
+					cat, verdict := c.categorize(st)
 					extra = append(extra, kv{AttrCategory, cat}, kv{AttrVerdict, verdict})
 				}
 				b.add(TypeOffCPU, st, extra)
