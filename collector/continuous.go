@@ -54,6 +54,7 @@ type continuous struct {
 	deadProcs map[uint32]bool
 	// graveyard: addresses of the stacks deleted at the last cuts.
 	graveyard map[int64]grave
+	namesKept map[[2]uint32]thread // exited threads named until the next cut
 	kern      kernelSymbols
 	stopped   bool
 }
@@ -106,6 +107,11 @@ func (s *Session) cut(final bool) (*Interval, error) {
 	if c.lastMono == 0 {
 		c.lastMono, c.lastTime = s.startMono, s.start
 	}
+	// Exit events queued in the ring buffer first: a thread whose exit is
+	// not known yet is not evicted.
+	if !final {
+		s.settleEvents()
+	}
 	// What had exited before the maps are read is final: evicted after.
 	s.exitedMu.Lock()
 	deadThreads, deadProcs := maps.Clone(s.exited), maps.Clone(c.deadProcs)
@@ -125,6 +131,12 @@ func (s *Session) cut(final bool) (*Interval, error) {
 	s.stats = kept
 	if err != nil {
 		return nil, err
+	}
+	if !final {
+		// Processes that came and went while the maps were read: their
+		// mappings and names arrive as events.
+		s.settleEvents()
+		s.nameExited(d)
 	}
 	iv := &Interval{Seq: c.seq + 1, Start: c.lastTime, Duration: time.Duration(now - c.lastMono), Final: final}
 	iv.Stats = c.delta(d, read)
@@ -403,10 +415,13 @@ func (s *Session) evict(deadThreads map[[2]uint32]thread, deadProcs map[uint32]b
 	for pid := range deadProcs {
 		s.procs.forget(pid)
 	}
+	// Names of exited threads are kept one cut more: an interval that
+	// ended just before the exit may be read at the next cut.
 	s.exitedMu.Lock()
-	for k := range deadThreads {
+	for k := range c.namesKept {
 		delete(s.exited, k)
 	}
+	c.namesKept = deadThreads
 	for pid := range deadProcs {
 		delete(c.deadProcs, pid)
 	}
@@ -489,4 +504,13 @@ func (s *Session) graveyard(id int64) ([]uint64, bool) {
 	}
 	g, ok := s.cont.graveyard[id]
 	return g.ips, ok
+}
+
+// settleEvents hands the reader what the ring buffer holds and waits
+// (50 ms at most) until it has taken it.
+func (s *Session) settleEvents() {
+	s.rd.Flush()
+	for i := 0; i < 50 && s.rd.AvailableBytes() > 0; i++ {
+		time.Sleep(time.Millisecond)
+	}
 }

@@ -94,10 +94,11 @@ type cpuTotal struct {
 }
 
 type thread struct {
-	tgid   uint32
-	gen    uint32
-	comm   string
-	exited bool // its last switch-out was seen
+	tgid    uint32
+	gen     uint32
+	comm    string
+	exited  bool // its last switch-out was seen
+	guessed bool // not in the threads map: named from /proc or its tid
 }
 
 // threadOf is the thread that made record r: when its tid was used by
@@ -237,6 +238,14 @@ func (s *Session) drainThreads(d *recording) error {
 			d.threads[tid] = th
 		}
 	}
+	s.nameExited(d)
+	return nil
+}
+
+// nameExited names the threads that exited, and the others no name was
+// kept for from /proc or as "tid-N". It may run again once more exits are
+// known.
+func (s *Session) nameExited(d *recording) {
 	s.exitedMu.Lock()
 	for k, th := range s.exited {
 		d.exited[k] = th
@@ -244,20 +253,19 @@ func (s *Session) drainThreads(d *recording) error {
 	s.exitedMu.Unlock()
 	// A tid no live thread holds is named by the last thread that had it.
 	for k, th := range d.exited {
-		if old, ok := d.threads[k[0]]; !ok || (old.exited && old.gen < th.gen) {
+		if old, ok := d.threads[k[0]]; !ok || old.guessed || (old.exited && old.gen < th.gen) {
 			d.threads[k[0]] = th
 		}
 	}
 	for _, r := range d.records {
 		if _, ok := d.threads[r.tid]; !ok {
-			th := thread{tgid: r.tgid, comm: fmt.Sprintf("tid-%d", r.tid)}
+			th := thread{tgid: r.tgid, comm: fmt.Sprintf("tid-%d", r.tid), guessed: true}
 			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/comm", r.tgid, r.tid)); err == nil {
 				th.comm = strings.TrimSpace(string(b))
 			}
 			d.threads[r.tid] = th
 		}
 	}
-	return nil
 }
 
 func (s *Session) readStats() error {
