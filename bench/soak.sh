@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Soak test of the continuous agent (not part of CI): offcpu records the
+# whole machine, a profile every INTERVAL, to a local Collector and to an
+# output directory, for DURATION, under process churn (CHURN processes a
+# second, each sleeping 1 ms) and the bundled dispatch core run in a loop.
+# Every 10 s it samples the agent's RSS and the memory of its BPF maps; at
+# the end it prints their slope after the first two minutes, the agent's
+# CPU share, and whether every interval was exported or counted as dropped.
+#
+#   sudo DURATION=30m bash bench/soak.sh
+set -euo pipefail
+DURATION=${DURATION:-30m}
+INTERVAL=${INTERVAL:-10s}
+CHURN=${CHURN:-200}
+OUT=${OUT:-$(mktemp -d /tmp/offcpu-soak.XXXXXX)}
+cd "$(dirname "$0")/.."
+
+secs() { python3 -c "import sys,re; m=re.fullmatch(r'(\d+)(s|m|h)', sys.argv[1]); print(int(m[1])*{'s':1,'m':60,'h':3600}[m[2]])" "$1"; }
+total=$(secs "$DURATION")
+
+echo "soak: building into $OUT" >&2
+go build -o "$OUT/offcpu" ./cmd/offcpu
+(cd tools/otelcol && go build -o "$OUT/otelcol" .)
+gcc -O2 -o "$OUT/churn" collector/testdata/churn/churn.c
+gcc -O2 -o "$OUT/nap" collector/testdata/churn/nap.c
+
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+grpc=127.0.0.1:$(port)
+http=127.0.0.1:$(port)
+cat > "$OUT/collector.yaml" <<EOF
+receivers:
+  otlp:
+    protocols:
+      grpc: {endpoint: $grpc}
+      http: {endpoint: $http}
+exporters:
+  capture: {directory: $OUT/received}
+service:
+  telemetry: {metrics: {level: none}}
+  pipelines:
+    profiles: {receivers: [otlp], exporters: [capture]}
+EOF
+"$OUT/otelcol" --config "$OUT/collector.yaml" --feature-gates=service.profilesSupport 2>"$OUT/collector.log" &
+colpid=$!
+sleep 3
+
+"$OUT/offcpu" record --continuous --interval "$INTERVAL" --output-dir "$OUT/profiles" --keep 1000 \
+	--otlp-endpoint "$grpc" --otlp-insecure 2>"$OUT/agent.log" &
+agent=$!
+sleep 5
+
+( while :; do "$OUT/churn" "$CHURN" 60 "$OUT/nap" 1000 >/dev/null; done ) &
+churnpid=$!
+( while :; do "$OUT/offcpu" dispatch --duration 20s -q >/dev/null 2>&1 || true; done ) &
+corepid=$!
+
+# BPF map memory: the memlock of every map the agent holds.
+mapmem() { grep -h '^memlock' $(grep -l '^map_type' /proc/$agent/fdinfo/* 2>/dev/null) 2>/dev/null | awk '{s+=$2} END {print s+0}'; }
+cpu0=$(awk '{print $14+$15}' /proc/$agent/stat)
+echo "t_s rss_kb bpf_map_bytes" > "$OUT/memory.tsv"
+start=$(date +%s)
+while (( $(date +%s) - start < total )); do
+	sleep 10
+	echo "$(( $(date +%s) - start )) $(awk '/VmRSS/ {print $2}' /proc/$agent/status) $(mapmem)" >> "$OUT/memory.tsv"
+done
+cpu1=$(awk '{print $14+$15}' /proc/$agent/stat)
+kill "$churnpid" "$corepid" 2>/dev/null || true
+pkill -P "$churnpid" 2>/dev/null || true
+pkill -P "$corepid" 2>/dev/null || true
+kill -TERM "$agent"
+wait "$agent" || true
+kill -TERM "$colpid"
+wait "$colpid" || true
+
+intervals=$(grep -c '^offcpu: interval ' "$OUT/agent.log" || true)
+received=$(ls "$OUT/received" | wc -l)
+python3 - "$OUT/memory.tsv" <<EOF
+import sys
+rows = [list(map(float, l.split())) for l in open(sys.argv[1]).read().split('\n')[1:] if l.strip()]
+late = [r for r in rows if r[0] >= 120] or rows
+def slope(i):
+    n = len(late); mx = sum(r[0] for r in late)/n; my = sum(r[i] for r in late)/n
+    den = sum((r[0]-mx)**2 for r in late) or 1
+    return sum((r[0]-mx)*(r[i]-my) for r in late)/den
+print(f"soak: {rows[-1][0]:.0f} s; RSS {late[0][1]/1024:.1f} MB after 2 min, {rows[-1][1]/1024:.1f} MB at the end, peak {max(r[1] for r in rows)/1024:.1f} MB; slope {slope(1)*3600/1024:+.2f} MB/h")
+print(f"soak: BPF map memory {late[0][2]/2**20:.1f} MB after 2 min, {rows[-1][2]/2**20:.1f} MB at the end; slope {slope(2)*3600/2**20:+.3f} MB/h")
+EOF
+echo "soak: agent CPU $(( cpu1 - cpu0 )) ticks in ${total} s ($(python3 -c "print(f'{($cpu1-$cpu0)/($total*100)*100:.2f}')")% of a CPU, churn and the core running)"
+echo "soak: $intervals intervals cut, $received messages at the collector"
+grep -E '^offcpu: (OTLP|[0-9]+ intervals over|.*evicted)' "$OUT/agent.log" || true
+echo "soak: files in $OUT" >&2

@@ -1,0 +1,197 @@
+package otlp
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+
+	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/schema"
+)
+
+func TestContainerID(t *testing.T) {
+	id := "3f4e1b0c9a8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f"
+	for path, want := range map[string]string{
+		"/system.slice/docker-" + id + ".scope":                              id,
+		"/kubepods/burstable/pod1234/" + id:                                  id,
+		"/kubepods.slice/kubepods-pod.slice/cri-containerd-" + id + ".scope": id,
+		"/user.slice/user-0.slice/session-3.scope":                           "",
+		"/system.slice/docker-" + id[:63] + ".scope":                         "",
+	} {
+		if got := ContainerID(path); got != want {
+			t.Errorf("ContainerID(%q) = %q, want %q", path, got, want)
+		}
+	}
+}
+
+func TestServiceName(t *testing.T) {
+	if got := serviceName([]string{"PATH=/bin", "OTEL_SERVICE_NAME=broker"}); got != "broker" {
+		t.Errorf("from OTEL_SERVICE_NAME: %q", got)
+	}
+	if got := serviceName([]string{"OTEL_RESOURCE_ATTRIBUTES=team=a, service.name=ledger"}); got != "ledger" {
+		t.Errorf("from OTEL_RESOURCE_ATTRIBUTES: %q", got)
+	}
+	if got := serviceName([]string{"HOME=/root"}); got != "" {
+		t.Errorf("none declared: %q", got)
+	}
+}
+
+// offProfile is a small off-CPU profile as the recorder writes it: one
+// blocked lock wait with part of it waiting for a CPU, one idle read, one
+// preempted interval, one on-CPU sample.
+func offProfile() *profile.Profile {
+	m := &profile.Mapping{ID: 2, File: "/usr/bin/server", BuildID: "abc123", Start: 0x1000, Limit: 0x9000}
+	k := &profile.Mapping{ID: 1, File: schema.KernelMapping}
+	fn := func(id uint64, name string) *profile.Function { return &profile.Function{ID: id, Name: name} }
+	loc := func(id uint64, mp *profile.Mapping, f *profile.Function) *profile.Location {
+		return &profile.Location{ID: id, Mapping: mp, Address: 0x1000 + id, Line: []profile.Line{{Function: f}}}
+	}
+	lock, read, sched, main := loc(1, m, fn(1, "pthread_mutex_lock")), loc(2, m, fn(2, "epoll_wait")), loc(3, k, fn(3, "schedule")), loc(4, m, fn(4, "main"))
+	poll := loc(5, k, fn(5, "ep_poll"))
+	types := []*profile.ValueType{{Type: schema.OffCPU, Unit: "nanoseconds"}, {Type: schema.Switches, Unit: "count"}, {Type: schema.CPU, Unit: "nanoseconds"},
+		{Type: schema.Blocked, Unit: "nanoseconds"}, {Type: schema.RunQueue, Unit: "nanoseconds"}}
+	smp := func(v []int64, state string, tid int64, locs ...*profile.Location) *profile.Sample {
+		return &profile.Sample{Location: locs, Value: v,
+			Label:    map[string][]string{schema.LabelThread: {"worker"}, schema.LabelState: {state}, schema.LabelProcess: {"server"}},
+			NumLabel: map[string][]int64{schema.LabelTID: {tid}, schema.LabelPID: {100}}}
+	}
+	return &profile.Profile{SampleType: types, Mapping: []*profile.Mapping{k, m},
+		Location: []*profile.Location{lock, read, sched, main, poll},
+		Function: []*profile.Function{lock.Line[0].Function, read.Line[0].Function, sched.Line[0].Function, main.Line[0].Function, poll.Line[0].Function},
+		Sample: []*profile.Sample{
+			smp([]int64{5000, 2, 0, 4000, 1000}, "sleeping", 101, sched, lock, main),
+			smp([]int64{7000, 1, 0, 7000, 0}, "sleeping", 102, sched, poll, read, main),
+			smp([]int64{300, 1, 0, 0, 300}, "preempted", 101, sched, main),
+			smp([]int64{0, 0, 900, 0, 0}, "", 101, main),
+		}}
+}
+
+func TestConvert(t *testing.T) {
+	rules, err := analysis.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Converter{Host: "node-1", Rules: rules, Processes: func(pid int64, comm string) Process {
+		return Process{Executable: comm, ServiceName: "svc", ContainerID: "cid"}
+	}}
+	start := time.Unix(1700000000, 0)
+	p, counts, err := c.Convert(start, 10*time.Second, offProfile(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{TypeOffCPU: 11000, TypeRunQueue: 1300, TypeCPU: 900}
+	for typ, v := range want {
+		if counts.Values[typ] != v {
+			t.Errorf("%s: %d, want %d", typ, counts.Values[typ], v)
+		}
+	}
+	// What goes over the wire decodes to the same.
+	b, err := pprofileotlp.NewExportRequestFromProfiles(p).MarshalProto()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := pprofileotlp.NewExportRequest()
+	if err := req.UnmarshalProto(b); err != nil {
+		t.Fatal(err)
+	}
+	got := req.Profiles()
+	if got.ResourceProfiles().Len() != 1 {
+		t.Fatalf("%d resources, want 1 (one process)", got.ResourceProfiles().Len())
+	}
+	rp := got.ResourceProfiles().At(0)
+	for k, v := range map[string]string{AttrHostName: "node-1", AttrServiceName: "svc", AttrContainerID: "cid", AttrExecutable: "server"} {
+		if a, ok := rp.Resource().Attributes().Get(k); !ok || a.Str() != v {
+			t.Errorf("resource %s = %q, want %q", k, a.Str(), v)
+		}
+	}
+	dict := got.Dictionary()
+	profs := rp.ScopeProfiles().At(0).Profiles()
+	sums := map[string]int64{}
+	verdicts := map[string]bool{}
+	for i := 0; i < profs.Len(); i++ {
+		pr := profs.At(i)
+		typ := dict.StringTable().At(int(pr.SampleType().TypeStrindex()))
+		if !pr.Time().AsTime().Equal(start) || pr.DurationNano() != uint64(10*time.Second) {
+			t.Errorf("%s: time %v duration %d", typ, pr.Time().AsTime(), pr.DurationNano())
+		}
+		for j := 0; j < pr.Samples().Len(); j++ {
+			s := pr.Samples().At(j)
+			sums[typ] += s.Values().At(0)
+			attrs, err := pprofile.FromAttributeIndices(dict.AttributeTable(), s, dict)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, ok := attrs.Get(AttrVerdict); ok && typ == TypeOffCPU {
+				verdicts[v.Str()] = true
+			}
+			st := dict.StackTable().At(int(s.StackIndex()))
+			if st.LocationIndices().Len() == 0 {
+				t.Errorf("%s sample without a stack", typ)
+			}
+		}
+	}
+	for typ, v := range want {
+		if sums[typ] != v {
+			t.Errorf("decoded %s: %d, want %d", typ, sums[typ], v)
+		}
+	}
+	if !verdicts["blocked"] || !verdicts["idle"] {
+		t.Errorf("verdicts %v: want the lock wait blocked and the read idle", verdicts)
+	}
+}
+
+// An HTTP collector that refuses the first attempts: the exporter retries
+// and delivers; with no retry time left it drops and counts.
+func TestExporterRetryAndDrop(t *testing.T) {
+	var calls, ok atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.URL.Path != HTTPPath || r.Header.Get("X-Tenant") != "t1" {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		if calls.Add(1) <= 2 {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		ok.Add(1)
+	}))
+	defer srv.Close()
+	e, err := NewExporter(Config{Endpoint: srv.URL, Protocol: "http", Insecure: true, Headers: map[string]string{"X-Tenant": "t1"}, QueueSize: 4, RetryFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Enqueue(pprofile.NewProfiles(), 3)
+	st := e.Close(context.Background())
+	if st.Sent != 1 || st.Dropped != 0 || st.Retries != 2 || ok.Load() != 1 {
+		t.Errorf("after two refusals: %+v, %d delivered", st, ok.Load())
+	}
+
+	e, err = NewExporter(Config{Endpoint: srv.URL + "/nowhere", Protocol: "http", Insecure: true, QueueSize: 1, RetryFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		e.Enqueue(pprofile.NewProfiles(), 5)
+	}
+	st = e.Close(context.Background())
+	if st.Sent+st.Dropped != 3 || st.Dropped == 0 || st.DroppedSample != 5*st.Dropped {
+		t.Errorf("a permanent error and a full queue: %+v, want every interval sent or counted dropped", st)
+	}
+}
+
+func TestConfigCheck(t *testing.T) {
+	for _, c := range []Config{{}, {Endpoint: "x:1", Protocol: "udp"}, {Endpoint: "x:1", CAFile: "/nonexistent.pem"}} {
+		if err := c.Check(); err == nil {
+			t.Errorf("%+v: no error", c)
+		}
+	}
+}
