@@ -3,6 +3,7 @@ package collector
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -241,10 +242,26 @@ func nsPid(p procfs.Proc) int {
 	return p.PID
 }
 
+// get returns a copy of pid's entry: events and rescans change the entry
+// while a continuous recording's cut reads it. The mapping lists in it
+// are never changed in place.
 func (t *procTable) get(pid uint32) *procInfo {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.procs[pid]
+	p := t.procs[pid]
+	if p == nil {
+		return nil
+	}
+	cp := *p
+	cp.snaps = slices.Clone(p.snaps)
+	return &cp
+}
+
+// len is how many processes are kept.
+func (t *procTable) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.procs)
 }
 
 // find returns the mapping holding addr, newest snapshot first.

@@ -671,7 +671,7 @@ func (b *profBuilder) userLoc(pid uint32, addr uint64, leaf bool) *profile.Locat
 	if l, ok := b.locs[key]; ok {
 		return l
 	}
-	p := b.sym.procs.get(pid)
+	p := b.sym.proc(pid)
 	var m *mapping
 	if p != nil {
 		m = p.find(look)

@@ -12,6 +12,7 @@ import (
 // symbolizer resolves the addresses of one recording.
 type symbolizer struct {
 	procs    *procTable
+	procCopy map[uint32]*procInfo // procs.get once per process
 	kern     *symtab.Kernel
 	perfMaps map[uint32]*symtab.PerfMap
 	jvms     *jvmTracker // nil: no JVM named through its structures
@@ -47,6 +48,19 @@ func (k *kernelSymbols) get() *symtab.Kernel {
 	return k.kern
 }
 
+// proc returns pid's entry as it was when first asked for.
+func (s *symbolizer) proc(pid uint32) *procInfo {
+	if p, ok := s.procCopy[pid]; ok {
+		return p
+	}
+	if s.procCopy == nil {
+		s.procCopy = map[uint32]*procInfo{}
+	}
+	p := s.procs.get(pid)
+	s.procCopy[pid] = p
+	return p
+}
+
 // perfMapFor reads the JIT map now, at the end, since it grows while the
 // process runs; a container's map is read through its root.
 func (s *symbolizer) perfMapFor(pid uint32, p *procInfo) *symtab.PerfMap {
@@ -72,7 +86,7 @@ func (s *symbolizer) perfMapFor(pid uint32, p *procInfo) *symtab.PerfMap {
 // user symbolizes a user address of process pid. The returned mapping is
 // nil when the address is in no known mapping.
 func (s *symbolizer) user(pid uint32, addr uint64) (symtab.Frame, *mapping) {
-	p := s.procs.get(pid)
+	p := s.proc(pid)
 	var m *mapping
 	if p != nil {
 		m = p.find(addr)

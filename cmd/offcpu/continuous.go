@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
@@ -300,18 +299,10 @@ func runContinuous(stderr io.Writer, f *recordFlags, opts collector.Options, com
 		ag.close(0)
 		return err
 	}
-	var cmdDone chan error
-	var child *exec.Cmd
-	if len(command) > 0 {
-		child = exec.Command(command[0], command[1:]...)
-		child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
-		if err := sess.StartCommand(child); err != nil {
-			sess.Stop()
-			ag.close(0)
-			return err
-		}
-		cmdDone = make(chan error, 1)
-		go func() { cmdDone <- child.Wait() }()
+	child, cmdDone, err := startCommand(sess, command)
+	if err != nil {
+		ag.close(0)
+		return err
 	}
 	if !f.quiet {
 		fmt.Fprintf(stderr, "offcpu: recording %s continuously, a profile every %v; Ctrl-C or SIGTERM to stop, SIGHUP to re-read the configuration\n",

@@ -162,17 +162,9 @@ func runRecord(stderr io.Writer, f *recordFlags, command []string) error {
 	if err != nil {
 		return err
 	}
-	var cmdDone chan error
-	var child *exec.Cmd
-	if len(command) > 0 {
-		child = exec.Command(command[0], command[1:]...)
-		child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
-		if err := sess.StartCommand(child); err != nil {
-			sess.Stop()
-			return err
-		}
-		cmdDone = make(chan error, 1)
-		go func() { cmdDone <- child.Wait() }()
+	child, cmdDone, err := startCommand(sess, command)
+	if err != nil {
+		return err
 	}
 	if !f.quiet {
 		fmt.Fprintf(stderr, "offcpu: recording %s; Ctrl-C to stop\n", describeTargets(f, command))
@@ -201,6 +193,23 @@ func runRecord(stderr io.Writer, f *recordFlags, command []string) error {
 		}
 	}
 	return nil
+}
+
+// startCommand starts the command to record, if any, under sess; its
+// exit arrives on the returned channel. On failure the session is stopped.
+func startCommand(sess *collector.Session, command []string) (*exec.Cmd, chan error, error) {
+	if len(command) == 0 {
+		return nil, nil, nil
+	}
+	child := exec.Command(command[0], command[1:]...)
+	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := sess.StartCommand(child); err != nil {
+		sess.Stop()
+		return nil, nil, err
+	}
+	cmdDone := make(chan error, 1)
+	go func() { cmdDone <- child.Wait() }()
+	return child, cmdDone, nil
 }
 
 // options checks the flags and turns them into the recorder's options.
