@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/offcpu/offcpu/collector"
 	"github.com/offcpu/offcpu/otlp"
 	"github.com/offcpu/offcpu/schema"
 )
@@ -480,5 +481,30 @@ func checkAttributes(t *testing.T, name string, m pprofile.Profiles, host string
 	}
 	if buildIDs == 0 {
 		t.Errorf("%s: no mapping with a build id", name)
+	}
+}
+
+// The output directory keeps the newest --keep intervals, each with its
+// wake-up profile, and a reader never sees a half-written file.
+func TestOutputDirRotation(t *testing.T) {
+	dir := t.TempDir()
+	ag := &agent{set: &settings{outputDir: dir, keep: 2}}
+	p := &profile.Profile{SampleType: []*profile.ValueType{{Type: "off_cpu", Unit: "nanoseconds"}}}
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	for i := 1; i <= 4; i++ {
+		iv := &collector.Interval{Seq: i, Start: start.Add(time.Duration(i) * 10 * time.Second), Duration: 10 * time.Second, Profile: p, Wakeups: p}
+		if err := ag.writeInterval(iv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names, _ := filepath.Glob(filepath.Join(dir, "*"))
+	var base []string
+	for _, n := range names {
+		base = append(base, filepath.Base(n))
+	}
+	want := []string{"offcpu-20261201T100030.000Z-000003.pb.gz", "offcpu-20261201T100030.000Z-000003.wakeups.pb.gz",
+		"offcpu-20261201T100040.000Z-000004.pb.gz", "offcpu-20261201T100040.000Z-000004.wakeups.pb.gz"}
+	if strings.Join(base, " ") != strings.Join(want, " ") {
+		t.Errorf("files kept: %v, want %v", base, want)
 	}
 }
