@@ -339,6 +339,11 @@ func (s *Session) startWorkers() {
 	go s.readEvents()
 	s.flushing = goWorker(s.flushEvents)
 	s.spill = newStackSpill(s.coll, s.opts.StackEntries)
+	if s.cont != nil {
+		// An agent's wake-ups cost more than a later move: half the map is
+		// free at each move, far more than a second of new stacks.
+		s.spill.period = time.Second
+	}
 	s.spilling = goWorker(s.spill.run)
 	if s.unw != nil {
 		s.unwinding = goWorker(func(stop <-chan struct{}) {
@@ -726,7 +731,9 @@ func (s *Session) AddPID(pid int) error {
 func (s *Session) flushEvents(stop <-chan struct{}) {
 	every := 50 * time.Millisecond
 	if s.cont != nil {
-		every = 200 * time.Millisecond // an agent's wake-ups count more than its latency
+		// An agent's wake-ups count more than its latency; the events the
+		// unwinder needs at once wake the reader themselves.
+		every = time.Second
 	}
 	tick := time.NewTicker(every)
 	defer tick.Stop()

@@ -20,6 +20,7 @@ type stackSpill struct {
 	m        *ebpf.Map
 	stats    *ebpf.Map
 	capacity uint64
+	period   time.Duration // how often the map's fill is checked
 
 	mu     sync.Mutex
 	stacks map[int64][]uint64
@@ -28,12 +29,12 @@ type stackSpill struct {
 
 func newStackSpill(coll *ebpf.Collection, capacity int) *stackSpill {
 	return &stackSpill{m: coll.Maps[bpf.OffcpuMapStacks], stats: coll.Maps[bpf.OffcpuMapStats],
-		capacity: uint64(capacity), stacks: map[int64][]uint64{}}
+		capacity: uint64(capacity), stacks: map[int64][]uint64{}, period: 100 * time.Millisecond}
 }
 
 // run checks the map's fill every 100 ms until stop is closed.
 func (sp *stackSpill) run(stop <-chan struct{}) {
-	every(100*time.Millisecond, stop, func(time.Time) { sp.maybeMove() })
+	every(sp.period, stop, func(time.Time) { sp.maybeMove() })
 }
 
 // alarm lets a worker that sleeps while idle be woken when work arrives.
