@@ -65,8 +65,8 @@ while (( $(date +%s) - start < total )); do
 done
 cpu1=$(awk '{print $14+$15}' /proc/$agent/stat)
 kill "$churnpid" "$corepid" 2>/dev/null || true
-pkill -P "$churnpid" 2>/dev/null || true
-pkill -P "$corepid" 2>/dev/null || true
+pkill -f "$OUT/churn" 2>/dev/null || true
+pkill -f "$OUT/offcpu dispatch" 2>/dev/null || true
 kill -TERM "$agent"
 wait "$agent" || true
 kill -TERM "$colpid"

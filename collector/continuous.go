@@ -55,6 +55,12 @@ type continuous struct {
 	// graveyard: addresses of the stacks deleted at the last cuts.
 	graveyard map[int64]grave
 	namesKept map[[2]uint32]thread // exited threads named until the next cut
+	// idle: keys that did not change over the last interval, deleted like
+	// those of exited threads, so that the maps hold what is active
+	// rather than everything seen since the start.
+	idle     map[any]bool
+	idleRecs []record // the idle aggregation keys' records, their totals
+	carry    []record // what they gained before their deletion
 	kern      kernelSymbols
 	stopped   bool
 }
@@ -172,6 +178,7 @@ func (c *continuous) delta(d *recording, read Stats) Stats {
 	var st Stats
 	st.Attach, st.ExactOnCPU = read.Attach, read.ExactOnCPU
 	recs := make(map[any]aggVals, len(d.records))
+	c.idle, c.idleRecs = map[any]bool{}, nil
 	out := d.records[:0]
 	for _, r := range d.records {
 		cur := aggVals{r.ns, r.count, r.runq, r.chain}
@@ -182,6 +189,11 @@ func (c *continuous) delta(d *recording, read Stats) Stats {
 		}
 		r.ns, r.count, r.runq, r.chain = cur.ns-p.ns, cur.count-p.count, cur.runq-min(p.runq, cur.runq), cur.chain-min(p.chain, cur.chain)
 		if r.count == 0 && r.ns == 0 {
+			c.idle[r.id] = true
+			if _, ok := r.id.(bpf.OffcpuOffcpuKey); ok {
+				r.ns, r.count, r.runq, r.chain = cur.ns, cur.count, cur.runq, cur.chain
+				c.idleRecs = append(c.idleRecs, r)
+			}
 			continue
 		}
 		out = append(out, r)
@@ -193,6 +205,14 @@ func (c *continuous) delta(d *recording, read Stats) Stats {
 			st.OpenTime += durationNs(r.ns)
 		}
 	}
+	// What an idle key gained between its read and its deletion.
+	for _, r := range c.carry {
+		out = append(out, r)
+		st.Intervals += r.count
+		st.OffCPU += durationNs(r.ns)
+		st.RunQueue += durationNs(r.runq)
+	}
+	c.carry = nil
 	d.records, c.recs = out, recs
 
 	wakes := make(map[bpf.OffcpuWakeKey]uint64, len(d.wakes))
@@ -202,7 +222,9 @@ func (c *continuous) delta(d *recording, read Stats) Stats {
 		if p := c.wakes[w.id]; p <= w.count {
 			w.count -= p
 		}
-		if w.count > 0 {
+		if w.count == 0 {
+			c.idle[w.id] = true
+		} else {
 			ws = append(ws, w)
 			st.Wakeups += w.count
 		}
@@ -216,7 +238,9 @@ func (c *continuous) delta(d *recording, read Stats) Stats {
 		if p := c.cpu[r.id]; p <= r.count {
 			r.count -= p
 		}
-		if r.count > 0 {
+		if r.count == 0 {
+			c.idle[r.id] = true
+		} else {
 			cs = append(cs, r)
 			st.CPUSamples += r.count
 		}
@@ -333,7 +357,7 @@ func (s *Session) evict(deadThreads map[[2]uint32]thread, deadProcs map[uint32]b
 		switch k := k.(type) {
 		case bpf.OffcpuOffcpuKey:
 			ids := append([]int64{k.Ustack, k.Kstack}, wakerIDs(k.Waker)...)
-			if dead(k.Tid, k.Gen) || deadWaker(k.Waker) {
+			if dead(k.Tid, k.Gen) || deadWaker(k.Waker) || c.idle[k] {
 				offKeys = append(offKeys, k)
 				delete(c.recs, k)
 				mark(gone, ids...)
@@ -341,7 +365,7 @@ func (s *Session) evict(deadThreads map[[2]uint32]thread, deadProcs map[uint32]b
 				mark(live, ids...)
 			}
 		case prestartKey:
-			if dead(k.tid, k.gen) {
+			if dead(k.tid, k.gen) || c.idle[k] {
 				preKeys = append(preKeys, k.tid)
 				delete(c.recs, k)
 				mark(gone, k.ustack)
@@ -352,7 +376,7 @@ func (s *Session) evict(deadThreads map[[2]uint32]thread, deadProcs map[uint32]b
 	}
 	var wakeKeys []bpf.OffcpuWakeKey
 	for k := range c.wakes {
-		if dead(k.TargetTid, k.TargetGen) || deadWaker(k.Waker) {
+		if dead(k.TargetTid, k.TargetGen) || deadWaker(k.Waker) || c.idle[k] {
 			wakeKeys = append(wakeKeys, k)
 			delete(c.wakes, k)
 			mark(gone, wakerIDs(k.Waker)...)
@@ -362,7 +386,7 @@ func (s *Session) evict(deadThreads map[[2]uint32]thread, deadProcs map[uint32]b
 	}
 	var cpuKeys []bpf.OffcpuCpuKey
 	for k := range c.cpu {
-		if dead(k.Tid, k.Gen) {
+		if dead(k.Tid, k.Gen) || c.idle[k] {
 			cpuKeys = append(cpuKeys, k)
 			delete(c.cpu, k)
 			mark(gone, k.Ustack, k.Kstack)
@@ -401,6 +425,19 @@ func (s *Session) evict(deadThreads map[[2]uint32]thread, deadProcs map[uint32]b
 				stackIDs = append(stackIDs, id)
 				c.graveyard[id] = grave{ips: stacks[id]}
 			}
+		}
+	}
+	// Idle keys are taken out with their value at deletion: an interval
+	// added between the read and the deletion goes to the next cut.
+	if m := s.coll.Maps[bpf.OffcpuMapOffcpu]; m != nil {
+		for _, r := range c.idleRecs {
+			k := r.id.(bpf.OffcpuOffcpuKey)
+			var v bpf.OffcpuOffcpuVal
+			if m.LookupAndDelete(k, &v) != nil || v.Count <= r.count {
+				continue
+			}
+			r.ns, r.count, r.runq, r.chain = v.Ns-min(r.ns, v.Ns), v.Count-r.count, min(v.RunqNs, v.Ns)-min(r.runq, v.RunqNs, v.Ns), v.ChainNs-min(r.chain, v.ChainNs)
+			c.carry = append(c.carry, r)
 		}
 	}
 	deleteKeys(s.coll.Maps[bpf.OffcpuMapOffcpu], offKeys)
