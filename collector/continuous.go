@@ -61,8 +61,8 @@ type continuous struct {
 	idle     map[any]bool
 	idleRecs []record // the idle aggregation keys' records, their totals
 	carry    []record // what they gained before their deletion
-	kern      kernelSymbols
-	stopped   bool
+	kern     kernelSymbols
+	stopped  bool
 }
 
 type grave struct {
