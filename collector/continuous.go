@@ -173,12 +173,30 @@ func (s *Session) cut(final bool) (*Interval, error) {
 
 // delta turns d's running totals into the change since the last cut (in
 // place) and returns that change's counts; read holds the counters the
-// drain read.
+// drain read. Keys that did not change are marked idle.
 func (c *continuous) delta(d *recording, read Stats) Stats {
 	var st Stats
 	st.Attach, st.ExactOnCPU = read.Attach, read.ExactOnCPU
-	recs := make(map[any]aggVals, len(d.records))
 	c.idle, c.idleRecs = map[any]bool{}, nil
+	c.deltaRecords(d, &st)
+	d.wakes, c.wakes, st.Wakeups = deltaCounts(d.wakes, c.wakes, c.idle,
+		func(w *wakeRecord) bpf.OffcpuWakeKey { return w.id }, func(w *wakeRecord) *uint64 { return &w.count })
+	d.cpu, c.cpu, st.CPUSamples = deltaCounts(d.cpu, c.cpu, c.idle,
+		func(r *cpuRecord) bpf.OffcpuCpuKey { return r.id }, func(r *cpuRecord) *uint64 { return &r.count })
+	st.OnCPU = c.deltaOnCPU(d)
+
+	st.Keys, st.Stacks, st.StacksMoved, st.Unwind, st.JVM, st.Programs = read.Keys, read.Stacks, read.StacksMoved, read.Unwind, read.JVM, read.Programs
+	st.StacksMissing = read.StacksMissing
+	st.addCounters(&read, 1)
+	st.addCounters(&c.counters, -1)
+	c.counters = read
+	return st
+}
+
+// deltaRecords turns the aggregation records' totals into their change,
+// adds what idle keys gained before their deletion, and counts them in st.
+func (c *continuous) deltaRecords(d *recording, st *Stats) {
+	recs := make(map[any]aggVals, len(d.records))
 	out := d.records[:0]
 	for _, r := range d.records {
 		cur := aggVals{r.ns, r.count, r.runq, r.chain}
@@ -197,6 +215,10 @@ func (c *continuous) delta(d *recording, read Stats) Stats {
 			continue
 		}
 		out = append(out, r)
+	}
+	out = append(out, c.carry...)
+	c.carry = nil
+	for _, r := range out {
 		st.Intervals += r.count
 		st.OffCPU += durationNs(r.ns)
 		st.RunQueue += durationNs(r.runq)
@@ -205,48 +227,34 @@ func (c *continuous) delta(d *recording, read Stats) Stats {
 			st.OpenTime += durationNs(r.ns)
 		}
 	}
-	// What an idle key gained between its read and its deletion.
-	for _, r := range c.carry {
-		out = append(out, r)
-		st.Intervals += r.count
-		st.OffCPU += durationNs(r.ns)
-		st.RunQueue += durationNs(r.runq)
-	}
-	c.carry = nil
 	d.records, c.recs = out, recs
+}
 
-	wakes := make(map[bpf.OffcpuWakeKey]uint64, len(d.wakes))
-	ws := d.wakes[:0]
-	for _, w := range d.wakes {
-		wakes[w.id] = w.count
-		if p := c.wakes[w.id]; p <= w.count {
-			w.count -= p
+// deltaCounts turns running counts into their change since prev, keeping
+// the records that changed; it returns them, the new totals and their sum.
+func deltaCounts[R any, K comparable](rs []R, prev map[K]uint64, idle map[any]bool, key func(*R) K, count func(*R) *uint64) ([]R, map[K]uint64, uint64) {
+	totals := make(map[K]uint64, len(rs))
+	out := rs[:0]
+	var sum uint64
+	for _, r := range rs {
+		k, n := key(&r), count(&r)
+		totals[k] = *n
+		if p := prev[k]; p <= *n {
+			*n -= p
 		}
-		if w.count == 0 {
-			c.idle[w.id] = true
-		} else {
-			ws = append(ws, w)
-			st.Wakeups += w.count
+		if *n == 0 {
+			idle[k] = true
+			continue
 		}
+		out = append(out, r)
+		sum += *n
 	}
-	d.wakes, c.wakes = ws, wakes
+	return out, totals, sum
+}
 
-	cpu := make(map[bpf.OffcpuCpuKey]uint64, len(d.cpu))
-	cs := d.cpu[:0]
-	for _, r := range d.cpu {
-		cpu[r.id] = r.count
-		if p := c.cpu[r.id]; p <= r.count {
-			r.count -= p
-		}
-		if r.count == 0 {
-			c.idle[r.id] = true
-		} else {
-			cs = append(cs, r)
-			st.CPUSamples += r.count
-		}
-	}
-	d.cpu, c.cpu = cs, cpu
-
+// deltaOnCPU turns each thread's on-CPU total into its change.
+func (c *continuous) deltaOnCPU(d *recording) time.Duration {
+	var sum time.Duration
 	oncpu := make(map[[2]uint32]uint64, len(d.oncpu))
 	for k, v := range d.oncpu {
 		p := c.oncpu[k]
@@ -259,16 +267,10 @@ func (c *continuous) delta(d *recording, read Stats) Stats {
 			continue
 		}
 		d.oncpu[k] = v
-		st.OnCPU += durationNs(v.ns)
+		sum += durationNs(v.ns)
 	}
 	c.oncpu = oncpu
-
-	st.Keys, st.Stacks, st.StacksMoved, st.Unwind, st.JVM, st.Programs = read.Keys, read.Stacks, read.StacksMoved, read.Unwind, read.JVM, read.Programs
-	st.StacksMissing = read.StacksMissing
-	st.addCounters(&read, 1)
-	st.addCounters(&c.counters, -1)
-	c.counters = read
-	return st
+	return sum
 }
 
 // addCounters adds sign times o's running kernel counters to st.
@@ -330,121 +332,19 @@ func (st *Stats) add(o *Stats) {
 }
 
 // evict deletes the map entries of threads that had exited before the
-// last drain (their totals are final and reported), the stacks only they
-// used, and what is kept to symbolize processes that had exited.
+// last drain (their totals are final and reported) and of idle keys, the
+// stacks only they used, and what is kept to symbolize processes that had
+// exited.
 func (s *Session) evict(deadThreads map[[2]uint32]thread, deadProcs map[uint32]bool, stacks map[int64][]uint64) {
 	c := s.cont
-	dead := func(tid, gen uint32) bool { _, ok := deadThreads[[2]uint32{tid, gen}]; return ok }
-	// A key of a live thread woken by one that exited is final too: those
-	// would pile up under a server that forks a child per request.
-	deadTIDs := map[uint32]bool{}
-	for k := range deadThreads {
-		deadTIDs[k[0]] = true
-	}
-	deadWaker := func(w bpf.OffcpuWakerRec) bool { return w.Valid != 0 && w.Irq == 0 && deadTIDs[w.Tid] }
-	live, gone := map[int64]bool{}, map[int64]bool{}
-	mark := func(set map[int64]bool, ids ...int64) {
-		for _, id := range ids {
-			if id > 0 {
-				set[id] = true
-			}
-		}
-	}
-	wakerIDs := func(w bpf.OffcpuWakerRec) []int64 { return []int64{w.Ustack, w.Kstack, w.WaitUstack, w.WaitKstack} }
-	var offKeys []bpf.OffcpuOffcpuKey
-	var preKeys []uint32
-	for k := range c.recs {
-		switch k := k.(type) {
-		case bpf.OffcpuOffcpuKey:
-			ids := append([]int64{k.Ustack, k.Kstack}, wakerIDs(k.Waker)...)
-			if dead(k.Tid, k.Gen) || deadWaker(k.Waker) || c.idle[k] {
-				offKeys = append(offKeys, k)
-				delete(c.recs, k)
-				mark(gone, ids...)
-			} else {
-				mark(live, ids...)
-			}
-		case prestartKey:
-			if dead(k.tid, k.gen) || c.idle[k] {
-				preKeys = append(preKeys, k.tid)
-				delete(c.recs, k)
-				mark(gone, k.ustack)
-			} else {
-				mark(live, k.ustack)
-			}
-		}
-	}
-	var wakeKeys []bpf.OffcpuWakeKey
-	for k := range c.wakes {
-		if dead(k.TargetTid, k.TargetGen) || deadWaker(k.Waker) || c.idle[k] {
-			wakeKeys = append(wakeKeys, k)
-			delete(c.wakes, k)
-			mark(gone, wakerIDs(k.Waker)...)
-		} else {
-			mark(live, wakerIDs(k.Waker)...)
-		}
-	}
-	var cpuKeys []bpf.OffcpuCpuKey
-	for k := range c.cpu {
-		if dead(k.Tid, k.Gen) || c.idle[k] {
-			cpuKeys = append(cpuKeys, k)
-			delete(c.cpu, k)
-			mark(gone, k.Ustack, k.Kstack)
-		} else {
-			mark(live, k.Ustack, k.Kstack)
-		}
-	}
-	var cpuTotals []bpf.OffcpuThreadKey
-	for k := range c.oncpu {
-		if dead(k[0], k[1]) {
-			cpuTotals = append(cpuTotals, bpf.OffcpuThreadKey{Tid: k[0], Gen: k[1]})
-			delete(c.oncpu, k)
-		}
-	}
-	// Stacks only dead threads used are deleted, their addresses kept in
-	// the graveyard for two more cuts: kernel stacks are shared across
-	// processes, and a thread may take one from the map just before it is
-	// deleted. One still in use by then comes back to memory.
-	var stackIDs []int64
-	if held, err := s.heldStacks(); err == nil {
-		for id, g := range c.graveyard {
-			switch {
-			case live[id] || held[id]:
-				if s.spill != nil {
-					s.spill.put(id, g.ips)
-				}
-				delete(c.graveyard, id)
-			case g.cuts >= 2:
-				delete(c.graveyard, id)
-			default:
-				c.graveyard[id] = grave{g.ips, g.cuts + 1}
-			}
-		}
-		for id := range gone {
-			if !live[id] && !held[id] {
-				stackIDs = append(stackIDs, id)
-				c.graveyard[id] = grave{ips: stacks[id]}
-			}
-		}
-	}
-	// Idle keys are taken out with their value at deletion: an interval
-	// added between the read and the deletion goes to the next cut.
-	if m := s.coll.Maps[bpf.OffcpuMapOffcpu]; m != nil {
-		for _, r := range c.idleRecs {
-			k := r.id.(bpf.OffcpuOffcpuKey)
-			var v bpf.OffcpuOffcpuVal
-			if m.LookupAndDelete(k, &v) != nil || v.Count <= r.count {
-				continue
-			}
-			r.ns, r.count, r.runq, r.chain = v.Ns-min(r.ns, v.Ns), v.Count-r.count, min(v.RunqNs, v.Ns)-min(r.runq, v.RunqNs, v.Ns), v.ChainNs-min(r.chain, v.ChainNs)
-			c.carry = append(c.carry, r)
-		}
-	}
-	deleteKeys(s.coll.Maps[bpf.OffcpuMapOffcpu], offKeys)
-	deleteKeys(s.coll.Maps[bpf.OffcpuMapPrestart], preKeys)
-	deleteKeys(s.coll.Maps[bpf.OffcpuMapWakeups], wakeKeys)
-	deleteKeys(s.coll.Maps[bpf.OffcpuMapCpuSamples], cpuKeys)
-	deleteKeys(s.coll.Maps[bpf.OffcpuMapThreadCpus], cpuTotals)
+	ev := c.selectEvicted(deadThreads)
+	stackIDs := s.buryStacks(ev.live, ev.gone, stacks)
+	s.takeIdle()
+	deleteKeys(s.coll.Maps[bpf.OffcpuMapOffcpu], ev.off)
+	deleteKeys(s.coll.Maps[bpf.OffcpuMapPrestart], ev.pre)
+	deleteKeys(s.coll.Maps[bpf.OffcpuMapWakeups], ev.wakes)
+	deleteKeys(s.coll.Maps[bpf.OffcpuMapCpuSamples], ev.cpu)
+	deleteKeys(s.coll.Maps[bpf.OffcpuMapThreadCpus], ev.cpuTotals)
 	deleteKeys(s.coll.Maps[bpf.OffcpuMapStacks], stackIDs)
 	if s.spill != nil {
 		s.spill.forget(stackIDs)
@@ -463,6 +363,140 @@ func (s *Session) evict(deadThreads map[[2]uint32]thread, deadProcs map[uint32]b
 		delete(c.deadProcs, pid)
 	}
 	s.exitedMu.Unlock()
+}
+
+// evicted is what a cut takes out of the maps, and the stack ids the
+// remaining keys use (live) or the removed ones used (gone).
+type evicted struct {
+	off        []bpf.OffcpuOffcpuKey
+	pre        []uint32
+	wakes      []bpf.OffcpuWakeKey
+	cpu        []bpf.OffcpuCpuKey
+	cpuTotals  []bpf.OffcpuThreadKey
+	live, gone map[int64]bool
+}
+
+// mark adds the stack ids to the live set, or to the gone one.
+func (ev *evicted) mark(gone bool, ids ...int64) {
+	set := ev.live
+	if gone {
+		set = ev.gone
+	}
+	for _, id := range ids {
+		if id > 0 {
+			set[id] = true
+		}
+	}
+}
+
+func wakerIDs(w bpf.OffcpuWakerRec) []int64 {
+	return []int64{w.Ustack, w.Kstack, w.WaitUstack, w.WaitKstack}
+}
+
+// selectEvicted picks the keys of exited threads, of waits an exited
+// thread ended (those would pile up under a server that forks a child per
+// request) and of idle keys, and forgets their totals.
+func (c *continuous) selectEvicted(deadThreads map[[2]uint32]thread) *evicted {
+	dead := func(tid, gen uint32) bool { _, ok := deadThreads[[2]uint32{tid, gen}]; return ok }
+	deadTIDs := map[uint32]bool{}
+	for k := range deadThreads {
+		deadTIDs[k[0]] = true
+	}
+	deadWaker := func(w bpf.OffcpuWakerRec) bool { return w.Valid != 0 && w.Irq == 0 && deadTIDs[w.Tid] }
+	ev := &evicted{live: map[int64]bool{}, gone: map[int64]bool{}}
+	for k := range c.recs {
+		switch k := k.(type) {
+		case bpf.OffcpuOffcpuKey:
+			out := dead(k.Tid, k.Gen) || deadWaker(k.Waker) || c.idle[k]
+			if out {
+				ev.off = append(ev.off, k)
+				delete(c.recs, k)
+			}
+			ev.mark(out, append([]int64{k.Ustack, k.Kstack}, wakerIDs(k.Waker)...)...)
+		case prestartKey:
+			out := dead(k.tid, k.gen) || c.idle[k]
+			if out {
+				ev.pre = append(ev.pre, k.tid)
+				delete(c.recs, k)
+			}
+			ev.mark(out, k.ustack)
+		}
+	}
+	for k := range c.wakes {
+		out := dead(k.TargetTid, k.TargetGen) || deadWaker(k.Waker) || c.idle[k]
+		if out {
+			ev.wakes = append(ev.wakes, k)
+			delete(c.wakes, k)
+		}
+		ev.mark(out, wakerIDs(k.Waker)...)
+	}
+	for k := range c.cpu {
+		out := dead(k.Tid, k.Gen) || c.idle[k]
+		if out {
+			ev.cpu = append(ev.cpu, k)
+			delete(c.cpu, k)
+		}
+		ev.mark(out, k.Ustack, k.Kstack)
+	}
+	for k := range c.oncpu {
+		if dead(k[0], k[1]) {
+			ev.cpuTotals = append(ev.cpuTotals, bpf.OffcpuThreadKey{Tid: k[0], Gen: k[1]})
+			delete(c.oncpu, k)
+		}
+	}
+	return ev
+}
+
+// buryStacks returns the stacks to delete: those only removed keys used
+// and no live thread holds. Their addresses stay in the graveyard for two
+// more cuts: kernel stacks are shared across processes, and a thread may
+// take one from the map just before it is deleted. One in use by then
+// comes back to memory.
+func (s *Session) buryStacks(live, gone map[int64]bool, stacks map[int64][]uint64) []int64 {
+	c := s.cont
+	held, err := s.heldStacks()
+	if err != nil {
+		return nil
+	}
+	for id, g := range c.graveyard {
+		switch {
+		case live[id] || held[id]:
+			if s.spill != nil {
+				s.spill.put(id, g.ips)
+			}
+			delete(c.graveyard, id)
+		case g.cuts >= 2:
+			delete(c.graveyard, id)
+		default:
+			c.graveyard[id] = grave{g.ips, g.cuts + 1}
+		}
+	}
+	var ids []int64
+	for id := range gone {
+		if !live[id] && !held[id] {
+			ids = append(ids, id)
+			c.graveyard[id] = grave{ips: stacks[id]}
+		}
+	}
+	return ids
+}
+
+// takeIdle deletes the idle aggregation keys with their value at deletion:
+// an interval added between the read and the deletion goes to the next cut.
+func (s *Session) takeIdle() {
+	c, m := s.cont, s.coll.Maps[bpf.OffcpuMapOffcpu]
+	if m == nil {
+		return
+	}
+	for _, r := range c.idleRecs {
+		k := r.id.(bpf.OffcpuOffcpuKey)
+		var v bpf.OffcpuOffcpuVal
+		if m.LookupAndDelete(k, &v) != nil || v.Count <= r.count {
+			continue
+		}
+		r.ns, r.count, r.runq, r.chain = v.Ns-min(r.ns, v.Ns), v.Count-r.count, min(v.RunqNs, v.Ns)-min(r.runq, v.RunqNs, v.Ns), v.ChainNs-min(r.chain, v.ChainNs)
+		c.carry = append(c.carry, r)
+	}
 }
 
 // deleteKeys deletes keys from m, in batches where the kernel can; a key

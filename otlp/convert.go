@@ -147,8 +147,7 @@ type builder struct {
 	start      time.Time
 	dur        time.Duration
 	strs       map[string]int32
-	attrs      map[[2]string]int32
-	intAttrs   map[intAttr]int32
+	attrs      map[attrKey]int32
 	funcs      map[*profile.Function]int32
 	mappings   map[*profile.Mapping]int32
 	locs       map[*profile.Location]int32
@@ -159,9 +158,9 @@ type builder struct {
 	locIndices []int32
 }
 
-type intAttr struct {
+type attrKey struct {
 	k string
-	v int64
+	v any // string or int64
 }
 
 type resource struct {
@@ -171,7 +170,7 @@ type resource struct {
 
 func newBuilder(c *Converter, start time.Time, dur time.Duration) *builder {
 	b := &builder{c: c, out: pprofile.NewProfiles(), start: start, dur: dur,
-		strs: map[string]int32{}, attrs: map[[2]string]int32{}, intAttrs: map[intAttr]int32{},
+		strs: map[string]int32{}, attrs: map[attrKey]int32{},
 		funcs: map[*profile.Function]int32{}, mappings: map[*profile.Mapping]int32{}, locs: map[*profile.Location]int32{},
 		stacks: map[string]int32{}, resources: map[int64]*resource{}, counts: Counts{Values: map[string]int64{}}}
 	b.dict = b.out.Dictionary()
@@ -196,27 +195,26 @@ func (b *builder) str(s string) int32 {
 	return i
 }
 
-func (b *builder) attr(k, v string) int32 {
-	if i, ok := b.attrs[[2]string{k, v}]; ok {
-		return i
-	}
-	i := int32(b.dict.AttributeTable().Len())
-	a := b.dict.AttributeTable().AppendEmpty()
-	a.SetKeyStrindex(b.str(k))
-	a.Value().SetStr(v)
-	b.attrs[[2]string{k, v}] = i
-	return i
-}
+func (b *builder) attr(k, v string) int32 { return b.attrOf(attrKey{k, v}) }
 
-func (b *builder) intAttr(k string, v int64) int32 {
-	if i, ok := b.intAttrs[intAttr{k, v}]; ok {
+func (b *builder) intAttr(k string, v int64) int32 { return b.attrOf(attrKey{k, v}) }
+
+// attrOf returns the attribute table index of a key and a string or
+// int64 value, adding it on first use.
+func (b *builder) attrOf(key attrKey) int32 {
+	if i, ok := b.attrs[key]; ok {
 		return i
 	}
 	i := int32(b.dict.AttributeTable().Len())
 	a := b.dict.AttributeTable().AppendEmpty()
-	a.SetKeyStrindex(b.str(k))
-	a.Value().SetInt(v)
-	b.intAttrs[intAttr{k, v}] = i
+	a.SetKeyStrindex(b.str(key.k))
+	switch v := key.v.(type) {
+	case string:
+		a.Value().SetStr(v)
+	case int64:
+		a.Value().SetInt(v)
+	}
+	b.attrs[key] = i
 	return i
 }
 

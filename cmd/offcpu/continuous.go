@@ -308,55 +308,21 @@ func runContinuous(stderr io.Writer, f *recordFlags, opts collector.Options, com
 		fmt.Fprintf(stderr, "offcpu: recording %s continuously, a profile every %v; Ctrl-C or SIGTERM to stop, SIGHUP to re-read the configuration\n",
 			describeTargets(f, command), af.interval)
 	}
-	var end <-chan time.Time
-	if f.duration > 0 {
-		end = time.After(f.duration)
-	}
-	var pidsGone <-chan struct{}
-	if len(f.pids) > 0 {
-		pidsGone = watchPIDs(ctx, f.pids)
-	}
-	tick := time.NewTicker(af.interval)
-	defer tick.Stop()
-	var snapErr error
-loop:
-	for {
-		select {
-		case <-tick.C:
-			iv, err := sess.Snapshot()
-			if err != nil {
-				snapErr = err
-				break loop
-			}
-			ag.handle(iv)
-		case <-hup:
-			set, err := af.resolve()
-			if err == nil {
-				err = ag.reload(set)
-			}
-			if err != nil {
-				fmt.Fprintf(stderr, "offcpu: configuration not reloaded: %v\n", err)
-			} else if !f.quiet {
-				fmt.Fprintf(stderr, "offcpu: configuration reloaded\n")
-			}
-		case <-ctx.Done():
-			break loop
-		case <-end:
-			break loop
-		case <-pidsGone:
-			break loop
-		case <-cmdDone:
-			cmdDone = nil
-			break loop
-		}
-	}
+	// The recording ends as a one-shot one does: Ctrl-C, SIGTERM,
+	// --duration, the -p processes' exit or the command's.
+	ended := make(chan bool, 1)
+	go func() { _, cmdEnded := waitForEnd(ctx, f, cmdDone); ended <- cmdEnded }()
+	cmdEnded, snapErr := ag.cutEvery(sess, af, hup, ended)
 	cancel()
+	if snapErr != nil {
+		cmdEnded = <-ended
+	}
 	_, stopErr := sess.Stop()
 	if iv := sess.FinalInterval(); iv != nil {
 		ag.handle(iv)
 	}
 	ag.close(af.shutdown)
-	if child != nil && cmdDone != nil {
+	if child != nil && !cmdEnded {
 		child.Process.Signal(syscall.SIGTERM)
 		<-cmdDone
 	}
@@ -367,6 +333,36 @@ loop:
 		return fmt.Errorf("cutting an interval: %w (the intervals before it were delivered)", snapErr)
 	}
 	return stopErr
+}
+
+// cutEvery cuts an interval every --interval and re-reads the
+// configuration on SIGHUP until ended says the recording ends (whether the
+// command did) or a cut fails.
+func (a *agent) cutEvery(sess *collector.Session, af *agentFlags, hup <-chan os.Signal, ended <-chan bool) (cmdEnded bool, err error) {
+	tick := time.NewTicker(af.interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			iv, err := sess.Snapshot()
+			if err != nil {
+				return false, err
+			}
+			a.handle(iv)
+		case <-hup:
+			set, err := af.resolve()
+			if err == nil {
+				err = a.reload(set)
+			}
+			if err != nil {
+				fmt.Fprintf(a.stderr, "offcpu: configuration not reloaded: %v\n", err)
+			} else if !a.quiet {
+				fmt.Fprintf(a.stderr, "offcpu: configuration reloaded\n")
+			}
+		case cmdEnded := <-ended:
+			return cmdEnded, nil
+		}
+	}
 }
 
 func printAgentSummary(w io.Writer, st collector.Stats, ag *agent) {

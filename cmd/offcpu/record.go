@@ -85,31 +85,7 @@ re-reads --config (otlp:, output_dir:, keep:, rules:).`,
   go tool pprof -http :8080 offcpu.pb.gz
   sudo offcpu record --continuous --interval 10s --otlp-endpoint localhost:4317 --otlp-insecure
   sudo offcpu record --continuous --output-dir /var/lib/offcpu --keep 360`,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if n := cmd.ArgsLenAtDash(); n > 0 {
-				return fmt.Errorf("unexpected argument %q: put the command to record after --", args[0])
-			} else if n < 0 && len(args) > 0 {
-				return fmt.Errorf("unexpected argument %q: put the command to record after --", args[0])
-			}
-			if f.agent.continuous {
-				for _, name := range []string{"output", "folded", "cpu-folded", "wakeups-output", "wakeups-folded", "offwake-folded"} {
-					if cmd.Flags().Changed(name) {
-						return fmt.Errorf("--%s writes one profile at the end: with --continuous, give --output-dir", name)
-					}
-				}
-				opts, err := f.options(args)
-				if err != nil {
-					return err
-				}
-				return runContinuous(cmd.ErrOrStderr(), f, opts, args)
-			}
-			for _, name := range []string{"interval", "output-dir", "keep", "config", "rules", "otlp-endpoint", "otlp-protocol", "otlp-header", "otlp-insecure", "otlp-ca", "otlp-queue", "otlp-retry", "shutdown-timeout"} {
-				if cmd.Flags().Changed(name) {
-					return fmt.Errorf("--%s needs --continuous", name)
-				}
-			}
-			return runRecord(cmd.ErrOrStderr(), f, args)
-		},
+		RunE: f.run,
 	}
 	fl := cmd.Flags()
 	f.agent.register(fl)
@@ -193,6 +169,33 @@ func runRecord(stderr io.Writer, f *recordFlags, command []string) error {
 		}
 	}
 	return nil
+}
+
+// run checks the arguments and records, once or continuously.
+func (f *recordFlags) run(cmd *cobra.Command, args []string) error {
+	if n := cmd.ArgsLenAtDash(); n > 0 {
+		return fmt.Errorf("unexpected argument %q: put the command to record after --", args[0])
+	} else if n < 0 && len(args) > 0 {
+		return fmt.Errorf("unexpected argument %q: put the command to record after --", args[0])
+	}
+	if f.agent.continuous {
+		for _, name := range []string{"output", "folded", "cpu-folded", "wakeups-output", "wakeups-folded", "offwake-folded"} {
+			if cmd.Flags().Changed(name) {
+				return fmt.Errorf("--%s writes one profile at the end: with --continuous, give --output-dir", name)
+			}
+		}
+		opts, err := f.options(args)
+		if err != nil {
+			return err
+		}
+		return runContinuous(cmd.ErrOrStderr(), f, opts, args)
+	}
+	for _, name := range []string{"interval", "output-dir", "keep", "config", "rules", "otlp-endpoint", "otlp-protocol", "otlp-header", "otlp-insecure", "otlp-ca", "otlp-queue", "otlp-retry", "shutdown-timeout"} {
+		if cmd.Flags().Changed(name) {
+			return fmt.Errorf("--%s needs --continuous", name)
+		}
+	}
+	return runRecord(cmd.ErrOrStderr(), f, args)
 }
 
 // startCommand starts the command to record, if any, under sess; its
