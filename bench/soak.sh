@@ -6,6 +6,8 @@
 # Every 10 s it samples the agent's RSS and the memory of its BPF maps; at
 # the end it prints their slope after the first two minutes, the agent's
 # CPU share, and whether every interval was exported or counted as dropped.
+# The agent's Go heap profiles are saved at two minutes and at the end, and
+# a 30-second CPU profile from two minutes on.
 #
 #   sudo DURATION=30m bash bench/soak.sh
 set -euo pipefail
@@ -27,6 +29,7 @@ gcc -O2 -o "$OUT/nap" collector/testdata/churn/nap.c
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 grpc=127.0.0.1:$(port)
 http=127.0.0.1:$(port)
+debug=127.0.0.1:$(port)
 cat > "$OUT/collector.yaml" <<EOF
 receivers:
   otlp:
@@ -45,7 +48,7 @@ colpid=$!
 sleep 3
 
 "$OUT/offcpu" record --continuous --interval "$INTERVAL" --output-dir "$OUT/profiles" --keep 1000 \
-	--otlp-endpoint "$grpc" --otlp-insecure 2>"$OUT/agent.log" &
+	--otlp-endpoint "$grpc" --otlp-insecure --debug-addr "$debug" 2>"$OUT/agent.log" &
 agent=$!
 sleep 5
 
@@ -61,8 +64,16 @@ echo "t_s rss_kb bpf_map_bytes" > "$OUT/memory.tsv"
 start=$(date +%s)
 while (( $(date +%s) - start < total )); do
 	sleep 10
-	echo "$(( $(date +%s) - start )) $(awk '/VmRSS/ {print $2}' /proc/$agent/status) $(mapmem)" >> "$OUT/memory.tsv"
+	t=$(( $(date +%s) - start ))
+	echo "$t $(awk '/VmRSS/ {print $2}' /proc/$agent/status) $(mapmem)" >> "$OUT/memory.tsv"
+	# The agent's Go heap after two minutes and at the end: compare them
+	# with go tool pprof -base heap-120s.pb.gz heap-end.pb.gz.
+	if (( t >= 120 )) && [[ ! -e $OUT/heap-120s.pb.gz ]]; then
+		curl -sf -o "$OUT/heap-120s.pb.gz" "http://$debug/debug/pprof/heap" || true
+		curl -sf -o "$OUT/cpu-120s.pb.gz" "http://$debug/debug/pprof/profile?seconds=30" &
+	fi
 done
+curl -sf -o "$OUT/heap-end.pb.gz" "http://$debug/debug/pprof/heap" || true
 cpu1=$(awk '{print $14+$15}' /proc/$agent/stat)
 kill "$churnpid" "$corepid" 2>/dev/null || true
 pkill -f "$OUT/churn" 2>/dev/null || true

@@ -7,6 +7,7 @@ package otlp
 import (
 	"crypto/rand"
 	"fmt"
+	"hash/maphash"
 	"time"
 
 	"github.com/google/pprof/profile"
@@ -66,19 +67,21 @@ type Converter struct {
 	Processes func(pid int64, comm string) Process
 	Version   string
 
-	// Categories already decided, by everything the rules read: most
-	// stacks come back interval after interval.
-	cache      map[string][2]string
+	// Categories already decided, by a 128-bit hash of everything the
+	// rules read (the keys themselves, whole stacks, weighed megabytes):
+	// most stacks come back interval after interval.
+	cache      map[[2]uint64][2]string
 	cacheRules *analysis.Rules
+	seeds      [2]maphash.Seed
 }
 
 // categorize returns st's category and verdict.
 func (c *Converter) categorize(st *schema.Stack) (string, string) {
 	if c.cacheRules != c.Rules || len(c.cache) > 1<<16 {
-		c.cache, c.cacheRules = map[string][2]string{}, c.Rules
+		c.cache, c.cacheRules = map[[2]uint64][2]string{}, c.Rules
+		c.seeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
 	}
-	key := fmt.Sprintf("%s|%s|%s|%s|%s|%s|%s|%d|%d|%v|%v|%s|%s|%s", st.Thread, st.State, st.Folded(), st.Waker, st.WakerProcess, st.Process,
-		st.Class, st.PID, st.WakerPID, st.InRequest, st.WakerDispatching, schema.FoldFrames(st.WakerFrames), schema.FoldFrames(st.WakerWaitFrames), st.Reason)
+	key := [2]uint64{stackHash(c.seeds[0], st), stackHash(c.seeds[1], st)}
 	if v, ok := c.cache[key]; ok {
 		return v[0], v[1]
 	}
@@ -89,6 +92,42 @@ func (c *Converter) categorize(st *schema.Stack) (string, string) {
 	}
 	c.cache[key] = [2]string{cat, verdict}
 	return cat, verdict
+}
+
+// stackHash hashes what the rules read of a stack.
+func stackHash(seed maphash.Seed, st *schema.Stack) uint64 {
+	var h maphash.Hash
+	h.SetSeed(seed)
+	for _, s := range []string{st.Kind, st.Thread, st.State, st.Waker, st.WakerProcess, st.Process, st.Class, st.Reason} {
+		h.WriteString(s)
+		h.WriteByte(0)
+	}
+	var flags byte
+	if st.InRequest {
+		flags |= 1
+	}
+	if st.WakerDispatching {
+		flags |= 2
+	}
+	if st.WakerTID == 0 {
+		flags |= 4
+	}
+	h.WriteByte(flags)
+	maphash.WriteComparable(&h, [2]int64{st.PID, st.WakerPID})
+	for _, frames := range [][]schema.Frame{st.Frames, st.WakerFrames, st.WakerWaitFrames} {
+		for _, f := range frames {
+			h.WriteString(f.Name)
+			h.WriteByte(0)
+			h.WriteString(f.Module)
+			if f.Kernel {
+				h.WriteByte(1)
+			} else {
+				h.WriteByte(0)
+			}
+		}
+		h.WriteByte(2)
+	}
+	return h.Sum64()
 }
 
 // Counts is what one conversion holds, per sample type: the sum of its

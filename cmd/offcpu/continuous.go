@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -32,6 +35,7 @@ type agentFlags struct {
 	headers    []string
 	otlp       otlp.Config
 	shutdown   time.Duration
+	debugAddr  string
 }
 
 // agentConfig is the --config file, read at the start and on SIGHUP; what
@@ -63,6 +67,7 @@ func (a *agentFlags) register(cmd interface {
 	cmd.StringVar(&a.otlp.CAFile, "otlp-ca", "", "continuous: PEM file of the CA that signed the collector's certificate")
 	cmd.IntVar(&a.otlp.QueueSize, "otlp-queue", 60, "continuous: intervals waiting to be sent; one that finds the queue full is dropped (counted)")
 	cmd.DurationVar(&a.otlp.RetryFor, "otlp-retry", 5*time.Minute, "continuous: how long an interval is retried before it is dropped (counted)")
+	cmd.StringVar(&a.debugAddr, "debug-addr", "", "continuous: serve the agent's own Go profiles (/debug/pprof/) on this address, e.g. 127.0.0.1:6060")
 	cmd.DurationVar(&a.shutdown, "shutdown-timeout", 10*time.Second, "continuous: on SIGTERM or Ctrl-C, how long queued intervals may still be sent")
 }
 
@@ -293,6 +298,12 @@ func runContinuous(stderr io.Writer, f *recordFlags, opts collector.Options, com
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
+	if af.debugAddr != "" {
+		if err := serveDebug(af.debugAddr); err != nil {
+			ag.close(0)
+			return err
+		}
+	}
 	opts.Continuous = true
 	sess, err := collector.Start(ctx, opts)
 	if err != nil {
@@ -387,3 +398,18 @@ func printAgentSummary(w io.Writer, st collector.Stats, ag *agent) {
 
 // version is the scope version of exported profiles.
 var version = "dev"
+
+// serveDebug serves net/http/pprof's handlers on addr, so that the agent's
+// own memory and CPU can be profiled while it runs.
+func serveDebug(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--debug-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	go http.Serve(ln, mux)
+	return nil
+}
