@@ -105,7 +105,8 @@ const (
 	OffcpuOffcpuStatSTAT_THREAD_CPU_FULL  OffcpuOffcpuStat = 21
 	OffcpuOffcpuStatSTAT_FORK_UNWIND_FULL OffcpuOffcpuStat = 22
 	OffcpuOffcpuStatSTAT_OUT_OF_RANGE_NS  OffcpuOffcpuStat = 23
-	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 24
+	OffcpuOffcpuStatSTAT_AGG_STORED       OffcpuOffcpuStat = 24
+	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 25
 )
 
 type OffcpuOffcpuVal struct {

@@ -42,6 +42,7 @@ enum offcpu_stat {
 	STAT_THREAD_CPU_FULL,  /* a thread's on-CPU total not stored: thread_cpu map full */
 	STAT_FORK_UNWIND_FULL, /* a forked child left to frame pointers: unwind_procs full */
 	STAT_OUT_OF_RANGE_NS,  /* off-CPU ns of the STAT_OUT_OF_RANGE intervals */
+	STAT_AGG_STORED,       /* keys added to the aggregation map (an agent empties it when it fills) */
 	STAT_MAX,
 };
 

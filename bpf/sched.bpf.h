@@ -219,8 +219,10 @@ static __always_inline void account_interval(u32 tid, struct start_rec *s, struc
 	if (!v) {
 		struct offcpu_val init = { .ns = delta, .count = 1, .runq_ns = runq, .chain_ns = chain };
 		long err = bpf_map_update_elem(&offcpu, &key, &init, BPF_NOEXIST);
-		if (err == 0)
+		if (err == 0) {
+			stat_add(STAT_AGG_STORED, 1);
 			return;
+		}
 		v = bpf_map_lookup_elem(&offcpu, &key); /* lost a race on insert */
 		if (!v) {
 			stat_add(STAT_AGG_FULL, 1);

@@ -39,6 +39,7 @@ var ErrStopped = errors.New("the recording has stopped")
 // totals read the last time.
 type continuous struct {
 	mu    sync.Mutex // one snapshot at a time
+	mapMu sync.Mutex // the maps' entries and the totals read from them
 	recs  map[any]aggVals
 	wakes map[bpf.OffcpuWakeKey]uint64
 	cpu   map[bpf.OffcpuCpuKey]uint64
@@ -63,6 +64,13 @@ type continuous struct {
 	carry    []record // what they gained before their deletion
 	kern     kernelSymbols
 	stopped  bool
+	// Aggregation entries moved to memory between cuts (fold.go): their
+	// changes, their keys (whose stacks the next cut may delete), and the
+	// keys removed from the map in all, for its fill.
+	folded     []foldedEntry
+	foldedKeys []bpf.OffcpuOffcpuKey
+	aggRemoved uint64
+	aggMoved   uint64
 }
 
 type grave struct {
@@ -113,14 +121,55 @@ func (s *Session) cut(final bool) (*Interval, error) {
 	if c.lastMono == 0 {
 		c.lastMono, c.lastTime = s.startMono, s.start
 	}
+	// The maps are read and their entries deleted under mapMu; the
+	// aggregation map may be moved to memory in between (fold.go), while
+	// the profiles are built, the slowest part of a cut.
+	d, iv, dead, err := s.readCut(final, now)
+	if err != nil {
+		return nil, err
+	}
+	s.snapshotLive(d)
+	sym := &symbolizer{procs: s.procs, perfMaps: map[uint32]*symtab.PerfMap{}, kern: c.kern.get()}
+	if s.unw != nil {
+		sym.jvms = s.unw.jvms
+	}
+	d.stats, d.start, d.cpuHz, d.wakeups = &iv.Stats, iv.Start, s.opts.CPUHz, !s.opts.NoWakeups
+	off, wake, _, err := d.profiles(sym)
+	if err != nil {
+		return nil, err
+	}
+	iv.Profile, iv.Wakeups = off, wake
+	if !final {
+		c.mapMu.Lock()
+		s.evict(dead.threads, dead.procs, d.stacks)
+		c.mapMu.Unlock()
+	}
+	c.seq++
+	c.lastMono, c.lastTime = now, wall
+	c.total.add(&iv.Stats)
+	return iv, nil
+}
+
+// exits are the threads and processes known to have exited before a cut
+// read the maps: their entries are deleted after it.
+type exits struct {
+	threads map[[2]uint32]thread
+	procs   map[uint32]bool
+}
+
+// readCut reads the maps and turns their totals into the change since the
+// last cut.
+func (s *Session) readCut(final bool, now uint64) (*recording, *Interval, exits, error) {
+	c := s.cont
+	c.mapMu.Lock()
+	defer c.mapMu.Unlock()
 	// Exit events queued in the ring buffer first: a thread whose exit is
 	// not known yet is not evicted.
 	if !final {
 		s.settleEvents()
 	}
-	// What had exited before the maps are read is final: evicted after.
 	s.exitedMu.Lock()
-	deadThreads, deadProcs := maps.Clone(s.exited), maps.Clone(c.deadProcs)
+	dead := exits{maps.Clone(s.exited), maps.Clone(c.deadProcs)}
 	s.exitedMu.Unlock()
 
 	var warnings []string
@@ -136,7 +185,7 @@ func (s *Session) cut(final bool) (*Interval, error) {
 	read.SwitchMissed = s.switchMisses()
 	s.stats = kept
 	if err != nil {
-		return nil, err
+		return nil, nil, dead, err
 	}
 	if !final {
 		// Processes that came and went while the maps were read: their
@@ -151,24 +200,7 @@ func (s *Session) cut(final bool) (*Interval, error) {
 	if final {
 		iv.Stats.Warnings = append(iv.Stats.Warnings, s.stats.Warnings...)
 	}
-	s.snapshotLive(d)
-	sym := &symbolizer{procs: s.procs, perfMaps: map[uint32]*symtab.PerfMap{}, kern: c.kern.get()}
-	if s.unw != nil {
-		sym.jvms = s.unw.jvms
-	}
-	d.stats, d.start, d.cpuHz, d.wakeups = &iv.Stats, iv.Start, s.opts.CPUHz, !s.opts.NoWakeups
-	off, wake, _, err := d.profiles(sym)
-	if err != nil {
-		return nil, err
-	}
-	iv.Profile, iv.Wakeups = off, wake
-	if !final {
-		s.evict(deadThreads, deadProcs, d.stacks)
-	}
-	c.seq++
-	c.lastMono, c.lastTime = now, wall
-	c.total.add(&iv.Stats)
-	return iv, nil
+	return d, iv, dead, nil
 }
 
 // delta turns d's running totals into the change since the last cut (in
@@ -187,6 +219,7 @@ func (c *continuous) delta(d *recording, read Stats) Stats {
 
 	st.Keys, st.Stacks, st.StacksMoved, st.Unwind, st.JVM, st.Programs = read.Keys, read.Stacks, read.StacksMoved, read.Unwind, read.JVM, read.Programs
 	st.StacksMissing = read.StacksMissing
+	st.AggMoved, c.aggMoved = c.aggMoved, 0
 	st.addCounters(&read, 1)
 	st.addCounters(&c.counters, -1)
 	c.counters = read
@@ -216,7 +249,7 @@ func (c *continuous) deltaRecords(d *recording, st *Stats) {
 		}
 		out = append(out, r)
 	}
-	out = append(out, c.carry...)
+	out = mergeCarry(out, c.carry)
 	c.carry = nil
 	for _, r := range out {
 		st.Intervals += r.count
@@ -228,6 +261,29 @@ func (c *continuous) deltaRecords(d *recording, st *Stats) {
 		}
 	}
 	d.records, c.recs = out, recs
+}
+
+// mergeCarry adds the carried records to out, into the record of the same
+// key where the key was stored again since.
+func mergeCarry(out, carry []record) []record {
+	if len(carry) == 0 {
+		return out
+	}
+	at := make(map[any]int, len(out))
+	for i, r := range out {
+		at[r.id] = i
+	}
+	for _, r := range carry {
+		i, ok := at[r.id]
+		if !ok {
+			at[r.id] = len(out)
+			out = append(out, r)
+			continue
+		}
+		o := &out[i]
+		o.ns, o.count, o.runq, o.chain = o.ns+r.ns, o.count+r.count, o.runq+r.runq, o.chain+r.chain
+	}
+	return out
 }
 
 // deltaCounts turns running counts into their change since prev, keeping
@@ -321,6 +377,7 @@ func (st *Stats) add(o *Stats) {
 	st.CompleteTime += o.CompleteTime
 	st.TruncatedTime += o.TruncatedTime
 	st.StacksMissing = o.StacksMissing
+	st.AggMoved += o.AggMoved
 	st.Keys, st.Stacks, st.StacksMoved, st.Unwind, st.JVM = o.Keys, o.Stacks, o.StacksMoved, o.Unwind, o.JVM
 	for k, v := range o.WakeupsByClass {
 		if st.WakeupsByClass == nil {
@@ -340,7 +397,7 @@ func (s *Session) evict(deadThreads map[[2]uint32]thread, deadProcs map[uint32]b
 	ev := c.selectEvicted(deadThreads)
 	stackIDs := s.buryStacks(ev.live, ev.gone, stacks)
 	s.takeIdle()
-	deleteKeys(s.coll.Maps[bpf.OffcpuMapOffcpu], ev.off)
+	c.aggRemoved += uint64(deleteKeys(s.coll.Maps[bpf.OffcpuMapOffcpu], ev.off))
 	deleteKeys(s.coll.Maps[bpf.OffcpuMapPrestart], ev.pre)
 	deleteKeys(s.coll.Maps[bpf.OffcpuMapWakeups], ev.wakes)
 	deleteKeys(s.coll.Maps[bpf.OffcpuMapCpuSamples], ev.cpu)
@@ -422,6 +479,10 @@ func (c *continuous) selectEvicted(deadThreads map[[2]uint32]thread) *evicted {
 			ev.mark(out, k.ustack)
 		}
 	}
+	for _, k := range c.foldedKeys {
+		ev.mark(true, append([]int64{k.Ustack, k.Kstack}, wakerIDs(k.Waker)...)...)
+	}
+	c.foldedKeys = nil
 	for k := range c.wakes {
 		out := dead(k.TargetTid, k.TargetGen) || deadWaker(k.Waker) || c.idle[k]
 		if out {
@@ -491,7 +552,11 @@ func (s *Session) takeIdle() {
 	for _, r := range c.idleRecs {
 		k := r.id.(bpf.OffcpuOffcpuKey)
 		var v bpf.OffcpuOffcpuVal
-		if m.LookupAndDelete(k, &v) != nil || v.Count <= r.count {
+		if m.LookupAndDelete(k, &v) != nil {
+			continue
+		}
+		c.aggRemoved++
+		if v.Count <= r.count {
 			continue
 		}
 		r.ns, r.count, r.runq, r.chain = v.Ns-min(r.ns, v.Ns), v.Count-r.count, min(v.RunqNs, v.Ns)-min(r.runq, v.RunqNs, v.Ns), v.ChainNs-min(r.chain, v.ChainNs)
@@ -501,16 +566,20 @@ func (s *Session) takeIdle() {
 
 // deleteKeys deletes keys from m, in batches where the kernel can; a key
 // already gone is no error.
-func deleteKeys[K any](m *ebpf.Map, keys []K) {
+func deleteKeys[K any](m *ebpf.Map, keys []K) int {
 	if m == nil || len(keys) == 0 {
-		return
+		return 0
 	}
-	if _, err := m.BatchDelete(keys, nil); err == nil {
-		return
+	if n, err := m.BatchDelete(keys, nil); err == nil {
+		return n
 	}
+	n := 0
 	for _, k := range keys {
-		_ = m.Delete(k)
+		if m.Delete(k) == nil {
+			n++
+		}
 	}
+	return n
 }
 
 // String describes an interval in one line.

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
+
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -148,5 +150,83 @@ func TestContinuousChurn(t *testing.T) {
 		if iv.Stats.Lost() > 0 {
 			t.Errorf("interval %d: %d lost (%+v)", iv.Seq, iv.Stats.Lost(), iv.Stats)
 		}
+	}
+}
+
+// With an aggregation map too small for one interval of process churn,
+// the agent moves the map to memory between cuts: the intervals still add
+// up to a one-shot recording of the same window, and nothing is lost.
+func TestContinuousFold(t *testing.T) {
+	requireBPF(t)
+	dir := t.TempDir()
+	churn, nap := filepath.Join(dir, "churn"), filepath.Join(dir, "nap")
+	build(t, "gcc", "-O2", "-o", churn, "testdata/churn/churn.c")
+	build(t, "gcc", "-O2", "-o", nap, "testdata/churn/nap.c")
+	whole, err := Start(context.Background(), Options{})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer whole.Stop()
+	const entries = 4096
+	s, err := Start(context.Background(), Options{Continuous: true, AggEntries: entries})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer s.Stop()
+	launcher := exec.Command(churn, "500", "6", nap, "500")
+	done := make(chan error, 1)
+	go func() { done <- launcher.Run() }()
+	var ivs []*Interval
+	tick := time.NewTicker(3 * time.Second)
+	for waiting := true; waiting; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("churn: %v", err)
+			}
+			waiting = false
+		case <-tick.C:
+			iv, err := s.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ivs = append(ivs, iv)
+		}
+	}
+	tick.Stop()
+	time.Sleep(100 * time.Millisecond)
+	if _, err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	ivs = append(ivs, s.FinalInterval())
+	wp, err := whole.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	napTime := func(p *profile.Profile) (sum int64) {
+		for _, smp := range p.Sample {
+			if smp.Label[schema.LabelThread][0] == "nap" {
+				sum += smp.Value[0]
+			}
+		}
+		return sum
+	}
+	var slept, moved, keys int64
+	for _, iv := range ivs {
+		slept += napTime(iv.Profile)
+		moved += int64(iv.Stats.AggMoved)
+		keys = max(keys, int64(iv.Stats.Keys))
+		if iv.Stats.AggFull > 0 {
+			t.Errorf("interval %d: %d intervals dropped for a full map", iv.Seq, iv.Stats.AggFull)
+		}
+	}
+	wholeSlept := napTime(wp)
+	t.Logf("%d intervals: %v off-CPU in the short-lived processes (one-shot: %v); %d entries moved to memory, at most %d keys in the map at a cut (of %d)",
+		len(ivs), time.Duration(slept), time.Duration(wholeSlept), moved, keys, entries)
+	if moved == 0 {
+		t.Errorf("no entry moved: the churn did not fill half the map between cuts")
+	}
+	if diff := slept - wholeSlept; wholeSlept == 0 || diff < -wholeSlept/100 || diff > wholeSlept/100 {
+		t.Errorf("%v over the intervals, %v in one recording of the same window: want within 1%%", time.Duration(slept), time.Duration(wholeSlept))
 	}
 }

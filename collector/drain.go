@@ -148,13 +148,7 @@ func (s *Session) drain(final bool) (*recording, error) {
 	var val bpf.OffcpuOffcpuVal
 	it := s.coll.Maps[bpf.OffcpuMapOffcpu].Iterate()
 	for it.Next(&key, &val) {
-		r := record{tgid: key.Tgid, tid: key.Tid, gen: key.Gen, state: State(key.State), ns: val.Ns, count: val.Count,
-			runq: min(val.RunqNs, val.Ns), chain: val.ChainNs, userErr: min(key.Ustack, 0), kernelErr: min(key.Kstack, 0)}
-		r.user = getStack(key.Ustack)
-		r.kernel = getStack(key.Kstack)
-		r.waker = decodeWaker(key.Waker, getStack)
-		r.open = key.Open != 0
-		r.id = key
+		r := aggRecord(key, val, getStack)
 		if r.open {
 			s.stats.OpenIntervals += val.Count
 			s.stats.OpenTime += durationNs(val.Ns)
@@ -166,6 +160,9 @@ func (s *Session) drain(final bool) (*recording, error) {
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("reading the aggregation map: %w", err)
+	}
+	if s.cont != nil {
+		s.cont.takeFolded(getStack)
 	}
 	if !s.flushIter {
 		if final {
@@ -192,6 +189,18 @@ func (s *Session) drain(final bool) (*recording, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// aggRecord is an aggregation map entry as a record.
+func aggRecord(key bpf.OffcpuOffcpuKey, val bpf.OffcpuOffcpuVal, getStack func(int64) []uint64) record {
+	r := record{tgid: key.Tgid, tid: key.Tid, gen: key.Gen, state: State(key.State), ns: val.Ns, count: val.Count,
+		runq: min(val.RunqNs, val.Ns), chain: val.ChainNs, userErr: min(key.Ustack, 0), kernelErr: min(key.Kstack, 0)}
+	r.user = getStack(key.Ustack)
+	r.kernel = getStack(key.Kstack)
+	r.waker = decodeWaker(key.Waker, getStack)
+	r.open = key.Open != 0
+	r.id = key
+	return r
 }
 
 // drainWakeupsAndSamples reads the wake-up and on-CPU sample maps.
@@ -271,15 +280,8 @@ func (s *Session) nameExited(d *recording) {
 func (s *Session) readStats() error {
 	m := s.coll.Maps[bpf.OffcpuMapStats]
 	get := func(idx bpf.OffcpuOffcpuStat) uint64 {
-		var per []uint64
-		if err := m.Lookup(uint32(idx), &per); err != nil {
-			return 0
-		}
-		var sum uint64
-		for _, v := range per {
-			sum += v
-		}
-		return sum
+		v, _ := statSum(m, idx)
+		return v
 	}
 	s.stats.UserStackLost = get(bpf.OffcpuOffcpuStatSTAT_USTACK_LOST)
 	s.stats.KernelStackLost = get(bpf.OffcpuOffcpuStatSTAT_KSTACK_LOST)

@@ -51,8 +51,8 @@ type Session struct {
 	gor   *goRecorder // nil without Options.Goroutines
 	spill *stackSpill
 	// Goroutines that run while recording; nil where not started.
-	unwinding, spilling, flushing *worker
-	start                         time.Time
+	unwinding, spilling, flushing, folding *worker
+	start                                  time.Time
 	// flushIter: open intervals are flushed by the iter/task program
 	// (tp_btf); otherwise read from the starts map.
 	flushIter bool
@@ -107,6 +107,9 @@ type Stats struct {
 	// another thread still waited with the same stack); their intervals
 	// are kept without that stack.
 	StacksMissing uint64 `json:"stacks_missing,omitempty"`
+	// AggMoved: continuous mode, aggregation entries moved to memory
+	// between cuts because the map was half full (not lost).
+	AggMoved uint64 `json:"agg_moved,omitempty"`
 
 	UserStackLost   uint64        `json:"user_stack_lost"` // user stack not stored (map full or collision)
 	KernelStackLost uint64        `json:"kernel_stack_lost"`
@@ -345,6 +348,9 @@ func (s *Session) startWorkers() {
 		s.spill.period = time.Second
 	}
 	s.spilling = goWorker(s.spill.run)
+	if s.cont != nil {
+		s.folding = goWorker(s.foldEvery)
+	}
 	if s.unw != nil {
 		s.unwinding = goWorker(func(stop <-chan struct{}) {
 			jvms := goWorker(s.unw.jvms.run)
@@ -885,6 +891,7 @@ func (s *Session) Stop() (*profile.Profile, error) {
 			}
 		}
 		s.unwinding.halt()
+		s.folding.halt()
 		if s.spilling != nil {
 			s.spilling.halt()
 			s.stats.StacksMoved = s.spill.count()

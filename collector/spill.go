@@ -89,13 +89,9 @@ func every(d time.Duration, stop <-chan struct{}, f func(now time.Time)) {
 // maybeMove moves every stack out once the map holds half its capacity
 // (stored less moved: an estimate, stores and moves race).
 func (sp *stackSpill) maybeMove() {
-	var per []uint64
-	if err := sp.stats.Lookup(uint32(bpf.OffcpuOffcpuStatSTAT_STACKS_STORED), &per); err != nil {
+	stored, err := statSum(sp.stats, bpf.OffcpuOffcpuStatSTAT_STACKS_STORED)
+	if err != nil {
 		return
-	}
-	var stored uint64
-	for _, v := range per {
-		stored += v
 	}
 	sp.mu.Lock()
 	held := stored - min(stored, sp.moved)
