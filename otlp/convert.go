@@ -94,11 +94,13 @@ func (c *Converter) categorize(st *schema.Stack) (string, string) {
 	return cat, verdict
 }
 
-// stackHash hashes what the rules read of a stack.
+// stackHash hashes what the rules read of a stack (analysis.Rules): of
+// the waker's identity, only its relation to the waiter, so that threads
+// of processes that come and go share entries.
 func stackHash(seed maphash.Seed, st *schema.Stack) uint64 {
 	var h maphash.Hash
 	h.SetSeed(seed)
-	for _, s := range []string{st.Kind, st.Thread, st.State, st.Waker, st.WakerProcess, st.Process, st.Class, st.Reason} {
+	for _, s := range []string{st.Kind, st.Thread, st.State, st.Class, st.Reason, st.WakerRelation()} {
 		h.WriteString(s)
 		h.WriteByte(0)
 	}
@@ -109,12 +111,8 @@ func stackHash(seed maphash.Seed, st *schema.Stack) uint64 {
 	if st.WakerDispatching {
 		flags |= 2
 	}
-	if st.WakerTID == 0 {
-		flags |= 4
-	}
 	h.WriteByte(flags)
-	maphash.WriteComparable(&h, [2]int64{st.PID, st.WakerPID})
-	for _, frames := range [][]schema.Frame{st.Frames, st.WakerFrames, st.WakerWaitFrames} {
+	for _, frames := range [][]schema.Frame{st.Frames, st.WakerFrames} {
 		for _, f := range frames {
 			h.WriteString(f.Name)
 			h.WriteByte(0)

@@ -195,3 +195,56 @@ func TestConfigCheck(t *testing.T) {
 		}
 	}
 }
+
+// The category cache gives what the rules give, for stacks that differ
+// only in what a waker-side rule reads.
+func TestCategorizeCache(t *testing.T) {
+	rules, err := analysis.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := schema.FromProfile(offProfile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stacks []schema.Stack
+	for _, st := range d.Stacks {
+		if st.Kind != schema.KindOffCPU || st.WaitsForCPU() {
+			continue
+		}
+		for _, w := range []struct {
+			name, process string
+			pid, tid      int64
+			frames        []schema.Frame
+		}{
+			{},
+			{"worker", "server", st.PID, 7, []schema.Frame{{Name: "main"}, {Name: "pthread_mutex_unlock"}}},
+			{"client", "client", 999, 999, []schema.Frame{{Name: "main"}, {Name: "write"}, {Name: "ksys_write", Kernel: true}}},
+			{"worker", "server", st.PID, 7, []schema.Frame{{Name: "main"}, {Name: "write"}, {Name: "ksys_write", Kernel: true}}},
+			{"[irq]", "", 0, 0, nil},
+		} {
+			v := st
+			v.Waker, v.WakerProcess, v.WakerPID, v.WakerTID, v.WakerFrames = w.name, w.process, w.pid, w.tid, w.frames
+			stacks = append(stacks, v)
+		}
+	}
+	c := &Converter{Rules: rules}
+	seen := map[string]bool{}
+	for round := range 2 {
+		for i := range stacks {
+			st := &stacks[len(stacks)-1-i]
+			if round == 0 {
+				st = &stacks[i]
+			}
+			cat, verdict := c.categorize(st)
+			want := rules.Categorize(st)[0]
+			if cat != want || (verdict == verdictIdle) != rules.IsIdle(want) {
+				t.Errorf("round %d, %s woken by %q: cached %s/%s, rules say %s", round, st.Folded(), st.Waker, cat, verdict, want)
+			}
+			seen[cat+"/"+verdict] = true
+		}
+	}
+	if len(seen) < 3 {
+		t.Errorf("categories %v: want the waker variants to differ", seen)
+	}
+}
