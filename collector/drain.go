@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/offcpu/offcpu/bpf"
@@ -144,11 +145,8 @@ func (s *Session) drain(final bool) (*recording, error) {
 		return st
 	}
 
-	var key bpf.OffcpuOffcpuKey
-	var val bpf.OffcpuOffcpuVal
-	it := s.coll.Maps[bpf.OffcpuMapOffcpu].Iterate()
-	for it.Next(&key, &val) {
-		r := aggRecord(key, val, getStack)
+	err := eachEntry(s.coll.Maps[bpf.OffcpuMapOffcpu], func(key *bpf.OffcpuOffcpuKey, val *bpf.OffcpuOffcpuVal) {
+		r := aggRecord(*key, *val, getStack)
 		if r.open {
 			s.stats.OpenIntervals += val.Count
 			s.stats.OpenTime += durationNs(val.Ns)
@@ -157,8 +155,8 @@ func (s *Session) drain(final bool) (*recording, error) {
 		s.stats.Intervals += val.Count
 		s.stats.OffCPU += durationNs(val.Ns)
 		s.stats.RunQueue += durationNs(r.runq)
-	}
-	if err := it.Err(); err != nil {
+	})
+	if err != nil {
 		return nil, fmt.Errorf("reading the aggregation map: %w", err)
 	}
 	if s.cont != nil {
@@ -191,6 +189,34 @@ func (s *Session) drain(final bool) (*recording, error) {
 	return d, nil
 }
 
+// eachEntry calls fn for every entry of a hash map, read in batches of
+// 512 (a system call per batch rather than two per entry) where the
+// kernel can.
+func eachEntry[K, V any](m *ebpf.Map, fn func(*K, *V)) error {
+	keys, vals := make([]K, 512), make([]V, 512)
+	var cursor ebpf.MapBatchCursor
+	for first := true; ; first = false {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		for i := range n {
+			fn(&keys[i], &vals[i])
+		}
+		switch {
+		case errors.Is(err, ebpf.ErrKeyNotExist):
+			return nil
+		case first && n == 0 && errors.Is(err, ebpf.ErrNotSupported):
+			var k K
+			var v V
+			it := m.Iterate()
+			for it.Next(&k, &v) {
+				fn(&k, &v)
+			}
+			return it.Err()
+		case err != nil:
+			return err
+		}
+	}
+}
+
 // aggRecord is an aggregation map entry as a record.
 func aggRecord(key bpf.OffcpuOffcpuKey, val bpf.OffcpuOffcpuVal, getStack func(int64) []uint64) record {
 	r := record{tgid: key.Tgid, tid: key.Tid, gen: key.Gen, state: State(key.State), ns: val.Ns, count: val.Count,
@@ -205,23 +231,18 @@ func aggRecord(key bpf.OffcpuOffcpuKey, val bpf.OffcpuOffcpuVal, getStack func(i
 
 // drainWakeupsAndSamples reads the wake-up and on-CPU sample maps.
 func (s *Session) drainWakeupsAndSamples(d *recording, getStack func(int64) []uint64) error {
-	var wk bpf.OffcpuWakeKey
-	var n uint64
-	wit := s.coll.Maps[bpf.OffcpuMapWakeups].Iterate()
-	for wit.Next(&wk, &n) {
-		d.wakes = append(d.wakes, wakeRecord{tgid: wk.TargetTgid, tid: wk.TargetTid, gen: wk.TargetGen, count: n, waker: decodeWaker(wk.Waker, getStack), id: wk})
-		s.stats.Wakeups += n
-	}
-	if err := wit.Err(); err != nil {
+	err := eachEntry(s.coll.Maps[bpf.OffcpuMapWakeups], func(wk *bpf.OffcpuWakeKey, n *uint64) {
+		d.wakes = append(d.wakes, wakeRecord{tgid: wk.TargetTgid, tid: wk.TargetTid, gen: wk.TargetGen, count: *n, waker: decodeWaker(wk.Waker, getStack), id: *wk})
+		s.stats.Wakeups += *n
+	})
+	if err != nil {
 		return fmt.Errorf("reading the wake-up map: %w", err)
 	}
-	var ck bpf.OffcpuCpuKey
-	cit := s.coll.Maps[bpf.OffcpuMapCpuSamples].Iterate()
-	for cit.Next(&ck, &n) {
-		d.cpu = append(d.cpu, cpuRecord{tgid: ck.Tgid, tid: ck.Tid, gen: ck.Gen, count: n, user: getStack(ck.Ustack), kernel: getStack(ck.Kstack), id: ck})
-		s.stats.CPUSamples += n
-	}
-	if err := cit.Err(); err != nil {
+	err = eachEntry(s.coll.Maps[bpf.OffcpuMapCpuSamples], func(ck *bpf.OffcpuCpuKey, n *uint64) {
+		d.cpu = append(d.cpu, cpuRecord{tgid: ck.Tgid, tid: ck.Tid, gen: ck.Gen, count: *n, user: getStack(ck.Ustack), kernel: getStack(ck.Kstack), id: *ck})
+		s.stats.CPUSamples += *n
+	})
+	if err != nil {
 		return fmt.Errorf("reading the on-CPU sample map: %w", err)
 	}
 	return nil
@@ -231,13 +252,10 @@ func (s *Session) drainWakeupsAndSamples(d *recording, getStack func(int64) []ui
 // when still alive), those that exited while recording, and, for a tid
 // no name was kept for, /proc or "tid-N".
 func (s *Session) drainThreads(d *recording) error {
-	var tid uint32
-	var ti bpf.OffcpuThreadInfo
-	tit := s.coll.Maps[bpf.OffcpuMapThreads].Iterate()
-	for tit.Next(&tid, &ti) {
-		d.threads[tid] = thread{tgid: ti.Tgid, gen: ti.Gen, comm: cString(ti.Comm[:])}
-	}
-	if err := tit.Err(); err != nil {
+	err := eachEntry(s.coll.Maps[bpf.OffcpuMapThreads], func(tid *uint32, ti *bpf.OffcpuThreadInfo) {
+		d.threads[*tid] = thread{tgid: ti.Tgid, gen: ti.Gen, comm: cString(ti.Comm[:])}
+	})
+	if err != nil {
 		return fmt.Errorf("reading the thread map: %w", err)
 	}
 	// Live threads may have been renamed after they were first seen.
