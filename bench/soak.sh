@@ -10,10 +10,12 @@
 # a 30-second CPU profile from two minutes on.
 #
 #   sudo DURATION=30m bash bench/soak.sh
+#   sudo IDLE=1 DURATION=5m bash bench/soak.sh   # the agent alone
 set -euo pipefail
 DURATION=${DURATION:-30m}
 INTERVAL=${INTERVAL:-10s}
 CHURN=${CHURN:-200}
+IDLE=${IDLE:-0} # 1: no load, for the agent's cost on an idle machine
 OUT=${OUT:-$(mktemp -d /tmp/offcpu-soak.XXXXXX)}
 cd "$(dirname "$0")/.."
 
@@ -52,10 +54,13 @@ sleep 3
 agent=$!
 sleep 5
 
-( while :; do "$OUT/churn" "$CHURN" 60 "$OUT/nap" 1000 >/dev/null; done ) &
-churnpid=$!
-( while :; do "$OUT/offcpu" dispatch --duration 20s -q >/dev/null 2>&1 || true; done ) &
-corepid=$!
+churnpid= corepid=
+if [[ $IDLE != 1 ]]; then
+	( while :; do "$OUT/churn" "$CHURN" 60 "$OUT/nap" 1000 >/dev/null; done ) &
+	churnpid=$!
+	( while :; do "$OUT/offcpu" dispatch --duration 20s -q >/dev/null 2>&1 || true; done ) &
+	corepid=$!
+fi
 
 # BPF map memory: the memlock of every map the agent holds.
 mapmem() { grep -h '^memlock' $(grep -l '^map_type' /proc/$agent/fdinfo/* 2>/dev/null) 2>/dev/null | awk '{s+=$2} END {print s+0}'; }
@@ -75,7 +80,7 @@ while (( $(date +%s) - start < total )); do
 done
 curl -sf -o "$OUT/heap-end.pb.gz" "http://$debug/debug/pprof/heap" || true
 cpu1=$(awk '{print $14+$15}' /proc/$agent/stat)
-kill "$churnpid" "$corepid" 2>/dev/null || true
+[[ -n $churnpid ]] && kill "$churnpid" "$corepid" 2>/dev/null || true
 pkill -f "$OUT/churn" 2>/dev/null || true
 pkill -f "$OUT/offcpu dispatch" 2>/dev/null || true
 kill -TERM "$agent"
@@ -96,7 +101,7 @@ def slope(i):
 print(f"soak: {rows[-1][0]:.0f} s; RSS {late[0][1]/1024:.1f} MB after 2 min, {rows[-1][1]/1024:.1f} MB at the end, peak {max(r[1] for r in rows)/1024:.1f} MB; slope {slope(1)*3600/1024:+.2f} MB/h")
 print(f"soak: BPF map memory {late[0][2]/2**20:.1f} MB after 2 min, {rows[-1][2]/2**20:.1f} MB at the end; slope {slope(2)*3600/2**20:+.3f} MB/h")
 EOF
-echo "soak: agent CPU $(( cpu1 - cpu0 )) ticks in ${total} s ($(python3 -c "print(f'{($cpu1-$cpu0)/($total*100)*100:.2f}')")% of a CPU, churn and the core running)"
+echo "soak: agent CPU $(( cpu1 - cpu0 )) ticks in ${total} s ($(python3 -c "print(f'{($cpu1-$cpu0)/($total*100)*100:.2f}')")% of a CPU$([[ $IDLE == 1 ]] && echo ", idle machine" || echo ", churn and the core running"))"
 echo "soak: $intervals intervals cut, $received messages at the collector"
 grep -E '^offcpu: (OTLP|[0-9]+ intervals over|.*evicted)' "$OUT/agent.log" || true
 echo "soak: files in $OUT" >&2

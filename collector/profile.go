@@ -427,6 +427,9 @@ func (d *recording) finishProfile(p *profile.Profile) {
 		fmt.Sprintf("stacks_reused=%d wakes_reused=%d (same syscall, argument and user registers as the thread's previous sleep or wake-up)", st.StacksReused, st.WakesReused),
 		fmt.Sprintf("open_intervals=%d (%v): threads still off-CPU at the end, counted up to the end", st.OpenIntervals, st.OpenTime.Round(time.Microsecond)),
 	)
+	if st.AggMoved > 0 || st.StacksMissing > 0 {
+		p.Comments = append(p.Comments, fmt.Sprintf("agg_moved=%d (aggregation entries moved to memory between cuts, not lost) stacks_missing=%d", st.AggMoved, st.StacksMissing))
+	}
 	if share := st.CompleteShare(); share >= 0 {
 		p.Comments = append(p.Comments, fmt.Sprintf("user stacks reaching a thread start: %.1f%% of off-CPU time; complete=%d truncated=%d distinct stacks",
 			100*share, st.CompleteStacks, st.TruncatedStacks))
