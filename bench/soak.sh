@@ -74,6 +74,7 @@ while (( $(date +%s) - start < total )); do
 	# The agent's Go heap after two minutes and at the end: compare them
 	# with go tool pprof -base heap-120s.pb.gz heap-end.pb.gz.
 	if (( t >= 120 )) && [[ ! -e $OUT/heap-120s.pb.gz ]]; then
+		cpu120=$(awk '{print $14+$15}' /proc/$agent/stat) t120=$t
 		curl -sf -o "$OUT/heap-120s.pb.gz" "http://$debug/debug/pprof/heap" || true
 		curl -sf -o "$OUT/cpu-120s.pb.gz" "http://$debug/debug/pprof/profile?seconds=30" &
 	fi
@@ -101,6 +102,7 @@ def slope(i):
 print(f"soak: {rows[-1][0]:.0f} s; RSS {late[0][1]/1024:.1f} MB after 2 min, {rows[-1][1]/1024:.1f} MB at the end, peak {max(r[1] for r in rows)/1024:.1f} MB; slope {slope(1)*3600/1024:+.2f} MB/h")
 print(f"soak: BPF map memory {late[0][2]/2**20:.1f} MB after 2 min, {rows[-1][2]/2**20:.1f} MB at the end; slope {slope(2)*3600/2**20:+.3f} MB/h")
 EOF
+[[ -n ${cpu120:-} ]] && echo "soak: agent CPU after two minutes: $(python3 -c "print(f'{($cpu1-$cpu120)/(($total-$t120)*100)*100:.2f}')")% of a CPU"
 echo "soak: agent CPU $(( cpu1 - cpu0 )) ticks in ${total} s ($(python3 -c "print(f'{($cpu1-$cpu0)/($total*100)*100:.2f}')")% of a CPU$([[ $IDLE == 1 ]] && echo ", idle machine" || echo ", churn and the core running"))"
 echo "soak: $intervals intervals cut, $received messages at the collector"
 grep -E '^offcpu: (OTLP|[0-9]+ intervals over|.*evicted)' "$OUT/agent.log" || true

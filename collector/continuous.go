@@ -129,11 +129,11 @@ func (s *Session) cut(final bool) (*Interval, error) {
 		return nil, err
 	}
 	s.snapshotLive(d)
-	sym := &symbolizer{procs: s.procs, perfMaps: map[uint32]*symtab.PerfMap{}, kern: c.kern.get()}
+	sym := &symbolizer{procs: s.procs, perfMaps: map[uint32]*symtab.PerfMap{}, kern: c.kern.get(), reread: true}
 	if s.unw != nil {
 		sym.jvms = s.unw.jvms
 	}
-	d.stats, d.start, d.cpuHz, d.wakeups = &iv.Stats, iv.Start, s.opts.CPUHz, !s.opts.NoWakeups
+	d.stats, d.start, d.cpuHz, d.wakeups, d.noOffwake = &iv.Stats, iv.Start, s.opts.CPUHz, !s.opts.NoWakeups, true
 	off, wake, _, err := d.profiles(sym)
 	if err != nil {
 		return nil, err

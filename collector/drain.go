@@ -87,6 +87,9 @@ type recording struct {
 	start   time.Time
 	cpuHz   int  // on-CPU sampling rate: a sample's weight without exact times
 	wakeups bool // build the wake-up and offwake profiles
+	// noOffwake: not the offwake one (an agent's intervals carry the
+	// off-CPU and wake-up profiles only).
+	noOffwake bool
 }
 
 type cpuTotal struct {

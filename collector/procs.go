@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
@@ -37,6 +38,7 @@ type procInfo struct {
 	snaps [][]mapping
 	// fromKernel: snaps[0] is being built from the kernel's map events.
 	fromKernel bool
+	snapped    time.Time // when /proc last gave its mappings
 }
 
 type mapping struct {
@@ -75,6 +77,7 @@ func (t *procTable) snapshot(pid uint32) {
 
 	t.mu.Lock()
 	info := t.info(pid)
+	info.snapped = time.Now()
 	if info.nspid == 0 {
 		info.root = foreignRoot(pid)
 		info.nspid = nsPid(p)
@@ -255,6 +258,14 @@ func (t *procTable) get(pid uint32) *procInfo {
 	cp := *p
 	cp.snaps = slices.Clone(p.snaps)
 	return &cp
+}
+
+// fresh reports whether pid's mappings were read from /proc within age.
+func (t *procTable) fresh(pid uint32, age time.Duration) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.procs[pid]
+	return p != nil && time.Since(p.snapped) < age
 }
 
 // len is how many processes are kept.

@@ -92,6 +92,9 @@ func (d *recording) profiles(sym *symbolizer) (off, wake, offwake *profile.Profi
 	if err := d.finish(wake, "wake-up profile"); err != nil {
 		return nil, nil, nil, err
 	}
+	if d.noOffwake {
+		return off, wake, nil, nil
+	}
 	offwake = d.offwakeProfile(sym, names)
 	if err := d.finish(offwake, "offwake profile"); err != nil {
 		return nil, nil, nil, err
@@ -110,11 +113,18 @@ func (d *recording) finish(p *profile.Profile, what string) error {
 // snapshotLive reads the mappings of live processes once more: covers
 // execs, late mappings and wakers outside the recorded set.
 func (s *Session) snapshotLive(d *recording) {
+	// An agent's cuts read the maps of a process at most every
+	// liveSnapshotAge: the symbolizer reads them again for an address in
+	// none of them (symbolizer.user).
+	var age time.Duration
+	if s.cont != nil {
+		age = liveSnapshotAge
+	}
 	seen := map[uint32]bool{}
 	snap := func(tgid uint32) {
 		if tgid != 0 && !seen[tgid] {
 			seen[tgid] = true
-			if processExists(int(tgid)) {
+			if (age == 0 || !s.procs.fresh(tgid, age)) && processExists(int(tgid)) {
 				s.procs.snapshot(tgid)
 			}
 		}
@@ -127,6 +137,10 @@ func (s *Session) snapshotLive(d *recording) {
 		snap(w.waker.tgid)
 	}
 }
+
+// liveSnapshotAge is how long a continuous recording trusts a live
+// process's mappings read from /proc.
+const liveSnapshotAge = 30 * time.Second
 
 // offCPUProfile has a sample per interval record and per on-CPU sample
 // record; it counts complete and truncated stacks in the stats.

@@ -16,6 +16,10 @@ type symbolizer struct {
 	kern     *symtab.Kernel
 	perfMaps map[uint32]*symtab.PerfMap
 	jvms     *jvmTracker // nil: no JVM named through its structures
+	// reread: read a live process's mappings again on a miss (continuous
+	// cuts, which trust them for a while); done once per process.
+	reread   bool
+	reReadOf map[uint32]bool
 }
 
 func newSymbolizer(procs *procTable) *symbolizer {
@@ -90,6 +94,17 @@ func (s *symbolizer) user(pid uint32, addr uint64) (symtab.Frame, *mapping) {
 	var m *mapping
 	if p != nil {
 		m = p.find(addr)
+	}
+	if m == nil && s.reread && !s.reReadOf[pid] && processExists(int(pid)) {
+		if s.reReadOf == nil {
+			s.reReadOf = map[uint32]bool{}
+		}
+		s.reReadOf[pid] = true
+		s.procs.snapshot(pid)
+		delete(s.procCopy, pid)
+		if p = s.proc(pid); p != nil {
+			m = p.find(addr)
+		}
 	}
 	if m == nil || m.file == nil {
 		if s.jvms != nil {

@@ -394,19 +394,6 @@ func (u *unwinder) due(now time.Time) []uint32 {
 	return out
 }
 
-// busy says whether a process's mappings are due within a second.
-func (u *unwinder) busy() bool {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	soon := time.Now().Add(time.Second)
-	for _, r := range u.scans {
-		if r.next.Before(soon) {
-			return true
-		}
-	}
-	return false
-}
-
 // exec counts an exec of pid, in the order of the kernel's events.
 func (u *unwinder) exec(pid uint32) {
 	u.mu.Lock()
@@ -432,8 +419,20 @@ func (u *unwinder) forget(pid uint32) {
 }
 
 // run rescans mappings until stop is closed.
+// It sleeps until the next rescan is due or a new process wakes it: with
+// many processes, one is nearly always due within a second, and polling
+// for it cost a hundred wake-ups a second on an idle machine.
 func (u *unwinder) run(procs *procTable, stop <-chan struct{}) {
-	everyWhileBusy(10*time.Millisecond, time.Second, u.wake, stop, u.busy, func(now time.Time) {
+	t := time.NewTimer(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-u.wake:
+		case <-t.C:
+		}
+		now := time.Now()
 		for _, pid := range u.due(now) {
 			if !processExists(int(pid)) {
 				u.forget(pid)
@@ -441,7 +440,20 @@ func (u *unwinder) run(procs *procTable, stop <-chan struct{}) {
 			}
 			procs.snapshot(pid) // kept only if the mappings changed
 		}
-	})
+		t.Reset(u.untilDue(now))
+	}
+}
+
+// untilDue is the time to the next rescan (at least 10 ms, at most a
+// minute: a new process wakes the loop).
+func (u *unwinder) untilDue(now time.Time) time.Duration {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	d := time.Minute
+	for _, r := range u.scans {
+		d = min(d, r.next.Sub(now))
+	}
+	return max(d, 10*time.Millisecond)
 }
 
 func (u *unwinder) snapshotStats() UnwindStats {
