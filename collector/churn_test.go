@@ -45,6 +45,16 @@ func mapEntries(t *testing.T, m *ebpf.Map) int {
 	return n
 }
 
+// buildChurn builds the launcher and the short-lived program into a
+// temporary directory.
+func buildChurn(t *testing.T) (dir, churn, nap string) {
+	dir = t.TempDir()
+	churn, nap = filepath.Join(dir, "churn"), filepath.Join(dir, "nap")
+	build(t, "gcc", "-O2", "-o", churn, "testdata/churn/churn.c")
+	build(t, "gcc", "-O2", "-o", nap, "testdata/churn/nap.c")
+	return dir, churn, nap
+}
+
 // Processes that live about 2 ms, 500 a second for 30 s, recorded
 // system-wide: every one has exited long before the end, yet their frames
 // are named (their code mappings come from the kernel as they are made),
@@ -52,10 +62,7 @@ func mapEntries(t *testing.T, m *ebpf.Map) int {
 // per-process BPF entries leave with them.
 func TestProcessChurn(t *testing.T) {
 	requireBPF(t)
-	dir := t.TempDir()
-	churn, nap := filepath.Join(dir, "churn"), filepath.Join(dir, "nap")
-	build(t, "gcc", "-O2", "-o", churn, "testdata/churn/churn.c")
-	build(t, "gcc", "-O2", "-o", nap, "testdata/churn/nap.c")
+	dir, churn, nap := buildChurn(t)
 
 	s, err := Start(context.Background(), Options{NoWakeups: true})
 	if err != nil {

@@ -16,28 +16,44 @@ import (
 	"github.com/offcpu/offcpu/schema"
 )
 
+// startPair starts a one-shot recording, for the intervals to add up to,
+// and then the continuous one; the one-shot one is stopped at the end.
+func startPair(t *testing.T, cont Options) (whole, s *Session) {
+	whole, err := Start(context.Background(), Options{})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { whole.Stop() })
+	s, err = Start(context.Background(), cont)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	return whole, s
+}
+
+// stopPair stops both recordings once the last exits' events are in, and
+// returns the intervals with the last one and the one-shot profile.
+func stopPair(t *testing.T, whole, s *Session, ivs []*Interval) ([]*Interval, *profile.Profile) {
+	time.Sleep(100 * time.Millisecond)
+	if _, err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	wp, err := whole.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(ivs, s.FinalInterval()), wp
+}
+
 // A continuous recording of process churn, system-wide, cut every second:
 // the intervals add up to what the processes' own clocks measured, their
 // frames are named although each cut forgets the processes that exited,
 // and what the session keeps follows what is alive, not what was seen.
 func TestContinuousChurn(t *testing.T) {
 	requireBPF(t)
-	dir := t.TempDir()
-	churn, nap := filepath.Join(dir, "churn"), filepath.Join(dir, "nap")
-	build(t, "gcc", "-O2", "-o", churn, "testdata/churn/churn.c")
-	build(t, "gcc", "-O2", "-o", nap, "testdata/churn/nap.c")
+	dir, churn, nap := buildChurn(t)
 
-	// A one-shot recording of the same window, for the intervals to add
-	// up to.
-	whole, err := Start(context.Background(), Options{})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	defer whole.Stop()
-	s, err := Start(context.Background(), Options{Continuous: true})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
+	whole, s := startPair(t, Options{Continuous: true})
 	if _, err := s.Snapshot(); err != nil { // the machine's own, before the churn
 		s.Stop()
 		t.Fatal(err)
@@ -78,15 +94,7 @@ func TestContinuousChurn(t *testing.T) {
 		}
 	}
 	tick.Stop()
-	time.Sleep(100 * time.Millisecond) // the last exits' events
-	if _, err := s.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	ivs = append(ivs, s.FinalInterval())
-	wp, err := whole.Stop()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ivs, wp := stopPair(t, whole, s, ivs)
 	var wholeSlept int64
 	for _, smp := range wp.Sample {
 		if smp.Label[schema.LabelThread][0] == "nap" && (stackHas(smp, "nap_here") || stackHas(smp, "clock_nanosleep")) {
@@ -158,20 +166,9 @@ func TestContinuousChurn(t *testing.T) {
 // up to a one-shot recording of the same window, and nothing is lost.
 func TestContinuousFold(t *testing.T) {
 	requireBPF(t)
-	dir := t.TempDir()
-	churn, nap := filepath.Join(dir, "churn"), filepath.Join(dir, "nap")
-	build(t, "gcc", "-O2", "-o", churn, "testdata/churn/churn.c")
-	build(t, "gcc", "-O2", "-o", nap, "testdata/churn/nap.c")
-	whole, err := Start(context.Background(), Options{})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	defer whole.Stop()
+	_, churn, nap := buildChurn(t)
 	const entries = 4096
-	s, err := Start(context.Background(), Options{Continuous: true, AggEntries: entries})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
+	whole, s := startPair(t, Options{Continuous: true, AggEntries: entries})
 	defer s.Stop()
 	launcher := exec.Command(churn, "500", "6", nap, "500")
 	done := make(chan error, 1)
@@ -194,15 +191,7 @@ func TestContinuousFold(t *testing.T) {
 		}
 	}
 	tick.Stop()
-	time.Sleep(100 * time.Millisecond)
-	if _, err := s.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	ivs = append(ivs, s.FinalInterval())
-	wp, err := whole.Stop()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ivs, wp := stopPair(t, whole, s, ivs)
 	napTime := func(p *profile.Profile) (sum int64) {
 		for _, smp := range p.Sample {
 			if smp.Label[schema.LabelThread][0] == "nap" {

@@ -27,20 +27,12 @@ type foldedEntry struct {
 // foldEvery checks the aggregation map's fill every second, every tenth
 // of one once it is a quarter full, until stop.
 func (s *Session) foldEvery(stop <-chan struct{}) {
-	t := time.NewTimer(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-		next := time.Second
+	sleepLoop(time.Second, nil, stop, func(time.Time) time.Duration {
 		if s.maybeFold() >= 0.25 {
-			next = 100 * time.Millisecond
+			return 100 * time.Millisecond
 		}
-		t.Reset(next)
-	}
+		return time.Second
+	})
 }
 
 // maybeFold moves the aggregation map to memory once it is half full; it

@@ -54,7 +54,19 @@ func (w alarm) wake() {
 // otherwise waits for w (or idle at most) before calling it again: a
 // worker with nothing to do costs no wake-ups.
 func everyWhileBusy(d, idle time.Duration, w alarm, stop <-chan struct{}, busy func() bool, f func(now time.Time)) {
-	t := time.NewTimer(d)
+	sleepLoop(d, w, stop, func(now time.Time) time.Duration {
+		f(now)
+		if busy() {
+			return d
+		}
+		return idle
+	})
+}
+
+// sleepLoop calls f when its timer fires or w rings (w may be nil) until
+// stop is closed; f returns how long to sleep before the next call.
+func sleepLoop(first time.Duration, w alarm, stop <-chan struct{}, f func(now time.Time) time.Duration) {
+	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
 		select {
@@ -63,12 +75,7 @@ func everyWhileBusy(d, idle time.Duration, w alarm, stop <-chan struct{}, busy f
 		case <-w:
 		case <-t.C:
 		}
-		f(time.Now())
-		next := d
-		if !busy() {
-			next = idle
-		}
-		t.Reset(next)
+		t.Reset(f(time.Now()))
 	}
 }
 

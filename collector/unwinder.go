@@ -423,16 +423,7 @@ func (u *unwinder) forget(pid uint32) {
 // many processes, one is nearly always due within a second, and polling
 // for it cost a hundred wake-ups a second on an idle machine.
 func (u *unwinder) run(procs *procTable, stop <-chan struct{}) {
-	t := time.NewTimer(10 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-u.wake:
-		case <-t.C:
-		}
-		now := time.Now()
+	sleepLoop(10*time.Millisecond, u.wake, stop, func(now time.Time) time.Duration {
 		for _, pid := range u.due(now) {
 			if !processExists(int(pid)) {
 				u.forget(pid)
@@ -440,8 +431,8 @@ func (u *unwinder) run(procs *procTable, stop <-chan struct{}) {
 			}
 			procs.snapshot(pid) // kept only if the mappings changed
 		}
-		t.Reset(u.untilDue(now))
-	}
+		return u.untilDue(now)
+	})
 }
 
 // untilDue is the time to the next rescan (at least 10 ms, at most a

@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"hash/maphash"
+	"sort"
 	"time"
 
 	"github.com/google/pprof/profile"
@@ -62,6 +63,9 @@ type Process struct {
 // Converter builds OTLP profiles. Processes, when set, names a pid's
 // resource; Rules decide each off-CPU stack's category and verdict.
 type Converter struct {
+	// MaxBytes: above it, an interval is split into several messages
+	// (0: never).
+	MaxBytes  int
 	Host      string
 	Rules     *analysis.Rules
 	Processes func(pid int64, comm string) Process
@@ -135,43 +139,93 @@ type Counts struct {
 	Samples int
 }
 
-// Convert builds one Profiles message from an interval's off-CPU profile
+// Convert builds the Profiles messages of an interval's off-CPU profile
 // (with on-CPU samples) and its wake-up profile (may be nil): per process
 // a resource, per sample type a profile, one sample per stack and state.
-func (c *Converter) Convert(start time.Time, dur time.Duration, off, wake *profile.Profile) (pprofile.Profiles, Counts, error) {
-	b := newBuilder(c, start, dur)
+// One message, or with MaxBytes set and exceeded, several, each with the
+// dictionary of its own samples (a process may span two).
+func (c *Converter) Convert(start time.Time, dur time.Duration, off, wake *profile.Profile) ([]pprofile.Profiles, Counts, error) {
+	es, err := c.entries(off, wake)
+	if err != nil {
+		return nil, Counts{}, err
+	}
+	build := func(es []entry) *builder {
+		b := newBuilder(c, start, dur)
+		for _, e := range es {
+			b.add(e.typ, e.st, e.extra)
+		}
+		return b
+	}
+	whole := build(es)
+	var m pprofile.ProtoMarshaler
+	size := m.ProfilesSize(whole.out)
+	if c.MaxBytes <= 0 || size <= c.MaxBytes {
+		return []pprofile.Profiles{whole.out}, whole.counts, nil
+	}
+	// Samples of a process together, cut into k runs of equal length.
+	sort.SliceStable(es, func(i, j int) bool { return es[i].pid < es[j].pid })
+	for k := size/c.MaxBytes + 1; ; k *= 2 {
+		k = min(k, len(es))
+		parts, fits := make([]pprofile.Profiles, 0, k), true
+		for i := range k {
+			p := build(es[i*len(es)/k : (i+1)*len(es)/k]).out
+			fits = fits && m.ProfilesSize(p) <= c.MaxBytes
+			parts = append(parts, p)
+		}
+		if fits || k == len(es) {
+			return parts, whole.counts, nil
+		}
+	}
+}
+
+// entry is one sample to add: its type, stack and extra attributes.
+type entry struct {
+	typ   string
+	st    *schema.Stack
+	extra []kv
+	pid   int64
+}
+
+// entries reads the profiles into the samples to add.
+func (c *Converter) entries(off, wake *profile.Profile) ([]entry, error) {
+	var es []entry
 	if off != nil {
 		d, err := schema.FromProfile(off)
 		if err != nil {
-			return pprofile.Profiles{}, Counts{}, fmt.Errorf("reading the off-CPU profile: %w", err)
+			return nil, fmt.Errorf("reading the off-CPU profile: %w", err)
 		}
 		for i := range d.Stacks {
 			st := &d.Stacks[i]
 			switch {
 			case st.Kind == schema.KindCPU:
-				b.add(TypeCPU, st, nil)
+				es = append(es, entry{TypeCPU, st, nil, st.PID})
 			case st.Kind == schema.KindOffCPU && st.WaitsForCPU():
-				b.add(TypeRunQueue, st, []kv{{AttrVerdict, verdictWaitsForCPU}})
+				es = append(es, entry{TypeRunQueue, st, []kv{{AttrVerdict, verdictWaitsForCPU}}, st.PID})
 			case st.Kind == schema.KindOffCPU:
 				extra := []kv{}
 				if c.Rules != nil {
 					cat, verdict := c.categorize(st)
 					extra = append(extra, kv{AttrCategory, cat}, kv{AttrVerdict, verdict})
 				}
-				b.add(TypeOffCPU, st, extra)
+				es = append(es, entry{TypeOffCPU, st, extra, st.PID})
 			}
 		}
 	}
 	if wake != nil {
 		d, err := schema.FromProfile(wake)
 		if err != nil {
-			return pprofile.Profiles{}, Counts{}, fmt.Errorf("reading the wake-up profile: %w", err)
+			return nil, fmt.Errorf("reading the wake-up profile: %w", err)
 		}
 		for i := range d.Stacks {
-			b.add(TypeWakeups, &d.Stacks[i], nil)
+			st := &d.Stacks[i]
+			pid := int64(0)
+			if st.Sample != nil {
+				pid = first(st.Sample.NumLabel[schema.LabelPID]) // the waker's, as add reads it
+			}
+			es = append(es, entry{TypeWakeups, st, nil, pid})
 		}
 	}
-	return b.out, b.counts, nil
+	return es, nil
 }
 
 type kv struct{ k, v string }

@@ -45,7 +45,14 @@ type Config struct {
 	// RetryFor is how long an interval is retried before it is dropped
 	// (default 5m); retries back off from 1s to 30s.
 	RetryFor time.Duration `yaml:"retry_for"`
+	// MaxMessageBytes: an interval larger than this is sent in several
+	// messages (default 4,000,000: a gRPC receiver refuses more than
+	// 4 MiB unless configured otherwise).
+	MaxMessageBytes int `yaml:"max_message_bytes"`
 }
+
+// DefaultMaxMessageBytes keeps a message under gRPC's default 4 MiB limit.
+const DefaultMaxMessageBytes = 4_000_000
 
 // HTTPPath is where an OTLP receiver takes profiles over HTTP.
 const HTTPPath = "/v1development/profiles"
@@ -63,8 +70,14 @@ func (c Config) withDefaults() Config {
 	if c.RetryFor == 0 {
 		c.RetryFor = 5 * time.Minute
 	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
 	return c
 }
+
+// MessageLimit is the largest message to send, in bytes.
+func (c Config) MessageLimit() int { return c.withDefaults().MaxMessageBytes }
 
 // Check validates a configuration without connecting.
 func (c Config) Check() error {
@@ -78,6 +91,9 @@ func (c Config) Check() error {
 	if c.QueueSize < 1 || c.Timeout < 0 || c.RetryFor < 0 {
 		return errors.New("OTLP queue size must be at least 1, timeout and retry time not negative")
 	}
+	if c.MaxMessageBytes < 64<<10 {
+		return fmt.Errorf("OTLP maximum message size %d: give at least 65536 bytes", c.MaxMessageBytes)
+	}
 	if c.CAFile != "" {
 		if _, err := os.ReadFile(c.CAFile); err != nil {
 			return fmt.Errorf("OTLP CA file: %w", err)
@@ -90,6 +106,7 @@ func (c Config) Check() error {
 // samples) that were never delivered.
 type Stats struct {
 	Queued, Sent, Dropped      uint64
+	Messages                   uint64 // messages delivered: a large interval takes several
 	SentSamples, DroppedSample uint64
 	Retries                    uint64
 	Pending                    int    // in the queue or being sent now
@@ -97,7 +114,7 @@ type Stats struct {
 }
 
 type item struct {
-	p       pprofile.Profiles
+	parts   []pprofile.Profiles
 	samples int
 	since   time.Time
 }
@@ -156,13 +173,13 @@ func (e *Exporter) Reconfigure(cfg Config) error {
 	return nil
 }
 
-// Enqueue queues one message; it returns false, and counts the drop,
-// when the queue is full.
-func (e *Exporter) Enqueue(p pprofile.Profiles, samples int) bool {
+// Enqueue queues one interval, in one or more messages; it returns false,
+// and counts the drop, when the queue is full.
+func (e *Exporter) Enqueue(parts []pprofile.Profiles, samples int) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	select {
-	case e.queue <- item{p: p, samples: samples, since: time.Now()}:
+	case e.queue <- item{parts: parts, samples: samples, since: time.Now()}:
 		e.stats.Queued++
 		e.stats.Pending++
 		return true
@@ -214,10 +231,23 @@ func (e *Exporter) run() {
 	}
 }
 
-// deliver tries until the message is taken, a failure is permanent, its
-// retry time is spent or the exporter is stopped.
+// deliver sends an interval's messages in turn. An interval some of whose
+// messages could not be sent counts as dropped.
 func (e *Exporter) deliver(it item) bool {
-	req := pprofileotlp.NewExportRequestFromProfiles(it.p)
+	for _, p := range it.parts {
+		if !e.deliverOne(pprofileotlp.NewExportRequestFromProfiles(p), it.since) {
+			return false
+		}
+		e.mu.Lock()
+		e.stats.Messages++
+		e.mu.Unlock()
+	}
+	return true
+}
+
+// deliverOne tries until the message is taken, a failure is permanent,
+// its interval's retry time is spent or the exporter is stopped.
+func (e *Exporter) deliverOne(req pprofileotlp.ExportRequest, since time.Time) bool {
 	backoff := time.Second
 	for {
 		e.mu.Lock()
@@ -232,7 +262,7 @@ func (e *Exporter) deliver(it item) bool {
 		e.mu.Lock()
 		e.stats.LastError = err.Error()
 		e.mu.Unlock()
-		if !retry || time.Since(it.since)+backoff > cfg.RetryFor {
+		if !retry || time.Since(since)+backoff > cfg.RetryFor {
 			return false
 		}
 		select {

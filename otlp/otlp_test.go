@@ -2,6 +2,7 @@ package otlp
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -83,10 +84,14 @@ func TestConvert(t *testing.T) {
 		return Process{Executable: comm, ServiceName: "svc", ContainerID: "cid"}
 	}}
 	start := time.Unix(1700000000, 0)
-	p, counts, err := c.Convert(start, 10*time.Second, offProfile(), nil)
+	parts, counts, err := c.Convert(start, 10*time.Second, offProfile(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(parts) != 1 {
+		t.Fatalf("%d messages, want 1", len(parts))
+	}
+	p := parts[0]
 	want := map[string]int64{TypeOffCPU: 11000, TypeRunQueue: 1300, TypeCPU: 900}
 	for typ, v := range want {
 		if counts.Values[typ] != v {
@@ -169,7 +174,7 @@ func TestExporterRetryAndDrop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.Enqueue(pprofile.NewProfiles(), 3)
+	e.Enqueue([]pprofile.Profiles{pprofile.NewProfiles()}, 3)
 	st := e.Close(context.Background())
 	if st.Sent != 1 || st.Dropped != 0 || st.Retries != 2 || ok.Load() != 1 {
 		t.Errorf("after two refusals: %+v, %d delivered", st, ok.Load())
@@ -180,7 +185,7 @@ func TestExporterRetryAndDrop(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 {
-		e.Enqueue(pprofile.NewProfiles(), 5)
+		e.Enqueue([]pprofile.Profiles{pprofile.NewProfiles()}, 5)
 	}
 	st = e.Close(context.Background())
 	if st.Sent+st.Dropped != 3 || st.Dropped == 0 || st.DroppedSample != 5*st.Dropped {
@@ -246,5 +251,55 @@ func TestCategorizeCache(t *testing.T) {
 	}
 	if len(seen) < 3 {
 		t.Errorf("categories %v: want the waker variants to differ", seen)
+	}
+}
+
+// An interval larger than the message limit goes in several messages,
+// each within the limit, that together hold every sample and process.
+func TestConvertSplit(t *testing.T) {
+	m := &profile.Mapping{ID: 1, File: "/usr/bin/server", Start: 0x1000, Limit: 0x90000}
+	p := &profile.Profile{SampleType: offProfile().SampleType, Mapping: []*profile.Mapping{m}}
+	var want int64
+	for pid := int64(1); pid <= 300; pid++ {
+		for i := range 10 {
+			id := uint64(len(p.Location) + 1)
+			f := &profile.Function{ID: id, Name: fmt.Sprintf("handler_%d_%d_with_a_long_name", pid, i)}
+			l := &profile.Location{ID: id, Mapping: m, Address: 0x1000 + id, Line: []profile.Line{{Function: f}}}
+			p.Function, p.Location = append(p.Function, f), append(p.Location, l)
+			p.Sample = append(p.Sample, &profile.Sample{Location: []*profile.Location{l}, Value: []int64{pid, 1, 0, pid, 0},
+				Label:    map[string][]string{schema.LabelThread: {"worker"}, schema.LabelState: {"sleeping"}, schema.LabelProcess: {"server"}},
+				NumLabel: map[string][]int64{schema.LabelTID: {pid}, schema.LabelPID: {pid}}})
+			want += pid
+		}
+	}
+	c := &Converter{MaxBytes: 64 << 10}
+	parts, counts, err := c.Convert(time.Unix(1700000000, 0), time.Second, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parts) < 2 || counts.Values[TypeOffCPU] != want {
+		t.Fatalf("%d messages, off-CPU %d: want several, %d", len(parts), counts.Values[TypeOffCPU], want)
+	}
+	var m2 pprofile.ProtoMarshaler
+	var got int64
+	pids := map[int64]bool{}
+	for i, part := range parts {
+		if n := m2.ProfilesSize(part); n > c.MaxBytes {
+			t.Errorf("message %d: %d bytes, over the limit %d", i, n, c.MaxBytes)
+		}
+		for r := 0; r < part.ResourceProfiles().Len(); r++ {
+			rp := part.ResourceProfiles().At(r)
+			pid, _ := rp.Resource().Attributes().Get(AttrPID)
+			pids[pid.Int()] = true
+			profs := rp.ScopeProfiles().At(0).Profiles()
+			for j := 0; j < profs.Len(); j++ {
+				for k := 0; k < profs.At(j).Samples().Len(); k++ {
+					got += profs.At(j).Samples().At(k).Values().At(0)
+				}
+			}
+		}
+	}
+	if got != want || len(pids) != 300 {
+		t.Errorf("the messages hold %d ns of %d processes, want %d of 300", got, len(pids), want)
 	}
 }

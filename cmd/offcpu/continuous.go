@@ -66,6 +66,7 @@ func (a *agentFlags) register(cmd interface {
 	cmd.BoolVar(&a.otlp.Insecure, "otlp-insecure", false, "continuous: send without TLS")
 	cmd.StringVar(&a.otlp.CAFile, "otlp-ca", "", "continuous: PEM file of the CA that signed the collector's certificate")
 	cmd.IntVar(&a.otlp.QueueSize, "otlp-queue", 60, "continuous: intervals waiting to be sent; one that finds the queue full is dropped (counted)")
+	cmd.IntVar(&a.otlp.MaxMessageBytes, "otlp-max-message", otlp.DefaultMaxMessageBytes, "continuous: an interval larger than this many bytes is sent in several messages (a gRPC receiver takes 4 MiB unless told otherwise)")
 	cmd.DurationVar(&a.otlp.RetryFor, "otlp-retry", 5*time.Minute, "continuous: how long an interval is retried before it is dropped (counted)")
 	cmd.StringVar(&a.debugAddr, "debug-addr", "", "continuous: serve the agent's own Go profiles (/debug/pprof/) on this address, e.g. 127.0.0.1:6060")
 	cmd.DurationVar(&a.shutdown, "shutdown-timeout", 10*time.Second, "continuous: on SIGTERM or Ctrl-C, how long queued intervals may still be sent")
@@ -205,15 +206,16 @@ func (a *agent) handle(iv *collector.Interval) {
 		}
 	}
 	if a.exporter != nil {
-		p, counts, err := a.conv.Convert(iv.Start, iv.Duration, iv.Profile, iv.Wakeups)
+		a.conv.MaxBytes = a.set.otlp.MessageLimit()
+		parts, counts, err := a.conv.Convert(iv.Start, iv.Duration, iv.Profile, iv.Wakeups)
 		switch {
 		case err != nil:
 			notes = append(notes, "not exported: "+err.Error())
-		case !a.exporter.Enqueue(p, counts.Samples):
+		case !a.exporter.Enqueue(parts, counts.Samples):
 			notes = append(notes, "dropped: the export queue is full")
 		}
 		st := a.exporter.Stats()
-		notes = append(notes, fmt.Sprintf("exported %d, pending %d, dropped %d", st.Sent, st.Pending, st.Dropped))
+		notes = append(notes, fmt.Sprintf("exported %d (%d messages), pending %d, dropped %d", st.Sent, st.Messages, st.Pending, st.Dropped))
 		if st.Pending > 0 && st.LastError != "" {
 			notes = append(notes, "last error: "+st.LastError)
 		}
@@ -388,8 +390,8 @@ func printAgentSummary(w io.Writer, st collector.Stats, ag *agent) {
 	}
 	if ag.exporter != nil {
 		es := ag.exporter.Stats()
-		fmt.Fprintf(w, "offcpu: OTLP: %d intervals exported (%d samples), %d dropped (%d samples), %d retries\n",
-			es.Sent, es.SentSamples, es.Dropped, es.DroppedSample, es.Retries)
+		fmt.Fprintf(w, "offcpu: OTLP: %d intervals exported (%d samples, %d messages), %d dropped (%d samples), %d retries\n",
+			es.Sent, es.SentSamples, es.Messages, es.Dropped, es.DroppedSample, es.Retries)
 		if es.Dropped > 0 && es.LastError != "" {
 			fmt.Fprintf(w, "offcpu: OTLP: last error: %s\n", es.LastError)
 		}

@@ -279,7 +279,7 @@ func TestContinuousCollectorRestart(t *testing.T) {
 	if len(files) != 9 {
 		t.Errorf("%d interval files, want 9: the recording must go on while the collector is down", len(files))
 	}
-	m := regexp.MustCompile(`OTLP: (\d+) intervals exported \(\d+ samples\), (\d+) dropped \(\d+ samples\), (\d+) retries`).FindStringSubmatch(summary)
+	m := regexp.MustCompile(`OTLP: (\d+) intervals exported \(\d+ samples, \d+ messages\), (\d+) dropped \(\d+ samples\), (\d+) retries`).FindStringSubmatch(summary)
 	if m == nil {
 		t.Fatalf("no export summary:\n%s", summary)
 	}
