@@ -556,10 +556,11 @@ func (s *Session) takeIdle() {
 			continue
 		}
 		c.aggRemoved++
-		if v.Count <= r.count {
+		g, ok := gained(v, aggVals{r.ns, r.count, r.runq, r.chain})
+		if !ok {
 			continue
 		}
-		r.ns, r.count, r.runq, r.chain = v.Ns-min(r.ns, v.Ns), v.Count-r.count, min(v.RunqNs, v.Ns)-min(r.runq, v.RunqNs, v.Ns), v.ChainNs-min(r.chain, v.ChainNs)
+		r.ns, r.count, r.runq, r.chain = g.Ns, g.Count, min(g.RunqNs, g.Ns), g.ChainNs
 		c.carry = append(c.carry, r)
 	}
 }

@@ -220,6 +220,47 @@ func eachEntry[K, V any](m *ebpf.Map, fn func(*K, *V)) error {
 	}
 }
 
+// takeAll deletes every entry of a hash map and calls fn with each,
+// in batches of 1024 where the kernel can; it returns how many it took.
+func takeAll[K, V any](m *ebpf.Map, fn func(*K, *V)) int {
+	keys, vals := make([]K, 1024), make([]V, 1024)
+	var cursor ebpf.MapBatchCursor
+	taken := 0
+	for {
+		n, err := m.BatchLookupAndDelete(&cursor, keys, vals, nil)
+		for i := range n {
+			fn(&keys[i], &vals[i])
+		}
+		taken += n
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, ebpf.ErrKeyNotExist) {
+			taken += takeOneByOne(m, fn)
+		}
+		return taken
+	}
+}
+
+// takeOneByOne is takeAll for kernels without batch operations.
+func takeOneByOne[K, V any](m *ebpf.Map, fn func(*K, *V)) int {
+	var k K
+	var v V
+	var ks []K
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		ks = append(ks, k)
+	}
+	taken := 0
+	for i := range ks {
+		if m.LookupAndDelete(ks[i], &v) == nil {
+			fn(&ks[i], &v)
+			taken++
+		}
+	}
+	return taken
+}
+
 // aggRecord is an aggregation map entry as a record.
 func aggRecord(key bpf.OffcpuOffcpuKey, val bpf.OffcpuOffcpuVal, getStack func(int64) []uint64) record {
 	r := record{tgid: key.Tgid, tid: key.Tid, gen: key.Gen, state: State(key.State), ns: val.Ns, count: val.Count,

@@ -1,7 +1,6 @@
 package collector
 
 import (
-	"errors"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -58,40 +57,7 @@ func (s *Session) maybeFold() float64 {
 
 // fold moves every entry of the aggregation map to memory.
 func (c *continuous) fold(m *ebpf.Map) {
-	keys := make([]bpf.OffcpuOffcpuKey, 1024)
-	vals := make([]bpf.OffcpuOffcpuVal, 1024)
-	var cursor ebpf.MapBatchCursor
-	for {
-		n, err := m.BatchLookupAndDelete(&cursor, keys, vals, nil)
-		for i := range n {
-			c.foldOne(keys[i], vals[i])
-		}
-		c.aggRemoved += uint64(n)
-		if err == nil {
-			continue
-		}
-		if !errors.Is(err, ebpf.ErrKeyNotExist) {
-			c.foldOneByOne(m)
-		}
-		return
-	}
-}
-
-// foldOneByOne is fold for kernels without batch operations on hash maps.
-func (c *continuous) foldOneByOne(m *ebpf.Map) {
-	var k bpf.OffcpuOffcpuKey
-	var v bpf.OffcpuOffcpuVal
-	var keys []bpf.OffcpuOffcpuKey
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		keys = append(keys, k)
-	}
-	for _, k := range keys {
-		if m.LookupAndDelete(k, &v) == nil {
-			c.foldOne(k, v)
-			c.aggRemoved++
-		}
-	}
+	c.aggRemoved += uint64(takeAll(m, func(k *bpf.OffcpuOffcpuKey, v *bpf.OffcpuOffcpuVal) { c.foldOne(*k, *v) }))
 }
 
 // foldOne keeps a moved entry's change since the last cut and forgets
@@ -104,12 +70,18 @@ func (c *continuous) foldOne(k bpf.OffcpuOffcpuKey, v bpf.OffcpuOffcpuVal) {
 	if v.Count < p.count || v.Ns < p.ns {
 		p = aggVals{}
 	}
-	if v.Count == p.count {
-		return
+	if g, ok := gained(v, p); ok {
+		c.folded = append(c.folded, foldedEntry{k, g})
 	}
-	c.folded = append(c.folded, foldedEntry{k, bpf.OffcpuOffcpuVal{
-		Ns: v.Ns - p.ns, Count: v.Count - p.count,
-		RunqNs: v.RunqNs - min(p.runq, v.RunqNs), ChainNs: v.ChainNs - min(p.chain, v.ChainNs)}})
+}
+
+// gained is what an entry read at v added since it held p.
+func gained(v bpf.OffcpuOffcpuVal, p aggVals) (bpf.OffcpuOffcpuVal, bool) {
+	if v.Count <= p.count {
+		return bpf.OffcpuOffcpuVal{}, false
+	}
+	return bpf.OffcpuOffcpuVal{Ns: v.Ns - min(p.ns, v.Ns), Count: v.Count - p.count,
+		RunqNs: v.RunqNs - min(p.runq, v.RunqNs), ChainNs: v.ChainNs - min(p.chain, v.ChainNs)}, true
 }
 
 // takeFolded turns the entries moved since the last cut into records

@@ -1,7 +1,6 @@
 package collector
 
 import (
-	"errors"
 	"sync"
 	"time"
 
@@ -110,45 +109,15 @@ func (sp *stackSpill) maybeMove() {
 }
 
 func (sp *stackSpill) move() {
-	keys := make([]int64, 1024)
-	vals := make([]bpf.OffcpuStackBuf, 1024)
-	var cursor ebpf.MapBatchCursor
-	for {
-		n, err := sp.m.BatchLookupAndDelete(&cursor, keys, vals, nil)
+	n := takeAll(sp.m, func(id *int64, raw *bpf.OffcpuStackBuf) {
+		ips := trimStack(raw.Ips[:])
 		sp.mu.Lock()
-		for i := range n {
-			sp.stacks[keys[i]] = trimStack(vals[i].Ips[:])
-		}
-		sp.moved += uint64(n)
+		sp.stacks[*id] = ips
 		sp.mu.Unlock()
-		if err != nil {
-			if !errors.Is(err, ebpf.ErrKeyNotExist) {
-				sp.moveOneByOne()
-			}
-			return
-		}
-	}
-}
-
-// moveOneByOne is move for kernels without batch operations on hash maps.
-func (sp *stackSpill) moveOneByOne() {
-	var id int64
-	var raw bpf.OffcpuStackBuf
-	var ids []int64
-	it := sp.m.Iterate()
-	for it.Next(&id, &raw) {
-		ids = append(ids, id)
-		sp.mu.Lock()
-		sp.stacks[id] = trimStack(raw.Ips[:])
-		sp.mu.Unlock()
-	}
-	for _, id := range ids {
-		if sp.m.Delete(id) == nil {
-			sp.mu.Lock()
-			sp.moved++
-			sp.mu.Unlock()
-		}
-	}
+	})
+	sp.mu.Lock()
+	sp.moved += uint64(n)
+	sp.mu.Unlock()
 }
 
 // get returns a moved stack.

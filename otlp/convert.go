@@ -178,6 +178,15 @@ func (c *Converter) Convert(start time.Time, dur time.Duration, off, wake *profi
 	}
 }
 
+// samplePID is the process a sample's resource is: the waker's for a
+// wake-up.
+func samplePID(typ string, st *schema.Stack) int64 {
+	if typ == TypeWakeups && st.Sample != nil {
+		return first(st.Sample.NumLabel[schema.LabelPID])
+	}
+	return st.PID
+}
+
 // entry is one sample to add: its type, stack and extra attributes.
 type entry struct {
 	typ   string
@@ -218,11 +227,7 @@ func (c *Converter) entries(off, wake *profile.Profile) ([]entry, error) {
 		}
 		for i := range d.Stacks {
 			st := &d.Stacks[i]
-			pid := int64(0)
-			if st.Sample != nil {
-				pid = first(st.Sample.NumLabel[schema.LabelPID]) // the waker's, as add reads it
-			}
-			es = append(es, entry{TypeWakeups, st, nil, pid})
+			es = append(es, entry{TypeWakeups, st, nil, samplePID(TypeWakeups, st)})
 		}
 	}
 	return es, nil
@@ -372,12 +377,12 @@ func (b *builder) add(typ string, st *schema.Stack, extra []kv) {
 		return
 	}
 	s := st.Sample
-	pid := st.PID
+	pid := samplePID(typ, st)
 	proc := st.Process
 	thread, tid := st.Thread, st.TID
 	if typ == TypeWakeups {
 		// The wake-up profile's pid and thread are the waker's.
-		pid, proc = first(s.NumLabel[schema.LabelPID]), label(s, schema.LabelProcess)
+		proc = label(s, schema.LabelProcess)
 		thread, tid = label(s, schema.LabelThread), first(s.NumLabel[schema.LabelTID])
 	}
 	if proc == "" {

@@ -168,6 +168,7 @@ func newAgent(stderr io.Writer, quiet bool, set *settings) (*agent, error) {
 			return nil, err
 		}
 		a.exporter = e
+		a.conv.MaxBytes = set.otlp.MessageLimit()
 	}
 	return a, nil
 }
@@ -191,6 +192,9 @@ func (a *agent) reload(set *settings) error {
 	}
 	a.set = set
 	a.conv.Rules = set.rules
+	if set.otlp != nil {
+		a.conv.MaxBytes = set.otlp.MessageLimit()
+	}
 	return nil
 }
 
@@ -206,7 +210,6 @@ func (a *agent) handle(iv *collector.Interval) {
 		}
 	}
 	if a.exporter != nil {
-		a.conv.MaxBytes = a.set.otlp.MessageLimit()
 		parts, counts, err := a.conv.Convert(iv.Start, iv.Duration, iv.Profile, iv.Wakeups)
 		switch {
 		case err != nil:
