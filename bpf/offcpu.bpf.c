@@ -34,6 +34,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define E2BIG 7
 #define ENOMEM 12
 #define ENODATA 61
+#define EAGAIN 11 /* stack ids: not walked (deferred walks) */
 
 /* Unrolled binary searches: over a process's mappings (n <= UNWIND_MAX_MAPS)
  * and over one file's rows (at most --unwind-rows, checked against
@@ -79,6 +80,14 @@ const volatile bool want_wakeups = false;  /* record wakers and link them to int
 const volatile u64 thread_size = 16384;    /* kernel stack size (THREAD_SIZE) */
 const volatile bool want_unwind = false;   /* unwind tables in use: report code mappings */
 const volatile bool want_maps = false;     /* send code mappings as they are made (map_event) */
+/* Stacks are walked at the switch-in, in the thread's own context at the
+ * end of __schedule (sched_exit_tp), once the interval's length is known,
+ * rather than at every switch-out: see account_deferred(). */
+const volatile bool deferred_walks = false;
+
+/* With deferred walks: intervals at least this long are always walked,
+ * shorter ones by lot. Written by user space (the --budget controller). */
+u64 walk_threshold_ns = 0;
 
 /* Written by user space once the programs are attached: the start of the
  * recorded window (bpf_ktime_get_ns clock). 0 until then. */
@@ -170,7 +179,18 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 		return 0;
 	struct start_rec *s = bpf_task_storage_get(&task_starts, next, 0, 0);
 	if (s) {
-		if (s->pending) {
+		if (s->pending && deferred_walks) {
+			s->pending = 0;
+			if (account_deferred(ntid, next, s, now, rq_clock_of(next))) {
+				u32 zero = 0;
+				u32 *due = bpf_map_lookup_elem(&walk_due, &zero);
+				if (due)
+					*due = ntid;
+			} else {
+				remember_wait(next, s, now);
+				s->waker.valid = 0;
+			}
+		} else if (s->pending) {
 			s->pending = 0;
 			account(ntid, s, &s->waker, now, rq_clock_of(next));
 			remember_wait(next, s, now);
@@ -190,6 +210,33 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 		if (s)
 			switched_in(s, next, now);
 	}
+	return 0;
+}
+
+/* Deferred walks: the end of __schedule, in the context of the thread
+ * that was switched in (its kernel stack below __schedule and its user
+ * registers are those it slept with). Walks its stacks if its switch-in
+ * chose to, and adds the interval. */
+SEC("tp_btf/sched_exit_tp")
+int BPF_PROG(offcpu_switched_in, bool is_switch)
+{
+	u32 zero = 0;
+	u32 *due = bpf_map_lookup_elem(&walk_due, &zero);
+	if (!due || !*due)
+		return 0;
+	struct task_struct *t = bpf_get_current_task_btf();
+	u32 tid = t->pid;
+	if (*due != tid)
+		return 0;
+	*due = 0;
+	struct start_rec *s = bpf_task_storage_get(&task_starts, t, 0, 0);
+	if (!s || !s->walk)
+		return 0;
+	s->walk = 0;
+	walk_stacks(ctx, s, t, t->flags & PF_KTHREAD, s->ts);
+	aggregate(tid, s, &s->waker, 0, s->d_ns, s->d_runq, s->d_chain, s->d_sampled);
+	remember_wait(t, s, s->d_end);
+	s->waker.valid = 0;
 	return 0;
 }
 
@@ -246,10 +293,19 @@ int offcpu_switch_tp(struct trace_event_raw_sched_switch *ctx)
 		if (out)
 			thread_exit(ptgid, ptid);
 	} else if (out) {
-		struct start_rec s = { .tgid = ptgid, .tgen = task_gen(cur), .state = state, .pending = 1, .ran = ran };
+		u32 zero = 0;
+		struct start_rec *s = bpf_map_lookup_elem(&start_scratch, &zero);
+		if (!s)
+			return 0;
+		__builtin_memset(s, 0, sizeof(*s));
+		s->tgid = ptgid;
+		s->tgen = (u32)(BPF_CORE_READ(cur, start_time) / 1000); /* task_gen, for an untyped pointer */
+		s->state = state;
+		s->pending = 1;
+		s->ran = ran;
 		announce(ptgid, ptid);
-		capture(ctx, &s, kthread, now);
-		if (bpf_map_update_elem(&starts, &ptid, &s, BPF_ANY))
+		capture(ctx, s, kthread, now);
+		if (bpf_map_update_elem(&starts, &ptid, s, BPF_ANY))
 			stat_add(STAT_START_FULL, 1);
 	}
 
@@ -258,10 +314,9 @@ int offcpu_switch_tp(struct trace_event_raw_sched_switch *ctx)
 		return 0;
 	struct start_rec *s = bpf_map_lookup_elem(&starts, &ntid);
 	if (s) {
-		struct start_rec copy = *s;
-		bpf_map_delete_elem(&starts, &ntid);
 		struct waker_rec *w = want_wakeups ? bpf_map_lookup_elem(&last_waker, &ntid) : 0;
-		account(ntid, &copy, w, now, 0);
+		account(ntid, s, w, now, 0);
+		bpf_map_delete_elem(&starts, &ntid);
 		if (w)
 			bpf_map_delete_elem(&last_waker, &ntid);
 	} else if (!filter_tgid && is_target(0, ntid) &&
@@ -284,8 +339,18 @@ int offcpu_flush_open(struct bpf_iter__task *ctx)
 	u64 end = window_now();
 	bool kthread = task->flags & PF_KTHREAD;
 	struct start_rec *s = bpf_task_storage_get(&task_starts, task, 0, 0);
+	if (s && s->walk)
+		walk_missed(task->pid, s);
 	if (s && s->pending) {
 		s->pending = 0;
+		if (deferred_walks && end > s->ts) {
+			/* Still blocked: its stacks are walked now, the user one by
+			 * offcpu_snap_blocked just before. */
+			u32 tid = task->pid;
+			s64 *us = bpf_map_lookup_elem(&blocked_ustacks, &tid);
+			s->ustack = us ? *us : -ENODATA;
+			s->kstack = want_kernel_stacks ? task_kernel_stack_id(task) : -1;
+		}
 		if (end > s->ts)
 			account_interval(task->pid, s, 0, 1, end, end - s->ts, runq_part(s, s->ts, s->wake_ts, end), 0);
 	}
@@ -297,7 +362,7 @@ int offcpu_flush_open(struct bpf_iter__task *ctx)
 			s->oncpu += end - s->in_ts;
 		else if (!s->counting && rec_start_ns && end > rec_start_ns)
 			s->oncpu += end - rec_start_ns;
-		store_oncpu(task, s->oncpu);
+		store_oncpu(task, s->oncpu, s);
 		return 0;
 	}
 	/* Never switched during the recording: blocked, or on a CPU, for all
@@ -309,7 +374,7 @@ int offcpu_flush_open(struct bpf_iter__task *ctx)
 		if (st != 0) {
 			account_prestart(task, classify(false, st), 1, 0);
 		} else if (task->on_cpu && rec_start_ns && end > rec_start_ns) {
-			store_oncpu(task, end - rec_start_ns);
+			store_oncpu(task, end - rec_start_ns, 0);
 		}
 	}
 	return 0;
@@ -330,7 +395,7 @@ int offcpu_snap_oncpu(struct bpf_iter__task *ctx)
 	u64 oncpu = s->oncpu, ran = task->se.sum_exec_runtime;
 	if (s->running && ran > s->in_ran)
 		oncpu += ran - s->in_ran;
-	store_oncpu(task, oncpu);
+	store_oncpu(task, oncpu, s);
 	return 0;
 }
 
@@ -380,8 +445,8 @@ int offcpu_snap_blocked(struct bpf_iter__task *ctx)
 	struct task_struct *task = ctx->task;
 	if (!task || !task->pid || !want_user_stacks)
 		return 0;
-	if ((task->flags & PF_KTHREAD) || task->__state == 0)
-		return 0; /* kernel thread, or running or runnable */
+	if ((task->flags & PF_KTHREAD) || (task->__state == 0 && task->on_cpu))
+		return 0; /* kernel thread, or running */
 	u32 tid = task->pid;
 	if (!is_target(task->tgid, tid))
 		return 0;

@@ -66,16 +66,16 @@ type OffcpuMapEvent struct {
 }
 
 type OffcpuOffcpuKey struct {
-	_      structs.HostLayout
-	Tgid   uint32
-	Tid    uint32
-	Ustack int64
-	Kstack int64
-	State  uint32
-	Open   uint32
-	Gen    uint32
-	Pad    uint32
-	Waker  OffcpuWakerRec
+	_       structs.HostLayout
+	Tgid    uint32
+	Tid     uint32
+	Ustack  int64
+	Kstack  int64
+	State   uint32
+	Open    uint32
+	Gen     uint32
+	Sampled uint32
+	Waker   OffcpuWakerRec
 }
 
 type OffcpuOffcpuStat uint32
@@ -106,7 +106,13 @@ const (
 	OffcpuOffcpuStatSTAT_FORK_UNWIND_FULL OffcpuOffcpuStat = 22
 	OffcpuOffcpuStatSTAT_OUT_OF_RANGE_NS  OffcpuOffcpuStat = 23
 	OffcpuOffcpuStatSTAT_AGG_STORED       OffcpuOffcpuStat = 24
-	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 25
+	OffcpuOffcpuStatSTAT_BELOW_N          OffcpuOffcpuStat = 25
+	OffcpuOffcpuStatSTAT_BELOW_NS         OffcpuOffcpuStat = 26
+	OffcpuOffcpuStatSTAT_BELOW_WALKED     OffcpuOffcpuStat = 27
+	OffcpuOffcpuStatSTAT_BELOW_VAR        OffcpuOffcpuStat = 28
+	OffcpuOffcpuStatSTAT_WALK_MISSED      OffcpuOffcpuStat = 29
+	OffcpuOffcpuStatSTAT_WAKER_SKIPPED    OffcpuOffcpuStat = 30
+	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 31
 )
 
 type OffcpuOffcpuVal struct {
@@ -168,7 +174,8 @@ type OffcpuStartRec struct {
 	Seen        uint8
 	Running     uint8
 	Counting    uint8
-	_           [3]byte
+	Walk        uint8
+	_           [2]byte
 	Ip          uint64
 	Sp          uint64
 	Bp          uint64
@@ -196,6 +203,14 @@ type OffcpuStartRec struct {
 	InTs        uint64
 	InRan       uint64
 	Oncpu       uint64
+	D_end       uint64
+	D_ns        uint64
+	D_runq      uint64
+	D_chain     uint64
+	D_sampled   uint32
+	_           [4]byte
+	BelowNs     [4]uint64
+	BelowN      [4]uint64
 }
 
 type OffcpuThreadCpu struct {
@@ -203,6 +218,8 @@ type OffcpuThreadCpu struct {
 	Tgid    uint32
 	Pad     uint32
 	OncpuNs uint64
+	BelowNs [4]uint64
+	BelowN  [4]uint64
 }
 
 type OffcpuThreadInfo struct {
@@ -296,6 +313,7 @@ const (
 	OffcpuMapProcs              = "procs"
 	OffcpuMapStackScratch       = "stack_scratch"
 	OffcpuMapStacks             = "stacks"
+	OffcpuMapStartScratch       = "start_scratch"
 	OffcpuMapStarts             = "starts"
 	OffcpuMapStats              = "stats"
 	OffcpuMapTargetTgids        = "target_tgids"
@@ -311,6 +329,7 @@ const (
 	OffcpuMapUnwindScratch      = "unwind_scratch"
 	OffcpuMapUnwindZero         = "unwind_zero"
 	OffcpuMapWakeups            = "wakeups"
+	OffcpuMapWalkDue            = "walk_due"
 	OffcpuProgOffcpuCpuSample   = "offcpu_cpu_sample"
 	OffcpuProgOffcpuExec        = "offcpu_exec"
 	OffcpuProgOffcpuFlushOpen   = "offcpu_flush_open"
@@ -325,9 +344,11 @@ const (
 	OffcpuProgOffcpuSnapOncpu   = "offcpu_snap_oncpu"
 	OffcpuProgOffcpuSwitch      = "offcpu_switch"
 	OffcpuProgOffcpuSwitchTp    = "offcpu_switch_tp"
+	OffcpuProgOffcpuSwitchedIn  = "offcpu_switched_in"
 	OffcpuProgOffcpuWakeup      = "offcpu_wakeup"
 	OffcpuProgOffcpuWaking      = "offcpu_waking"
 	OffcpuProgOffcpuWakingTp    = "offcpu_waking_tp"
+	OffcpuVarDeferredWalks      = "deferred_walks"
 	OffcpuVarFilterCgroup       = "filter_cgroup"
 	OffcpuVarFilterTgid         = "filter_tgid"
 	OffcpuVarFilterTid          = "filter_tid"
@@ -344,6 +365,7 @@ const (
 	OffcpuVarUnusedMapEvent     = "unused_map_event"
 	OffcpuVarUnusedProcEvent    = "unused_proc_event"
 	OffcpuVarUserThreadsOnly    = "user_threads_only"
+	OffcpuVarWalkThresholdNs    = "walk_threshold_ns"
 	OffcpuVarWantKernelStacks   = "want_kernel_stacks"
 	OffcpuVarWantMaps           = "want_maps"
 	OffcpuVarWantUnwind         = "want_unwind"
@@ -407,6 +429,7 @@ type OffcpuProgramSpecs struct {
 	OffcpuSnapOncpu   *ebpf.ProgramSpec `ebpf:"offcpu_snap_oncpu"`
 	OffcpuSwitch      *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
 	OffcpuSwitchTp    *ebpf.ProgramSpec `ebpf:"offcpu_switch_tp"`
+	OffcpuSwitchedIn  *ebpf.ProgramSpec `ebpf:"offcpu_switched_in"`
 	OffcpuWakeup      *ebpf.ProgramSpec `ebpf:"offcpu_wakeup"`
 	OffcpuWaking      *ebpf.ProgramSpec `ebpf:"offcpu_waking"`
 	OffcpuWakingTp    *ebpf.ProgramSpec `ebpf:"offcpu_waking_tp"`
@@ -430,6 +453,7 @@ type OffcpuMapSpecs struct {
 	Procs           *ebpf.MapSpec `ebpf:"procs"`
 	StackScratch    *ebpf.MapSpec `ebpf:"stack_scratch"`
 	Stacks          *ebpf.MapSpec `ebpf:"stacks"`
+	StartScratch    *ebpf.MapSpec `ebpf:"start_scratch"`
 	Starts          *ebpf.MapSpec `ebpf:"starts"`
 	Stats           *ebpf.MapSpec `ebpf:"stats"`
 	TargetTgids     *ebpf.MapSpec `ebpf:"target_tgids"`
@@ -445,12 +469,14 @@ type OffcpuMapSpecs struct {
 	UnwindScratch   *ebpf.MapSpec `ebpf:"unwind_scratch"`
 	UnwindZero      *ebpf.MapSpec `ebpf:"unwind_zero"`
 	Wakeups         *ebpf.MapSpec `ebpf:"wakeups"`
+	WalkDue         *ebpf.MapSpec `ebpf:"walk_due"`
 }
 
 // OffcpuVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuVariableSpecs struct {
+	DeferredWalks     *ebpf.VariableSpec `ebpf:"deferred_walks"`
 	FilterCgroup      *ebpf.VariableSpec `ebpf:"filter_cgroup"`
 	FilterTgid        *ebpf.VariableSpec `ebpf:"filter_tgid"`
 	FilterTid         *ebpf.VariableSpec `ebpf:"filter_tid"`
@@ -467,6 +493,7 @@ type OffcpuVariableSpecs struct {
 	UnusedMapEvent    *ebpf.VariableSpec `ebpf:"unused_map_event"`
 	UnusedProcEvent   *ebpf.VariableSpec `ebpf:"unused_proc_event"`
 	UserThreadsOnly   *ebpf.VariableSpec `ebpf:"user_threads_only"`
+	WalkThresholdNs   *ebpf.VariableSpec `ebpf:"walk_threshold_ns"`
 	WantKernelStacks  *ebpf.VariableSpec `ebpf:"want_kernel_stacks"`
 	WantMaps          *ebpf.VariableSpec `ebpf:"want_maps"`
 	WantUnwind        *ebpf.VariableSpec `ebpf:"want_unwind"`
@@ -508,6 +535,7 @@ type OffcpuMaps struct {
 	Procs           *ebpf.Map `ebpf:"procs"`
 	StackScratch    *ebpf.Map `ebpf:"stack_scratch"`
 	Stacks          *ebpf.Map `ebpf:"stacks"`
+	StartScratch    *ebpf.Map `ebpf:"start_scratch"`
 	Starts          *ebpf.Map `ebpf:"starts"`
 	Stats           *ebpf.Map `ebpf:"stats"`
 	TargetTgids     *ebpf.Map `ebpf:"target_tgids"`
@@ -523,6 +551,7 @@ type OffcpuMaps struct {
 	UnwindScratch   *ebpf.Map `ebpf:"unwind_scratch"`
 	UnwindZero      *ebpf.Map `ebpf:"unwind_zero"`
 	Wakeups         *ebpf.Map `ebpf:"wakeups"`
+	WalkDue         *ebpf.Map `ebpf:"walk_due"`
 }
 
 func (m *OffcpuMaps) Close() error {
@@ -541,6 +570,7 @@ func (m *OffcpuMaps) Close() error {
 		m.Procs,
 		m.StackScratch,
 		m.Stacks,
+		m.StartScratch,
 		m.Starts,
 		m.Stats,
 		m.TargetTgids,
@@ -556,6 +586,7 @@ func (m *OffcpuMaps) Close() error {
 		m.UnwindScratch,
 		m.UnwindZero,
 		m.Wakeups,
+		m.WalkDue,
 	)
 }
 
@@ -563,6 +594,7 @@ func (m *OffcpuMaps) Close() error {
 //
 // It can be passed to LoadOffcpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuVariables struct {
+	DeferredWalks     *ebpf.Variable `ebpf:"deferred_walks"`
 	FilterCgroup      *ebpf.Variable `ebpf:"filter_cgroup"`
 	FilterTgid        *ebpf.Variable `ebpf:"filter_tgid"`
 	FilterTid         *ebpf.Variable `ebpf:"filter_tid"`
@@ -579,6 +611,7 @@ type OffcpuVariables struct {
 	UnusedMapEvent    *ebpf.Variable `ebpf:"unused_map_event"`
 	UnusedProcEvent   *ebpf.Variable `ebpf:"unused_proc_event"`
 	UserThreadsOnly   *ebpf.Variable `ebpf:"user_threads_only"`
+	WalkThresholdNs   *ebpf.Variable `ebpf:"walk_threshold_ns"`
 	WantKernelStacks  *ebpf.Variable `ebpf:"want_kernel_stacks"`
 	WantMaps          *ebpf.Variable `ebpf:"want_maps"`
 	WantUnwind        *ebpf.Variable `ebpf:"want_unwind"`
@@ -604,6 +637,7 @@ type OffcpuPrograms struct {
 	OffcpuSnapOncpu   *ebpf.Program `ebpf:"offcpu_snap_oncpu"`
 	OffcpuSwitch      *ebpf.Program `ebpf:"offcpu_switch"`
 	OffcpuSwitchTp    *ebpf.Program `ebpf:"offcpu_switch_tp"`
+	OffcpuSwitchedIn  *ebpf.Program `ebpf:"offcpu_switched_in"`
 	OffcpuWakeup      *ebpf.Program `ebpf:"offcpu_wakeup"`
 	OffcpuWaking      *ebpf.Program `ebpf:"offcpu_waking"`
 	OffcpuWakingTp    *ebpf.Program `ebpf:"offcpu_waking_tp"`
@@ -625,6 +659,7 @@ func (p *OffcpuPrograms) Close() error {
 		p.OffcpuSnapOncpu,
 		p.OffcpuSwitch,
 		p.OffcpuSwitchTp,
+		p.OffcpuSwitchedIn,
 		p.OffcpuWakeup,
 		p.OffcpuWaking,
 		p.OffcpuWakingTp,

@@ -43,6 +43,14 @@ enum offcpu_stat {
 	STAT_FORK_UNWIND_FULL, /* a forked child left to frame pointers: unwind_procs full */
 	STAT_OUT_OF_RANGE_NS,  /* off-CPU ns of the STAT_OUT_OF_RANGE intervals */
 	STAT_AGG_STORED,       /* keys added to the aggregation map (an agent empties it when it fills) */
+	/* Deferred walks (a walk threshold): intervals shorter than it, and
+	 * what the estimate of their time rests on. */
+	STAT_BELOW_N,          /* intervals below the threshold */
+	STAT_BELOW_NS,         /* their exact off-CPU ns */
+	STAT_BELOW_WALKED,     /* of them, walked (chosen with probability length / threshold) */
+	STAT_BELOW_VAR,        /* sum of length * (threshold - length) >> 10: the estimate's variance */
+	STAT_WALK_MISSED,      /* chosen, but no program ran at the switch-in to walk: kept without stacks */
+	STAT_WAKER_SKIPPED,    /* wake-ups whose waker stacks were not walked (the wait below the threshold) */
 	STAT_MAX,
 };
 
@@ -69,7 +77,7 @@ struct offcpu_key {
 	u32 state;  /* enum offcpu_state */
 	u32 open;   /* 1: still blocked when recording stopped */
 	u32 gen;    /* the thread's incarnation (task_gen): tids are reused */
-	u32 pad;
+	u32 sampled; /* 1: below the walk threshold, walked by lot; values weighted by threshold / length */
 	struct waker_rec waker; /* who ended the interval (zero: unknown or off) */
 };
 
@@ -102,6 +110,10 @@ struct thread_cpu {
 	u32 tgid;
 	u32 pad;
 	u64 oncpu_ns;
+	/* Deferred walks: the exact time and number of its intervals below the
+	 * threshold, by state, what its sampled keys estimate. */
+	u64 below_ns[4];
+	u64 below_n[4];
 };
 
 struct thread_info {

@@ -15,6 +15,7 @@ struct start_rec {
 	u8 seen;     /* thread already announced in threads */
 	u8 running;  /* 1 from a switch-in seen to the next switch-out */
 	u8 counting; /* its on-CPU time is counted from a switch seen */
+	u8 walk;     /* deferred walks: its stacks are walked at the switch-in's end */
 	/* The last sleep whose stacks were both captured: user registers,
 	 * syscall and its first argument, and the stack ids (tp_btf only).
 	 * ip == 0: nothing cached. */
@@ -38,7 +39,23 @@ struct start_rec {
 	/* The last switch-in: its time and se.sum_exec_runtime then. */
 	u64 in_ts, in_ran;
 	u64 oncpu;      /* ns on a CPU inside the window so far */
+	/* Deferred walks: the interval chosen at the switch-in (its end, and
+	 * its values, weighted when sampled), for sched_exit_tp to walk. */
+	u64 d_end, d_ns, d_runq, d_chain;
+	u32 d_sampled;
+	/* Its intervals below the threshold, exact, by state (thread_cpu). */
+	u64 below_ns[4], below_n[4];
 };
+
+/* Deferred walks: the thread whose stacks sched_exit_tp is to walk on
+ * this CPU (0: none), so the switch-ins with nothing to walk cost one
+ * per-CPU read. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u32);
+} walk_due SEC(".maps");
 
 /* A thread's last waits (bpf_ktime_get_ns bounds and stack ids), for the
  * chains of the threads it wakes; the newest at next - 1. */
@@ -57,6 +74,15 @@ struct {
 	__type(key, u32);
 	__type(value, struct start_rec);
 } starts SEC(".maps");
+
+/* A start_rec being made by the classic tracepoint program: too large
+ * for the BPF stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct start_rec);
+} start_scratch SEC(".maps");
 
 /* Same record kept on the task itself by the tp_btf program: no capacity
  * limit and no hash lookup. Freed by the kernel when the task exits. */
@@ -166,7 +192,7 @@ static __always_inline u64 rq_clock_of(struct task_struct *t)
 {
 	if (!bpf_core_field_exists(t->se.cfs_rq))
 		return 0;
-	return BPF_CORE_READ(t, se.cfs_rq, rq, clock);
+	return t->se.cfs_rq->rq->clock; /* BTF pointers: plain loads, no helper calls */
 }
 
 /* The part of the interval from start to end spent waiting for a CPU:
@@ -180,25 +206,12 @@ static __always_inline u64 runq_part(struct start_rec *s, u64 start, u64 woken, 
 	return 0;
 }
 
-/* Adds one interval ending at end to the aggregation map, with its
- * waker and the part of it (runq, <= its length) spent waiting for a
- * CPU; open marks one still running when recording stops. len: its
- * length, by the run queue's clock where both ends have it. */
-static __always_inline void account_interval(u32 tid, struct start_rec *s, struct waker_rec *w, u32 open, u64 end,
-					     u64 len, u64 runq, u64 chain)
+/* Adds an interval's values (delta ns, of which runq waiting for a CPU
+ * and chain the waker itself off a CPU) to its key; sampled: a
+ * below-threshold interval walked by lot, its values weighted. */
+static __always_inline void aggregate(u32 tid, struct start_rec *s, struct waker_rec *w, u32 open, u64 delta,
+				      u64 runq, u64 chain, u32 sampled)
 {
-	if (end <= s->ts)
-		return; /* started as the window closed */
-	u64 delta = len;
-	if (runq > delta)
-		runq = delta;
-	if (chain > delta - runq)
-		chain = delta - runq;
-	if (delta < min_block_ns || delta > max_block_ns) {
-		stat_add(STAT_OUT_OF_RANGE, 1);
-		stat_add(STAT_OUT_OF_RANGE_NS, delta);
-		return;
-	}
 	struct offcpu_key key = {
 		.tgid = s->tgid,
 		.tid = tid,
@@ -207,6 +220,7 @@ static __always_inline void account_interval(u32 tid, struct start_rec *s, struc
 		.state = s->state,
 		.open = open,
 		.gen = s->tgen,
+		.sampled = sampled,
 	};
 	if (w && w->valid) {
 		key.waker = *w;
@@ -236,6 +250,28 @@ static __always_inline void account_interval(u32 tid, struct start_rec *s, struc
 		__sync_fetch_and_add(&v->runq_ns, runq);
 	if (chain)
 		__sync_fetch_and_add(&v->chain_ns, chain);
+}
+
+/* Adds one interval ending at end to the aggregation map, with its
+ * waker and the part of it (runq, <= its length) spent waiting for a
+ * CPU; open marks one still running when recording stops. len: its
+ * length, by the run queue's clock where both ends have it. */
+static __always_inline void account_interval(u32 tid, struct start_rec *s, struct waker_rec *w, u32 open, u64 end,
+					     u64 len, u64 runq, u64 chain)
+{
+	if (end <= s->ts)
+		return; /* started as the window closed */
+	u64 delta = len;
+	if (runq > delta)
+		runq = delta;
+	if (chain > delta - runq)
+		chain = delta - runq;
+	if (delta < min_block_ns || delta > max_block_ns) {
+		stat_add(STAT_OUT_OF_RANGE, 1);
+		stat_add(STAT_OUT_OF_RANGE_NS, delta);
+		return;
+	}
+	aggregate(tid, s, w, open, delta, runq, chain, 0);
 }
 
 /* How long, of the waiter's wait, its waker was itself off a CPU. */
@@ -295,11 +331,11 @@ static __always_inline void capture_sleep(void *ctx, struct start_rec *s, struct
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
 	u64 ip = 0, sp = 0, bp = 0, nr = -1, a0 = 0;
 	if (regs) {
-		ip = BPF_CORE_READ(regs, ip);
-		sp = BPF_CORE_READ(regs, sp);
-		bp = BPF_CORE_READ(regs, bp);
-		nr = BPF_CORE_READ(regs, orig_ax);
-		a0 = BPF_CORE_READ(regs, di);
+		ip = regs->ip;
+		sp = regs->sp;
+		bp = regs->bp;
+		nr = regs->orig_ax;
+		a0 = regs->di;
 	}
 	u32 gen = unwind_gen_of(prev->tgid);
 	if (ip && s->ip == ip && s->sp == sp && s->bp == bp && s->sysnr == nr && s->arg0 == a0 &&
@@ -339,6 +375,92 @@ static __always_inline void account(u32 tid, struct start_rec *s, struct waker_r
 	account_interval(tid, s, w, 0, now, now - s->ts, runq_part(s, s->ts, s->wake_ts, now), chain_part(s, now));
 }
 
+/* A random number below n (0 < n < 2^32: the threshold is at most 1 ms). */
+static __always_inline u32 below(u64 n)
+{
+	return bpf_get_prandom_u32() % (u32)n;
+}
+
+/* Deferred walks, at the switch-in of t: every interval is counted, and
+ * one at least walk_threshold_ns long has its stacks walked; a shorter
+ * one is walked with probability length / threshold, its values then
+ * weighted by threshold / length (the estimate of the time of each stack
+ * is unbiased), and its exact time kept per thread and state so user
+ * space can calibrate. The walk happens in t's own context at the end of
+ * __schedule (offcpu_switched_in), where its stacks are still those it
+ * slept with. Returns true when a walk is due. */
+static __always_inline bool account_deferred(u32 tid, struct task_struct *t, struct start_rec *s, u64 now,
+					     u64 now_rq)
+{
+	if (now <= s->ts)
+		return false;
+	u64 len, runq;
+	if (now_rq > s->ts_rq && s->ts_rq) {
+		u64 woken = s->wake_rq ? s->wake_rq : (s->wake_ts ? now_rq - (now - s->wake_ts) : 0);
+		len = now_rq - s->ts_rq;
+		runq = runq_part(s, s->ts_rq, woken, now_rq);
+	} else {
+		len = now - s->ts;
+		runq = runq_part(s, s->ts, s->wake_ts, now);
+	}
+	u64 chain = chain_part(s, now);
+	if (runq > len)
+		runq = len;
+	if (chain > len - runq)
+		chain = len - runq;
+	if (len < min_block_ns || len > max_block_ns) {
+		stat_add(STAT_OUT_OF_RANGE, 1);
+		stat_add(STAT_OUT_OF_RANGE_NS, len);
+		return false;
+	}
+	u64 thr = walk_threshold_ns;
+	u32 sampled = 0;
+	if (thr && len < thr) {
+		u32 st = s->state & 3;
+		s->below_ns[st] += len;
+		s->below_n[st]++;
+		stat_add(STAT_BELOW_N, 1);
+		stat_add(STAT_BELOW_NS, len);
+		stat_add(STAT_BELOW_VAR, (len * (thr - len)) >> 10);
+		if (below(thr) >= len)
+			return false;
+		stat_add(STAT_BELOW_WALKED, 1);
+		runq = runq * thr / len;
+		chain = chain * thr / len;
+		len = thr;
+		sampled = 1;
+	}
+	s->d_end = now;
+	s->d_ns = len;
+	s->d_runq = runq;
+	s->d_chain = chain;
+	s->d_sampled = sampled;
+	s->walk = 1;
+	return true;
+}
+
+/* Walks the stacks a thread slept with: at its switch-out, or with
+ * deferred walks at its switch-in (ts: the switch-out's time, kept). */
+static __always_inline void walk_stacks(void *ctx, struct start_rec *s, struct task_struct *t, bool kthread, u64 ts)
+{
+	if (reuse_stacks && !kthread && s->state == STATE_SLEEPING &&
+	    want_user_stacks && want_kernel_stacks)
+		capture_sleep(ctx, s, t, ts);
+	else
+		capture(ctx, s, kthread, ts);
+}
+
+/* A chosen interval whose walk never ran (no program at its switch-in's
+ * end): counted, without stacks. */
+static __always_inline void walk_missed(u32 tid, struct start_rec *s)
+{
+	s->walk = 0;
+	s->ustack = -EAGAIN;
+	s->kstack = -EAGAIN;
+	stat_add(STAT_WALK_MISSED, 1);
+	aggregate(tid, s, &s->waker, 0, s->d_ns, s->d_runq, s->d_chain, s->d_sampled);
+}
+
 /* The CPU time of the run a switch-out ends (ran: se.sum_exec_runtime
  * now): the scheduler's own count since the switch-in; for a thread on a
  * CPU since before the window, the wall time since the window opened. */
@@ -369,10 +491,16 @@ static __always_inline void switched_in(struct start_rec *s, struct task_struct 
 }
 
 /* Stores a thread's on-CPU total: at its last switch-out, or at the end. */
-static __always_inline void store_oncpu(struct task_struct *t, u64 oncpu)
+static __always_inline void store_oncpu(struct task_struct *t, u64 oncpu, struct start_rec *s)
 {
 	struct thread_key k = { .tid = t->pid, .gen = task_gen(t) };
 	struct thread_cpu v = { .tgid = t->tgid, .oncpu_ns = oncpu };
+	if (s && deferred_walks) {
+		for (int i = 0; i < 4; i++) {
+			v.below_ns[i] = s->below_ns[i];
+			v.below_n[i] = s->below_n[i];
+		}
+	}
 	if (bpf_map_update_elem(&thread_cpus, &k, &v, BPF_ANY))
 		stat_add(STAT_THREAD_CPU_FULL, 1);
 }
@@ -448,6 +576,8 @@ static __always_inline void switch_out(void *ctx, struct start_rec *s, struct ta
 {
 	u32 ptid = prev->pid, ptgid = prev->tgid;
 	u64 ran = prev->se.sum_exec_runtime;
+	if (s->walk)
+		walk_missed(ptid, s);
 	if (s->pending)
 		recover_missed_in(ptid, s, ran, now);
 	add_run(s, prev, ran, now);
@@ -455,7 +585,7 @@ static __always_inline void switch_out(void *ctx, struct start_rec *s, struct ta
 		/* Its last switch-out starts no interval; its name is still
 		 * kept (it may never have switched out before). */
 		thread_exit(ptgid, ptid);
-		store_oncpu(prev, s->oncpu);
+		store_oncpu(prev, s->oncpu, s);
 		return;
 	}
 	if (!(state_mask & (1u << state)))
@@ -470,11 +600,14 @@ static __always_inline void switch_out(void *ctx, struct start_rec *s, struct ta
 	s->wake_ts = 0;
 	s->wake_rq = 0;
 	s->ts_rq = rq_clock_of(prev);
-	if (reuse_stacks && !kthread && state == STATE_SLEEPING &&
-	    want_user_stacks && want_kernel_stacks)
-		capture_sleep(ctx, s, prev, now);
-	else
-		capture(ctx, s, kthread, now);
+	if (deferred_walks) {
+		/* Walked at the switch-in, if at all. */
+		s->ustack = -EAGAIN;
+		s->kstack = -EAGAIN;
+		s->ts = now;
+	} else {
+		walk_stacks(ctx, s, prev, kthread, now);
+	}
 	s->ran = ran;
 	s->pending = 1;
 }

@@ -63,4 +63,19 @@ static __always_inline s64 get_stack_id(void *ctx, u64 flags, u32 lost)
 	return store_stack(b, lost);
 }
 
+/* The kernel stack of a task that is not running (non-sleepable
+ * programs), by the same ids. */
+static __always_inline s64 task_kernel_stack_id(struct task_struct *t)
+{
+	u32 zero = 0;
+	struct stack_buf *b = bpf_map_lookup_elem(&stack_scratch, &zero);
+	if (!b)
+		return -1;
+	/* The helper zero-fills what the stack does not use. */
+	long n = bpf_get_task_stack(t, b->ips, sizeof(b->ips), 0);
+	if (n <= 0)
+		return n < 0 ? n : -ENODATA;
+	return store_stack(b, STAT_KSTACK_LOST);
+}
+
 #endif

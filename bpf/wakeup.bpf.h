@@ -33,7 +33,7 @@ struct {
 static __always_inline bool in_interrupt_ctx(void *ctx)
 {
 	struct task_struct *cur = bpf_get_current_task_btf();
-	u64 base = (u64)BPF_CORE_READ(cur, stack);
+	u64 base = (u64)cur->stack;
 	u64 sp = (u64)ctx;
 	if (sp < base || sp >= base + thread_size)
 		return true;
@@ -42,7 +42,7 @@ static __always_inline bool in_interrupt_ctx(void *ctx)
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(cur);
 	if (!regs)
 		return false;
-	return (BPF_CORE_READ(regs, cs) & 3) && (s64)BPF_CORE_READ(regs, orig_ax) < 0;
+	return (regs->cs & 3) && (s64)regs->orig_ax < 0;
 }
 
 static __always_inline void count_wakeup(u32 ttgid, u32 ttid, u32 tgen, struct waker_rec *w)
@@ -68,7 +68,7 @@ static __always_inline void waker_context(void *ctx, struct waker_rec *w, bool i
 	w->tid = (u32)id;
 	w->tgid = id >> 32;
 	struct task_struct *cur = bpf_get_current_task_btf();
-	if (BPF_CORE_READ(cur, flags) & PF_KTHREAD)
+	if (cur->flags & PF_KTHREAD)
 		return;
 	/* A waker outside the recorded set (a load generator) is announced
 	 * as a recorded thread is: its name is kept after it exits, and its
@@ -79,6 +79,19 @@ static __always_inline void waker_context(void *ctx, struct waker_rec *w, bool i
 	w->ustack = user_stack_id(ctx, STAT_WAKER_STACK_LOST);
 }
 
+/* Deferred walks: the waker's stacks are walked when the wait it ends
+ * has lasted the threshold, and before that with probability wait /
+ * threshold, as the waiter's own stacks will be. */
+static __always_inline bool waker_walked(struct start_rec *ts)
+{
+	u64 thr = walk_threshold_ns;
+	if (!thr || !ts || !ts->pending)
+		return true;
+	u64 now = bpf_ktime_get_ns();
+	u64 b = now > ts->ts ? now - ts->ts : 0;
+	return b >= thr || below(thr) < b;
+}
+
 SEC("tp_btf/sched_waking")
 int BPF_PROG(offcpu_waking, struct task_struct *p)
 {
@@ -87,6 +100,24 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 		return 0;
 	bool irq = in_interrupt_ctx(ctx);
 	struct waker_rec w = {};
+	struct start_rec *ts = bpf_task_storage_get(&task_starts, p, 0, 0);
+	if (deferred_walks && !waker_walked(ts)) {
+		/* Below the threshold and not drawn: the waker without stacks. */
+		u64 id = bpf_get_current_pid_tgid();
+		w.valid = 1;
+		w.irq = irq;
+		w.tid = irq ? 0 : (u32)id;
+		w.tgid = irq ? 0 : id >> 32;
+		w.ustack = -EAGAIN;
+		w.kstack = -EAGAIN;
+		stat_add(STAT_WAKER_SKIPPED, 1);
+		count_wakeup(ttgid, ttid, task_gen(p), &w);
+		if (ts && ts->pending) {
+			ts->waker_wait_ns = 0;
+			ts->waker = w;
+		}
+		return 0;
+	}
 	struct start_rec *ws = 0;
 	if (!irq && reuse_stacks)
 		ws = bpf_task_storage_get(&task_starts, bpf_get_current_task_btf(), 0,
@@ -95,9 +126,9 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 	if (ws)
 		regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	if (regs) {
-		u64 ip = BPF_CORE_READ(regs, ip), sp = BPF_CORE_READ(regs, sp);
-		u64 bp = BPF_CORE_READ(regs, bp), nr = BPF_CORE_READ(regs, orig_ax);
-		u64 a0 = BPF_CORE_READ(regs, di);
+		u64 ip = regs->ip, sp = regs->sp;
+		u64 bp = regs->bp, nr = regs->orig_ax;
+		u64 a0 = regs->di;
 		u32 gen = unwind_gen_of(bpf_get_current_pid_tgid() >> 32);
 		if ((s64)nr >= 0 && ws->w_ip == ip && ws->w_sp == sp && ws->w_bp == bp &&
 		    ws->w_sysnr == nr && ws->w_arg0 == a0 && ws->w_target == ttid &&
@@ -128,7 +159,6 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 		waker_context(ctx, &w, irq, 0, ttid);
 	}
 	count_wakeup(ttgid, ttid, task_gen(p), &w);
-	struct start_rec *ts = bpf_task_storage_get(&task_starts, p, 0, 0);
 	if (!ts || !ts->pending)
 		return 0;
 	/* The waker's own waits since the waiter's began: the waiter waited on

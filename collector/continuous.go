@@ -43,7 +43,7 @@ type continuous struct {
 	recs  map[any]aggVals
 	wakes map[bpf.OffcpuWakeKey]uint64
 	cpu   map[bpf.OffcpuCpuKey]uint64
-	oncpu map[[2]uint32]uint64
+	oncpu map[[2]uint32]cpuTotal
 	// counters: the kernel's running loss counters at the last snapshot.
 	counters Stats
 	lastMono uint64
@@ -88,7 +88,7 @@ type prestartKey struct {
 
 func newContinuous() *continuous {
 	return &continuous{recs: map[any]aggVals{}, wakes: map[bpf.OffcpuWakeKey]uint64{}, cpu: map[bpf.OffcpuCpuKey]uint64{},
-		oncpu: map[[2]uint32]uint64{}, deadProcs: map[uint32]bool{}, graveyard: map[int64]grave{}}
+		oncpu: map[[2]uint32]cpuTotal{}, deadProcs: map[uint32]bool{}, graveyard: map[int64]grave{}}
 }
 
 // Snapshot returns what ended since the previous snapshot (or the start)
@@ -216,6 +216,16 @@ func (c *continuous) delta(d *recording, read Stats) Stats {
 	d.cpu, c.cpu, st.CPUSamples = deltaCounts(d.cpu, c.cpu, c.idle,
 		func(r *cpuRecord) bpf.OffcpuCpuKey { return r.id }, func(r *cpuRecord) *uint64 { return &r.count })
 	st.OnCPU = c.deltaOnCPU(d)
+	// Deferred walks: each thread's sampled keys scaled to its exact time.
+	dn, dns, drunq := d.calibrate()
+	st.Intervals = uint64(int64(st.Intervals) + dn)
+	st.OffCPU += dns
+	st.RunQueue += drunq
+	for k, v := range d.oncpu {
+		if v.ns == 0 { // kept for calibrate only
+			delete(d.oncpu, k)
+		}
+	}
 
 	st.Keys, st.Stacks, st.StacksMoved, st.Unwind, st.JVM, st.Programs = read.Keys, read.Stacks, read.StacksMoved, read.Unwind, read.JVM, read.Programs
 	st.StacksMissing = read.StacksMissing
@@ -311,14 +321,24 @@ func deltaCounts[R any, K comparable](rs []R, prev map[K]uint64, idle map[any]bo
 // deltaOnCPU turns each thread's on-CPU total into its change.
 func (c *continuous) deltaOnCPU(d *recording) time.Duration {
 	var sum time.Duration
-	oncpu := make(map[[2]uint32]uint64, len(d.oncpu))
+	oncpu := make(map[[2]uint32]cpuTotal, len(d.oncpu))
 	for k, v := range d.oncpu {
 		p := c.oncpu[k]
-		oncpu[k] = max(p, v.ns)
+		cur := v
+		cur.ns = max(p.ns, v.ns)
+		oncpu[k] = cur
 		// A run stored by the clock at the end can exceed what the
 		// scheduler's count adds later: never count back.
-		v.ns -= min(p, v.ns)
-		if v.ns == 0 {
+		v.ns -= min(p.ns, v.ns)
+		below := false
+		for i := range v.belowNs {
+			if v.belowN[i] >= p.belowN[i] && v.belowNs[i] >= p.belowNs[i] {
+				v.belowNs[i] -= p.belowNs[i]
+				v.belowN[i] -= p.belowN[i]
+			}
+			below = below || v.belowN[i] > 0
+		}
+		if v.ns == 0 && !below {
 			delete(d.oncpu, k)
 			continue
 		}

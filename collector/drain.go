@@ -33,6 +33,7 @@ type record struct {
 	open      bool // still off-CPU when recording stopped
 	prestart  bool // blocked since before the start: stacks walked at the start
 	kthread   bool // known to be a kernel thread (prestart records)
+	sampled   bool // below the walk threshold, drawn: values estimated (calibrate)
 	id        any  // the map key it was read under (continuous deltas)
 }
 
@@ -95,6 +96,8 @@ type recording struct {
 type cpuTotal struct {
 	tgid uint32
 	ns   uint64
+	// Deferred walks: its intervals below the threshold, exact, by state.
+	belowNs, belowN [4]uint64
 }
 
 type thread struct {
@@ -177,6 +180,12 @@ func (s *Session) drain(final bool) (*recording, error) {
 	}
 	if err := s.drainOnCPU(d); err != nil {
 		return nil, err
+	}
+	if s.opts.deferred() && s.cont == nil {
+		dn, dns, drunq := d.calibrate()
+		s.stats.Intervals = uint64(int64(s.stats.Intervals) + dn)
+		s.stats.OffCPU += dns
+		s.stats.RunQueue += drunq
 	}
 	s.stats.Keys = len(d.records)
 	s.stats.Stacks = len(cache)
@@ -269,6 +278,7 @@ func aggRecord(key bpf.OffcpuOffcpuKey, val bpf.OffcpuOffcpuVal, getStack func(i
 	r.kernel = getStack(key.Kstack)
 	r.waker = decodeWaker(key.Waker, getStack)
 	r.open = key.Open != 0
+	r.sampled = key.Sampled != 0
 	r.id = key
 	return r
 }
@@ -363,6 +373,7 @@ func (s *Session) readStats() error {
 	s.stats.CPUFull = get(bpf.OffcpuOffcpuStatSTAT_CPU_FULL)
 	s.stats.ThreadCPUFull = get(bpf.OffcpuOffcpuStatSTAT_THREAD_CPU_FULL)
 	s.stats.ForkUnwindFull = get(bpf.OffcpuOffcpuStatSTAT_FORK_UNWIND_FULL)
+	s.stats.Budget = s.budgetStats(get)
 	if s.unw != nil {
 		u := s.unw.snapshotStats()
 		u.Stacks = get(bpf.OffcpuOffcpuStatSTAT_DWARF_STACKS)
@@ -456,7 +467,7 @@ func (s *Session) drainOnCPU(d *recording) error {
 	var v bpf.OffcpuThreadCpu
 	it := m.Iterate()
 	for it.Next(&k, &v) {
-		d.oncpu[[2]uint32{k.Tid, k.Gen}] = cpuTotal{tgid: v.Tgid, ns: v.OncpuNs}
+		d.oncpu[[2]uint32{k.Tid, k.Gen}] = cpuTotal{tgid: v.Tgid, ns: v.OncpuNs, belowNs: v.BelowNs, belowN: v.BelowN}
 		s.stats.OnCPU += durationNs(v.OncpuNs)
 	}
 	if err := it.Err(); err != nil {

@@ -124,6 +124,15 @@ type Options struct {
 	// Stats enables kernel.bpf_stats_enabled while recording, to report
 	// the mean cost of a program run.
 	Stats bool
+
+	// WalkThreshold walks stacks at the switch-in: intervals at least this
+	// long always, shorter ones by lot, weighted (see budget.go); 0 with
+	// Budget 0 walks every interval. At most MaxWalkThreshold.
+	WalkThreshold time.Duration
+	// Budget adapts the walk threshold so that the recorder's programs use
+	// about this share of one CPU (0.01: 1%), starting from WalkThreshold
+	// or 100µs; it turns kernel.bpf_stats_enabled on while recording.
+	Budget float64
 }
 
 func (o *Options) withDefaults() Options {
@@ -158,6 +167,9 @@ func (o *Options) validate() error {
 	}
 	if o.Continuous && o.Goroutines {
 		return fmt.Errorf("goroutine waits are recorded in one window only: drop --goroutines or --continuous")
+	}
+	if err := o.validateBudget(); err != nil {
+		return err
 	}
 	if o.CPUHz < 0 || o.CPUHz > 10000 {
 		return fmt.Errorf("--cpu-hz %d out of range (0 to 10000)", o.CPUHz)

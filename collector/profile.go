@@ -56,7 +56,9 @@ func (b *profBuilder) stack(pid uint32, kernel, user []uint64, userErr int64, kt
 	for i, a := range user {
 		locs = append(locs, b.userLoc(pid, a, i == 0))
 	}
-	if len(user) == 0 && userErr < 0 && !kthread {
+	if len(user) == 0 && userErr == errNotWalked {
+		locs = append(locs, b.marker(schema.OffCPUNotWalked))
+	} else if len(user) == 0 && userErr < 0 && !kthread {
 		locs = append(locs, b.marker(fmt.Sprintf("[user stack: %s]", errnoName(userErr))))
 	}
 	return locs

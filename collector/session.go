@@ -59,6 +59,10 @@ type Session struct {
 	startMono uint64 // CLOCK_MONOTONIC ns when the probes were attached
 	stopMono  uint64 // CLOCK_MONOTONIC ns when recording stopped
 	bpfOn     io.Closer
+	// Deferred walks: the threshold and its controller (--budget).
+	budget    *budget
+	budgetOn  io.Closer
+	budgeting *worker
 
 	readerDone chan struct{}
 	// kernelMaps: code mappings come from the kernel's map events.
@@ -142,7 +146,9 @@ type Stats struct {
 	Programs []ProgramStat `json:"programs"` // with Options.Stats
 
 	Unwind *UnwindStats `json:"unwind"` // .eh_frame unwinding; nil with FramePointersOnly
-	JVM    JVMStats     `json:"jvm"`    // HotSpot JVMs walked and named through their VMStructs
+	// Budget: deferred walks (--budget, --walk-threshold); nil without.
+	Budget *BudgetStats `json:"budget,omitempty"`
+	JVM    JVMStats     `json:"jvm"` // HotSpot JVMs walked and named through their VMStructs
 	// Goroutine waits of Go programs (Options.Goroutines); nil without.
 	Goroutines *GoroutineStats `json:"goroutines,omitempty"`
 	// User stacks of the off-CPU profile that reach a thread-start frame
@@ -263,6 +269,12 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 		s.closeBPF()
 		return nil, err
 	}
+	if opts.deferred() {
+		if err := s.startBudget(); err != nil {
+			s.closeBPF()
+			return nil, err
+		}
+	}
 	if opts.Stats {
 		closer, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 		if err != nil {
@@ -321,6 +333,9 @@ func (s *Session) loadEither(cgroupID uint64) error {
 	}
 	if !s.opts.ForceTracepoint && err == nil {
 		return nil
+	}
+	if s.opts.deferred() {
+		return fmt.Errorf("--budget and --walk-threshold need the tp_btf programs and the sched_exit_tp tracepoint (Linux 6.16+): %w", err)
 	}
 	btfErr := err
 	if btfErr != nil {
@@ -475,6 +490,7 @@ func (s *Session) spec(cgroupID uint64, btfMode bool) (*ebpf.CollectionSpec, err
 		bpf.OffcpuVarThreadSize:        kernelThreadSize(),
 		bpf.OffcpuVarWantUnwind:        !o.FramePointersOnly,
 		bpf.OffcpuVarWantMaps:          wantMaps,
+		bpf.OffcpuVarDeferredWalks:     o.deferred() && btfMode,
 	} {
 		if err := set(name, v); err != nil {
 			return nil, fmt.Errorf("setting %s: %w", name, err)
@@ -485,6 +501,9 @@ func (s *Session) spec(cgroupID uint64, btfMode bool) (*ebpf.CollectionSpec, err
 	// kernel has the VMA iterator (Linux 6.7+); elsewhere execs are read
 	// from /proc.
 	s.kernelMaps = wantMaps && btfMode && kernelHasFunc("bpf_iter_task_vma_new")
+	if !o.deferred() || !btfMode {
+		delete(spec.Programs, bpf.OffcpuProgOffcpuSwitchedIn)
+	}
 	if btfMode {
 		for _, p := range tpProgs {
 			delete(spec.Programs, p)
@@ -596,6 +615,14 @@ func (s *Session) prepare() error {
 
 func (s *Session) attachBTF() error {
 	o, coll := s.opts, s.coll
+	if o.deferred() {
+		// Before the switch program, which hands it the walks.
+		l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[bpf.OffcpuProgOffcpuSwitchedIn], AttachType: ebpf.AttachTraceRawTp})
+		if err != nil {
+			return fmt.Errorf("attaching to sched_exit_tp (Linux 6.16+), where deferred walks happen: %w", err)
+		}
+		s.links = append(s.links, l)
+	}
 	for _, name := range btfProgs {
 		if name == bpf.OffcpuProgOffcpuWaking && o.NoWakeups {
 			continue
@@ -858,6 +885,7 @@ func (s *Session) closeLinks() {
 }
 
 func (s *Session) closeBPF() {
+	s.stopBudget()
 	s.closeLinks()
 	if s.gor != nil {
 		s.gor.close()
@@ -882,6 +910,13 @@ func (s *Session) Stop() (*profile.Profile, error) {
 		if v, ok := s.coll.Variables[bpf.OffcpuVarRecStopNs]; ok {
 			if err := v.Set(s.stopMono); err != nil {
 				s.stats.Warnings = append(s.stats.Warnings, fmt.Sprintf("closing the window: %v", err))
+			}
+		}
+		s.stopBudget()
+		if s.flushIter && s.opts.deferred() {
+			// The user stacks of the intervals still open, walked nowhere else.
+			if err := s.runIter(bpf.OffcpuProgOffcpuSnapBlocked); err != nil {
+				s.stats.Warnings = append(s.stats.Warnings, fmt.Sprintf("user stacks of threads blocked at the end not walked: %v", err))
 			}
 		}
 		if s.flushIter {

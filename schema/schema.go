@@ -68,6 +68,11 @@ const (
 // exact time is in the profile all the same.
 const OnCPUUnsampled = "[on-CPU: not sampled]"
 
+// OffCPUNotWalked is the frame of a thread's off-CPU time below the walk
+// threshold (--budget, --walk-threshold) when none of those intervals was
+// drawn for a walk: the time is exact, its stacks unknown.
+const OffCPUNotWalked = "[off-CPU: below the walk threshold, not walked]"
+
 // Files of a run directory (offcpu bench runs/NAME/).
 const (
 	MetricsFile       = "metrics.json"            // the run's metrics, a JSON object

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -55,6 +57,8 @@ type recordFlags struct {
 	goroutinesOut      string
 	goroutinesFolded   string
 	goroutinesMax      int
+	walkThreshold      time.Duration
+	budget             string
 	agent              agentFlags
 }
 
@@ -99,6 +103,8 @@ re-reads --config (otlp:, output_dir:, keep:, rules:).`,
 	fl.BoolVar(&f.kernelOnly, "kernel-only", false, "record kernel threads only")
 	fl.BoolVar(&f.noUserStacks, "no-user-stacks", false, "do not capture user stacks")
 	fl.BoolVar(&f.noKernelStacks, "no-kernel-stacks", false, "do not capture kernel stacks")
+	fl.DurationVar(&f.walkThreshold, "walk-threshold", 0, "walk stacks at the switch-in: intervals at least this long always, shorter ones with probability length/threshold, weighted so each stack's time is an unbiased estimate; every thread's time stays exact (at most 1ms; 0: walk every interval)")
+	fl.StringVar(&f.budget, "budget", "", "adapt --walk-threshold so the recorder's BPF programs use about this share of one CPU, e.g. 1% or 0.01 (measured with kernel.bpf_stats_enabled)")
 	fl.BoolVar(&f.noStackReuse, "no-stack-reuse", false, "walk both stacks at every switch-out (by default a thread sleeping again in the same syscall from the same place reuses its previous stacks)")
 	fl.IntVar(&f.cpuHz, "cpu-hz", 99, "also sample on-CPU stacks this often per CPU (sample type cpu/nanoseconds; 0: off)")
 	fl.StringVar(&f.cpuFolded, "cpu-folded", "", "write on-CPU samples as folded stacks (µs)")
@@ -254,7 +260,12 @@ func (f *recordFlags) options(command []string) (collector.Options, error) {
 			}
 		}
 	}
+	budget, err := parseShare(f.budget)
+	if err != nil {
+		return collector.Options{}, err
+	}
 	opts := collector.Options{
+		WalkThreshold: f.walkThreshold, Budget: budget,
 		PIDs: f.pids, TIDs: f.tids, Cgroup: f.cgroup,
 		MinBlock: f.minBlock, MaxBlock: f.maxBlock, StateMask: mask,
 		UserThreadsOnly: f.userOnly, KernelThreadsOnly: f.kernelOnly,
@@ -430,6 +441,9 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 		sort.Strings(classes)
 		fmt.Fprintf(w, "wake-ups: %d (%s)\n", st.Wakeups, strings.Join(classes, ", "))
 	}
+	if b := st.Budget; b != nil {
+		printBudget(w, b, st.OffCPU)
+	}
 	if st.StacksReused > 0 {
 		fmt.Fprintf(w, "stacks reused: %d switch-outs (same syscall and user registers as the thread's last sleep)\n", st.StacksReused)
 	}
@@ -497,5 +511,47 @@ func printGoroutines(w io.Writer, g *collector.GoroutineStats, f *recordFlags) {
 	}
 	for _, s := range g.Skipped {
 		fmt.Fprintf(w, "goroutines: skipped %s\n", s)
+	}
+}
+
+// parseShare reads a share of a CPU: "1%" or "0.01"; "" is 0.
+func parseShare(s string) (float64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	t, pct := strings.CutSuffix(strings.TrimSpace(s), "%")
+	v, err := strconv.ParseFloat(t, 64)
+	if err == nil && pct {
+		v /= 100
+	}
+	if err != nil || v <= 0 || v > 1 {
+		return 0, fmt.Errorf("--budget %q: want a share of one CPU above 0 and at most 100%%, such as 1%% or 0.01", s)
+	}
+	return v, nil
+}
+
+// printBudget says how the stacks were chosen and how good the estimate is.
+func printBudget(w io.Writer, b *collector.BudgetStats, off time.Duration) {
+	how := fmt.Sprintf("fixed at %v", b.Threshold)
+	if b.Budget > 0 {
+		how = fmt.Sprintf("%v at the end, between %v and %v, for --budget %.2g%% of a CPU (the recorder's programs used %.2f%%)",
+			b.Threshold, b.ThresholdMin, b.ThresholdMax, 100*b.Budget, 100*b.Cost)
+	}
+	fmt.Fprintf(w, "walk threshold: %s; every interval at least that long walked\n", how)
+	if b.Below == 0 {
+		return
+	}
+	share := 100 * float64(b.Walked) / float64(b.Below)
+	fmt.Fprintf(w, "below it: %d intervals, %v (exact), %d walked (%.2f%%), their time per stack estimated (threshold/length weights), each thread's total exact; estimate of the below-threshold time ±%v (2σ, %.3f%% of the off-CPU time)",
+		b.Below, b.BelowTime.Round(time.Microsecond), b.Walked, share, (2 * b.StdDev).Round(time.Microsecond), 100*2*b.StdDev.Seconds()/max(off.Seconds(), 1e-9))
+	if e := b.StackError(0.01, off); !math.IsInf(e, 0) {
+		fmt.Fprintf(w, "; a stack with 1%% of it within ±%.1f%%", 100*e)
+	}
+	fmt.Fprintln(w)
+	if b.WakersSkipped > 0 {
+		fmt.Fprintf(w, "waker stacks not walked: %d wake-ups ending a wait below the threshold (not drawn); the waker is named all the same\n", b.WakersSkipped)
+	}
+	if b.Missed > 0 {
+		fmt.Fprintf(w, "offcpu: %d intervals drawn for a walk had none (no program ran at their switch-in): counted without stacks\n", b.Missed)
 	}
 }

@@ -1,0 +1,334 @@
+package collector
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/offcpu/offcpu/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// Deferred walks: every interval is measured, and its stacks are walked
+// at its switch-in once its length is known. An interval of at least the
+// threshold is always walked; a shorter one with probability length /
+// threshold, its values weighted by threshold / length (a Horvitz-Thompson
+// estimate, unbiased for the time of each stack). The exact time of the
+// short intervals is kept per thread and state, and user space scales
+// each thread's sampled keys to it (calibrate), so every thread's time
+// adds up exactly and only its split between stacks is estimated.
+const (
+	// MaxWalkThreshold bounds the threshold: every wait at least this long
+	// is walked whatever the budget (the variance counter also needs it).
+	MaxWalkThreshold = time.Millisecond
+	// minWalkThreshold: below it the budget walks nearly everything.
+	minWalkThreshold = 2 * time.Microsecond
+	// startWalkThreshold: where --budget starts before its first measure.
+	startWalkThreshold = 100 * time.Microsecond
+	budgetPeriod       = 500 * time.Millisecond
+)
+
+// errNotWalked marks a thread's time below the threshold where none of its
+// intervals was drawn (the stack ids the programs write: -EAGAIN).
+const errNotWalked = -11
+
+// deferred says whether stacks are walked at the switch-in.
+func (o *Options) deferred() bool { return o.WalkThreshold > 0 || o.Budget > 0 }
+
+func (o *Options) validateBudget() error {
+	if o.Budget < 0 || o.Budget > 1 {
+		return fmt.Errorf("--budget %v out of range: a share of one CPU, above 0 and at most 1 (e.g. 0.01 or 1%%)", o.Budget)
+	}
+	if o.WalkThreshold < 0 || o.WalkThreshold > MaxWalkThreshold {
+		return fmt.Errorf("--walk-threshold %v out of range (0 to %v)", o.WalkThreshold, MaxWalkThreshold)
+	}
+	if o.deferred() && o.ForceTracepoint {
+		return fmt.Errorf("--budget and --walk-threshold need the tp_btf programs: drop --tracepoint")
+	}
+	if o.deferred() && (o.NoStackReuse || o.NoUserStacks && o.NoKernelStacks) {
+		return fmt.Errorf("--budget and --walk-threshold choose which stacks to walk: drop --no-stack-reuse and the --no-*-stacks flags that leave none")
+	}
+	return nil
+}
+
+// BudgetStats describes deferred walks (nil in Stats without them).
+type BudgetStats struct {
+	Budget    float64       `json:"budget"`       // share of a CPU asked for; 0: fixed threshold
+	Threshold time.Duration `json:"threshold_ns"` // at the end
+	// ThresholdMin and ThresholdMax: its range while recording.
+	ThresholdMin time.Duration `json:"threshold_min_ns"`
+	ThresholdMax time.Duration `json:"threshold_max_ns"`
+	// Cost: the recorder's programs' share of a CPU while recording, by
+	// the kernel's bpf_stats (with --budget).
+	Cost float64 `json:"cost"`
+	// Below: intervals shorter than the threshold, their exact time, and
+	// how many were walked.
+	Below     uint64        `json:"below"`
+	BelowTime time.Duration `json:"below_ns"`
+	Walked    uint64        `json:"walked"`
+	// StdDev of the estimate of the below-threshold time of all stacks
+	// together (before calibration): sqrt(sum length*(threshold-length)).
+	StdDev time.Duration `json:"stddev_ns"`
+	// Missed: intervals chosen whose walk never ran (kept without stacks).
+	Missed uint64 `json:"missed"`
+	// WakersSkipped: wake-ups whose waker stacks were not walked.
+	WakersSkipped uint64 `json:"wakers_skipped"`
+}
+
+// StackError is a bound on the relative error (2σ) of the estimated time
+// of a stack holding share of total off-CPU time: its below-threshold
+// time U has σ <= sqrt(threshold * U), U <= share * total.
+func (b *BudgetStats) StackError(share float64, total time.Duration) float64 {
+	u := share * total.Seconds()
+	if u <= 0 {
+		return math.Inf(1)
+	}
+	return 2 * math.Sqrt(b.ThresholdMax.Seconds()*u) / u
+}
+
+// budget adapts the walk threshold so that the recorder's programs use
+// about the asked share of a CPU.
+type budget struct {
+	mu       sync.Mutex
+	share    float64
+	thr      time.Duration
+	min, max time.Duration
+	progs    []*ebpf.Program // the programs that run per switch or wake-up
+	walkers  []*ebpf.Program // of them, those whose cost the threshold moves
+	set      func(time.Duration) error
+	last     time.Time
+	rt, wrt  time.Duration
+	first    time.Time
+	firstRT  time.Duration
+	final    float64 // cost over the whole recording, set when it stops
+}
+
+// stopBudget stops the controller and keeps its cost figure.
+func (s *Session) stopBudget() {
+	if s.budgeting != nil {
+		s.budgeting.halt()
+		s.budgeting = nil
+	}
+	if s.budgetOn != nil {
+		s.budget.mu.Lock()
+		s.budget.final = s.budget.cost(time.Now())
+		s.budget.mu.Unlock()
+		s.budgetOn.Close()
+		s.budgetOn = nil
+	}
+}
+
+func (b *budget) runtimes() (all, walk time.Duration) {
+	for _, p := range b.progs {
+		if st, err := p.Stats(); err == nil {
+			all += st.Runtime
+		}
+	}
+	for _, p := range b.walkers {
+		if st, err := p.Stats(); err == nil {
+			walk += st.Runtime
+		}
+	}
+	return
+}
+
+// nextThreshold is the controller's step: from the threshold thr, the
+// cost of everything (cost) and of the walks (walk) over the last period,
+// as shares of a CPU, the threshold for the next period. The walks' cost
+// falls about as 1/threshold; what is not walks stays whatever it is.
+func nextThreshold(thr time.Duration, share, cost, walk float64) time.Duration {
+	room := share - (cost - walk)
+	var f float64
+	switch {
+	case room <= 0:
+		f = 4 // the base cost alone is over: walk as little as allowed
+	case walk <= 0:
+		f = 0.5
+	default:
+		f = min(max(walk/room, 0.5), 4)
+	}
+	next := time.Duration(float64(thr) * f)
+	return min(max(next, minWalkThreshold), MaxWalkThreshold)
+}
+
+func (b *budget) step(now time.Time) {
+	all, walk := b.runtimes()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	wall := now.Sub(b.last).Seconds()
+	if wall <= 0 {
+		return
+	}
+	cost, wcost := (all-b.rt).Seconds()/wall, (walk-b.wrt).Seconds()/wall
+	b.last, b.rt, b.wrt = now, all, walk
+	next := nextThreshold(b.thr, b.share, cost, wcost)
+	if next != b.thr && b.set(next) == nil {
+		b.thr = next
+		b.min, b.max = min(b.min, next), max(b.max, next)
+	}
+}
+
+func (b *budget) run(stop <-chan struct{}) {
+	sleepLoop(budgetPeriod, nil, stop, func(now time.Time) time.Duration {
+		b.step(now)
+		return budgetPeriod
+	})
+}
+
+// cost is the programs' share of a CPU since the start.
+func (b *budget) cost(now time.Time) float64 {
+	all, _ := b.runtimes()
+	if w := now.Sub(b.first).Seconds(); w > 0 {
+		return (all - b.firstRT).Seconds() / w
+	}
+	return 0
+}
+
+// startBudget sets the first threshold and, with --budget, starts the
+// controller (bpf_stats on while recording).
+func (s *Session) startBudget() error {
+	o := s.opts
+	thr := o.WalkThreshold
+	if thr == 0 {
+		thr = startWalkThreshold
+	}
+	v, ok := s.coll.Variables[bpf.OffcpuVarWalkThresholdNs]
+	if !ok {
+		return fmt.Errorf("BPF object has no walk threshold")
+	}
+	set := func(d time.Duration) error { return v.Set(uint64(d)) }
+	if err := set(thr); err != nil {
+		return fmt.Errorf("setting the walk threshold: %w", err)
+	}
+	b := &budget{share: o.Budget, thr: thr, min: thr, max: thr, set: set}
+	s.budget = b
+	if o.Budget == 0 {
+		return nil
+	}
+	closer, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		return fmt.Errorf("--budget measures the recorder's cost with kernel.bpf_stats_enabled: %w", err)
+	}
+	s.budgetOn = closer
+	for _, name := range []string{bpf.OffcpuProgOffcpuSwitch, bpf.OffcpuProgOffcpuSwitchedIn, bpf.OffcpuProgOffcpuWaking, bpf.OffcpuProgOffcpuWakeup} {
+		if p := s.coll.Programs[name]; p != nil {
+			b.progs = append(b.progs, p)
+			if name == bpf.OffcpuProgOffcpuSwitchedIn || name == bpf.OffcpuProgOffcpuWaking {
+				b.walkers = append(b.walkers, p)
+			}
+		}
+	}
+	b.first = time.Now()
+	b.last = b.first
+	b.rt, b.wrt = b.runtimes()
+	b.firstRT = b.rt
+	s.budgeting = goWorker(b.run)
+	return nil
+}
+
+// budgetStats fills st.Budget from the kernel's counters and the
+// controller.
+func (s *Session) budgetStats(get func(bpf.OffcpuOffcpuStat) uint64) *BudgetStats {
+	b := s.budget
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	out := &BudgetStats{Budget: b.share, Threshold: b.thr, ThresholdMin: b.min, ThresholdMax: b.max, Cost: b.final}
+	b.mu.Unlock()
+	if b.share > 0 && s.budgetOn != nil {
+		out.Cost = b.cost(time.Now())
+	}
+	out.Below = get(bpf.OffcpuOffcpuStatSTAT_BELOW_N)
+	out.BelowTime = durationNs(get(bpf.OffcpuOffcpuStatSTAT_BELOW_NS))
+	out.Walked = get(bpf.OffcpuOffcpuStatSTAT_BELOW_WALKED)
+	out.StdDev = time.Duration(math.Sqrt(float64(get(bpf.OffcpuOffcpuStatSTAT_BELOW_VAR)) * 1024))
+	out.Missed = get(bpf.OffcpuOffcpuStatSTAT_WALK_MISSED)
+	out.WakersSkipped = get(bpf.OffcpuOffcpuStatSTAT_WAKER_SKIPPED)
+	return out
+}
+
+// calibrate scales each thread's sampled records (per state) so that
+// they add up to the exact time and number of its intervals below the
+// threshold, and adds a record without stacks where none was drawn.
+// Returns the change in intervals, off-CPU time and run-queue time.
+func (d *recording) calibrate() (dn int64, dns, drunq time.Duration) {
+	type gk struct {
+		tid, gen uint32
+		state    State
+	}
+	groups := map[gk][]int{}
+	for i := range d.records {
+		if r := &d.records[i]; r.sampled {
+			k := gk{r.tid, r.gen, r.state}
+			groups[k] = append(groups[k], i)
+		}
+	}
+	var keys []gk
+	for k, t := range d.oncpu {
+		for st := range 4 {
+			if t.belowN[st] > 0 {
+				keys = append(keys, gk{k[0], k[1], State(st)})
+			}
+		}
+	}
+	for k := range groups {
+		if t, ok := d.oncpu[[2]uint32{k.tid, k.gen}]; !ok || t.belowN[k.state] == 0 {
+			keys = append(keys, k) // no exact total read: left as estimated
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		return a.tid < b.tid || a.tid == b.tid && (a.gen < b.gen || a.gen == b.gen && a.state < b.state)
+	})
+	for _, k := range keys {
+		t, ok := d.oncpu[[2]uint32{k.tid, k.gen}]
+		idx := groups[k]
+		if !ok || t.belowN[k.state] == 0 {
+			continue
+		}
+		exactNs, exactN := t.belowNs[k.state], t.belowN[k.state]
+		if len(idx) == 0 {
+			var runq uint64
+			if k.state == StatePreempted {
+				runq = exactNs
+			}
+			d.records = append(d.records, record{tgid: t.tgid, tid: k.tid, gen: k.gen, state: k.state, ns: exactNs, count: exactN,
+				runq: runq, userErr: errNotWalked, kernelErr: errNotWalked, sampled: true})
+			dn += int64(exactN)
+			dns += durationNs(exactNs)
+			drunq += durationNs(runq)
+			continue
+		}
+		var estNs, estN uint64
+		for _, i := range idx {
+			estNs += d.records[i].ns
+			estN += d.records[i].count
+		}
+		// The rest over the rest of the records: the sums are exact.
+		restNs, restN, leftNs, leftN := exactNs, exactN, estNs, estN
+		for _, i := range idx {
+			r := &d.records[i]
+			ns, n := scale(r.ns, restNs, leftNs), scale(r.count, restN, leftN)
+			leftNs, leftN = leftNs-r.ns, leftN-r.count
+			restNs, restN = restNs-ns, restN-n
+			runq, chain := scale(r.runq, ns, r.ns), scale(r.chain, ns, r.ns)
+			dn += int64(n) - int64(r.count)
+			dns += durationNs(ns) - durationNs(r.ns)
+			drunq += durationNs(runq) - durationNs(r.runq)
+			r.ns, r.count, r.runq, r.chain = ns, n, runq, chain
+		}
+	}
+	return
+}
+
+// scale is v * num / den without overflow (0 when den is 0).
+func scale(v, num, den uint64) uint64 {
+	if den == 0 {
+		return 0
+	}
+	return uint64(math.Round(float64(v) / float64(den) * float64(num)))
+}

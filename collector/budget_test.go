@@ -1,0 +1,208 @@
+package collector
+
+import (
+	"context"
+	"math"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/schema"
+)
+
+func TestNextThreshold(t *testing.T) {
+	thr := 100 * time.Microsecond
+	for _, c := range []struct {
+		name             string
+		cost, walk       float64
+		lower, higher    bool
+		wantMin, wantMax time.Duration
+	}{
+		{name: "walks twice the room: doubled", cost: 0.015, walk: 0.01, wantMin: 2 * thr, wantMax: 2 * thr},
+		{name: "under the budget: halved at most", cost: 0.002, walk: 0.001, wantMin: thr / 2, wantMax: thr / 2},
+		{name: "base over the budget: up by 4", cost: 0.05, walk: 0.001, wantMin: 4 * thr, wantMax: 4 * thr},
+		{name: "no walks: down", cost: 0.001, walk: 0, wantMin: thr / 2, wantMax: thr / 2},
+	} {
+		got := nextThreshold(thr, 0.01, c.cost, c.walk)
+		if got < c.wantMin-c.wantMin/1000 || got > c.wantMax+c.wantMax/1000 {
+			t.Errorf("%s: %v, want %v to %v", c.name, got, c.wantMin, c.wantMax)
+		}
+	}
+	if got := nextThreshold(MaxWalkThreshold, 0.01, 0.5, 0.1); got != MaxWalkThreshold {
+		t.Errorf("above the bound: %v", got)
+	}
+	if got := nextThreshold(minWalkThreshold, 0.01, 0, 0); got != minWalkThreshold {
+		t.Errorf("below the bound: %v", got)
+	}
+}
+
+func TestCalibrate(t *testing.T) {
+	d := &recording{oncpu: map[[2]uint32]cpuTotal{}}
+	// Thread 1: three sampled records (estimates 300 µs, 100 µs, 200 µs of
+	// 6 intervals) and one exact walked one; exactly 480 µs in 40 intervals
+	// below the threshold.
+	d.records = []record{
+		{tgid: 1, tid: 1, state: StateSleeping, ns: 300e3, count: 3, runq: 30e3, sampled: true},
+		{tgid: 1, tid: 1, state: StateSleeping, ns: 100e3, count: 1, sampled: true},
+		{tgid: 1, tid: 1, state: StateSleeping, ns: 200e3, count: 2, sampled: true},
+		{tgid: 1, tid: 1, state: StateSleeping, ns: 5e6, count: 1},
+	}
+	var t1 cpuTotal
+	t1.tgid = 1
+	t1.belowNs[StateSleeping], t1.belowN[StateSleeping] = 480e3, 40
+	// Thread 2: preempted below the threshold, none drawn.
+	var t2 cpuTotal
+	t2.tgid = 1
+	t2.belowNs[StatePreempted], t2.belowN[StatePreempted] = 70e3, 9
+	d.oncpu[[2]uint32{1, 0}], d.oncpu[[2]uint32{2, 0}] = t1, t2
+
+	dn, dns, drunq := d.calibrate()
+	var ns, n uint64
+	for _, r := range d.records[:3] {
+		ns += r.ns
+		n += r.count
+	}
+	if ns != 480e3 || n != 40 {
+		t.Errorf("thread 1 below the threshold: %d ns in %d, want 480000 in 40", ns, n)
+	}
+	if r := d.records[0]; r.ns != 240e3 || r.runq != 24e3 {
+		t.Errorf("scaled record: %d ns, runq %d; want 240000 and 24000", r.ns, r.runq)
+	}
+	if d.records[3].ns != 5e6 || d.records[3].count != 1 {
+		t.Errorf("a walked interval above the threshold changed: %+v", d.records[3])
+	}
+	if len(d.records) != 5 {
+		t.Fatalf("%d records, want a marker added for thread 2", len(d.records))
+	}
+	m := d.records[4]
+	if m.tid != 2 || m.ns != 70e3 || m.count != 9 || m.runq != 70e3 || m.userErr != errNotWalked || m.state != StatePreempted {
+		t.Errorf("marker record: %+v", m)
+	}
+	if dn != 40-6+9 || dns != time.Duration(480e3-600e3+70e3) || drunq != time.Duration(24e3-30e3+70e3) {
+		t.Errorf("changes: %d intervals, %v, runq %v", dn, dns, drunq)
+	}
+}
+
+// TestWalkThreshold records one program twice at once, every interval
+// walked and with a walk threshold, and holds the second to the first:
+// the same time per thread, the same long waits with their stacks, and
+// each stack's time within the estimator's bound.
+func TestWalkThreshold(t *testing.T) {
+	requireBPF(t)
+	bin := filepath.Join(t.TempDir(), "mix")
+	build(t, "gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", bin, "testdata/budget/mix.c")
+	const naps = 150
+	cmd := exec.Command(bin, "60000", "150")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	thr := 200 * time.Microsecond
+	pid := []int{cmd.Process.Pid}
+	all, err := Start(context.Background(), Options{PIDs: pid, FollowForks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	some, err := Start(context.Background(), Options{PIDs: pid, FollowForks: true, WalkThreshold: thr})
+	if err != nil {
+		all.Stop()
+		t.Fatal(err)
+	}
+	in.Write([]byte{1})
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	pa, errA := all.Stop()
+	ps, errS := some.Stop()
+	if errA != nil || errS != nil {
+		t.Fatal(errA, errS)
+	}
+	b := some.Stats().Budget
+	if b == nil || b.Below == 0 || b.Walked == 0 || b.Walked*4 > b.Below {
+		t.Fatalf("below-threshold intervals and walks: %+v", b)
+	}
+	if b.Missed > b.Walked/100 {
+		t.Errorf("%d of %d walks did not run", b.Missed, b.Walked)
+	}
+	t.Logf("threshold %v: %d intervals below it (%v), %d walked; 2σ of their estimate %v", thr, b.Below, b.BelowTime, b.Walked, 2*b.StdDev)
+
+	// Off-CPU time by thread (exact in both), and by stack.
+	byThread := func(p *profile.Profile) map[int64]int64 {
+		m := map[int64]int64{}
+		for _, s := range p.Sample {
+			if len(s.NumLabel[schema.LabelTID]) > 0 && offCPUInWindow(s) {
+				m[s.NumLabel[schema.LabelTID][0]] += s.Value[0]
+			}
+		}
+		return m
+	}
+	ta, ts := byThread(pa), byThread(ps)
+	var total int64
+	for tid, v := range ta {
+		total += v
+		if d := math.Abs(float64(ts[tid] - v)); d > 0.01*float64(v)+float64(time.Millisecond) {
+			t.Errorf("thread %d: %v with the threshold, %v with every interval walked", tid, time.Duration(ts[tid]), time.Duration(v))
+		}
+	}
+	byStack := func(p *profile.Profile) (map[string]int64, map[string]int64) {
+		ns, n := map[string]int64{}, map[string]int64{}
+		for _, s := range p.Sample {
+			if !offCPUInWindow(s) {
+				continue
+			}
+			k := schema.FoldedSample(s)
+			ns[k] += s.Value[0]
+			n[k] += s.Value[1]
+		}
+		return ns, n
+	}
+	sa, na := byStack(pa)
+	ss, ns := byStack(ps)
+	checked, napsSeen, worst := 0, false, 0.0
+	for k, v := range sa {
+		if float64(v) < 0.05*float64(total) {
+			continue
+		}
+		checked++
+		worst = max(worst, math.Abs(float64(ss[k]-v))/float64(v))
+		// σ of a stack's estimate is at most sqrt(threshold × its time).
+		bound := 5*math.Sqrt(float64(thr)*float64(v)) + 0.01*float64(v)
+		if d := math.Abs(float64(ss[k] - v)); d > bound {
+			t.Errorf("%s: %v estimated, %v walked every time (bound %v)", k, time.Duration(ss[k]), time.Duration(v), time.Duration(bound))
+		}
+	}
+	for k, v := range na {
+		if stackIn(k, "long_naps") && sa[k] > int64(naps)*int64(time.Millisecond) {
+			napsSeen = true
+			if ns[k] != v {
+				t.Errorf("2 ms naps: %d with the threshold, %d with every interval walked", ns[k], v)
+			}
+		}
+	}
+	t.Logf("%d stacks with 5%% of the time or more: the worst estimate %.2f%% off", checked, 100*worst)
+	if checked < 2 || !napsSeen {
+		t.Errorf("%d stacks with 5%% of the time, naps seen %v: the workload did not run as meant", checked, napsSeen)
+	}
+}
+
+// offCPUInWindow: an off-CPU sample that began after the recording did
+// (the two sessions start some time apart; the workload waits for both).
+func offCPUInWindow(s *profile.Sample) bool {
+	return s.Label[schema.LabelState][0] != "on-cpu" && len(s.Label[schema.LabelInterval]) == 0
+}
+
+func stackIn(folded, fn string) bool {
+	for _, f := range schema.FoldedStack(folded).Frames {
+		if f.Name == fn {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,45 @@
+// Short and long waits side by side: two threads bounce a byte over pipes
+// (waits of a few µs, in two places) while a third sleeps 2 ms at a time
+// in a function of its own. Usage: mix ROUNDS NAPS; it starts once a byte
+// arrives on its standard input (recorders attach in between).
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+static int ab[2], ba[2];
+static long rounds, naps;
+
+static void *pong(void *arg) {
+	char c;
+	for (long i = 0; i < rounds; i++)
+		if (read(ab[0], &c, 1) != 1 || write(ba[1], &c, 1) != 1) exit(1);
+	return arg;
+}
+
+__attribute__((noinline)) static void long_naps(void) {
+	struct timespec ts = {0, 2000000};
+	for (long i = 0; i < naps; i++) nanosleep(&ts, NULL);
+}
+
+static void *napper(void *arg) {
+	long_naps();
+	return arg;
+}
+
+int main(int argc, char **argv) {
+	rounds = argc > 1 ? atol(argv[1]) : 100000;
+	naps = argc > 2 ? atol(argv[2]) : 200;
+	char go;
+	if (read(0, &go, 1) != 1) return 1;
+	if (pipe(ab) || pipe(ba)) return 1;
+	pthread_t p, n;
+	pthread_create(&n, NULL, napper, NULL);
+	pthread_create(&p, NULL, pong, NULL);
+	char c = 'x';
+	for (long i = 0; i < rounds; i++)
+		if (write(ab[1], &c, 1) != 1 || read(ba[0], &c, 1) != 1) return 1;
+	pthread_join(p, NULL);
+	pthread_join(n, NULL);
+	return 0;
+}
