@@ -19,9 +19,12 @@ import (
 // so its stacks go through the unwind tables) run with no recorder, under
 // libbpf-tools offcputime and wakeuptime, and under offcpu without
 // wake-ups (tables, --frame-pointers-only, every switch walked with and
-// without tables) and with them. Reports the ping-pong's wall time and
-// slowdown, and ns per BPF program run from the kernel's bpf_stats;
-// medians of REPEATS. OFFCPU_OVERHEAD="ROUNDS REPEATS" (default "400000
+// without tables) and with them, and with stacks walked at the switch-in
+// (--walk-threshold, --budget). Reports the ping-pong's wall time and
+// slowdown, and from the kernel's bpf_stats the ns of BPF time per switch:
+// for offcpu, every program that runs per switch or wake-up (sched_switch,
+// sched_exit_tp, sched_waking, sched_wakeup) over the switches; medians of
+// REPEATS. OFFCPU_OVERHEAD="ROUNDS REPEATS" (default "400000
 // 3"). As root:
 //
 //	go test -run XXX -bench RecorderOverhead -benchtime 1x ./collector
@@ -62,9 +65,10 @@ func BenchmarkRecorderOverhead(b *testing.B) {
 		cmd.Wait()
 		return wall, rt / time.Duration(max(runs, 1))
 	}
-	// ours runs the workload under this package's recorder; costs: mean
-	// ns per switch and waking run, and their runs.
-	ours := func(o Options) (wall, sw, wk time.Duration, swRuns, wkRuns uint64) {
+	// ours runs the workload under this package's recorder; costs: all
+	// its per-switch and per-wake-up programs' time over the switches,
+	// and the mean sched_waking run.
+	ours := func(o Options) (wall, all, wk time.Duration) {
 		o.Stats = true
 		s, err := Start(context.Background(), o)
 		if err != nil {
@@ -75,14 +79,21 @@ func BenchmarkRecorderOverhead(b *testing.B) {
 		if _, err := s.Stop(); err != nil {
 			b.Fatal(err)
 		}
+		var rt time.Duration
+		var switches uint64
 		for _, p := range s.Stats().Programs {
 			switch p.Name {
 			case "offcpu_switch":
-				sw, swRuns = p.MeanCost, p.Runs
+				switches = p.Runs
+				rt += p.Runtime
 			case "offcpu_waking":
-				wk, wkRuns = p.MeanCost, p.Runs
+				wk = p.MeanCost
+				rt += p.Runtime
+			case "offcpu_switched_in", "offcpu_wakeup":
+				rt += p.Runtime
 			}
 		}
+		all = rt / time.Duration(max(switches, 1))
 		return
 	}
 	type row struct {
@@ -100,15 +111,17 @@ func BenchmarkRecorderOverhead(b *testing.B) {
 	if offcputime != "" {
 		rTool = add("libbpf-tools offcputime", "sched_switch")
 	}
-	rOurs := add("offcpu record --no-wakeups", "sched_switch")
-	rFP := add("… --frame-pointers-only", "sched_switch")
-	rWalk := add("… --no-stack-reuse (every switch walked, tables)", "sched_switch")
-	rFPWalk := add("… --no-stack-reuse --frame-pointers-only", "sched_switch")
+	rOurs := add("offcpu record --no-wakeups", "switch")
+	rFP := add("… --frame-pointers-only", "switch")
+	rWalk := add("… --no-stack-reuse (every switch walked, tables)", "switch")
+	rFPWalk := add("… --no-stack-reuse --frame-pointers-only", "switch")
 	if wakeuptime != "" {
 		rWTool = add("libbpf-tools wakeuptime", "wake-up")
 	}
 	rWake := add("offcpu record (wake-ups)", "sched_waking")
-	rTotal := add("… all BPF time per switch, wake-ups on", "switch")
+	rTotal := add("offcpu record, every feature (wake-ups), every interval walked", "switch")
+	rThr := add("… --walk-threshold 1ms", "switch")
+	rBudget := add("… --budget 1%", "switch")
 	for b.Loop() {
 		for range repeats {
 			rows[0].wall = append(rows[0].wall, workload())
@@ -121,16 +134,20 @@ func BenchmarkRecorderOverhead(b *testing.B) {
 				o Options
 			}{{rOurs, Options{NoWakeups: true}}, {rFP, Options{NoWakeups: true, FramePointersOnly: true}},
 				{rWalk, Options{NoWakeups: true, NoStackReuse: true}}, {rFPWalk, Options{NoWakeups: true, NoStackReuse: true, FramePointersOnly: true}}} {
-				w, sw, _, _, _ := ours(v.o)
-				v.r.wall, v.r.cost = append(v.r.wall, w), append(v.r.cost, sw)
+				w, all, _ := ours(v.o)
+				v.r.wall, v.r.cost = append(v.r.wall, w), append(v.r.cost, all)
 			}
 			if rWTool != nil {
 				w, c := under(wakeuptime, "wakeup")
 				rWTool.wall, rWTool.cost = append(rWTool.wall, w), append(rWTool.cost, c)
 			}
-			w, sw, wk, swRuns, wkRuns := ours(Options{})
-			rWake.wall, rWake.cost = append(rWake.wall, w), append(rWake.cost, wk)
-			rTotal.cost = append(rTotal.cost, (sw*time.Duration(swRuns)+wk*time.Duration(wkRuns))/time.Duration(max(swRuns, 1)))
+			w, all, wk := ours(Options{})
+			rWake.cost = append(rWake.cost, wk)
+			rTotal.wall, rTotal.cost = append(rTotal.wall, w), append(rTotal.cost, all)
+			w, all, _ = ours(Options{WalkThreshold: time.Millisecond})
+			rThr.wall, rThr.cost = append(rThr.wall, w), append(rThr.cost, all)
+			w, all, _ = ours(Options{Budget: 0.01})
+			rBudget.wall, rBudget.cost = append(rBudget.wall, w), append(rBudget.cost, all)
 		}
 	}
 	median := func(d []time.Duration) time.Duration {
@@ -163,5 +180,10 @@ func BenchmarkRecorderOverhead(b *testing.B) {
 		}
 		fmt.Printf("| %s | %s | %s | %s |\n", r.label, wall, slow, cost)
 	}
-	b.ReportMetric(float64(median(rOurs.cost).Nanoseconds()), "ns/switch")
+	b.ReportMetric(float64(median(rTotal.cost).Nanoseconds()), "ns/switch")
+	b.ReportMetric(float64(median(rBudget.cost).Nanoseconds()), "ns/switch-budget")
+	if rTool != nil {
+		fmt.Printf("\nevery feature, per switch, against offcputime: %.2fx every interval walked, %.2fx --walk-threshold 1ms, %.2fx --budget 1%%\n",
+			float64(median(rTotal.cost))/float64(median(rTool.cost)), float64(median(rThr.cost))/float64(median(rTool.cost)), float64(median(rBudget.cost))/float64(median(rTool.cost)))
+	}
 }
