@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# A real server's throughput under each recorder, rounds interleaved:
+# redis-server on loopback driven by redis-benchmark (GET and SET, 50
+# clients), with no recorder, offcpu record (every interval walked), offcpu
+# record --budget 1%, and libbpf-tools offcputime, each system-wide with
+# user and kernel stacks. Prints requests per second per round and the
+# medians. ROUNDS (default 5), REQUESTS (default 300000). As root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-5}
+REQUESTS=${REQUESTS:-300000}
+OUT=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$OUT"' EXIT
+go build -o "$OUT/offcpu" ./cmd/offcpu
+PORT=6399
+redis-server --port $PORT --save '' --appendonly no --daemonize no > "$OUT/redis.log" 2>&1 &
+for _ in $(seq 50); do redis-cli -p $PORT ping > /dev/null 2>&1 && break; sleep 0.1; done
+
+# load prints the mean of GET and SET requests per second.
+load() {
+	redis-benchmark -p $PORT -t get,set -n "$REQUESTS" -c 50 -q --csv |
+		awk -F'"' '/^"(GET|SET)"/ {s += $4; n++} END {printf "%.0f", s / n}'
+}
+
+# under CMD... runs the load while CMD records, then stops it.
+under() {
+	"$@" > "$OUT/rec.log" 2>&1 &
+	local pid=$!
+	sleep 3 # attached
+	load
+	kill -INT $pid
+	wait $pid || true
+}
+
+declare -A all
+names=(none offcpu offcpu-budget offcputime)
+for r in $(seq "$ROUNDS"); do
+	for n in "${names[@]}"; do
+		case $n in
+		none) v=$(load) ;;
+		offcpu) v=$(under "$OUT/offcpu" record -q -o "$OUT/o.pb.gz") ;;
+		offcpu-budget) v=$(under "$OUT/offcpu" record -q --budget 1% -o "$OUT/o.pb.gz") ;;
+		offcputime) command -v offcputime > /dev/null || continue; v=$(under offcputime 600) ;;
+		esac
+		all[$n]+="$v "
+		echo "round $r $n: $v requests/s"
+	done
+done
+echo
+echo "| recorder | requests/s (median of $ROUNDS) | vs none | rounds |"
+echo "|---|---:|---:|---|"
+base=$(echo ${all[none]} | tr ' ' '\n' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+for n in "${names[@]}"; do
+	[ -n "${all[$n]:-}" ] || continue
+	m=$(echo ${all[$n]} | tr ' ' '\n' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+	echo "| $n | $m | $(awk -v m="$m" -v b="$base" 'BEGIN {printf "%+.1f%%", 100 * (m - b) / b}') | ${all[$n]}|"
+done
