@@ -75,7 +75,30 @@ type BudgetStats struct {
 	// Missed: intervals chosen whose walk never ran (kept without stacks).
 	Missed uint64 `json:"missed"`
 	// WakersSkipped: wake-ups whose waker stacks were not walked.
-	WakersSkipped uint64 `json:"wakers_skipped"`
+	WakersSkipped uint64  `json:"wakers_skipped"`
+	variance      float64 // StdDev², for the change between cuts
+}
+
+// since is b's change from prev (running counters; nil: from the start).
+func (b *BudgetStats) since(prev *BudgetStats) *BudgetStats {
+	if b == nil || prev == nil {
+		return b
+	}
+	d := *b
+	d.Below -= min(prev.Below, b.Below)
+	d.BelowTime -= min(prev.BelowTime, b.BelowTime)
+	d.Walked -= min(prev.Walked, b.Walked)
+	d.Missed -= min(prev.Missed, b.Missed)
+	d.WakersSkipped -= min(prev.WakersSkipped, b.WakersSkipped)
+	d.variance = max(b.variance-prev.variance, 0)
+	d.StdDev = time.Duration(math.Sqrt(d.variance))
+	return &d
+}
+
+// comment describes the estimate in a profile's comments.
+func (b *BudgetStats) comment() string {
+	return fmt.Sprintf("walk_threshold=%v (%v to %v) below=%d below_time=%v walked=%d stddev=%v missed=%d wakers_skipped=%d: the off-CPU values of intervals below the threshold are estimates (drawn with probability length/threshold, weighted), scaled to each thread's exact total",
+		b.Threshold, b.ThresholdMin, b.ThresholdMax, b.Below, b.BelowTime, b.Walked, b.StdDev, b.Missed, b.WakersSkipped)
 }
 
 // StackError is a bound on the relative error (2σ) of the estimated time
@@ -245,7 +268,8 @@ func (s *Session) budgetStats(get func(bpf.OffcpuOffcpuStat) uint64) *BudgetStat
 	out.Below = get(bpf.OffcpuOffcpuStatSTAT_BELOW_N)
 	out.BelowTime = durationNs(get(bpf.OffcpuOffcpuStatSTAT_BELOW_NS))
 	out.Walked = get(bpf.OffcpuOffcpuStatSTAT_BELOW_WALKED)
-	out.StdDev = time.Duration(math.Sqrt(float64(get(bpf.OffcpuOffcpuStatSTAT_BELOW_VAR)) * 1024))
+	out.variance = float64(get(bpf.OffcpuOffcpuStatSTAT_BELOW_VAR)) * 1024
+	out.StdDev = time.Duration(math.Sqrt(out.variance))
 	out.Missed = get(bpf.OffcpuOffcpuStatSTAT_WALK_MISSED)
 	out.WakersSkipped = get(bpf.OffcpuOffcpuStatSTAT_WAKER_SKIPPED)
 	return out

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"os/exec"
 	"path/filepath"
@@ -92,30 +93,9 @@ func TestCalibrate(t *testing.T) {
 // each stack's time within the estimator's bound.
 func TestWalkThreshold(t *testing.T) {
 	requireBPF(t)
-	bin := filepath.Join(t.TempDir(), "mix")
-	build(t, "gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", bin, "testdata/budget/mix.c")
 	const naps = 150
-	cmd := exec.Command(bin, "60000", "150")
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
 	thr := 200 * time.Microsecond
-	pid := []int{cmd.Process.Pid}
-	all, err := Start(context.Background(), Options{PIDs: pid, FollowForks: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	some, err := Start(context.Background(), Options{PIDs: pid, FollowForks: true, WalkThreshold: thr})
-	if err != nil {
-		all.Stop()
-		t.Fatal(err)
-	}
-	in.Write([]byte{1})
+	cmd, all, some := startMix(t, naps, Options{WalkThreshold: thr})
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
@@ -134,16 +114,7 @@ func TestWalkThreshold(t *testing.T) {
 	t.Logf("threshold %v: %d intervals below it (%v), %d walked; 2σ of their estimate %v", thr, b.Below, b.BelowTime, b.Walked, 2*b.StdDev)
 
 	// Off-CPU time by thread (exact in both), and by stack.
-	byThread := func(p *profile.Profile) map[int64]int64 {
-		m := map[int64]int64{}
-		for _, s := range p.Sample {
-			if len(s.NumLabel[schema.LabelTID]) > 0 && offCPUInWindow(s) {
-				m[s.NumLabel[schema.LabelTID][0]] += s.Value[0]
-			}
-		}
-		return m
-	}
-	ta, ts := byThread(pa), byThread(ps)
+	ta, ts := offByThread(pa), offByThread(ps)
 	var total int64
 	for tid, v := range ta {
 		total += v
@@ -190,6 +161,104 @@ func TestWalkThreshold(t *testing.T) {
 	if checked < 2 || !napsSeen {
 		t.Errorf("%d stacks with 5%% of the time, naps seen %v: the workload did not run as meant", checked, napsSeen)
 	}
+}
+
+// startMix starts testdata/budget/mix.c with its rounds and naps, and two
+// sessions on it, every interval walked and with opts, then lets it run.
+func startMix(t *testing.T, naps int, opts Options) (*exec.Cmd, *Session, *Session) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "mix")
+	build(t, "gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", bin, "testdata/budget/mix.c")
+	cmd := exec.Command(bin, "60000", fmt.Sprint(naps))
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	pid := []int{cmd.Process.Pid}
+	all, err := Start(context.Background(), Options{PIDs: pid, FollowForks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.PIDs, opts.FollowForks = pid, true
+	some, err := Start(context.Background(), opts)
+	if err != nil {
+		all.Stop()
+		t.Fatal(err)
+	}
+	in.Write([]byte{1})
+	return cmd, all, some
+}
+
+// offByThread is the off-CPU time by tid inside the window.
+func offByThread(p *profile.Profile) map[int64]int64 {
+	m := map[int64]int64{}
+	for _, s := range p.Sample {
+		if len(s.NumLabel[schema.LabelTID]) > 0 && offCPUInWindow(s) {
+			m[s.NumLabel[schema.LabelTID][0]] += s.Value[0]
+		}
+	}
+	return m
+}
+
+// A continuous recording with a walk threshold, cut every 300 ms: each
+// thread's time over the intervals is the exhaustive recording's, and
+// each interval says what its estimate rests on.
+func TestWalkThresholdContinuous(t *testing.T) {
+	requireBPF(t)
+	cmd, all, some := startMix(t, 300, Options{WalkThreshold: 200 * time.Microsecond, Continuous: true})
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var ivs []*Interval
+	tick := time.NewTicker(300 * time.Millisecond)
+	defer tick.Stop()
+	for waiting := true; waiting; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiting = false
+		case <-tick.C:
+			iv, err := some.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ivs = append(ivs, iv)
+		}
+	}
+	pa, err := all.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := some.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	ivs = append(ivs, some.FinalInterval())
+	sum := map[int64]int64{}
+	var below, walked uint64
+	for _, iv := range ivs {
+		if iv.Stats.Budget == nil {
+			t.Fatalf("interval %d: no walk statistics", iv.Seq)
+		}
+		below += iv.Stats.Budget.Below
+		walked += iv.Stats.Budget.Walked
+		for tid, v := range offByThread(iv.Profile) {
+			sum[tid] += v
+		}
+	}
+	if len(ivs) < 3 || below == 0 || walked == 0 || walked*4 > below {
+		t.Fatalf("%d intervals, %d below the threshold, %d walked", len(ivs), below, walked)
+	}
+	for tid, v := range offByThread(pa) {
+		if d := math.Abs(float64(sum[tid] - v)); d > 0.01*float64(v)+float64(time.Millisecond) {
+			t.Errorf("thread %d: %v over %d intervals, %v in one exhaustive recording", tid, time.Duration(sum[tid]), len(ivs), time.Duration(v))
+		}
+	}
+	t.Logf("%d intervals, %d intervals below the threshold, %d walked, %d threads", len(ivs), below, walked, len(sum))
 }
 
 // offCPUInWindow: an off-CPU sample that began after the recording did

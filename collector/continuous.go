@@ -44,6 +44,8 @@ type continuous struct {
 	wakes map[bpf.OffcpuWakeKey]uint64
 	cpu   map[bpf.OffcpuCpuKey]uint64
 	oncpu map[[2]uint32]cpuTotal
+	// budget: the deferred walks' running counters at the last cut.
+	budget *BudgetStats
 	// counters: the kernel's running loss counters at the last snapshot.
 	counters Stats
 	lastMono uint64
@@ -230,6 +232,7 @@ func (c *continuous) delta(d *recording, read Stats) Stats {
 	st.Keys, st.Stacks, st.StacksMoved, st.Unwind, st.JVM, st.Programs = read.Keys, read.Stacks, read.StacksMoved, read.Unwind, read.JVM, read.Programs
 	st.StacksMissing = read.StacksMissing
 	st.AggMoved, c.aggMoved = c.aggMoved, 0
+	st.Budget, c.budget = read.Budget.since(c.budget), read.Budget
 	st.addCounters(&read, 1)
 	st.addCounters(&c.counters, -1)
 	c.counters = read

@@ -446,6 +446,9 @@ func (d *recording) finishProfile(p *profile.Profile) {
 	if st.AggMoved > 0 || st.StacksMissing > 0 {
 		p.Comments = append(p.Comments, fmt.Sprintf("agg_moved=%d (aggregation entries moved to memory between cuts, not lost) stacks_missing=%d", st.AggMoved, st.StacksMissing))
 	}
+	if st.Budget != nil {
+		p.Comments = append(p.Comments, st.Budget.comment())
+	}
 	if share := st.CompleteShare(); share >= 0 {
 		p.Comments = append(p.Comments, fmt.Sprintf("user stacks reaching a thread start: %.1f%% of off-CPU time; complete=%d truncated=%d distinct stacks",
 			100*share, st.CompleteStacks, st.TruncatedStacks))

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -44,6 +45,10 @@ func TestRecordBadInput(t *testing.T) {
 		{[]string{"record", "-o", out, "--user-only", "--kernel-only"}, "exclude each other"},
 		{[]string{"record", "-o", out, "--goroutines", "-d", "1s"}, "--goroutines needs the Go programs to record"},
 		{[]string{"record", "-o", out, "--goroutines-folded", out + ".f", "-d", "1s"}, "need --goroutines"},
+		{[]string{"record", "-o", out, "--budget", "200%", "-d", "1s"}, "--budget \"200%\""},
+		{[]string{"record", "-o", out, "--budget", "lots", "-d", "1s"}, "such as 1% or 0.01"},
+		{[]string{"record", "-o", out, "--walk-threshold", "5ms", "-d", "1s"}, "--walk-threshold 5ms out of range"},
+		{[]string{"record", "-o", out, "--walk-threshold", "100us", "--tracepoint", "-d", "1s"}, "drop --tracepoint"},
 	} {
 		_, err := run(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -55,6 +60,34 @@ func TestRecordBadInput(t *testing.T) {
 	}
 	if _, err := os.Stat(out); err == nil {
 		t.Error("a failed record left an output file behind")
+	}
+}
+
+// --budget on a command: the summary states the threshold, what was
+// below it and the estimate's error, and the profile says so too.
+func TestRecordBudget(t *testing.T) {
+	requireRoot(t)
+	out := filepath.Join(t.TempDir(), "b.pb.gz")
+	summary, err := run(t, "record", "-o", out, "--budget", "1%", "--", "sh", "-c", "for i in $(seq 300); do sleep 0.001; done")
+	if err != nil {
+		t.Fatalf("record: %v\n%s", err, summary)
+	}
+	for _, want := range []string{"walk threshold: ", "for --budget 1% of a CPU", "below it: ", "(2σ"} {
+		if !strings.Contains(summary, want) {
+			t.Errorf("summary lacks %q:\n%s", want, summary)
+		}
+	}
+	fh, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	p, err := profile.Parse(fh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(p.Comments, func(c string) bool { return strings.HasPrefix(c, "walk_threshold=") }) {
+		t.Errorf("profile comments lack the walk threshold: %q", p.Comments)
 	}
 }
 
