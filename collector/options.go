@@ -82,6 +82,10 @@ type Options struct {
 	CPUHz int
 	// NoWakeups skips sched_waking: no waker stacks, no offwake links.
 	NoWakeups bool
+	// NoOffwake does not build the offwake view (Session.Offwake returns
+	// nil): its blocked stacks joined to their wakers' are a third copy of
+	// the recording in memory.
+	NoOffwake bool
 	// NoDebugInfo names frames of stripped files from their own dynamic
 	// symbols only, without the detached debug files in /usr/lib/debug.
 	NoDebugInfo bool
