@@ -252,6 +252,22 @@ static __always_inline void aggregate(u32 tid, struct start_rec *s, struct waker
 		__sync_fetch_and_add(&v->chain_ns, chain);
 }
 
+/* Bounds an interval's parts by its length; false (counted) when the
+ * block bounds leave it out. */
+static __always_inline bool kept(u64 len, u64 *runq, u64 *chain)
+{
+	if (*runq > len)
+		*runq = len;
+	if (*chain > len - *runq)
+		*chain = len - *runq;
+	if (len < min_block_ns || len > max_block_ns) {
+		stat_add(STAT_OUT_OF_RANGE, 1);
+		stat_add(STAT_OUT_OF_RANGE_NS, len);
+		return false;
+	}
+	return true;
+}
+
 /* Adds one interval ending at end to the aggregation map, with its
  * waker and the part of it (runq, <= its length) spent waiting for a
  * CPU; open marks one still running when recording stops. len: its
@@ -261,17 +277,8 @@ static __always_inline void account_interval(u32 tid, struct start_rec *s, struc
 {
 	if (end <= s->ts)
 		return; /* started as the window closed */
-	u64 delta = len;
-	if (runq > delta)
-		runq = delta;
-	if (chain > delta - runq)
-		chain = delta - runq;
-	if (delta < min_block_ns || delta > max_block_ns) {
-		stat_add(STAT_OUT_OF_RANGE, 1);
-		stat_add(STAT_OUT_OF_RANGE_NS, delta);
-		return;
-	}
-	aggregate(tid, s, w, open, delta, runq, chain, 0);
+	if (kept(len, &runq, &chain))
+		aggregate(tid, s, w, open, len, runq, chain, 0);
 }
 
 /* How long, of the waiter's wait, its waker was itself off a CPU. */
@@ -360,19 +367,28 @@ static __always_inline void capture_sleep(void *ctx, struct start_rec *s, struct
 	s->gen = gen;
 }
 
-/* An interval that ended at now, read on entry to the program (the
- * program's own cost is on-CPU time on both ends); now_rq: the switch's
- * run-queue clock. With the run queue's clock at both ends the interval
- * is the scheduler's own: it ends where the thread's CPU time starts, and
- * its wait for a CPU is run_delay's. */
-static __always_inline void account(u32 tid, struct start_rec *s, struct waker_rec *w, u64 now, u64 now_rq)
+/* The length of an interval that ended at now, read on entry to the
+ * program (the program's own cost is on-CPU time on both ends), and in
+ * runq its wait for a CPU; now_rq: the switch's run-queue clock. With the
+ * run queue's clock at both ends the interval is the scheduler's own: it
+ * ends where the thread's CPU time starts, and its wait for a CPU is
+ * run_delay's. */
+static __always_inline u64 measure(struct start_rec *s, u64 now, u64 now_rq, u64 *runq)
 {
 	if (now_rq > s->ts_rq && s->ts_rq) {
 		u64 woken = s->wake_rq ? s->wake_rq : (s->wake_ts ? now_rq - (now - s->wake_ts) : 0);
-		account_interval(tid, s, w, 0, now, now_rq - s->ts_rq, runq_part(s, s->ts_rq, woken, now_rq), chain_part(s, now));
-		return;
+		*runq = runq_part(s, s->ts_rq, woken, now_rq);
+		return now_rq - s->ts_rq;
 	}
-	account_interval(tid, s, w, 0, now, now - s->ts, runq_part(s, s->ts, s->wake_ts, now), chain_part(s, now));
+	*runq = runq_part(s, s->ts, s->wake_ts, now);
+	return now - s->ts;
+}
+
+/* Accounts an interval that ended at now, its stacks walked already. */
+static __always_inline void account(u32 tid, struct start_rec *s, struct waker_rec *w, u64 now, u64 now_rq)
+{
+	u64 runq, len = measure(s, now, now_rq, &runq);
+	account_interval(tid, s, w, 0, now, len, runq, chain_part(s, now));
 }
 
 /* A random number below n (0 < n < 2^32: the threshold is at most 1 ms). */
@@ -394,25 +410,10 @@ static __always_inline bool account_deferred(u32 tid, struct task_struct *t, str
 {
 	if (now <= s->ts)
 		return false;
-	u64 len, runq;
-	if (now_rq > s->ts_rq && s->ts_rq) {
-		u64 woken = s->wake_rq ? s->wake_rq : (s->wake_ts ? now_rq - (now - s->wake_ts) : 0);
-		len = now_rq - s->ts_rq;
-		runq = runq_part(s, s->ts_rq, woken, now_rq);
-	} else {
-		len = now - s->ts;
-		runq = runq_part(s, s->ts, s->wake_ts, now);
-	}
+	u64 runq, len = measure(s, now, now_rq, &runq);
 	u64 chain = chain_part(s, now);
-	if (runq > len)
-		runq = len;
-	if (chain > len - runq)
-		chain = len - runq;
-	if (len < min_block_ns || len > max_block_ns) {
-		stat_add(STAT_OUT_OF_RANGE, 1);
-		stat_add(STAT_OUT_OF_RANGE_NS, len);
+	if (!kept(len, &runq, &chain))
 		return false;
-	}
 	u64 thr = walk_threshold_ns;
 	u32 sampled = 0;
 	if (thr && len < thr) {
