@@ -459,23 +459,7 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 			100*share, st.CompleteStacks, st.TruncatedStacks)
 	}
 	printGoroutines(w, st.Goroutines, f)
-	if u := st.Unwind; u != nil && u.Files > 0 {
-		fmt.Fprintf(w, "unwind tables: %d files without frame pointers (%d rows of %d), %d processes; %d stacks walked with them, %d reached the thread start\n",
-			u.Files, u.Rows, u.RowCapacity, u.Processes, u.Stacks, u.Ends)
-		if u.RowsFull > 0 {
-			fmt.Fprintf(w, "offcpu: warning: %d files left to frame pointers for lack of room: raise --unwind-rows\n", u.RowsFull)
-		}
-		if u.ProcsFull > 0 {
-			fmt.Fprintf(w, "offcpu: warning: %d processes left to frame pointers: more than %d processes need unwind tables at once\n", u.ProcsFull, collector.MaxUnwindProcs)
-		}
-	}
-	if j := st.JVM; j.JVMs > 0 || j.Failed > 0 {
-		fmt.Fprintf(w, "JVMs read through their VMStructs: %d (%d code blobs, %d compiled methods; named: %d Method* of interpreter frames, %d unreadable, %d pcs in compiled code, %d of them in inlined methods, %d unreadable; %d code cache walks, %d brought forward by new code; %v of CPU)\n",
-			j.JVMs, j.Blobs, j.Compiled, j.Methods, j.Unnamed, j.PCs, j.Inlined, j.InlineFailed, j.Refreshes, j.GapWalks, j.ResolveCPU.Round(time.Millisecond))
-		if j.Failed > 0 {
-			fmt.Fprintf(w, "offcpu: warning: %d JVMs could not be read: their Java frames are named from perf maps only\n", j.Failed)
-		}
-	}
+	printWalkers(w, st)
 	if st.NoStart > 0 {
 		fmt.Fprintf(w, "blocked since before the start: %d threads (counted from the start; label interval=before-start or whole)\n", st.NoStart)
 	}
@@ -494,6 +478,27 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 		}
 	}
 	fmt.Fprintf(w, "offcpu: wrote %s\n", strings.Join(written, ", "))
+}
+
+// printWalkers describes the unwind tables and the JVMs read.
+func printWalkers(w io.Writer, st collector.Stats) {
+	if u := st.Unwind; u != nil && u.Files > 0 {
+		fmt.Fprintf(w, "unwind tables: %d files without frame pointers (%d rows of %d), %d processes; %d stacks walked with them, %d reached the thread start\n",
+			u.Files, u.Rows, u.RowCapacity, u.Processes, u.Stacks, u.Ends)
+		if u.RowsFull > 0 {
+			fmt.Fprintf(w, "offcpu: warning: %d files left to frame pointers for lack of room: raise --unwind-rows\n", u.RowsFull)
+		}
+		if u.ProcsFull > 0 {
+			fmt.Fprintf(w, "offcpu: warning: %d processes left to frame pointers: more than %d processes need unwind tables at once\n", u.ProcsFull, collector.MaxUnwindProcs)
+		}
+	}
+	if j := st.JVM; j.JVMs > 0 || j.Failed > 0 {
+		fmt.Fprintf(w, "JVMs read through their VMStructs: %d (%d code blobs, %d compiled methods; named: %d Method* of interpreter frames, %d unreadable, %d pcs in compiled code, %d of them in inlined methods, %d unreadable; %d code cache walks, %d brought forward by new code; %v of CPU)\n",
+			j.JVMs, j.Blobs, j.Compiled, j.Methods, j.Unnamed, j.PCs, j.Inlined, j.InlineFailed, j.Refreshes, j.GapWalks, j.ResolveCPU.Round(time.Millisecond))
+		if j.Failed > 0 {
+			fmt.Fprintf(w, "offcpu: warning: %d JVMs could not be read: their Java frames are named from perf maps only\n", j.Failed)
+		}
+	}
 }
 
 // printGoroutines describes the goroutine waits recorded (nil: not asked).

@@ -11,8 +11,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/google/pprof/profile"
-
 	"github.com/offcpu/offcpu/internal/testenv"
 )
 
@@ -77,15 +75,7 @@ func TestRecordBudget(t *testing.T) {
 			t.Errorf("summary lacks %q:\n%s", want, summary)
 		}
 	}
-	fh, err := os.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fh.Close()
-	p, err := profile.Parse(fh)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := readProfile(t, out)
 	if !slices.ContainsFunc(p.Comments, func(c string) bool { return strings.HasPrefix(c, "walk_threshold=") }) {
 		t.Errorf("profile comments lack the walk threshold: %q", p.Comments)
 	}
@@ -105,15 +95,7 @@ func TestRecordCommand(t *testing.T) {
 			t.Errorf("summary lacks %q:\n%s", want, summary)
 		}
 	}
-	fh, err := os.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fh.Close()
-	p, err := profile.Parse(fh)
-	if err != nil {
-		t.Fatalf("profile: %v", err)
-	}
+	p := readProfile(t, out)
 	var slept int64
 	for _, s := range p.Sample {
 		if s.Label["thread"][0] == "sleep" {
@@ -149,15 +131,7 @@ func TestRecordGoroutines(t *testing.T) {
 	if !strings.Contains(summary, "goroutines: 1 Go processes") {
 		t.Errorf("summary lacks the goroutine line:\n%s", summary)
 	}
-	fh, err := os.Open(filepath.Join(dir, "go.goroutines.pb.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fh.Close()
-	p, err := profile.Parse(fh)
-	if err != nil {
-		t.Fatalf("goroutine profile: %v", err)
-	}
+	p := readProfile(t, filepath.Join(dir, "go.goroutines.pb.gz"))
 	if len(p.SampleType) != 3 || p.SampleType[0].Type != "goroutine_blocked" {
 		t.Errorf("sample types %v", p.SampleType)
 	}

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/pprof/profile"
-
 	"github.com/offcpu/offcpu/bench"
 	"github.com/offcpu/offcpu/schema"
 )
@@ -142,15 +140,7 @@ func checkServerKept(t *testing.T, dir string) {
 		truth[tid] = alive*1e9 - cpu
 		sum += truth[tid]
 	}
-	fh, err := os.Open(filepath.Join(dir, schema.ProfileFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fh.Close()
-	p, err := profile.Parse(fh)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := readProfile(t, filepath.Join(dir, schema.ProfileFile))
 	idx := -1
 	for i, st := range p.SampleType {
 		if st.Type == schema.OffCPU {
