@@ -307,6 +307,7 @@ const (
 	OffcpuMapLastWaker          = "last_waker"
 	OffcpuMapNewborn            = "newborn"
 	OffcpuMapOffcpu             = "offcpu"
+	OffcpuMapOffcpuMaps         = "offcpu_maps"
 	OffcpuMapPrestart           = "prestart"
 	OffcpuMapPrestartScratch    = "prestart_scratch"
 	OffcpuMapProcEvents         = "proc_events"
@@ -447,6 +448,7 @@ type OffcpuMapSpecs struct {
 	LastWaker       *ebpf.MapSpec `ebpf:"last_waker"`
 	Newborn         *ebpf.MapSpec `ebpf:"newborn"`
 	Offcpu          *ebpf.MapSpec `ebpf:"offcpu"`
+	OffcpuMaps      *ebpf.MapSpec `ebpf:"offcpu_maps"`
 	Prestart        *ebpf.MapSpec `ebpf:"prestart"`
 	PrestartScratch *ebpf.MapSpec `ebpf:"prestart_scratch"`
 	ProcEvents      *ebpf.MapSpec `ebpf:"proc_events"`
@@ -529,6 +531,7 @@ type OffcpuMaps struct {
 	LastWaker       *ebpf.Map `ebpf:"last_waker"`
 	Newborn         *ebpf.Map `ebpf:"newborn"`
 	Offcpu          *ebpf.Map `ebpf:"offcpu"`
+	OffcpuMaps      *ebpf.Map `ebpf:"offcpu_maps"`
 	Prestart        *ebpf.Map `ebpf:"prestart"`
 	PrestartScratch *ebpf.Map `ebpf:"prestart_scratch"`
 	ProcEvents      *ebpf.Map `ebpf:"proc_events"`
@@ -564,6 +567,7 @@ func (m *OffcpuMaps) Close() error {
 		m.LastWaker,
 		m.Newborn,
 		m.Offcpu,
+		m.OffcpuMaps,
 		m.Prestart,
 		m.PrestartScratch,
 		m.ProcEvents,

@@ -105,12 +105,25 @@ struct {
 
 /* Key: offcpu_key. Value: offcpu_val (ns and count). Written at switch-in,
  * drained by user space at the end. Size: --agg-entries. */
-struct {
+struct offcpu_agg {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct offcpu_key);
 	__type(value, struct offcpu_val);
 } offcpu SEC(".maps");
+
+/* The aggregation map the programs write to: offcpu, or while a
+ * continuous recording runs a second one swapped in at each cut, so the
+ * one swapped out is read and emptied with no program adding to it (the
+ * kernel waits for running programs when the slot changes). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__array(values, struct offcpu_agg);
+} offcpu_maps SEC(".maps") = {
+	.values = { [0] = &offcpu },
+};
 
 /* Key: tid. Value: prestart_val. Written at a target's first switch-in
  * with no switch-out seen, and at Stop for targets that never switched.
@@ -229,15 +242,19 @@ static __always_inline void aggregate(u32 tid, struct start_rec *s, struct waker
 			key.waker.wait_kstack = 0;
 		}
 	}
-	struct offcpu_val *v = bpf_map_lookup_elem(&offcpu, &key);
+	u32 slot = 0;
+	void *agg = bpf_map_lookup_elem(&offcpu_maps, &slot);
+	if (!agg)
+		return;
+	struct offcpu_val *v = bpf_map_lookup_elem(agg, &key);
 	if (!v) {
 		struct offcpu_val init = { .ns = delta, .count = 1, .runq_ns = runq, .chain_ns = chain };
-		long err = bpf_map_update_elem(&offcpu, &key, &init, BPF_NOEXIST);
+		long err = bpf_map_update_elem(agg, &key, &init, BPF_NOEXIST);
 		if (err == 0) {
 			stat_add(STAT_AGG_STORED, 1);
 			return;
 		}
-		v = bpf_map_lookup_elem(&offcpu, &key); /* lost a race on insert */
+		v = bpf_map_lookup_elem(agg, &key); /* lost a race on insert */
 		if (!v) {
 			stat_add(STAT_AGG_FULL, 1);
 			stat_add(STAT_AGG_FULL_NS, delta);

@@ -61,16 +61,14 @@ type continuous struct {
 	// idle: keys that did not change over the last interval, deleted like
 	// those of exited threads, so that the maps hold what is active
 	// rather than everything seen since the start.
-	idle     map[any]bool
-	idleRecs []record // the idle aggregation keys' records, their totals
-	carry    []record // what they gained before their deletion
-	kern     kernelSymbols
-	stopped  bool
-	// Aggregation entries moved to memory between cuts (fold.go): their
-	// changes, their keys (whose stacks the next cut may delete), and the
-	// keys removed from the map in all, for its fill.
+	idle    map[any]bool
+	kern    kernelSymbols
+	stopped bool
+	// The two aggregation maps (fold.go), the entries moved out of them
+	// since the last cut, the entries removed from them in all (for their
+	// fill) and those moved between cuts.
+	agg        *aggMaps
 	folded     []foldedEntry
-	foldedKeys []bpf.OffcpuOffcpuKey
 	aggRemoved uint64
 	aggMoved   uint64
 }
@@ -211,7 +209,7 @@ func (s *Session) readCut(final bool, now uint64) (*recording, *Interval, exits,
 func (c *continuous) delta(d *recording, read Stats) Stats {
 	var st Stats
 	st.Attach, st.ExactOnCPU = read.Attach, read.ExactOnCPU
-	c.idle, c.idleRecs = map[any]bool{}, nil
+	c.idle = map[any]bool{}
 	c.deltaRecords(d, &st)
 	d.wakes, c.wakes, st.Wakeups = deltaCounts(d.wakes, c.wakes, c.idle,
 		func(w *wakeRecord) bpf.OffcpuWakeKey { return w.id }, func(w *wakeRecord) *uint64 { return &w.count })
@@ -239,12 +237,20 @@ func (c *continuous) delta(d *recording, read Stats) Stats {
 	return st
 }
 
-// deltaRecords turns the aggregation records' totals into their change,
-// adds what idle keys gained before their deletion, and counts them in st.
+// deltaRecords turns the records' totals into their change since the
+// last cut and counts them in st. The aggregation map's records are moved
+// out of it at each swap, so they are that change already; the keys of
+// the last cut not seen again are idle.
 func (c *continuous) deltaRecords(d *recording, st *Stats) {
 	recs := make(map[any]aggVals, len(d.records))
 	out := d.records[:0]
+	var taken []record
 	for _, r := range d.records {
+		if _, ok := r.id.(bpf.OffcpuOffcpuKey); ok {
+			recs[r.id] = aggVals{}
+			taken = append(taken, r)
+			continue
+		}
 		cur := aggVals{r.ns, r.count, r.runq, r.chain}
 		recs[r.id] = cur
 		p := c.recs[r.id]
@@ -254,16 +260,19 @@ func (c *continuous) deltaRecords(d *recording, st *Stats) {
 		r.ns, r.count, r.runq, r.chain = cur.ns-p.ns, cur.count-p.count, cur.runq-min(p.runq, cur.runq), cur.chain-min(p.chain, cur.chain)
 		if r.count == 0 && r.ns == 0 {
 			c.idle[r.id] = true
-			if _, ok := r.id.(bpf.OffcpuOffcpuKey); ok {
-				r.ns, r.count, r.runq, r.chain = cur.ns, cur.count, cur.runq, cur.chain
-				c.idleRecs = append(c.idleRecs, r)
-			}
 			continue
 		}
 		out = append(out, r)
 	}
-	out = mergeCarry(out, c.carry)
-	c.carry = nil
+	for k := range c.recs {
+		if _, ok := k.(bpf.OffcpuOffcpuKey); ok {
+			if _, seen := recs[k]; !seen {
+				recs[k] = aggVals{}
+				c.idle[k] = true
+			}
+		}
+	}
+	out = mergeCarry(out, taken)
 	for _, r := range out {
 		st.Intervals += r.count
 		st.OffCPU += durationNs(r.ns)
@@ -277,7 +286,7 @@ func (c *continuous) deltaRecords(d *recording, st *Stats) {
 }
 
 // mergeCarry adds the carried records to out, into the record of the same
-// key where the key was stored again since.
+// key where there is one.
 func mergeCarry(out, carry []record) []record {
 	if len(carry) == 0 {
 		return out
@@ -419,8 +428,6 @@ func (s *Session) evict(deadThreads map[[2]uint32]thread, deadProcs map[uint32]b
 	c := s.cont
 	ev := c.selectEvicted(deadThreads)
 	stackIDs := s.buryStacks(ev.live, ev.gone, stacks)
-	s.takeIdle()
-	c.aggRemoved += uint64(deleteKeys(s.coll.Maps[bpf.OffcpuMapOffcpu], ev.off))
 	deleteKeys(s.coll.Maps[bpf.OffcpuMapPrestart], ev.pre)
 	deleteKeys(s.coll.Maps[bpf.OffcpuMapWakeups], ev.wakes)
 	deleteKeys(s.coll.Maps[bpf.OffcpuMapCpuSamples], ev.cpu)
@@ -448,7 +455,6 @@ func (s *Session) evict(deadThreads map[[2]uint32]thread, deadProcs map[uint32]b
 // evicted is what a cut takes out of the maps, and the stack ids the
 // remaining keys use (live) or the removed ones used (gone).
 type evicted struct {
-	off        []bpf.OffcpuOffcpuKey
 	pre        []uint32
 	wakes      []bpf.OffcpuWakeKey
 	cpu        []bpf.OffcpuCpuKey
@@ -487,9 +493,9 @@ func (c *continuous) selectEvicted(deadThreads map[[2]uint32]thread) *evicted {
 	for k := range c.recs {
 		switch k := k.(type) {
 		case bpf.OffcpuOffcpuKey:
+			// Moved out of the map already: only their stacks may go.
 			out := dead(k.Tid, k.Gen) || deadWaker(k.Waker) || c.idle[k]
 			if out {
-				ev.off = append(ev.off, k)
 				delete(c.recs, k)
 			}
 			ev.mark(out, append([]int64{k.Ustack, k.Kstack}, wakerIDs(k.Waker)...)...)
@@ -502,10 +508,6 @@ func (c *continuous) selectEvicted(deadThreads map[[2]uint32]thread) *evicted {
 			ev.mark(out, k.ustack)
 		}
 	}
-	for _, k := range c.foldedKeys {
-		ev.mark(true, append([]int64{k.Ustack, k.Kstack}, wakerIDs(k.Waker)...)...)
-	}
-	c.foldedKeys = nil
 	for k := range c.wakes {
 		out := dead(k.TargetTid, k.TargetGen) || deadWaker(k.Waker) || c.idle[k]
 		if out {
@@ -563,29 +565,6 @@ func (s *Session) buryStacks(live, gone map[int64]bool, stacks map[int64][]uint6
 		}
 	}
 	return ids
-}
-
-// takeIdle deletes the idle aggregation keys with their value at deletion:
-// an interval added between the read and the deletion goes to the next cut.
-func (s *Session) takeIdle() {
-	c, m := s.cont, s.coll.Maps[bpf.OffcpuMapOffcpu]
-	if m == nil {
-		return
-	}
-	for _, r := range c.idleRecs {
-		k := r.id.(bpf.OffcpuOffcpuKey)
-		var v bpf.OffcpuOffcpuVal
-		if m.LookupAndDelete(k, &v) != nil {
-			continue
-		}
-		c.aggRemoved++
-		g, ok := gained(v, aggVals{r.ns, r.count, r.runq, r.chain})
-		if !ok {
-			continue
-		}
-		r.ns, r.count, r.runq, r.chain = g.Ns, g.Count, min(g.RunqNs, g.Ns), g.ChainNs
-		c.carry = append(c.carry, r)
-	}
 }
 
 // deleteKeys deletes keys from m, in batches where the kernel can; a key

@@ -151,7 +151,7 @@ func (s *Session) drain(final bool) (*recording, error) {
 		return st
 	}
 
-	err := eachEntry(s.coll.Maps[bpf.OffcpuMapOffcpu], func(key *bpf.OffcpuOffcpuKey, val *bpf.OffcpuOffcpuVal) {
+	take := func(key *bpf.OffcpuOffcpuKey, val *bpf.OffcpuOffcpuVal) {
 		r := aggRecord(*key, *val, getStack)
 		if r.open {
 			s.stats.OpenIntervals += val.Count
@@ -161,12 +161,15 @@ func (s *Session) drain(final bool) (*recording, error) {
 		s.stats.Intervals += val.Count
 		s.stats.OffCPU += durationNs(val.Ns)
 		s.stats.RunQueue += durationNs(r.runq)
-	})
+	}
+	var err error
+	if s.cont != nil {
+		err = s.cont.takeAgg(take)
+	} else {
+		err = eachEntry(s.coll.Maps[bpf.OffcpuMapOffcpu], take)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the aggregation map: %w", err)
-	}
-	if s.cont != nil {
-		s.cont.takeFolded(getStack)
 	}
 	if !s.flushIter {
 		if final {

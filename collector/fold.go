@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -8,19 +9,67 @@ import (
 	"github.com/offcpu/offcpu/bpf"
 )
 
-// An agent's aggregation map can fill within one interval on a busy
-// machine: each thread's every preemption point is a key, and so is each
-// short-lived thread's every wait. Between cuts, once the map holds half
-// its capacity (keys stored less keys removed), its entries are moved to
-// memory: their change since the last cut goes to the next one, and the
-// threads that block again store their keys anew. A program adding to an
-// entry at the instant it is moved loses that one interval, the same race
-// as the deletions at cuts.
+// A continuous session keeps two aggregation maps: the programs add to
+// the one in offcpu_maps' slot; at each cut, and between cuts once it is
+// half full (each thread's every preemption point is a key, and so is each
+// short-lived thread's every wait), the other one takes the slot. The
+// kernel returns from that update only once no running program holds the
+// old map, so it is read and emptied with nothing adding to it: every
+// interval is counted once, in the cut it ended before. (Deleting entries
+// under running programs, as an earlier version did, lost the intervals
+// added to an entry while it was freed and could add them to another.)
 
-// foldedEntry is a moved aggregation entry's change since the last cut.
+// foldedEntry is an aggregation entry moved to memory since the last cut.
 type foldedEntry struct {
 	key bpf.OffcpuOffcpuKey
 	val bpf.OffcpuOffcpuVal
+}
+
+// aggMaps are a continuous session's aggregation maps.
+type aggMaps struct {
+	slot       *ebpf.Map // offcpu_maps: the programs' slot
+	cur, spare *ebpf.Map
+	own        *ebpf.Map // the one made here, closed with the session
+}
+
+// newAggMaps makes the spare aggregation map, like the loaded one.
+func newAggMaps(coll *ebpf.Collection) (*aggMaps, error) {
+	cur, slot := coll.Maps[bpf.OffcpuMapOffcpu], coll.Maps[bpf.OffcpuMapOffcpuMaps]
+	if cur == nil || slot == nil {
+		return nil, fmt.Errorf("the aggregation maps are missing from the BPF object")
+	}
+	info, err := cur.Info()
+	if err != nil {
+		return nil, fmt.Errorf("reading the aggregation map: %w", err)
+	}
+	spare, err := ebpf.NewMap(&ebpf.MapSpec{Name: "offcpu_spare", Type: cur.Type(), KeySize: cur.KeySize(),
+		ValueSize: cur.ValueSize(), MaxEntries: cur.MaxEntries(), Flags: info.Flags})
+	if err != nil {
+		return nil, fmt.Errorf("making the second aggregation map: %w", err)
+	}
+	return &aggMaps{slot: slot, cur: cur, spare: spare, own: spare}, nil
+}
+
+func (a *aggMaps) close() {
+	if a != nil && a.own != nil {
+		a.own.Close()
+		a.own = nil
+	}
+}
+
+// swapAgg gives the programs the spare aggregation map and moves every
+// entry of the one it replaces to memory.
+func (c *continuous) swapAgg() error {
+	a := c.agg
+	if err := a.slot.Update(uint32(0), a.spare, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("swapping the aggregation maps: %w", err)
+	}
+	old := a.cur
+	a.cur, a.spare = a.spare, old
+	c.aggRemoved += uint64(takeAll(old, func(k *bpf.OffcpuOffcpuKey, v *bpf.OffcpuOffcpuVal) {
+		c.folded = append(c.folded, foldedEntry{*k, *v})
+	}))
+	return nil
 }
 
 // foldEvery checks the aggregation map's fill every second, every tenth
@@ -37,60 +86,34 @@ func (s *Session) foldEvery(stop <-chan struct{}) {
 // maybeFold moves the aggregation map to memory once it is half full; it
 // returns the share of the map in use after.
 func (s *Session) maybeFold() float64 {
-	c, m := s.cont, s.coll.Maps[bpf.OffcpuMapOffcpu]
-	if m == nil {
-		return 0
-	}
+	c := s.cont
 	stored, err := statSum(s.coll.Maps[bpf.OffcpuMapStats], bpf.OffcpuOffcpuStatSTAT_AGG_STORED)
 	if err != nil {
 		return 0
 	}
 	c.mapMu.Lock()
 	defer c.mapMu.Unlock()
-	fill := float64(stored-min(stored, c.aggRemoved)) / float64(m.MaxEntries())
+	fill := float64(stored-min(stored, c.aggRemoved)) / float64(c.agg.cur.MaxEntries())
 	if fill < 0.5 {
 		return fill
 	}
-	c.fold(m)
+	n := len(c.folded)
+	if err := c.swapAgg(); err != nil {
+		return fill
+	}
+	c.aggMoved += uint64(len(c.folded) - n)
 	return 0
 }
 
-// fold moves every entry of the aggregation map to memory.
-func (c *continuous) fold(m *ebpf.Map) {
-	c.aggRemoved += uint64(takeAll(m, func(k *bpf.OffcpuOffcpuKey, v *bpf.OffcpuOffcpuVal) { c.foldOne(*k, *v) }))
-}
-
-// foldOne keeps a moved entry's change since the last cut and forgets
-// its total: a key stored again starts from zero.
-func (c *continuous) foldOne(k bpf.OffcpuOffcpuKey, v bpf.OffcpuOffcpuVal) {
-	c.aggMoved++
-	c.foldedKeys = append(c.foldedKeys, k)
-	p := c.recs[k]
-	delete(c.recs, k)
-	if v.Count < p.count || v.Ns < p.ns {
-		p = aggVals{}
-	}
-	if g, ok := gained(v, p); ok {
-		c.folded = append(c.folded, foldedEntry{k, g})
-	}
-}
-
-// gained is what an entry read at v added since it held p.
-func gained(v bpf.OffcpuOffcpuVal, p aggVals) (bpf.OffcpuOffcpuVal, bool) {
-	if v.Count <= p.count {
-		return bpf.OffcpuOffcpuVal{}, false
-	}
-	return bpf.OffcpuOffcpuVal{Ns: v.Ns - min(p.ns, v.Ns), Count: v.Count - p.count,
-		RunqNs: v.RunqNs - min(p.runq, v.RunqNs), ChainNs: v.ChainNs - min(p.chain, v.ChainNs)}, true
-}
-
-// takeFolded turns the entries moved since the last cut into records
-// carried into this one.
-func (c *continuous) takeFolded(getStack func(int64) []uint64) {
-	for _, f := range c.folded {
-		c.carry = append(c.carry, aggRecord(f.key, f.val, getStack))
+// takeAgg swaps the aggregation maps and calls fn with every entry moved
+// to memory since the last cut, then forgets them.
+func (c *continuous) takeAgg(fn func(*bpf.OffcpuOffcpuKey, *bpf.OffcpuOffcpuVal)) error {
+	err := c.swapAgg()
+	for i := range c.folded {
+		fn(&c.folded[i].key, &c.folded[i].val)
 	}
 	c.folded = nil
+	return err
 }
 
 // statSum is one of the programs' counters summed over the CPUs.

@@ -269,6 +269,12 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 		s.closeBPF()
 		return nil, err
 	}
+	if s.cont != nil {
+		if s.cont.agg, err = newAggMaps(s.coll); err != nil {
+			s.closeBPF()
+			return nil, err
+		}
+	}
 	if opts.deferred() {
 		if err := s.startBudget(); err != nil {
 			s.closeBPF()
@@ -535,6 +541,7 @@ func sizeMaps(spec *ebpf.CollectionSpec, o Options) {
 	spec.Maps[bpf.OffcpuMapThreadCpus].MaxEntries = uint32(o.MaxThreads)
 	spec.Maps[bpf.OffcpuMapStacks].MaxEntries = uint32(o.StackEntries)
 	spec.Maps[bpf.OffcpuMapOffcpu].MaxEntries = uint32(o.AggEntries)
+	spec.Maps[bpf.OffcpuMapOffcpuMaps].InnerMap.MaxEntries = uint32(o.AggEntries)
 	spec.Maps[bpf.OffcpuMapWakeups].MaxEntries = uint32(o.AggEntries)
 	spec.Maps[bpf.OffcpuMapCpuSamples].MaxEntries = uint32(o.AggEntries)
 	spec.Maps[bpf.OffcpuMapLastWaker].MaxEntries = uint32(o.MaxThreads)
@@ -894,6 +901,9 @@ func (s *Session) closeBPF() {
 	if s.coll != nil {
 		s.coll.Close()
 		s.coll = nil
+	}
+	if s.cont != nil {
+		s.cont.agg.close()
 	}
 }
 
