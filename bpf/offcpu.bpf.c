@@ -8,7 +8,7 @@
 //
 // One program, by concern: this file holds the configuration, what every
 // part shares and the scheduler's entry points (sched_switch in both
-// attach types, sched_wakeup, the end-of-window iterators); stacks.bpf.h,
+// attach types, sched_exit_tp, the end-of-window iterators); stacks.bpf.h,
 // unwind.bpf.h (.eh_frame and HotSpot), procs.bpf.h (targets, threads,
 // process events, mappings), sched.bpf.h (interval accounting),
 // wakeup.bpf.h and cpu.bpf.h hold the rest, each with its maps.
@@ -192,20 +192,22 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 			}
 		} else if (s->pending) {
 			s->pending = 0;
-			account(ntid, s, &s->waker, now, rq_clock_of(next));
+			account(ntid, next, s, &s->waker, now, rq_clock_of(next));
 			remember_wait(next, s, now);
 			s->waker.valid = 0;
-		} else if (!s->counting && s->wake_ts && now > s->wake_ts) {
-			/* Blocked since before the start, woken inside the window
-			 * (offcpu_wakeup made the record). */
-			account_prestart(next, STATE_UNKNOWN, 0, now - s->wake_ts);
+		} else if (!s->counting && is_target(next->tgid, ntid) &&
+			   !((next->flags & PF_KTHREAD) ? user_threads_only : kernel_threads_only)) {
+			/* No switch seen, blocked since before the start (the record
+			 * is a waker's stack cache): as below. */
+			account_prestart(next, STATE_UNKNOWN, 0, queued_now(next, rq_clock_of(next)));
 		}
 		switched_in(s, next, now);
 	} else if (is_target(next->tgid, ntid) &&
 		   !((next->flags & PF_KTHREAD) ? user_threads_only : kernel_threads_only)) {
 		/* First switch-in, no switch-out seen: off-CPU since before
-		 * the start. The record created here marks it counted. */
-		account_prestart(next, STATE_UNKNOWN, 0, 0);
+		 * the start, waiting for a CPU since its enqueue. The record
+		 * created here marks it counted. */
+		account_prestart(next, STATE_UNKNOWN, 0, queued_now(next, rq_clock_of(next)));
 		s = bpf_task_storage_get(&task_starts, next, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (s)
 			switched_in(s, next, now);
@@ -240,31 +242,6 @@ int BPF_PROG(offcpu_switched_in, bool is_switch)
 	return 0;
 }
 
-/* The wake-up's enqueue: the woken thread waits for a CPU from here on,
- * as the kernel's run_delay (schedstat) counts it. sched_waking, earlier
- * and in the waker's context, names the waker. */
-SEC("tp_btf/sched_wakeup")
-int BPF_PROG(offcpu_wakeup, struct task_struct *p)
-{
-	struct start_rec *s = bpf_task_storage_get(&task_starts, p, 0, 0);
-	if (s) {
-		if (s->pending && !s->wake_ts) {
-			s->wake_ts = bpf_ktime_get_ns();
-			s->wake_rq = rq_clock_of(p);
-		}
-		return 0;
-	}
-	/* Blocked since before the start: a record with only the wake-up's
-	 * time, for its first switch-in. */
-	if (!rec_start_ns || !is_target(p->tgid, p->pid) ||
-	    ((p->flags & PF_KTHREAD) ? user_threads_only : kernel_threads_only))
-		return 0;
-	s = bpf_task_storage_get(&task_starts, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (s && !s->counting && !s->pending)
-		s->wake_ts = bpf_ktime_get_ns();
-	return 0;
-}
-
 SEC("tracepoint/sched/sched_switch")
 int offcpu_switch_tp(struct trace_event_raw_sched_switch *ctx)
 {
@@ -282,7 +259,7 @@ int offcpu_switch_tp(struct trace_event_raw_sched_switch *ctx)
 	u64 ran = out ? BPF_CORE_READ(cur, se.sum_exec_runtime) : 0;
 	struct start_rec *old = out ? bpf_map_lookup_elem(&starts, &ptid) : 0;
 	if (old) { /* replaced or deleted below: adjusted in place */
-		recover_missed_in(ptid, old, ran, now);
+		recover_missed_in(ptid, old, ran, BPF_CORE_READ(cur, sched_info.run_delay), now);
 		if (want_wakeups)
 			bpf_map_delete_elem(&last_waker, &ptid);
 	}
@@ -303,6 +280,7 @@ int offcpu_switch_tp(struct trace_event_raw_sched_switch *ctx)
 		s->state = state;
 		s->pending = 1;
 		s->ran = ran;
+		s->rd = BPF_CORE_READ(cur, sched_info.run_delay);
 		announce(ptgid, ptid);
 		capture(ctx, s, kthread, now);
 		if (bpf_map_update_elem(&starts, &ptid, s, BPF_ANY))
@@ -315,7 +293,7 @@ int offcpu_switch_tp(struct trace_event_raw_sched_switch *ctx)
 	struct start_rec *s = bpf_map_lookup_elem(&starts, &ntid);
 	if (s) {
 		struct waker_rec *w = want_wakeups ? bpf_map_lookup_elem(&last_waker, &ntid) : 0;
-		account(ntid, s, w, now, 0);
+		account(ntid, 0, s, w, now, 0);
 		bpf_map_delete_elem(&starts, &ntid);
 		if (w)
 			bpf_map_delete_elem(&last_waker, &ntid);
@@ -352,7 +330,7 @@ int offcpu_flush_open(struct bpf_iter__task *ctx)
 			s->kstack = want_kernel_stacks ? task_kernel_stack_id(task) : -1;
 		}
 		if (end > s->ts)
-			account_interval(task->pid, s, 0, 1, end, end - s->ts, runq_part(s, s->ts, s->wake_ts, end), 0);
+			account_interval(task->pid, s, 0, 1, end, end - s->ts, queued_since(task, s, rq_clock_of(task)), 0);
 	}
 	if (s && task->pid && is_target(task->tgid, task->pid) &&
 	    !(kthread ? user_threads_only : kernel_threads_only)) {

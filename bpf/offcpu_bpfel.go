@@ -197,9 +197,8 @@ type OffcpuStartRec struct {
 	Gen         uint32
 	W_gen       uint32
 	Ran         uint64
-	WakeTs      uint64
 	TsRq        uint64
-	WakeRq      uint64
+	Rd          uint64
 	InTs        uint64
 	InRan       uint64
 	Oncpu       uint64
@@ -346,7 +345,6 @@ const (
 	OffcpuProgOffcpuSwitch      = "offcpu_switch"
 	OffcpuProgOffcpuSwitchTp    = "offcpu_switch_tp"
 	OffcpuProgOffcpuSwitchedIn  = "offcpu_switched_in"
-	OffcpuProgOffcpuWakeup      = "offcpu_wakeup"
 	OffcpuProgOffcpuWaking      = "offcpu_waking"
 	OffcpuProgOffcpuWakingTp    = "offcpu_waking_tp"
 	OffcpuVarDeferredWalks      = "deferred_walks"
@@ -431,7 +429,6 @@ type OffcpuProgramSpecs struct {
 	OffcpuSwitch      *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
 	OffcpuSwitchTp    *ebpf.ProgramSpec `ebpf:"offcpu_switch_tp"`
 	OffcpuSwitchedIn  *ebpf.ProgramSpec `ebpf:"offcpu_switched_in"`
-	OffcpuWakeup      *ebpf.ProgramSpec `ebpf:"offcpu_wakeup"`
 	OffcpuWaking      *ebpf.ProgramSpec `ebpf:"offcpu_waking"`
 	OffcpuWakingTp    *ebpf.ProgramSpec `ebpf:"offcpu_waking_tp"`
 }
@@ -642,7 +639,6 @@ type OffcpuPrograms struct {
 	OffcpuSwitch      *ebpf.Program `ebpf:"offcpu_switch"`
 	OffcpuSwitchTp    *ebpf.Program `ebpf:"offcpu_switch_tp"`
 	OffcpuSwitchedIn  *ebpf.Program `ebpf:"offcpu_switched_in"`
-	OffcpuWakeup      *ebpf.Program `ebpf:"offcpu_wakeup"`
 	OffcpuWaking      *ebpf.Program `ebpf:"offcpu_waking"`
 	OffcpuWakingTp    *ebpf.Program `ebpf:"offcpu_waking_tp"`
 }
@@ -664,7 +660,6 @@ func (p *OffcpuPrograms) Close() error {
 		p.OffcpuSwitch,
 		p.OffcpuSwitchTp,
 		p.OffcpuSwitchedIn,
-		p.OffcpuWakeup,
 		p.OffcpuWaking,
 		p.OffcpuWakingTp,
 	)

@@ -29,6 +29,13 @@ struct sched_entity {
 	struct cfs_rq *cfs_rq; /* the task's CPU's, set with its CPU (any class) */
 } __attribute__((preserve_access_index));
 
+/* The scheduler's per-task run-queue accounting (CONFIG_SCHED_INFO,
+ * /proc/PID/task/TID/schedstat). */
+struct sched_info {
+	unsigned long long run_delay;
+	unsigned long long last_queued;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	unsigned int __state;
 	void *stack;
@@ -38,6 +45,7 @@ struct task_struct {
 	int tgid;
 	u64 start_time; /* creation, CLOCK_MONOTONIC ns (bpf_ktime_get_ns) */
 	struct sched_entity se;
+	struct sched_info sched_info;
 	char comm[16];
 	struct mm_struct *mm;
 	struct task_struct *group_leader;

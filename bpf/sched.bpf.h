@@ -31,11 +31,11 @@ struct start_rec {
 	s64 w_ustack, w_kstack;
 	u32 gen, w_gen; /* unwind_gen_of() when the cached stacks were walked */
 	u64 ran;        /* the thread's se.sum_exec_runtime at switch-out */
-	/* The time of the wake-up that ended the current sleep (sched_wakeup:
-	 * the thread is on a run queue from then); 0 until it is woken. */
-	u64 wake_ts;
-	/* ts and wake_ts by the run queue's clock (rq_clock_of); 0: unknown. */
-	u64 ts_rq, wake_rq;
+	/* ts by the run queue's clock (rq_clock_of); 0: unknown. */
+	u64 ts_rq;
+	/* The kernel's count of its waits for a CPU (sched_info.run_delay,
+	 * schedstat's second field) at the switch-out. */
+	u64 rd;
 	/* The last switch-in: its time and se.sum_exec_runtime then. */
 	u64 in_ts, in_ran;
 	u64 oncpu;      /* ns on a CPU inside the window so far */
@@ -208,15 +208,33 @@ static __always_inline u64 rq_clock_of(struct task_struct *t)
 	return t->se.cfs_rq->rq->clock; /* BTF pointers: plain loads, no helper calls */
 }
 
-/* The part of the interval from start to end spent waiting for a CPU:
- * all of a preempted one; for a sleep, from its wake-up (woken) on. */
-static __always_inline u64 runq_part(struct start_rec *s, u64 start, u64 woken, u64 end)
+/* The part of the interval from start to end spent waiting for a CPU
+ * where only its ends are known (classic tracepoints): all of a preempted
+ * one, none of a sleep. */
+static __always_inline u64 runq_part(struct start_rec *s, u64 start, u64 end)
 {
-	if (s->state == STATE_PREEMPTED)
-		return end - start;
-	if (woken > start && woken < end)
-		return end - woken;
-	return 0;
+	return s->state == STATE_PREEMPTED ? end - start : 0;
+}
+
+/* t's wait for a CPU since it was last enqueued (sched_info.last_queued,
+ * set at the wake-up's or preemption's enqueue and cleared only after
+ * sched_switch fires, at the arrival that adds it to run_delay). now_rq:
+ * the run queue's clock now, which last_queued is stamped with; 0 if it
+ * cannot be read. */
+static __always_inline u64 queued_now(struct task_struct *t, u64 now_rq)
+{
+	u64 q = t->sched_info.last_queued;
+	return q && now_rq > q ? now_rq - q : 0;
+}
+
+/* t's wait for a CPU since its switch-out, by the kernel's own count: what
+ * run_delay gained (waits ended by a migration or a missed switch-in) and
+ * the wait since its enqueue. A sched_wakeup stamp gave this before, with
+ * a program at every wake-up. */
+static __always_inline u64 queued_since(struct task_struct *t, struct start_rec *s, u64 now_rq)
+{
+	u64 rd = t->sched_info.run_delay;
+	return (rd > s->rd ? rd - s->rd : 0) + queued_now(t, now_rq);
 }
 
 /* Adds an interval's values (delta ns, of which runq waiting for a CPU
@@ -390,21 +408,19 @@ static __always_inline void capture_sleep(void *ctx, struct start_rec *s, struct
  * run queue's clock at both ends the interval is the scheduler's own: it
  * ends where the thread's CPU time starts, and its wait for a CPU is
  * run_delay's. */
-static __always_inline u64 measure(struct start_rec *s, u64 now, u64 now_rq, u64 *runq)
+static __always_inline u64 measure(struct start_rec *s, struct task_struct *t, u64 now, u64 now_rq, u64 *runq)
 {
-	if (now_rq > s->ts_rq && s->ts_rq) {
-		u64 woken = s->wake_rq ? s->wake_rq : (s->wake_ts ? now_rq - (now - s->wake_ts) : 0);
-		*runq = runq_part(s, s->ts_rq, woken, now_rq);
+	*runq = t ? queued_since(t, s, now_rq) : runq_part(s, s->ts, now);
+	if (now_rq > s->ts_rq && s->ts_rq)
 		return now_rq - s->ts_rq;
-	}
-	*runq = runq_part(s, s->ts, s->wake_ts, now);
 	return now - s->ts;
 }
 
 /* Accounts an interval that ended at now, its stacks walked already. */
-static __always_inline void account(u32 tid, struct start_rec *s, struct waker_rec *w, u64 now, u64 now_rq)
+static __always_inline void account(u32 tid, struct task_struct *t, struct start_rec *s, struct waker_rec *w,
+				    u64 now, u64 now_rq)
 {
-	u64 runq, len = measure(s, now, now_rq, &runq);
+	u64 runq, len = measure(s, t, now, now_rq, &runq);
 	account_interval(tid, s, w, 0, now, len, runq, chain_part(s, now));
 }
 
@@ -427,7 +443,7 @@ static __always_inline bool account_deferred(u32 tid, struct task_struct *t, str
 {
 	if (now <= s->ts)
 		return false;
-	u64 runq, len = measure(s, now, now_rq, &runq);
+	u64 runq, len = measure(s, t, now, now_rq, &runq);
 	u64 chain = chain_part(s, now);
 	if (!kept(len, &runq, &chain))
 		return false;
@@ -528,15 +544,14 @@ static __always_inline void store_oncpu(struct task_struct *t, u64 oncpu, struct
  * about one switch in 10^4). Its CPU time since the last switch-out is
  * exact, so the interval is that wall time less the CPU time; it keeps the
  * stacks of that switch-out. */
-static __always_inline void recover_missed_in(u32 tid, struct start_rec *s, u64 ran, u64 now)
+static __always_inline void recover_missed_in(u32 tid, struct start_rec *s, u64 ran, u64 rd, u64 now)
 {
 	stat_add(STAT_MISSED_IN, 1);
 	u64 oncpu = ran - s->ran;
 	if (ran >= s->ran && now - s->ts > oncpu) {
-		/* It waited for a CPU from its wake-up to the missed switch-in,
-		 * and has run since: the run queue part is the rest. */
-		u64 runq = runq_part(s, s->ts, s->wake_ts, now);
-		runq = runq > oncpu ? runq - oncpu : 0;
+		/* Its wait for a CPU before the missed switch-in is in run_delay
+		 * (rd: run_delay now) already. */
+		u64 runq = rd > s->rd ? rd - s->rd : 0;
 		s->ts += oncpu;
 		account_interval(tid, s, &s->waker, 0, now, now - s->ts, runq, 0);
 	}
@@ -597,7 +612,7 @@ static __always_inline void switch_out(void *ctx, struct start_rec *s, struct ta
 	if (s->walk)
 		walk_missed(ptid, s);
 	if (s->pending)
-		recover_missed_in(ptid, s, ran, now);
+		recover_missed_in(ptid, s, ran, prev->sched_info.run_delay, now);
 	add_run(s, prev, ran, now);
 	if (prev_state & TASK_DEAD) {
 		/* Its last switch-out starts no interval; its name is still
@@ -615,8 +630,7 @@ static __always_inline void switch_out(void *ctx, struct start_rec *s, struct ta
 	s->tgid = ptgid;
 	s->tgen = task_gen(prev);
 	s->state = state;
-	s->wake_ts = 0;
-	s->wake_rq = 0;
+	s->rd = prev->sched_info.run_delay;
 	s->ts_rq = rq_clock_of(prev);
 	if (deferred_walks) {
 		/* Walked at the switch-in, if at all. */

@@ -236,7 +236,7 @@ func (s *Session) startBudget() error {
 		return fmt.Errorf("--budget measures the recorder's cost with kernel.bpf_stats_enabled: %w", err)
 	}
 	s.budgetOn = closer
-	for _, name := range []string{bpf.OffcpuProgOffcpuSwitch, bpf.OffcpuProgOffcpuSwitchedIn, bpf.OffcpuProgOffcpuWaking, bpf.OffcpuProgOffcpuWakeup} {
+	for _, name := range []string{bpf.OffcpuProgOffcpuSwitch, bpf.OffcpuProgOffcpuSwitchedIn, bpf.OffcpuProgOffcpuWaking} {
 		if p := s.coll.Programs[name]; p != nil {
 			b.progs = append(b.progs, p)
 			if name == bpf.OffcpuProgOffcpuSwitchedIn || name == bpf.OffcpuProgOffcpuWaking {

@@ -23,7 +23,7 @@ import (
 // (--walk-threshold, --budget). Reports the ping-pong's wall time and
 // slowdown, and from the kernel's bpf_stats the ns of BPF time per switch:
 // for offcpu, every program that runs per switch or wake-up (sched_switch,
-// sched_exit_tp, sched_waking, sched_wakeup) over the switches; medians of
+// sched_exit_tp, sched_waking) over the switches; medians of
 // REPEATS. OFFCPU_OVERHEAD="ROUNDS REPEATS" (default "400000
 // 3"). As root:
 //
@@ -89,7 +89,7 @@ func BenchmarkRecorderOverhead(b *testing.B) {
 			case "offcpu_waking":
 				wk = p.MeanCost
 				rt += p.Runtime
-			case "offcpu_switched_in", "offcpu_wakeup":
+			case "offcpu_switched_in":
 				rt += p.Runtime
 			}
 		}

@@ -436,7 +436,7 @@ func checkPrivileges() error {
 var (
 	// The wake-up first: a thread blocked since before the start and woken
 	// as the switch program attaches has its wait for a CPU split off.
-	btfProgs = []string{bpf.OffcpuProgOffcpuWakeup, bpf.OffcpuProgOffcpuSwitch, bpf.OffcpuProgOffcpuFork, bpf.OffcpuProgOffcpuExec, bpf.OffcpuProgOffcpuRename, bpf.OffcpuProgOffcpuWaking}
+	btfProgs = []string{bpf.OffcpuProgOffcpuSwitch, bpf.OffcpuProgOffcpuFork, bpf.OffcpuProgOffcpuExec, bpf.OffcpuProgOffcpuRename, bpf.OffcpuProgOffcpuWaking}
 	tpProgs  = []string{bpf.OffcpuProgOffcpuSwitchTp, bpf.OffcpuProgOffcpuForkTp, bpf.OffcpuProgOffcpuRenameTp, bpf.OffcpuProgOffcpuWakingTp}
 )
 
