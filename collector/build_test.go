@@ -123,3 +123,79 @@ ffffffff81000a00 T zz_end
 		t.Errorf("idler's wake-up class: want block-io (the softirq that woke it), got %v", got)
 	}
 }
+
+// Under process churn the samples of exited processes beyond
+// ExitedDetail merge per command and stack: the time adds up, the busiest
+// exited processes and the live ones keep their pids, and a parent woken by
+// each of its children keeps one sample, not one per child.
+func TestFoldExitedProcesses(t *testing.T) {
+	kern, err := symtab.LoadKallsyms(strings.NewReader("ffffffff81000000 T schedule\nffffffff81000100 T __schedule\nffffffff81000200 T do_nanosleep\nffffffff81000300 T zz_end\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sym := &symbolizer{procs: newProcTable(), perfMaps: map[uint32]*symtab.PerfMap{}, kern: kern}
+	const parent, first = 100, 1000
+	sleep := []uint64{0xffffffff81000110, 0xffffffff81000210}
+	d := &recording{threads: map[uint32]thread{parent: {tgid: parent, comm: "launcher"}}, exited: map[[2]uint32]thread{},
+		oncpu: map[[2]uint32]cpuTotal{}, stats: &Stats{}, wakeups: true, exitedDetail: 2}
+	var total int64
+	for i := range uint32(50) {
+		pid := first + i
+		d.exited[[2]uint32{pid, 0}] = thread{tgid: pid, comm: "nap", exited: true}
+		d.threads[pid] = d.exited[[2]uint32{pid, 0}] // as nameExited does
+		ns := uint64(1e6 + i)                        // the last two are the busiest
+		d.records = append(d.records,
+			record{tgid: pid, tid: pid, state: StateSleeping, ns: ns, count: 1, kernel: sleep},
+			// The parent waits for each child, woken by its exit.
+			record{tgid: parent, tid: parent, state: StateSleeping, ns: 2e6, count: 1, kernel: sleep,
+				waker: waker{valid: true, tgid: pid, tid: pid, kernel: sleep, kernelID: 1}})
+		total += int64(ns) + 2e6
+		d.wakes = append(d.wakes, wakeRecord{tgid: parent, tid: parent, count: 1, waker: waker{valid: true, tgid: pid, tid: pid, kernel: sleep, kernelID: 1}})
+	}
+	p, wake, _, err := d.profiles(sym)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	pids := map[int64]bool{}
+	folded := 0
+	for _, smp := range p.Sample {
+		sum += smp.Value[0]
+		if len(smp.Label[schema.LabelFolded]) > 0 {
+			folded++
+			if len(smp.NumLabel) > 0 {
+				t.Errorf("a folded sample keeps numeric labels %v", smp.NumLabel)
+			}
+			continue
+		}
+		pids[smp.NumLabel[schema.LabelPID][0]] = true
+	}
+	if sum != total {
+		t.Errorf("off-CPU total %d after folding, want %d", sum, total)
+	}
+	// The parent, live, keeps its pid where its waker does.
+	if !pids[first+49] || !pids[first+48] || !pids[parent] || len(pids) != 3 {
+		t.Errorf("processes kept in detail %v, want the two busiest exited ones (%d, %d) and the parent", pids, first+48, first+49)
+	}
+	// The children's sleeps and the parent's waits woken by the children:
+	// one sample each, whatever the number of children.
+	if folded != 2 {
+		t.Errorf("%d folded samples, want 2 (one per command, state, waker and stack)", folded)
+	}
+	if len(wake.Sample) > 3 {
+		t.Errorf("%d wake-up samples, want at most 3 (two children in detail, the rest merged)", len(wake.Sample))
+	}
+	var merged *ThreadTotal
+	for _, tt := range ThreadTotals(p) {
+		if tt.TID == -1 {
+			merged = &tt
+		}
+	}
+	if merged == nil || merged.Thread != "nap" {
+		t.Errorf("thread totals: want a row for the merged nap processes (tid -1), got %+v", merged)
+	}
+	d.exitedDetail = -1
+	if p, _, _, err = d.profiles(sym); err != nil || len(p.Sample) != 100 {
+		t.Errorf("with every exited process kept: %d samples (err %v), want 100", len(p.Sample), err)
+	}
+}

@@ -134,6 +134,7 @@ func (s *Session) cut(final bool) (*Interval, error) {
 		sym.jvms = s.unw.jvms
 	}
 	d.stats, d.start, d.cpuHz, d.wakeups, d.noOffwake = &iv.Stats, iv.Start, s.opts.CPUHz, !s.opts.NoWakeups, true
+	d.exitedDetail = s.opts.ExitedDetail
 	off, wake, _, err := d.profiles(sym)
 	if err != nil {
 		return nil, err

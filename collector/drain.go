@@ -91,6 +91,10 @@ type recording struct {
 	// noOffwake: not the offwake one (an agent's intervals carry the
 	// off-CPU and wake-up profiles only).
 	noOffwake bool
+	// exitedDetail: Options.ExitedDetail; fold: the processes it merges.
+	exitedDetail int
+	fold         map[uint32]bool
+	exitedNames  map[uint32]string // by exitedProcs
 }
 
 type cpuTotal struct {

@@ -86,6 +86,12 @@ type Options struct {
 	// nil): its blocked stacks joined to their wakers' are a third copy of
 	// the recording in memory.
 	NoOffwake bool
+	// ExitedDetail is how many exited processes keep their pid and tid
+	// labels: those with the most off-CPU time. The samples of the others
+	// are merged per command, state, waker and stack (label folded=exited),
+	// so a recording's memory follows what runs, not how many processes
+	// came and went. 0: DefaultExitedDetail; negative: every one.
+	ExitedDetail int
 	// NoDebugInfo names frames of stripped files from their own dynamic
 	// symbols only, without the detached debug files in /usr/lib/debug.
 	NoDebugInfo bool
@@ -155,6 +161,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if c.StateMask == 0 {
 		c.StateMask = 0xf
+	}
+	if c.ExitedDetail == 0 {
+		c.ExitedDetail = DefaultExitedDetail
 	}
 	return c
 }

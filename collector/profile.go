@@ -28,6 +28,15 @@ type profBuilder struct {
 	funcs    map[[2]string]*profile.Function
 	unknown  map[uint32]*profile.Mapping
 	markers  map[string]*profile.Location
+	merger   *sampleMerger
+}
+
+// add appends a sample, merged with its twin where fold (exited.go).
+func (b *profBuilder) add(smp *profile.Sample, fold bool) {
+	if b.merger == nil {
+		b.merger = newSampleMerger(b.p)
+	}
+	b.merger.add(smp, fold)
 }
 
 func newProfBuilder(sym *symbolizer, types ...*profile.ValueType) *profBuilder {
@@ -75,6 +84,7 @@ func (s *Session) buildProfiles(d *recording) (off, wake, offwake *profile.Profi
 		sym.jvms = s.unw.jvms
 	}
 	d.stats, d.start, d.cpuHz, d.wakeups, d.noOffwake = &s.stats, s.start, s.opts.CPUHz, !s.opts.NoWakeups, s.opts.NoOffwake
+	d.exitedDetail = s.opts.ExitedDetail
 	// The profiles of a long or busy recording are most of the agent's
 	// memory, built once: collect their garbage sooner (a recording of
 	// 15,000 short-lived processes peaked at twice their size).
@@ -88,6 +98,7 @@ func (s *Session) buildProfiles(d *recording) (off, wake, offwake *profile.Profi
 // in the recording's stats.
 func (d *recording) profiles(sym *symbolizer) (off, wake, offwake *profile.Profile, err error) {
 	names := &threadNames{d: d, procs: sym.procs}
+	d.fold = d.foldedPIDs(d.exitedDetail)
 	off = d.offCPUProfile(sym, names)
 	if err := d.finish(off, "profile"); err != nil {
 		return nil, nil, nil, err
@@ -205,7 +216,7 @@ func (d *recording) offCPUProfile(sym *symbolizer, names *threadNames) *profile.
 			smp.NumLabel[schema.LabelWakerTID] = []int64{int64(r.waker.tid)}
 			smp.NumLabel[schema.LabelWakerPID] = []int64{int64(r.waker.tgid)}
 		}
-		b.p.Sample = append(b.p.Sample, smp)
+		b.add(smp, d.folds(r.tgid, r.waker))
 	}
 	d.onCPUSamples(b, names)
 	return b.p
@@ -282,7 +293,7 @@ func (d *recording) onCPUSamples(b *profBuilder, names *threadNames) {
 		sampled[[2]uint32{c.tid, c.gen}] += c.count
 	}
 	add := func(tgid, tid, gen uint32, locs []*profile.Location, ns int64) {
-		b.p.Sample = append(b.p.Sample, &profile.Sample{
+		b.add(&profile.Sample{
 			Location: locs,
 			Value:    []int64{0, 0, ns, 0, 0, 0},
 			Label: map[string][]string{
@@ -291,7 +302,7 @@ func (d *recording) onCPUSamples(b *profBuilder, names *threadNames) {
 				schema.LabelState:   {"on-cpu"},
 			},
 			NumLabel: map[string][]int64{schema.LabelTID: {int64(tid)}, schema.LabelPID: {int64(tgid)}},
-		})
+		}, d.fold[tgid])
 	}
 	sort.Slice(d.cpu, func(i, j int) bool { return d.cpu[i].count > d.cpu[j].count })
 	for _, c := range d.cpu {
@@ -365,7 +376,7 @@ func (d *recording) wakeupProfile(sym *symbolizer, names *threadNames) *profile.
 			smp.Label[schema.LabelTargetProcess] = []string{processName(d, w.tgid, sym.procs)}
 			smp.NumLabel[schema.LabelTargetPID] = []int64{int64(w.tgid)}
 		}
-		wb.p.Sample = append(wb.p.Sample, smp)
+		wb.add(smp, d.folds(w.tgid, w.waker))
 	}
 	return wb.p
 }
@@ -405,12 +416,12 @@ func (d *recording) offwakeProfile(sym *symbolizer, names *threadNames) *profile
 			target = append(target, user...)
 		}
 		locs = append(locs, target...)
-		ob.p.Sample = append(ob.p.Sample, &profile.Sample{
+		ob.add(&profile.Sample{
 			Location: locs,
 			Value:    []int64{int64(r.ns), int64(r.count)},
 			Label:    map[string][]string{schema.LabelThread: {d.threadOf(&r).comm}, schema.LabelWaker: {names.waker(r.waker, sym.kern)}},
 			NumLabel: map[string][]int64{schema.LabelTID: {int64(r.tid)}, schema.LabelWakerTID: {int64(r.waker.tid)}},
-		})
+		}, d.folds(r.tgid, r.waker))
 	}
 	return ob.p
 }

@@ -13,7 +13,7 @@ import (
 // then waiting for a CPU) and on one.
 type ThreadTotal struct {
 	Thread   string
-	TID      int64
+	TID      int64         // -1: exited processes merged (Options.ExitedDetail)
 	OffCPU   time.Duration // Blocked + RunQueue
 	Blocked  time.Duration // from switch-outs to the wake-ups
 	RunQueue time.Duration // waiting for a CPU: from wake-ups to switch-ins, and preempted
@@ -36,13 +36,22 @@ func ThreadTotals(p *profile.Profile) []ThreadTotal {
 		return 0
 	}
 	_, split := idx[schema.RunQueue]
-	byTID := map[int64]*ThreadTotal{}
+	type key struct {
+		tid    int64
+		folded string // exited processes merged: their thread name, tid -1
+	}
+	byTID := map[key]*ThreadTotal{}
 	for _, s := range p.Sample {
-		tid := s.NumLabel[schema.LabelTID][0]
-		t := byTID[tid]
+		k := key{tid: -1}
+		if tids := s.NumLabel[schema.LabelTID]; len(tids) > 0 {
+			k.tid = tids[0]
+		} else if names := s.Label[schema.LabelThread]; len(names) > 0 {
+			k.folded = names[0]
+		}
+		t := byTID[k]
 		if t == nil {
-			t = &ThreadTotal{TID: tid}
-			byTID[tid] = t
+			t = &ThreadTotal{TID: k.tid, Thread: k.folded}
+			byTID[k] = t
 		}
 		if names := s.Label[schema.LabelThread]; len(names) > 0 && (t.Thread == "" || value(s, schema.OffCPU) != 0) {
 			t.Thread = names[0]

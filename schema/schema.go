@@ -43,6 +43,9 @@ const (
 	LabelTargetProcess = "target_process"
 	LabelTargetPID     = "target_pid"
 	LabelInterval      = "interval" // open, before-start, whole
+	// LabelFolded "exited": the sample merges those of exited processes
+	// of one command (no pid or tid labels; Options.ExitedDetail).
+	LabelFolded = "folded"
 	// The waker of an off-CPU interval: its process (numeric) and its
 	// stack, folded (user frames root first, "-", kernel frames), so that
 	// a verdict can read what the waker was doing (a lock release, a

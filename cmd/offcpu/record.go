@@ -58,6 +58,7 @@ type recordFlags struct {
 	goroutinesOut      string
 	goroutinesFolded   string
 	goroutinesMax      int
+	exitedDetail       int
 	walkThreshold      time.Duration
 	budget             string
 	agent              agentFlags
@@ -130,6 +131,7 @@ re-reads --config (otlp:, output_dir:, keep:, rules:).`,
 	fl.StringVar(&f.goroutinesOut, "goroutines-output", "", "goroutine pprof file (default: -o with .goroutines.pb.gz)")
 	fl.StringVar(&f.goroutinesFolded, "goroutines-folded", "", "write goroutine waits as folded stacks (µs), the reason as the root frame")
 	fl.IntVar(&f.goroutinesMax, "goroutines-max", 131072, "goroutines followed at once, parked or runnable (BPF map size)")
+	fl.IntVar(&f.exitedDetail, "exited-detail", collector.DefaultExitedDetail, "exited processes that keep their pid and tid labels, those with the most off-CPU time; the samples of the others are merged per command and stack (label folded=exited) so memory does not grow with every process seen (-1: keep all, for short recordings)")
 	return cmd
 }
 
@@ -268,7 +270,11 @@ func (f *recordFlags) options(command []string) (collector.Options, error) {
 	if err != nil {
 		return collector.Options{}, err
 	}
+	if f.exitedDetail == 0 || f.exitedDetail < -1 {
+		return collector.Options{}, fmt.Errorf("--exited-detail %d: give at least 1 process, or -1 to keep every one", f.exitedDetail)
+	}
 	opts := collector.Options{
+		ExitedDetail:  f.exitedDetail,
 		WalkThreshold: f.walkThreshold, Budget: budget, NoOffwake: f.offwakeFolded == "",
 		PIDs: f.pids, TIDs: f.tids, Cgroup: f.cgroup,
 		MinBlock: f.minBlock, MaxBlock: f.maxBlock, StateMask: mask,
@@ -423,8 +429,12 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "blocked\twaiting for a CPU\ton-CPU\tswitches\tthread\t")
 		for _, t := range totals[:min(len(totals), 10)] {
-			fmt.Fprintf(tw, "%v\t%v\t%v\t%d\t%s (tid %d)\t\n", t.Blocked.Round(time.Microsecond), t.RunQueue.Round(time.Microsecond),
-				t.OnCPU.Round(time.Microsecond), t.Switches, t.Thread, t.TID)
+			who := fmt.Sprintf("%s (tid %d)", t.Thread, t.TID)
+			if t.TID < 0 {
+				who = t.Thread + " (exited processes, merged)"
+			}
+			fmt.Fprintf(tw, "%v\t%v\t%v\t%d\t%s\t\n", t.Blocked.Round(time.Microsecond), t.RunQueue.Round(time.Microsecond),
+				t.OnCPU.Round(time.Microsecond), t.Switches, who)
 		}
 		tw.Flush()
 	}

@@ -1,0 +1,124 @@
+package collector
+
+import (
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/schema"
+)
+
+// DefaultExitedDetail is how many exited processes keep their pid and tid
+// labels by default: a recording under process churn has samples for
+// every process seen (three profiles, ~15 KB a process), and merged per
+// command they cost what one process does.
+const DefaultExitedDetail = 1000
+
+// exitedProcs is the name of each process whose main thread exited.
+func (d *recording) exitedProcs() map[uint32]string {
+	if d.exitedNames == nil {
+		d.exitedNames = map[uint32]string{}
+		for k, th := range d.exited {
+			if k[0] == th.tgid {
+				d.exitedNames[th.tgid] = th.comm
+			}
+		}
+	}
+	return d.exitedNames
+}
+
+// foldedPIDs returns the exited processes whose samples are merged: all
+// but the keep with the most off-CPU time (ties by pid); nil when none.
+func (d *recording) foldedPIDs(keep int) map[uint32]bool {
+	if keep < 0 {
+		return nil
+	}
+	exited := map[uint32]uint64{}
+	for pid := range d.exitedProcs() {
+		exited[pid] = 0
+	}
+	if len(exited) <= keep {
+		return nil
+	}
+	for _, r := range d.records {
+		if ns, ok := exited[r.tgid]; ok {
+			exited[r.tgid] = ns + r.ns
+		}
+	}
+	pids := slices.Collect(maps.Keys(exited))
+	slices.SortFunc(pids, func(a, b uint32) int {
+		if exited[a] != exited[b] {
+			if exited[a] > exited[b] {
+				return -1
+			}
+			return 1
+		}
+		return int(int64(a) - int64(b))
+	})
+	fold := make(map[uint32]bool, len(pids)-keep)
+	for _, pid := range pids[keep:] {
+		fold[pid] = true
+	}
+	return fold
+}
+
+// folds says whether a sample of process tgid with this waker is merged:
+// either process is folded (a parent woken by each of its children would
+// otherwise keep a sample per child).
+func (d *recording) folds(tgid uint32, w waker) bool {
+	return d.fold[tgid] || (w.valid && !w.irq && d.fold[w.tgid])
+}
+
+// sampleMerger adds samples to a profile, merging a folded one into an
+// earlier folded sample with the same locations and labels.
+type sampleMerger struct {
+	p   *profile.Profile
+	at  map[string]*profile.Sample
+	key strings.Builder
+}
+
+func newSampleMerger(p *profile.Profile) *sampleMerger {
+	return &sampleMerger{p: p, at: map[string]*profile.Sample{}}
+}
+
+// add appends smp, or with fold drops its numeric labels (pids and tids),
+// marks it folded and adds its values to its twin's.
+func (m *sampleMerger) add(smp *profile.Sample, fold bool) {
+	if !fold {
+		m.p.Sample = append(m.p.Sample, smp)
+		return
+	}
+	smp.NumLabel = nil
+	smp.Label[schema.LabelFolded] = []string{"exited"}
+	k := m.sampleKey(smp)
+	if o, ok := m.at[k]; ok {
+		for i := range o.Value {
+			o.Value[i] += smp.Value[i]
+		}
+		return
+	}
+	m.at[k] = smp
+	m.p.Sample = append(m.p.Sample, smp)
+}
+
+// sampleKey is a sample's locations and string labels.
+func (m *sampleMerger) sampleKey(smp *profile.Sample) string {
+	b := &m.key
+	b.Reset()
+	for _, l := range smp.Location {
+		b.WriteString(strconv.FormatUint(l.ID, 36))
+		b.WriteByte(',')
+	}
+	for _, k := range slices.Sorted(maps.Keys(smp.Label)) {
+		b.WriteString(k)
+		for _, v := range smp.Label[k] {
+			b.WriteByte(0)
+			b.WriteString(v)
+		}
+		b.WriteByte(1)
+	}
+	return b.String()
+}
