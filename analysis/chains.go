@@ -158,7 +158,10 @@ func (c *chainer) paths(s *Stack) []share {
 // down follows the waker's own wait of s: its stacks of that wait, each
 // with its share of frac.
 func (c *chainer) down(s *Stack, frac float64) []share {
-	waits := c.waits[chainKey{s.WakerPID, s.WakerTID, framesKey(s.WakerWaitFrames)}]
+	var waits []*Stack
+	if s.WakerTID != 0 { // 0: merged with other exited processes, not one thread's
+		waits = c.waits[chainKey{s.WakerPID, s.WakerTID, framesKey(s.WakerWaitFrames)}]
+	}
 	var sum int64
 	for _, w := range waits {
 		sum += w.Value
