@@ -18,7 +18,8 @@ import (
 // What --budget costs and what it keeps, on the ping-pong with 2 ms naps
 // beside it (testdata/budget/mix.c, pinned to CPU 0): recorded at once
 // with every interval walked (the truth) and with --budget, then with
-// --budget alone for its cost. Reports the switch rate, the programs'
+// --budget alone for its cost, as fast as the ping-pong goes and paced at
+// 100,000 switches a second. Reports the switch rate, the programs'
 // share of a CPU, the threshold, and for each stack with 1% of the
 // off-CPU time or more its estimate against the truth; the naps (2 ms
 // waits) must all be there with their stack. OFFCPU_BUDGET="ROUNDS
@@ -32,8 +33,9 @@ func BenchmarkBudgetAccuracy(b *testing.B) {
 	bin := filepath.Join(b.TempDir(), "mix")
 	build(b, "gcc", "-O2", "-g", "-pthread", "-o", bin, "testdata/budget/mix.c")
 	const naps = 500
+	pace := 0 // rounds a second; 0: as fast as it can
 	run := func(opts ...Options) ([]*profile.Profile, []Stats, time.Duration) {
-		cmd := exec.Command("taskset", "-c", "0", bin, fmt.Sprint(rounds), fmt.Sprint(naps))
+		cmd := exec.Command("taskset", "-c", "0", bin, fmt.Sprint(rounds), fmt.Sprint(naps), fmt.Sprint(pace))
 		in, err := cmd.StdinPipe()
 		if err != nil {
 			b.Fatal(err)
@@ -104,8 +106,15 @@ func BenchmarkBudgetAccuracy(b *testing.B) {
 		a := alone[0].Budget
 		fmt.Printf("--budget %d%% alone: %.0f switches/s, the programs used %.2f%% of a CPU, threshold %v to %v\n",
 			pct, float64(a.Below)/wall.Seconds(), 100*a.Cost, a.ThresholdMin, a.ThresholdMax)
+		pace = 50000 // two switches a round
+		_, paced, wall := run(Options{Budget: share})
+		pace = 0
+		p := paced[0].Budget
+		fmt.Printf("--budget %d%% alone, paced at 50,000 rounds/s: %.0f switches/s, the programs used %.2f%% of a CPU, threshold %v to %v\n",
+			pct, float64(p.Below)/wall.Seconds(), 100*p.Cost, p.ThresholdMin, p.ThresholdMax)
 		b.ReportMetric(100*worst, "worst-%")
 		b.ReportMetric(100*a.Cost, "cpu-%")
+		b.ReportMetric(100*p.Cost, "cpu-%-paced")
 	}
 }
 
