@@ -1,10 +1,11 @@
 package hotspot
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"io"
-	"sort"
+	"slices"
 )
 
 // Kind says how a frame in a blob is unwound and named.
@@ -59,6 +60,16 @@ func (vm *VM) CodeCache() (*CodeCache, error) {
 	mem := vm.mem
 	defer func() { vm.mem = mem }()
 	vm.mem = &window{r: mem}
+	lay, ok := vm.blobLayout()
+	if !ok {
+		return nil, fmt.Errorf("this JVM's CodeBlob has neither _code_begin nor _code_offset")
+	}
+	hb := make([]byte, hbSize)
+	type run struct {
+		low  uint64
+		i, j int // cc.Blobs[i:j], in address order
+	}
+	var runs []run
 	for _, h := range heaps {
 		hdr, err := vm.read(h, int(max(memory, segShift)+64))
 		if err != nil {
@@ -72,9 +83,9 @@ func (vm *VM) CodeCache() (*CodeCache, error) {
 		if shift == 0 || shift > 20 || high < low {
 			return nil, fmt.Errorf("bad code heap at %#x", h)
 		}
+		r := run{low: low, i: len(cc.Blobs)}
 		for p := low; p < high; {
-			hb, err := vm.read(p, int(hbSize))
-			if err != nil {
+			if err := vm.readInto(hb, p); err != nil {
 				return nil, err
 			}
 			var n uint64
@@ -87,17 +98,30 @@ func (vm *VM) CodeCache() (*CodeCache, error) {
 				break
 			}
 			if hb[usedOff] != 0 {
-				if b, ok := vm.blob(p + hbSize); ok {
+				if b, ok := vm.blobAt(p+hbSize, lay); ok {
 					cc.Blobs = append(cc.Blobs, b)
 				}
 			}
 			p += n << shift
 		}
+		r.j = len(cc.Blobs)
+		runs = append(runs, r)
 	}
 	if len(cc.Blobs) == 0 || cc.Low >= cc.High {
 		return nil, errNotReady
 	}
-	sort.Slice(cc.Blobs, func(i, j int) bool { return cc.Blobs[i].Start < cc.Blobs[j].Start })
+	// Each heap's blobs are in address order already: the heaps in order
+	// of their addresses make the whole (sorting 64-byte Blobs was a third
+	// of a walk).
+	slices.SortFunc(runs, func(a, b run) int { return cmp.Compare(a.low, b.low) })
+	sorted := make([]Blob, 0, len(cc.Blobs))
+	for _, r := range runs {
+		sorted = append(sorted, cc.Blobs[r.i:r.j]...)
+	}
+	cc.Blobs = sorted
+	if !slices.IsSortedFunc(cc.Blobs, func(a, b Blob) int { return cmp.Compare(a.Start, b.Start) }) {
+		slices.SortFunc(cc.Blobs, func(a, b Blob) int { return cmp.Compare(a.Start, b.Start) })
+	}
 	return cc, nil
 }
 
@@ -177,39 +201,63 @@ func (vm *VM) heaps() ([]uint64, error) {
 	return out, nil
 }
 
-// blob describes the CodeBlob at a: its code range is two pointers up to
-// JDK 22 (_code_begin, _code_end) and offsets from JDK 23 (_code_offset,
-// _data_offset).
-func (vm *VM) blob(a uint64) (Blob, bool) {
-	hdr, err := vm.read(a, 256)
-	if err != nil {
+// blobLayout is where a CodeBlob's fields are, looked up once a walk: its
+// code range is two pointers up to JDK 22 (_code_begin, _code_end) and
+// offsets from JDK 23 (_code_offset, _data_offset).
+type blobLayout struct {
+	begin, end     uint64 // _code_begin, _code_end; or with offsets:
+	offsets        bool   // _code_offset, _data_offset (int32, from the blob)
+	frameSize, nam uint64
+	method         uint64 // nmethod::_method
+	hasMethod      bool
+	buf            []byte
+}
+
+func (vm *VM) blobLayout() (*blobLayout, bool) {
+	o := vm.off
+	l := &blobLayout{frameSize: o["CodeBlob::_frame_size"], nam: o["CodeBlob::_name"], buf: make([]byte, 256)}
+	if b, ok := o["CodeBlob::_code_begin"]; ok {
+		l.begin, l.end = b, o["CodeBlob::_code_end"]
+	} else if b, ok := o["CodeBlob::_code_offset"]; ok {
+		l.begin, l.end, l.offsets = b, o["CodeBlob::_data_offset"], true
+	} else {
+		return nil, false
+	}
+	l.method, l.hasMethod = vm.field("nmethod::_method", "CompiledMethod::_method")
+	return l, true
+}
+
+// blobAt describes the CodeBlob at a.
+func (vm *VM) blobAt(a uint64, l *blobLayout) (Blob, bool) {
+	hdr := l.buf
+	if err := vm.readInto(hdr, a); err != nil {
 		return Blob{}, false
 	}
-	o := vm.off
-	ptr := func(f string) uint64 { return binary.LittleEndian.Uint64(hdr[o[f]:]) }
-	i32 := func(f string) int32 { return int32(binary.LittleEndian.Uint32(hdr[o[f]:])) }
+	ptr := func(off uint64) uint64 { return binary.LittleEndian.Uint64(hdr[off:]) }
+	i32 := func(off uint64) int32 { return int32(binary.LittleEndian.Uint32(hdr[off:])) }
 	b := Blob{Addr: a}
-	if _, ok := o["CodeBlob::_code_begin"]; ok {
-		b.Start, b.End = ptr("CodeBlob::_code_begin"), ptr("CodeBlob::_code_end")
-	} else if _, ok := o["CodeBlob::_code_offset"]; ok {
-		b.Start, b.End = a+uint64(i32("CodeBlob::_code_offset")), a+uint64(i32("CodeBlob::_data_offset"))
+	if l.offsets {
+		b.Start, b.End = a+uint64(i32(l.begin)), a+uint64(i32(l.end))
 	} else {
-		return Blob{}, false
+		b.Start, b.End = ptr(l.begin), ptr(l.end)
 	}
 	if b.End <= b.Start || b.Start < a || b.End-b.Start > 1<<28 {
 		return Blob{}, false
 	}
-	if fs := i32("CodeBlob::_frame_size"); fs > 0 && fs < 1<<16 {
+	if fs := i32(l.frameSize); fs > 0 && fs < 1<<16 {
 		b.FrameSize = uint32(fs) * 8
 	}
-	b.Name, _ = vm.cstring(ptr("CodeBlob::_name"))
+	b.Name, _ = vm.cstring(ptr(l.nam))
 	switch b.Name {
 	case "Interpreter":
 		b.Kind = KindInterpreter
 	case "nmethod", "native nmethod": // JDK 25 names native wrappers apart
 		b.Kind = KindCompiled
-		if mo, ok := vm.field("nmethod::_method", "CompiledMethod::_method"); ok {
-			b.Method, _ = vm.u64(a + mo)
+		switch {
+		case l.hasMethod && l.method+8 <= uint64(len(hdr)):
+			b.Method = ptr(l.method)
+		case l.hasMethod:
+			b.Method, _ = vm.u64(a + l.method)
 		}
 	}
 	return b, true

@@ -233,6 +233,15 @@ func (vm *VM) read(addr uint64, n int) ([]byte, error) {
 	return b, nil
 }
 
+// readInto fills b from addr, without allocating.
+func (vm *VM) readInto(b []byte, addr uint64) error {
+	if addr == 0 {
+		return errors.New("null pointer")
+	}
+	_, err := vm.mem.ReadAt(b, int64(addr))
+	return err
+}
+
 func (vm *VM) u64(addr uint64) (uint64, error) {
 	b, err := vm.read(addr, 8)
 	if err != nil {
