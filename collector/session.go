@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unique"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -876,7 +877,9 @@ func kernelMapping(ev *bpf.OffcpuMapEvent, procs *procTable) mapping {
 	for i := int(min(ev.Depth, uint32(len(ev.Names)))) - 1; i >= 0; i-- {
 		names = append(names, cString(ev.Names[i][:]))
 	}
-	path := "/" + strings.Join(names, "/")
+	// One copy of each path however many processes map it (a churn of
+	// short-lived processes maps the same few files thousands of times).
+	path := unique.Make("/" + strings.Join(names, "/")).Value()
 	dev := unix.Mkdev(ev.Dev>>20, ev.Dev&0xfffff)
 	m := mapping{start: ev.Start, end: ev.End, offset: ev.Offset, path: path}
 	m.file = procs.kernelFile(ev.Tgid, dev, ev.Ino, path)

@@ -2,11 +2,11 @@ package symtab
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"sort"
 	"strconv"
-	"strings"
 )
 
 // Kernel is /proc/kallsyms, text symbols sorted by address.
@@ -25,21 +25,30 @@ func LoadKallsyms(r io.Reader) (*Kernel, error) {
 	var es []ent
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	// The names are copied out of the lines, so that a name does not keep
+	// its whole line (addresses, types, modules) alive: 200,000 symbols.
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 3 {
+		line := sc.Bytes()
+		addr, rest, ok1 := bytes.Cut(line, []byte{' '})
+		typ, rest, ok2 := bytes.Cut(rest, []byte{' '})
+		if !ok1 || !ok2 || len(typ) != 1 {
 			continue
 		}
-		switch f[1] {
-		case "T", "t", "W", "w":
+		switch typ[0] {
+		case 'T', 't', 'W', 'w':
 		default:
 			continue
 		}
-		a, err := strconv.ParseUint(f[0], 16, 64)
+		name, _, _ := bytes.Cut(rest, []byte{'\t'}) // "name\t[module]"
+		name = bytes.TrimSpace(name)
+		if len(name) == 0 {
+			continue
+		}
+		a, err := strconv.ParseUint(string(addr), 16, 64)
 		if err != nil || a == 0 {
 			continue
 		}
-		es = append(es, ent{a, f[2]})
+		es = append(es, ent{a, string(name)})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("reading kallsyms: %w", err)
