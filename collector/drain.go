@@ -157,6 +157,9 @@ func (s *Session) drain(final bool) (*recording, error) {
 
 	take := func(key *bpf.OffcpuOffcpuKey, val *bpf.OffcpuOffcpuVal) {
 		r := aggRecord(*key, *val, getStack)
+		if s.cont != nil { // boxed, ~150 bytes a record: for the cuts' merging only
+			r.id = *key
+		}
 		if r.open {
 			s.stats.OpenIntervals += val.Count
 			s.stats.OpenTime += durationNs(val.Ns)
@@ -286,7 +289,6 @@ func aggRecord(key bpf.OffcpuOffcpuKey, val bpf.OffcpuOffcpuVal, getStack func(i
 	r.waker = decodeWaker(key.Waker, getStack)
 	r.open = key.Open != 0
 	r.sampled = key.Sampled != 0
-	r.id = key
 	return r
 }
 
