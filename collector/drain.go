@@ -128,32 +128,8 @@ func (d *recording) threadOf(r *record) thread {
 // intervals of the classic tracepoint mode are accounted up to its end.
 func (s *Session) drain(final bool) (*recording, error) {
 	d := &recording{threads: map[uint32]thread{}, exited: map[[2]uint32]thread{}, oncpu: map[[2]uint32]cpuTotal{}}
-	stacks := s.coll.Maps[bpf.OffcpuMapStacks]
 	cache := map[int64][]uint64{}
-	getStack := func(id int64) []uint64 {
-		if id <= 0 {
-			return nil
-		}
-		if st, ok := cache[id]; ok {
-			return st
-		}
-		var raw bpf.OffcpuStackBuf
-		var st []uint64
-		if err := stacks.Lookup(id, &raw); err == nil {
-			st = trimStack(raw.Ips[:])
-		} else if s.spill != nil {
-			var ok bool
-			if st, ok = s.spill.get(id); !ok {
-				if g, dead := s.graveyard(id); dead {
-					st = g
-				} else {
-					s.stats.StacksMissing++
-				}
-			}
-		}
-		cache[id] = st
-		return st
-	}
+	getStack := s.stackReader(cache)
 
 	take := func(key *bpf.OffcpuOffcpuKey, val *bpf.OffcpuOffcpuVal) {
 		r := aggRecord(*key, *val, getStack)
@@ -209,6 +185,36 @@ func (s *Session) drain(final bool) (*recording, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// stackReader returns a function reading a stack by id, once each (into
+// cache): from the map, or where it was moved or deleted to.
+func (s *Session) stackReader(cache map[int64][]uint64) func(int64) []uint64 {
+	stacks := s.coll.Maps[bpf.OffcpuMapStacks]
+	return func(id int64) []uint64 {
+		if id <= 0 {
+			return nil
+		}
+		if st, ok := cache[id]; ok {
+			return st
+		}
+		var raw bpf.OffcpuStackBuf
+		var st []uint64
+		if err := stacks.Lookup(id, &raw); err == nil {
+			st = trimStack(raw.Ips[:])
+		} else if s.spill != nil {
+			var ok bool
+			if st, ok = s.spill.get(id); !ok {
+				if g, dead := s.graveyard(id); dead {
+					st = g
+				} else {
+					s.stats.StacksMissing++
+				}
+			}
+		}
+		cache[id] = st
+		return st
+	}
 }
 
 // eachEntry calls fn for every entry of a hash map, read in batches of

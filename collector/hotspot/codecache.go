@@ -65,11 +65,7 @@ func (vm *VM) CodeCache() (*CodeCache, error) {
 		return nil, fmt.Errorf("this JVM's CodeBlob has neither _code_begin nor _code_offset")
 	}
 	hb := make([]byte, hbSize)
-	type run struct {
-		low  uint64
-		i, j int // cc.Blobs[i:j], in address order
-	}
-	var runs []run
+	var runs []blobRun
 	for _, h := range heaps {
 		hdr, err := vm.read(h, int(max(memory, segShift)+64))
 		if err != nil {
@@ -83,7 +79,7 @@ func (vm *VM) CodeCache() (*CodeCache, error) {
 		if shift == 0 || shift > 20 || high < low {
 			return nil, fmt.Errorf("bad code heap at %#x", h)
 		}
-		r := run{low: low, i: len(cc.Blobs)}
+		r := blobRun{low: low, i: len(cc.Blobs)}
 		for p := low; p < high; {
 			if err := vm.readInto(hb, p); err != nil {
 				return nil, err
@@ -110,19 +106,30 @@ func (vm *VM) CodeCache() (*CodeCache, error) {
 	if len(cc.Blobs) == 0 || cc.Low >= cc.High {
 		return nil, errNotReady
 	}
-	// Each heap's blobs are in address order already: the heaps in order
-	// of their addresses make the whole (sorting 64-byte Blobs was a third
-	// of a walk).
-	slices.SortFunc(runs, func(a, b run) int { return cmp.Compare(a.low, b.low) })
-	sorted := make([]Blob, 0, len(cc.Blobs))
-	for _, r := range runs {
-		sorted = append(sorted, cc.Blobs[r.i:r.j]...)
-	}
-	cc.Blobs = sorted
-	if !slices.IsSortedFunc(cc.Blobs, func(a, b Blob) int { return cmp.Compare(a.Start, b.Start) }) {
-		slices.SortFunc(cc.Blobs, func(a, b Blob) int { return cmp.Compare(a.Start, b.Start) })
-	}
+	cc.Blobs = inOrder(cc.Blobs, runs)
 	return cc, nil
+}
+
+// blobRun is one heap's blobs, blobs[i:j], in address order.
+type blobRun struct {
+	low  uint64
+	i, j int
+}
+
+// inOrder sorts the blobs by address: each heap's are in order already,
+// so the heaps in order of their addresses make the whole (sorting the
+// 64-byte Blobs was a third of a walk).
+func inOrder(blobs []Blob, runs []blobRun) []Blob {
+	slices.SortFunc(runs, func(a, b blobRun) int { return cmp.Compare(a.low, b.low) })
+	sorted := make([]Blob, 0, len(blobs))
+	for _, r := range runs {
+		sorted = append(sorted, blobs[r.i:r.j]...)
+	}
+	byStart := func(a, b Blob) int { return cmp.Compare(a.Start, b.Start) }
+	if !slices.IsSortedFunc(sorted, byStart) {
+		slices.SortFunc(sorted, byStart)
+	}
+	return sorted
 }
 
 // window serves reads from the last few blocks of memory read (256 KiB
