@@ -2,7 +2,8 @@
 # A real server's throughput under each recorder, rounds interleaved:
 # redis-server on loopback driven by redis-benchmark (GET and SET, 50
 # clients), with no recorder, offcpu record (every interval walked), offcpu
-# record --budget 1%, and libbpf-tools offcputime, each system-wide with
+# record --budget 1%, offcpu record --no-wakeups (what offcputime records:
+# no waker stacks) and libbpf-tools offcputime, each system-wide with
 # user and kernel stacks. Prints requests per second per round and the
 # medians. ROUNDS (default 5), REQUESTS (default 300000). As root.
 set -euo pipefail
@@ -33,13 +34,14 @@ under() {
 }
 
 declare -A all
-names=(none offcpu offcpu-budget offcputime)
+names=(none offcpu offcpu-budget offcpu-no-wakeups offcputime)
 for r in $(seq "$ROUNDS"); do
 	for n in "${names[@]}"; do
 		case $n in
 		none) v=$(load) ;;
 		offcpu) v=$(under "$OUT/offcpu" record -q -o "$OUT/o.pb.gz") ;;
 		offcpu-budget) v=$(under "$OUT/offcpu" record -q --budget 1% -o "$OUT/o.pb.gz") ;;
+		offcpu-no-wakeups) v=$(under "$OUT/offcpu" record -q --no-wakeups -o "$OUT/o.pb.gz") ;;
 		offcputime) command -v offcputime > /dev/null || continue; v=$(under offcputime 600) ;;
 		esac
 		all[$n]+="$v "
