@@ -195,15 +195,13 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 			account(ntid, next, s, &s->waker, now, rq_clock_of(next));
 			remember_wait(next, s, now);
 			s->waker.valid = 0;
-		} else if (!s->counting && is_target(next->tgid, ntid) &&
-			   !((next->flags & PF_KTHREAD) ? user_threads_only : kernel_threads_only)) {
+		} else if (!s->counting && target_task(next)) {
 			/* No switch seen, blocked since before the start (the record
 			 * is a waker's stack cache): as below. */
 			account_prestart(next, STATE_UNKNOWN, 0, queued_now(next, rq_clock_of(next)));
 		}
 		switched_in(s, next, now);
-	} else if (is_target(next->tgid, ntid) &&
-		   !((next->flags & PF_KTHREAD) ? user_threads_only : kernel_threads_only)) {
+	} else if (target_task(next)) {
 		/* First switch-in, no switch-out seen: off-CPU since before
 		 * the start, waiting for a CPU since its enqueue. The record
 		 * created here marks it counted. */
@@ -315,7 +313,6 @@ int offcpu_flush_open(struct bpf_iter__task *ctx)
 	if (!task)
 		return 0;
 	u64 end = window_now();
-	bool kthread = task->flags & PF_KTHREAD;
 	struct start_rec *s = bpf_task_storage_get(&task_starts, task, 0, 0);
 	if (s && s->walk)
 		walk_missed(task->pid, s);
@@ -332,8 +329,7 @@ int offcpu_flush_open(struct bpf_iter__task *ctx)
 		if (end > s->ts)
 			account_interval(task->pid, s, 0, 1, end, end - s->ts, queued_since(task, s, rq_clock_of(task)), 0);
 	}
-	if (s && task->pid && is_target(task->tgid, task->pid) &&
-	    !(kthread ? user_threads_only : kernel_threads_only)) {
+	if (s && task->pid && target_task(task)) {
 		/* On a CPU at the end: its run so far, by the clock (the
 		 * scheduler updates a running thread's count only at ticks). */
 		if (s->running && end > s->in_ts)
@@ -346,8 +342,7 @@ int offcpu_flush_open(struct bpf_iter__task *ctx)
 	/* Never switched during the recording: blocked, or on a CPU, for all
 	 * of it. Only for -p/--tid targets (system-wide this would list every
 	 * idle thread of the machine). */
-	if (!s && (filter_tgid || filter_tid) && task->pid && is_target(task->tgid, task->pid) &&
-	    !(kthread ? user_threads_only : kernel_threads_only)) {
+	if (!s && (filter_tgid || filter_tid) && task->pid && target_task(task)) {
 		unsigned int st = task->__state;
 		if (st != 0) {
 			account_prestart(task, classify(false, st), 1, 0);

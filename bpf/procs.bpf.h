@@ -107,6 +107,13 @@ static __always_inline bool is_target(u32 tgid, u32 tid)
 	return false;
 }
 
+/* A task the target and thread-kind filters keep, other than the current
+ * one (recorded() also checks the current task's cgroup). */
+static __always_inline bool target_task(struct task_struct *t)
+{
+	return is_target(t->tgid, t->pid) && !((t->flags & PF_KTHREAD) ? user_threads_only : kernel_threads_only);
+}
+
 /* Filters that need the outgoing (current) task, but for the state. */
 static __always_inline bool recorded(u32 tgid, u32 tid, bool kthread)
 {

@@ -273,7 +273,7 @@ func (c *continuous) deltaRecords(d *recording, st *Stats) {
 			}
 		}
 	}
-	out = mergeCarry(out, taken)
+	out = mergeByKey(out, taken)
 	for _, r := range out {
 		st.Intervals += r.count
 		st.OffCPU += durationNs(r.ns)
@@ -286,17 +286,17 @@ func (c *continuous) deltaRecords(d *recording, st *Stats) {
 	d.records, c.recs = out, recs
 }
 
-// mergeCarry adds the carried records to out, into the record of the same
-// key where there is one.
-func mergeCarry(out, carry []record) []record {
-	if len(carry) == 0 {
+// mergeByKey adds the records of more to out, each into the record of the
+// same key where there is one (a key moved out at a fold and stored again).
+func mergeByKey(out, more []record) []record {
+	if len(more) == 0 {
 		return out
 	}
 	at := make(map[any]int, len(out))
 	for i, r := range out {
 		at[r.id] = i
 	}
-	for _, r := range carry {
+	for _, r := range more {
 		i, ok := at[r.id]
 		if !ok {
 			at[r.id] = len(out)

@@ -34,7 +34,7 @@ type record struct {
 	prestart  bool // blocked since before the start: stacks walked at the start
 	kthread   bool // known to be a kernel thread (prestart records)
 	sampled   bool // below the walk threshold, drawn: values estimated (calibrate)
-	id        any  // the map key it was read under (continuous deltas)
+	id        any  // the map key it was read under (continuous mode only)
 }
 
 // waker is who ended an interval or made a wake-up.

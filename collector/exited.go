@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"strconv"
@@ -49,15 +50,7 @@ func (d *recording) foldedPIDs(keep int) map[uint32]bool {
 		}
 	}
 	pids := slices.Collect(maps.Keys(exited))
-	slices.SortFunc(pids, func(a, b uint32) int {
-		if exited[a] != exited[b] {
-			if exited[a] > exited[b] {
-				return -1
-			}
-			return 1
-		}
-		return int(int64(a) - int64(b))
-	})
+	slices.SortFunc(pids, func(a, b uint32) int { return cmp.Or(cmp.Compare(exited[b], exited[a]), cmp.Compare(a, b)) })
 	fold := make(map[uint32]bool, len(pids)-keep)
 	for _, pid := range pids[keep:] {
 		fold[pid] = true
