@@ -39,6 +39,19 @@ type OffcpuFileUnwind struct {
 	Count    uint32
 }
 
+type OffcpuIrqWaker struct {
+	_      structs.HostLayout
+	Ctx    uint64
+	Ip     uint64
+	Sp     uint64
+	Nr     uint64
+	Cur    uint32
+	Target uint32
+	Kstack int64
+	Uses   uint32
+	_      [4]byte
+}
+
 type OffcpuJavaMethodKey struct {
 	_      structs.HostLayout
 	Tgid   uint32
@@ -112,7 +125,8 @@ const (
 	OffcpuOffcpuStatSTAT_BELOW_VAR        OffcpuOffcpuStat = 28
 	OffcpuOffcpuStatSTAT_WALK_MISSED      OffcpuOffcpuStat = 29
 	OffcpuOffcpuStatSTAT_WAKER_SKIPPED    OffcpuOffcpuStat = 30
-	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 31
+	OffcpuOffcpuStatSTAT_IRQ_WAKES_REUSED OffcpuOffcpuStat = 31
+	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 32
 )
 
 type OffcpuOffcpuVal struct {
@@ -301,6 +315,7 @@ const (
 	OffcpuMapBlockedUstacks     = "blocked_ustacks"
 	OffcpuMapCpuSamples         = "cpu_samples"
 	OffcpuMapExecMmaps          = "exec_mmaps"
+	OffcpuMapIrqWakers          = "irq_wakers"
 	OffcpuMapJavaMethods        = "java_methods"
 	OffcpuMapJavaProcs          = "java_procs"
 	OffcpuMapLastWaker          = "last_waker"
@@ -440,6 +455,7 @@ type OffcpuMapSpecs struct {
 	BlockedUstacks  *ebpf.MapSpec `ebpf:"blocked_ustacks"`
 	CpuSamples      *ebpf.MapSpec `ebpf:"cpu_samples"`
 	ExecMmaps       *ebpf.MapSpec `ebpf:"exec_mmaps"`
+	IrqWakers       *ebpf.MapSpec `ebpf:"irq_wakers"`
 	JavaMethods     *ebpf.MapSpec `ebpf:"java_methods"`
 	JavaProcs       *ebpf.MapSpec `ebpf:"java_procs"`
 	LastWaker       *ebpf.MapSpec `ebpf:"last_waker"`
@@ -523,6 +539,7 @@ type OffcpuMaps struct {
 	BlockedUstacks  *ebpf.Map `ebpf:"blocked_ustacks"`
 	CpuSamples      *ebpf.Map `ebpf:"cpu_samples"`
 	ExecMmaps       *ebpf.Map `ebpf:"exec_mmaps"`
+	IrqWakers       *ebpf.Map `ebpf:"irq_wakers"`
 	JavaMethods     *ebpf.Map `ebpf:"java_methods"`
 	JavaProcs       *ebpf.Map `ebpf:"java_procs"`
 	LastWaker       *ebpf.Map `ebpf:"last_waker"`
@@ -559,6 +576,7 @@ func (m *OffcpuMaps) Close() error {
 		m.BlockedUstacks,
 		m.CpuSamples,
 		m.ExecMmaps,
+		m.IrqWakers,
 		m.JavaMethods,
 		m.JavaProcs,
 		m.LastWaker,

@@ -51,6 +51,7 @@ enum offcpu_stat {
 	STAT_BELOW_VAR,        /* sum of length * (threshold - length) >> 10: the estimate's variance */
 	STAT_WALK_MISSED,      /* chosen, but no program ran at the switch-in to walk: kept without stacks */
 	STAT_WAKER_SKIPPED,    /* wake-ups whose waker stacks were not walked (the wait below the threshold) */
+	STAT_IRQ_WAKES_REUSED, /* interrupt wake-ups that reused a kernel stack (same path fingerprint) */
 	STAT_MAX,
 };
 

@@ -45,6 +45,78 @@ static __always_inline bool in_interrupt_ctx(void *ctx)
 	return (regs->cs & 3) && (s64)regs->orig_ax < 0;
 }
 
+/* Interrupt wakers' kernel stacks, by CPU. Walking a stack from the
+ * interrupt stack costs several microseconds (the unwinder crosses into
+ * the interrupted task's stack), and on a network server the receive
+ * softirq wakes nearly every waiter. A waking from the same depth of the
+ * interrupt stack (ctx's address), interrupting the same thread at the
+ * same syscall and user registers, waking the same thread, reuses the
+ * stack id; one such waking in IRQ_STACK_REUSE walks again, so a path
+ * that shares a fingerprint with another is drawn in proportion to its
+ * share (the counts stay exact, only the stacks are drawn). */
+#define IRQ_WAKER_SLOTS 256
+#define IRQ_STACK_REUSE 128
+struct irq_waker {
+	u64 ctx, ip, sp, nr;
+	u32 cur, target;
+	s64 kstack;
+	u32 uses;
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, IRQ_WAKER_SLOTS + 1); /* the last: scratch */
+	__type(key, u32);
+	__type(value, struct irq_waker);
+} irq_wakers SEC(".maps");
+
+static __always_inline s64 irq_waker_kstack(void *ctx, u32 target)
+{
+	struct task_struct *cur = bpf_get_current_task_btf();
+	u64 ip = 0, sp = 0, nr = ~0ULL;
+	if (!(cur->flags & PF_KTHREAD)) {
+		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(cur);
+		if (regs) {
+			nr = regs->orig_ax;
+			/* Interrupted in user mode (no syscall: ~vector): the
+			 * kernel stack below is the entry alone, whatever the
+			 * user registers. */
+			if ((s64)nr >= 0) {
+				ip = regs->ip;
+				sp = regs->sp;
+			}
+		}
+	}
+	u32 tid = cur->pid;
+	/* The verifier allows no hashing of a pointer: a round trip through
+	 * the map makes the address a number. */
+	u32 slot = IRQ_WAKER_SLOTS;
+	struct irq_waker *c = bpf_map_lookup_elem(&irq_wakers, &slot);
+	if (!c)
+		return get_stack_id(ctx, 0, STAT_WAKER_STACK_LOST);
+	*(volatile u64 *)&c->ctx = (u64)ctx;
+	u64 at = *(volatile u64 *)&c->ctx;
+	slot = (u32)(((at >> 3) ^ target ^ (u64)tid << 16 ^ ip << 7 ^ nr << 40) * 0x9E3779B97F4A7C15ULL >> 56);
+	c = bpf_map_lookup_elem(&irq_wakers, &slot);
+	if (!c)
+		return get_stack_id(ctx, 0, STAT_WAKER_STACK_LOST);
+	if (c->ctx == at && c->cur == tid && c->target == target && c->ip == ip &&
+	    c->sp == sp && c->nr == nr && c->uses < IRQ_STACK_REUSE) {
+		c->uses++;
+		stat_add(STAT_IRQ_WAKES_REUSED, 1);
+		return c->kstack;
+	}
+	s64 id = get_stack_id(ctx, 0, STAT_WAKER_STACK_LOST);
+	c->ctx = id >= 0 ? at : 0;
+	c->cur = tid;
+	c->target = target;
+	c->ip = ip;
+	c->sp = sp;
+	c->nr = nr;
+	c->kstack = id;
+	c->uses = 1;
+	return id;
+}
+
 static __always_inline void count_wakeup(u32 ttgid, u32 ttid, u32 tgen, struct waker_rec *w)
 {
 	struct wake_key k = { .target_tgid = ttgid, .target_tid = ttid, .target_gen = tgen, .waker = *w };
@@ -52,18 +124,20 @@ static __always_inline void count_wakeup(u32 ttgid, u32 ttid, u32 tgen, struct w
 }
 
 /* Fills w with the current (waking) context: an interrupt, or the current
- * thread with its stacks. ws is the waker's own start_rec for reusing its
- * previous stacks when it wakes the same target from the same place. */
+ * thread with its stacks. irq_reuse: an interrupt's kernel stack may be
+ * reused (ctx is on the kernel stack: tp_btf). */
 static __always_inline void waker_context(void *ctx, struct waker_rec *w, bool irq,
-					  struct start_rec *ws, u32 target)
+					  bool irq_reuse, u32 target)
 {
 	w->valid = 1;
 	w->ustack = -1;
-	w->kstack = get_stack_id(ctx, 0, STAT_WAKER_STACK_LOST);
 	if (irq) {
 		w->irq = 1;
+		w->kstack = irq_reuse ? irq_waker_kstack(ctx, target)
+					 : get_stack_id(ctx, 0, STAT_WAKER_STACK_LOST);
 		return;
 	}
+	w->kstack = get_stack_id(ctx, 0, STAT_WAKER_STACK_LOST);
 	u64 id = bpf_get_current_pid_tgid();
 	w->tid = (u32)id;
 	w->tgid = id >> 32;
@@ -141,7 +215,7 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 			w.kstack = ws->w_kstack;
 			stat_add(STAT_WAKES_REUSED, 1);
 		} else {
-			waker_context(ctx, &w, false, ws, ttid);
+			waker_context(ctx, &w, false, false, ttid);
 			ws->w_ip = 0;
 			if ((s64)nr >= 0 && w.ustack >= 0 && w.kstack >= 0) {
 				ws->w_ip = ip;
@@ -156,7 +230,7 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 			}
 		}
 	} else {
-		waker_context(ctx, &w, irq, 0, ttid);
+		waker_context(ctx, &w, irq, reuse_stacks, ttid);
 	}
 	count_wakeup(ttgid, ttid, task_gen(p), &w);
 	if (!ts || !ts->pending)
@@ -180,7 +254,7 @@ int offcpu_waking_tp(struct trace_event_raw_sched_wakeup_template *ctx)
 	u8 flags = BPF_CORE_READ(ctx, ent.flags);
 	bool irq = flags & (TRACE_FLAG_HARDIRQ | TRACE_FLAG_SOFTIRQ | TRACE_FLAG_NMI);
 	struct waker_rec w = {};
-	waker_context(ctx, &w, irq, 0, ttid);
+	waker_context(ctx, &w, irq, false, ttid);
 	count_wakeup(0, ttid, 0, &w);
 	bpf_map_update_elem(&last_waker, &ttid, &w, BPF_ANY);
 	return 0;

@@ -407,6 +407,25 @@ func TestWakeups(t *testing.T) {
 			t.Errorf("%d of %d timer wake-ups attributed to [interrupt]", irq, n)
 		}
 	})
+	t.Run("net-rx", func(t *testing.T) {
+		// Each write wakes the reader from the loopback's receive softirq
+		// (plus the accept). Their kernel stacks are reused between walks:
+		// the class, read from the stack, must hold for every one.
+		got, samples := wakeupsOf(wp, tids["wl-tcp-reader"], "net-rx")
+		var irq int64
+		for _, s := range samples {
+			if th := s.Label[schema.LabelThread][0]; th == "[softirq]" || th == "[interrupt]" {
+				irq += s.Value[0]
+			}
+		}
+		if got < n-2 || got > n+3 || irq != got {
+			t.Errorf("reader's net-rx wake-ups: %d (%d from interrupt context), want %d to %d, all from interrupt context", got, irq, n-2, n+3)
+		}
+		t.Logf("net-rx %d, irq %d, reused %d", got, irq, st.IRQWakesReused)
+		if st.Attach == "tp_btf" && st.IRQWakesReused < n/2 {
+			t.Errorf("interrupt wake-ups with a reused kernel stack: %d, want at least %d", st.IRQWakesReused, n/2)
+		}
+	})
 	if st.Wakeups == 0 || st.WakeupsByClass["eventfd"] == 0 {
 		t.Errorf("stats: %d wake-ups, by class %v", st.Wakeups, st.WakeupsByClass)
 	}

@@ -387,6 +387,7 @@ func (st *Stats) addCounters(o *Stats, sign int) {
 	add(&st.WakeFull, o.WakeFull)
 	add(&st.WakerStackLost, o.WakerStackLost)
 	add(&st.WakesReused, o.WakesReused)
+	add(&st.IRQWakesReused, o.IRQWakesReused)
 	add(&st.CPUFull, o.CPUFull)
 	add(&st.ThreadCPUFull, o.ThreadCPUFull)
 	add(&st.ForkUnwindFull, o.ForkUnwindFull)

@@ -385,6 +385,7 @@ func (s *Session) readStats() error {
 	s.stats.WakeFull = get(bpf.OffcpuOffcpuStatSTAT_WAKE_FULL)
 	s.stats.WakerStackLost = get(bpf.OffcpuOffcpuStatSTAT_WAKER_STACK_LOST)
 	s.stats.WakesReused = get(bpf.OffcpuOffcpuStatSTAT_WAKES_REUSED)
+	s.stats.IRQWakesReused = get(bpf.OffcpuOffcpuStatSTAT_IRQ_WAKES_REUSED)
 	s.stats.CPUFull = get(bpf.OffcpuOffcpuStatSTAT_CPU_FULL)
 	s.stats.ThreadCPUFull = get(bpf.OffcpuOffcpuStatSTAT_THREAD_CPU_FULL)
 	s.stats.ForkUnwindFull = get(bpf.OffcpuOffcpuStatSTAT_FORK_UNWIND_FULL)

@@ -457,6 +457,7 @@ func (d *recording) finishProfile(p *profile.Profile) {
 		fmt.Sprintf("losses: user_stack_lost=%d kernel_stack_lost=%d user_stack_fault=%d agg_full=%d (%v) start_full=%d events_lost=%d wake_full=%d waker_stack_lost=%d switch_missed=%d missed_switch_in_recovered=%d",
 			st.UserStackLost, st.KernelStackLost, st.UserStackFault, st.AggFull, st.AggFullTime, st.StartFull, st.EventsLost, st.WakeFull, st.WakerStackLost, st.SwitchMissed, st.MissedSwitchIn),
 		fmt.Sprintf("stacks_reused=%d wakes_reused=%d (same syscall, argument and user registers as the thread's previous sleep or wake-up)", st.StacksReused, st.WakesReused),
+		fmt.Sprintf("irq_wakes_reused=%d (an interrupt's kernel stack reused for the same interrupt-stack depth, interrupted thread and registers, and woken thread; walked again one in 128)", st.IRQWakesReused),
 		fmt.Sprintf("open_intervals=%d (%v): threads still off-CPU at the end, counted up to the end", st.OpenIntervals, st.OpenTime.Round(time.Microsecond)),
 	)
 	if st.AggMoved > 0 || st.StacksMissing > 0 {

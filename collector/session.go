@@ -135,6 +135,7 @@ type Stats struct {
 	WakeFull       uint64            `json:"wake_full"`        // wake-ups dropped: map full
 	WakerStackLost uint64            `json:"waker_stack_lost"` // waker stacks not stored
 	WakesReused    uint64            `json:"wakes_reused"`     // wake-ups that reused the waker's previous stacks
+	IRQWakesReused uint64            `json:"irq_wakes_reused"` // interrupt wake-ups that reused a kernel stack of the same path
 
 	Warnings []string `json:"warnings"` // problems that cost part of the data, not all of it
 

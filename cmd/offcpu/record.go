@@ -461,6 +461,10 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 	if st.StacksReused > 0 {
 		fmt.Fprintf(w, "stacks reused: %d switch-outs (same syscall and user registers as the thread's last sleep)\n", st.StacksReused)
 	}
+	if st.WakesReused+st.IRQWakesReused > 0 {
+		fmt.Fprintf(w, "waker stacks reused: %d thread wake-ups (same place, same target), %d interrupt wake-ups (same path fingerprint; one in 128 walked again)\n",
+			st.WakesReused, st.IRQWakesReused)
+	}
 	if st.StacksMoved > 0 {
 		fmt.Fprintf(w, "stacks moved from the full stack map to memory while recording: %d (none lost by it)\n", st.StacksMoved)
 	}

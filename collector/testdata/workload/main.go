@@ -122,8 +122,9 @@ const futexWaitPrivate = 0 | 128 // FUTEX_WAIT | FUTEX_PRIVATE_FLAG
 
 // runWake starts pairs of wakers and woken threads: an event loop asleep
 // in epoll_wait on an eventfd that a producer writes while it sleeps; a
-// futex waiter and its releaser; a timer sleeper sharing CPU 0 with a
-// thread that only spins.
+// futex waiter and its releaser; a reader asleep in read on a loopback TCP
+// socket that a writer writes (the receive softirq wakes it); a timer
+// sleeper sharing CPU 0 with a thread that only spins.
 func runWake(run func(string, func())) {
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
 	if err != nil {
@@ -135,6 +136,10 @@ func runWake(run func(string, func())) {
 	run("wl-producer", func() { produceEvents(efd, *rounds) })
 	run("wl-waiter", func() { waitLoop(&word, *rounds) })
 	run("wl-releaser", func() { releaseLoop(&word, *rounds) })
+	ln, port := tcpListen()
+	var readerTID atomic.Int32
+	run("wl-tcp-reader", func() { readerTID.Store(int32(unix.Gettid())); tcpReader(ln, *rounds) })
+	run("wl-tcp-writer", func() { tcpWriter(port, *rounds, &readerTID) })
 	run("wl-sleeper", func() { pinCPU0(); timerSleeps(*rounds); sleeperDone.Store(true) })
 	run("wl-spinner", func() { pinCPU0(); spin(&sleeperDone) })
 }
@@ -222,3 +227,65 @@ func spin(done *atomic.Bool) {
 }
 
 const futexWakePrivate = 1 | 128 // FUTEX_WAKE | FUTEX_PRIVATE_FLAG
+
+func tcpListen() (fd, port int) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		panic(err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		panic(err)
+	}
+	if err := unix.Listen(fd, 1); err != nil {
+		panic(err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		panic(err)
+	}
+	return fd, sa.(*unix.SockaddrInet4).Port
+}
+
+// tcpReader reads one byte a round with a blocking read (not Go's poller:
+// the thread itself sleeps in the socket).
+//
+//go:noinline
+func tcpReader(ln, n int) {
+	c, _, err := unix.Accept4(ln, unix.SOCK_CLOEXEC)
+	if err != nil {
+		panic(err)
+	}
+	defer unix.Close(c)
+	buf := make([]byte, 1)
+	for got := 0; got < n; {
+		k, err := unix.Read(c, buf)
+		if err != nil && err != unix.EINTR {
+			panic(err)
+		}
+		if k > 0 {
+			got += k
+		}
+	}
+}
+
+// tcpWriter writes a byte whenever the reader sleeps, so each write
+// wakes it from the receive path.
+//
+//go:noinline
+func tcpWriter(port, n int, reader *atomic.Int32) {
+	c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		panic(err)
+	}
+	defer unix.Close(c)
+	if err := unix.Connect(c, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		panic(err)
+	}
+	for i := 0; i < n; i++ {
+		for !sleeping(reader.Load()) {
+			time.Sleep(200 * time.Microsecond)
+		}
+		unix.Write(c, []byte{1})
+		time.Sleep(time.Millisecond)
+	}
+}
