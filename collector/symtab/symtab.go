@@ -8,6 +8,7 @@ import (
 	"debug/gosym"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -102,7 +103,8 @@ type File struct {
 	BuildID string           // after Load
 	Err     error            // after Load: why it has no symbols
 	syms    []elfSym
-	gotab   *gosym.Table
+	gofn    *goFuncs     // Go 1.18+: read on lookup
+	gotab   *gosym.Table // older Go
 	// debugDir: where a stripped file's debug file is looked up by build id.
 	debugDir string
 }
@@ -126,6 +128,12 @@ func (f *File) Load() {
 		}
 		f.BuildID = buildID(ef)
 		f.syms = elfSymbols(ef)
+		if f.gofn = openGoFuncs(f.Handle, ef); f.gofn != nil {
+			// Go's own functions are named by its table: keep the ELF
+			// symbols of the rest (a cgo binary's C code) only.
+			lo, hi := f.gofn.textRange()
+			f.syms = slices.Clone(slices.DeleteFunc(f.syms, func(s elfSym) bool { return s.addr >= lo && s.addr < hi }))
+		}
 		if len(f.syms) == 0 || !hasSection(ef, ".symtab") {
 			// Stripped: a separate debug file may exist, found by build id.
 			if dbg := debugFileFor(f.debugDir, f.BuildID); dbg != nil {
@@ -133,7 +141,9 @@ func (f *File) Load() {
 				sortSyms(f.syms)
 			}
 		}
-		f.gotab = GoTable(ef)
+		if f.gofn == nil {
+			f.gotab = GoTable(ef)
+		}
 		// A stripped executable still says where _start is: its entry
 		// point, the outermost frame of the main thread.
 		if ef.Type == elf.ET_EXEC || ef.Type == elf.ET_DYN && ef.Section(".interp") != nil {
@@ -162,6 +172,11 @@ func (f *File) VAddr(off uint64) (uint64, bool) {
 
 // Lookup symbolizes an ELF virtual address.
 func (f *File) Lookup(va uint64) (Frame, bool) {
+	if f.gofn != nil {
+		if fr, ok := f.gofn.lookup(va); ok {
+			return fr, true
+		}
+	}
 	if f.gotab != nil {
 		if file, line, fn := f.gotab.PCToLine(va); fn != nil {
 			return Frame{Func: fn.Name, File: file, Line: int64(line)}, true

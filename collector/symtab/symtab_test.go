@@ -184,3 +184,83 @@ func openSymFile(path string) (*File, error) {
 	sf.Load()
 	return sf, sf.Err
 }
+
+// The in-place table names every address of every function as debug/gosym
+// does: entries, interiors and last instructions, and nothing outside.
+// Binaries: the workload, a program built by Go 1.19 (the Go 1.18 layout)
+// where /usr/lib/go-1.19 exists, and OFFCPU_GO_BINARY (a real server).
+func TestGoFuncsMatchGosym(t *testing.T) {
+	dir := t.TempDir()
+	bins := []string{filepath.Join(dir, "wl")}
+	build(t, "go", "build", "-o", bins[0], "../testdata/workload")
+	if old := "/usr/lib/go-1.19/bin/go"; fileExists(old) {
+		src := filepath.Join(dir, "old")
+		os.MkdirAll(src, 0o755)
+		os.WriteFile(filepath.Join(src, "go.mod"), []byte("module old\ngo 1.19\n"), 0o644)
+		os.WriteFile(filepath.Join(src, "main.go"), []byte("package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"old\") }\n"), 0o644)
+		cmd := exec.Command(old, "build", "-o", filepath.Join(dir, "old.bin"), ".")
+		cmd.Dir, cmd.Env = src, append(os.Environ(), "GOTOOLCHAIN=local", "GOFLAGS=-mod=mod")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go 1.19 build: %v\n%s", err, out)
+		}
+		bins = append(bins, filepath.Join(dir, "old.bin"))
+	}
+	if p := os.Getenv("OFFCPU_GO_BINARY"); p != "" {
+		bins = append(bins, p)
+	}
+	for _, bin := range bins {
+		t.Run(filepath.Base(bin), func(t *testing.T) { matchGosym(t, bin) })
+	}
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func matchGosym(t *testing.T, bin string) {
+	fh, err := os.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	ef, err := elf.NewFile(fh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := openGoFuncs(fh, ef)
+	if g == nil {
+		t.Fatal("no Go 1.18+ function table found")
+	}
+	tab := GoTable(ef)
+	if len(tab.Funcs) != g.nfunc {
+		t.Errorf("%d functions, gosym has %d", g.nfunc, len(tab.Funcs))
+	}
+	checked := 0
+	for i, fn := range tab.Funcs {
+		field, err := g.funcFields(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pc := range []uint64{fn.Entry, fn.Entry + (fn.End-fn.Entry)/2, fn.End - 1} {
+			file, line, want := tab.PCToLine(pc)
+			line = max(line, 0) // unknown: 0 here, -1 there
+			// No table (cgo's C wrappers): gosym decodes whatever offset 0 holds.
+			if field(5) == 0 {
+				file = ""
+			}
+			if field(6) == 0 {
+				line = 0
+			}
+			got, ok := g.lookup(pc)
+			if !ok || want == nil || got.Func != want.Name || got.File != file || got.Line != int64(line) {
+				t.Fatalf("pc %#x: %+v, %v; gosym: %s %s:%d", pc, got, ok, want.Name, file, line)
+			}
+			checked++
+		}
+	}
+	last := tab.Funcs[len(tab.Funcs)-1]
+	for _, pc := range []uint64{tab.Funcs[0].Entry - 1, last.End} {
+		if fr, ok := g.lookup(pc); ok {
+			t.Errorf("pc %#x outside the table named %+v", pc, fr)
+		}
+	}
+	t.Logf("%d addresses of %d functions named alike", checked, len(tab.Funcs))
+}

@@ -1,0 +1,195 @@
+package symtab
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"io"
+	"sort"
+)
+
+// goFuncs reads a Go 1.18+ executable's function table (.gopclntab) from
+// the file: the entry table is held (8 bytes a function), the name, file
+// and line of a function are read when an address in it is looked up.
+// debug/gosym decodes every function up front (about 15 MB for a large
+// binary, held for the whole profile build); mapping the section instead
+// put every page a lookup touched in the recorder's RSS. The layout is
+// the one debug/gosym and the runtime's symtab.go read.
+type goFuncs struct {
+	r         io.ReaderAt // the section
+	quantum   uint64
+	nfunc     int
+	textStart uint64
+	// Offsets in the section.
+	funcnames, cutab, filetab, pctab, functab int64
+	entries                                   []uint32 // {entry offset, _func offset} × nfunc+1
+}
+
+// openGoFuncs reads f's .gopclntab header and entry table; nil when the
+// file has none, or one of a layout older than Go 1.18 (debug/gosym reads
+// those).
+func openGoFuncs(file io.ReaderAt, ef *elf.File) *goFuncs {
+	sec, text := ef.Section(".gopclntab"), ef.Section(".text")
+	if sec == nil || text == nil || sec.Type == elf.SHT_NOBITS || sec.Size < 64 || ef.ByteOrder != binary.LittleEndian {
+		return nil
+	}
+	g := &goFuncs{r: io.NewSectionReader(file, int64(sec.Offset), int64(sec.Size))}
+	hdr := make([]byte, 72)
+	if _, err := g.r.ReadAt(hdr, 0); err != nil || !g.parse(hdr, text.Addr, int64(sec.Size)) {
+		return nil
+	}
+	raw := make([]byte, (g.nfunc+1)*8)
+	if _, err := g.r.ReadAt(raw, g.functab); err != nil {
+		return nil
+	}
+	g.entries = make([]uint32, 2*(g.nfunc+1))
+	for i := range g.entries {
+		g.entries[i] = binary.LittleEndian.Uint32(raw[4*i:])
+	}
+	return g
+}
+
+// parse reads the header (runtime.pcHeader): magic, two pad bytes, the
+// instruction quantum, the pointer size, then eight pointer-sized words.
+func (g *goFuncs) parse(d []byte, text uint64, size int64) bool {
+	if m := binary.LittleEndian.Uint32(d); (m != 0xfffffff0 && m != 0xfffffff1) || d[4] != 0 || d[5] != 0 || d[7] != 8 {
+		return false
+	}
+	word := func(i int) uint64 { return binary.LittleEndian.Uint64(d[8+8*i:]) }
+	g.quantum, g.nfunc = uint64(d[6]), int(word(0))
+	g.textStart = goTextStart(d, text)
+	off := func(i int) int64 {
+		if o := word(i); o < uint64(size) {
+			return int64(o)
+		}
+		return -1
+	}
+	g.funcnames, g.cutab, g.filetab, g.pctab, g.functab = off(3), off(4), off(5), off(6), off(7)
+	return g.quantum > 0 && g.nfunc > 0 && g.nfunc < 1<<24 && g.funcnames >= 0 && g.cutab >= 0 && g.filetab >= 0 &&
+		g.pctab >= 0 && g.functab >= 0 && g.functab+int64(g.nfunc+1)*8 <= size
+}
+
+// textRange is the addresses the table covers.
+func (g *goFuncs) textRange() (lo, hi uint64) {
+	return g.textStart, g.textStart + uint64(g.entries[2*g.nfunc])
+}
+
+// lookup names pc (a link-time virtual address): the function holding it,
+// its file and line. ok is false outside the table or where it is
+// unreadable.
+func (g *goFuncs) lookup(pc uint64) (fr Frame, ok bool) {
+	lo, hi := g.textRange()
+	if pc < lo || pc >= hi {
+		return Frame{}, false
+	}
+	off := uint32(pc - g.textStart)
+	i := sort.Search(g.nfunc, func(i int) bool { return g.entries[2*i] > off }) - 1
+	if i < 0 {
+		return Frame{}, false
+	}
+	field, err := g.funcFields(i)
+	if err != nil {
+		return Frame{}, false
+	}
+	fentry := g.textStart + uint64(field(0))
+	if fr.Func, err = g.cstring(g.funcnames + int64(field(1))); err != nil {
+		return Frame{}, false
+	}
+	if line := g.pcvalue(field(6), fentry, pc); line >= 0 {
+		fr.Line = int64(line)
+	}
+	if fno := g.pcvalue(field(5), fentry, pc); fno >= 0 {
+		var b [4]byte
+		if _, err := g.r.ReadAt(b[:], g.cutab+(int64(field(8))+int64(fno))*4); err == nil {
+			if fnoff := binary.LittleEndian.Uint32(b[:]); fnoff != ^uint32(0) {
+				fr.File, _ = g.cstring(g.filetab + int64(fnoff))
+			}
+		}
+	}
+	return fr, true
+}
+
+// funcFields reads function i's runtime._func: field 0 entry offset, 1
+// name offset, 5 pcfile, 6 pcln, 8 compilation unit.
+func (g *goFuncs) funcFields(i int) (func(n int) uint32, error) {
+	var fn [40]byte
+	if _, err := g.r.ReadAt(fn[:], g.functab+int64(g.entries[2*i+1])); err != nil {
+		return nil, err
+	}
+	return func(n int) uint32 { return binary.LittleEndian.Uint32(fn[4*n:]) }, nil
+}
+
+// pcvalue decodes a pc-value table from entry up to pc: pairs of varints,
+// a zig-zag value delta and a pc delta in quanta, ended by a zero delta.
+// Offset 0 is no table (the runtime's rule; debug/gosym decodes whatever
+// is there).
+func (g *goFuncs) pcvalue(off uint32, entry, pc uint64) int32 {
+	if off == 0 {
+		return -1
+	}
+	r := &chunkReader{r: g.r, off: g.pctab + int64(off)}
+	val, at := int32(-1), entry
+	for first := true; ; first = false {
+		uv, err := binary.ReadUvarint(r)
+		if err != nil || uv == 0 && !first {
+			return -1
+		}
+		if uv&1 != 0 {
+			uv = ^(uv >> 1)
+		} else {
+			uv >>= 1
+		}
+		val += int32(uv)
+		d, err := binary.ReadUvarint(r)
+		if err != nil {
+			return -1
+		}
+		at += d * g.quantum
+		if pc < at {
+			return val
+		}
+	}
+}
+
+// cstring reads a NUL-terminated string at off.
+func (g *goFuncs) cstring(off int64) (string, error) {
+	var out []byte
+	buf := make([]byte, 128)
+	for len(out) < 1<<16 {
+		n, err := g.r.ReadAt(buf, off)
+		if i := bytes.IndexByte(buf[:n], 0); i >= 0 {
+			return string(append(out, buf[:i]...)), nil
+		}
+		if err != nil {
+			return "", err
+		}
+		out = append(out, buf[:n]...)
+		off += int64(n)
+	}
+	return "", io.ErrUnexpectedEOF
+}
+
+// chunkReader reads bytes from r at off onwards, 64 at a time.
+type chunkReader struct {
+	r    io.ReaderAt
+	off  int64
+	buf  [64]byte
+	i, n int
+}
+
+func (c *chunkReader) ReadByte() (byte, error) {
+	if c.i == c.n {
+		n, err := c.r.ReadAt(c.buf[:], c.off)
+		if n == 0 {
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, err
+		}
+		c.off += int64(n)
+		c.i, c.n = 0, n
+	}
+	b := c.buf[c.i]
+	c.i++
+	return b, nil
+}
