@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -197,5 +198,35 @@ func TestFoldExitedProcesses(t *testing.T) {
 	d.exitedDetail = -1
 	if p, _, _, err = d.profiles(sym); err != nil || len(p.Sample) != 100 {
 		t.Errorf("with every exited process kept: %d samples (err %v), want 100", len(p.Sample), err)
+	}
+}
+
+// Samples with equal labels share one label map; folding a sample later
+// changes neither the shared maps nor the samples already added.
+func TestSampleMergerSharesLabels(t *testing.T) {
+	p := &profile.Profile{}
+	m := newSampleMerger(p)
+	loc := &profile.Location{ID: 1}
+	mk := func(tid int64) *profile.Sample {
+		return &profile.Sample{Location: []*profile.Location{loc}, Value: []int64{1},
+			Label:    map[string][]string{schema.LabelThread: {"w"}, schema.LabelState: {"S"}},
+			NumLabel: map[string][]int64{schema.LabelTID: {tid}}}
+	}
+	a, b, c, f := mk(1), mk(1), mk(2), mk(3)
+	for _, s := range []*profile.Sample{a, b, c} {
+		m.add(s, false)
+	}
+	m.add(f, true)
+	if reflect.ValueOf(a.Label).Pointer() != reflect.ValueOf(b.Label).Pointer() || reflect.ValueOf(a.Label).Pointer() != reflect.ValueOf(c.Label).Pointer() {
+		t.Error("equal string labels not shared")
+	}
+	if reflect.ValueOf(a.NumLabel).Pointer() != reflect.ValueOf(b.NumLabel).Pointer() || reflect.ValueOf(a.NumLabel).Pointer() == reflect.ValueOf(c.NumLabel).Pointer() {
+		t.Error("numeric labels: want shared for tid 1, apart for tid 2")
+	}
+	if _, ok := a.Label[schema.LabelFolded]; ok || f.Label[schema.LabelFolded] == nil || f.NumLabel != nil {
+		t.Errorf("folding: kept sample labels %v, folded %v %v", a.Label, f.Label, f.NumLabel)
+	}
+	if len(p.Sample) != 4 {
+		t.Errorf("%d samples, want 4", len(p.Sample))
 	}
 }

@@ -149,6 +149,11 @@ func (s *Session) drain(final bool) (*recording, error) {
 	if s.cont != nil {
 		err = s.cont.takeAgg(take)
 	} else {
+		// Sized once: keys are only added while recording, and the
+		// records are most of what a recording holds at the end.
+		if n, err := statSum(s.coll.Maps[bpf.OffcpuMapStats], bpf.OffcpuOffcpuStatSTAT_AGG_STORED); err == nil && n < 1<<24 {
+			d.records = make([]record, 0, n+n/16+64)
+		}
 		err = eachEntry(s.coll.Maps[bpf.OffcpuMapOffcpu], take)
 	}
 	if err != nil {

@@ -66,21 +66,26 @@ func (d *recording) folds(tgid uint32, w waker) bool {
 }
 
 // sampleMerger adds samples to a profile, merging a folded one into an
-// earlier folded sample with the same locations and labels.
+// earlier folded sample with the same locations and labels. Samples with
+// equal labels share one label map (two maps were most of a sample's
+// memory; nothing changes a built sample's labels one sample at a time).
 type sampleMerger struct {
-	p   *profile.Profile
-	at  map[string]*profile.Sample
-	key strings.Builder
+	p      *profile.Profile
+	at     map[string]*profile.Sample
+	key    strings.Builder
+	labels map[string]map[string][]string
+	nums   map[string]map[string][]int64
 }
 
 func newSampleMerger(p *profile.Profile) *sampleMerger {
-	return &sampleMerger{p: p, at: map[string]*profile.Sample{}}
+	return &sampleMerger{p: p, at: map[string]*profile.Sample{}, labels: map[string]map[string][]string{}, nums: map[string]map[string][]int64{}}
 }
 
 // add appends smp, or with fold drops its numeric labels (pids and tids),
 // marks it folded and adds its values to its twin's.
 func (m *sampleMerger) add(smp *profile.Sample, fold bool) {
 	if !fold {
+		m.share(smp)
 		m.p.Sample = append(m.p.Sample, smp)
 		return
 	}
@@ -94,7 +99,40 @@ func (m *sampleMerger) add(smp *profile.Sample, fold bool) {
 		return
 	}
 	m.at[k] = smp
+	m.share(smp)
 	m.p.Sample = append(m.p.Sample, smp)
+}
+
+// share replaces smp's label maps by equal ones already in the profile.
+func (m *sampleMerger) share(smp *profile.Sample) {
+	if smp.Label != nil {
+		m.key.Reset()
+		k := labelKey(&m.key, smp.Label, writeStrings)
+		if l, ok := m.labels[k]; ok {
+			smp.Label = l
+		} else {
+			m.labels[k] = smp.Label
+		}
+	}
+	if smp.NumLabel != nil && len(smp.NumUnit) == 0 {
+		m.key.Reset()
+		k := labelKey(&m.key, smp.NumLabel, writeInts)
+		if l, ok := m.nums[k]; ok {
+			smp.NumLabel = l
+		} else {
+			m.nums[k] = smp.NumLabel
+		}
+	}
+}
+
+// labelKey appends a label map's keys and values, keys in order, to b.
+func labelKey[V any](b *strings.Builder, l map[string]V, values func(*strings.Builder, V)) string {
+	for _, k := range slices.Sorted(maps.Keys(l)) {
+		b.WriteString(k)
+		values(b, l[k])
+		b.WriteByte(1)
+	}
+	return b.String()
 }
 
 // sampleKey is a sample's locations and string labels.
@@ -105,13 +143,19 @@ func (m *sampleMerger) sampleKey(smp *profile.Sample) string {
 		b.WriteString(strconv.FormatUint(l.ID, 36))
 		b.WriteByte(',')
 	}
-	for _, k := range slices.Sorted(maps.Keys(smp.Label)) {
-		b.WriteString(k)
-		for _, v := range smp.Label[k] {
-			b.WriteByte(0)
-			b.WriteString(v)
-		}
-		b.WriteByte(1)
+	return labelKey(b, smp.Label, writeStrings)
+}
+
+func writeStrings(b *strings.Builder, v []string) {
+	for _, s := range v {
+		b.WriteByte(0)
+		b.WriteString(s)
 	}
-	return b.String()
+}
+
+func writeInts(b *strings.Builder, v []int64) {
+	for _, n := range v {
+		b.WriteByte(0)
+		b.WriteString(strconv.FormatInt(n, 36))
+	}
 }
