@@ -3,6 +3,7 @@ package collector
 import (
 	"debug/elf"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"sort"
@@ -236,7 +237,13 @@ func (t *jvmTracker) open(j *jvm) error {
 	if err != nil {
 		return err
 	}
-	vm, err := hotspot.Open(mem, ef, bias)
+	// process_vm_readv where it works: the code-cache walks cost a third
+	// less than through /proc/PID/mem (BenchmarkCodeCacheWalk).
+	var r io.ReaderAt = mem
+	if remote := (hotspot.Remote{PID: int(j.pid)}); remote.Usable(bias + loads[0].Vaddr) {
+		r = remote
+	}
+	vm, err := hotspot.Open(r, ef, bias)
 	if err != nil {
 		mem.Close()
 		return err
