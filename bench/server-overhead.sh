@@ -4,8 +4,9 @@
 # clients), with no recorder, offcpu record (every interval walked), offcpu
 # record --budget 1%, offcpu record --no-wakeups (what offcputime records:
 # no waker stacks) and libbpf-tools offcputime, each system-wide with
-# user and kernel stacks. Prints requests per second per round and the
-# medians. ROUNDS (default 5), REQUESTS (default 300000). As root.
+# user and kernel stacks. Prints requests per second per round, the
+# medians, and the median of each recorder's ratio to the same round's
+# unprofiled run with its range.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
@@ -49,11 +50,17 @@ for r in $(seq "$ROUNDS"); do
 	done
 done
 echo
-echo "| recorder | requests/s (median of $ROUNDS) | vs none | rounds |"
-echo "|---|---:|---:|---|"
-base=$(echo ${all[none]} | tr ' ' '\n' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+# Paired: each round against the same round's unprofiled run (the load
+# drifts between rounds more than within one).
+echo "| recorder | requests/s (median of $ROUNDS) | vs none | paired: median of rounds (range) | rounds |"
+echo "|---|---:|---:|---:|---|"
+median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+base=$(echo ${all[none]} | median)
 for n in "${names[@]}"; do
 	[ -n "${all[$n]:-}" ] || continue
-	m=$(echo ${all[$n]} | tr ' ' '\n' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-	echo "| $n | $m | $(awk -v m="$m" -v b="$base" 'BEGIN {printf "%+.1f%%", 100 * (m - b) / b}') | ${all[$n]}|"
+	m=$(echo ${all[$n]} | median)
+	ratios=$(paste <(echo ${all[$n]} | tr ' ' '\n') <(echo ${all[none]} | tr ' ' '\n') | awk 'NF == 2 {printf "%.4f ", $1 / $2}')
+	pm=$(echo $ratios | median)
+	range=$(echo $ratios | tr ' ' '\n' | grep . | sort -g | awk 'NR == 1 {lo = $1} {hi = $1} END {printf "%+.1f%% to %+.1f%%", 100 * (lo - 1), 100 * (hi - 1)}')
+	echo "| $n | $m | $(awk -v m="$m" -v b="$base" 'BEGIN {printf "%+.1f%%", 100 * (m - b) / b}') | $(awk -v r="$pm" 'BEGIN {printf "%+.1f%%", 100 * (r - 1)}') ($range) | ${all[$n]}|"
 done
