@@ -108,10 +108,17 @@ func BenchmarkBudgetAccuracy(b *testing.B) {
 			pct, float64(a.Below)/wall.Seconds(), 100*a.Cost, a.ThresholdMin, a.ThresholdMax)
 		pace = 50000 // two switches a round
 		_, paced, wall := run(Options{Budget: share})
-		pace = 0
 		p := paced[0].Budget
 		fmt.Printf("--budget %d%% alone, paced at 50,000 rounds/s: %.0f switches/s, the programs used %.2f%% of a CPU, threshold %v to %v\n",
 			pct, float64(p.Below)/wall.Seconds(), 100*p.Cost, p.ThresholdMin, p.ThresholdMax)
+		// Without the wake-up program: what is left is the two per-switch
+		// programs and the walks.
+		_, pacedNW, wall := run(Options{Budget: share, NoWakeups: true})
+		pace = 0
+		nw := pacedNW[0].Budget
+		fmt.Printf("--budget %d%% --no-wakeups, paced the same: %.0f switches/s, the programs used %.2f%% of a CPU, threshold %v to %v\n",
+			pct, float64(nw.Below)/wall.Seconds(), 100*nw.Cost, nw.ThresholdMin, nw.ThresholdMax)
+		b.ReportMetric(100*nw.Cost, "cpu-%-paced-no-wakeups")
 		b.ReportMetric(100*worst, "worst-%")
 		b.ReportMetric(100*a.Cost, "cpu-%")
 		b.ReportMetric(100*p.Cost, "cpu-%-paced")

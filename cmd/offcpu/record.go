@@ -561,6 +561,10 @@ func printBudget(w io.Writer, b *collector.BudgetStats, off time.Duration) {
 			b.Threshold, b.ThresholdMin, b.ThresholdMax, 100*b.Budget, 100*b.Cost)
 	}
 	fmt.Fprintf(w, "walk threshold: %s; every interval at least that long walked\n", how)
+	if b.Budget > 0 && b.Cost > 1.1*b.Budget && b.ThresholdMax >= collector.MaxWalkThreshold {
+		fmt.Fprintf(w, "offcpu: --budget %.2g%% not met (%.2f%%): the threshold reached its cap (%v, so that no longer wait loses its stack), and the programs' fixed cost per switch and wake-up is above the budget at this rate; --no-wakeups drops the wake-up program\n",
+			100*b.Budget, 100*b.Cost, collector.MaxWalkThreshold)
+	}
 	if b.Below == 0 {
 		return
 	}

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/offcpu/offcpu/collector"
 	"github.com/offcpu/offcpu/internal/testenv"
 )
 
@@ -258,5 +260,26 @@ func TestAnalyzeExplain(t *testing.T) {
 	out, err := run(t, "analyze", "--explain", "srv;main;loop;epoll_wait;-;do_epoll_wait")
 	if err != nil || !strings.Contains(out, "counts as idle: event-loop-idle") {
 		t.Errorf("err %v, output:\n%s", err, out)
+	}
+}
+
+// The summary says when --budget was not met because the walks were all
+// cut already, and not otherwise.
+func TestPrintBudgetNotMet(t *testing.T) {
+	for _, c := range []struct {
+		cost, budget float64
+		max          time.Duration
+		want         bool
+	}{
+		{0.03, 0.01, collector.MaxWalkThreshold, true},
+		{0.0105, 0.01, collector.MaxWalkThreshold, false},
+		{0.03, 0.01, 200 * time.Microsecond, false},  // still cutting walks
+		{0.03, 0, collector.MaxWalkThreshold, false}, // a fixed threshold
+	} {
+		var out bytes.Buffer
+		printBudget(&out, &collector.BudgetStats{Budget: c.budget, Cost: c.cost, Threshold: c.max, ThresholdMin: c.max, ThresholdMax: c.max}, time.Second)
+		if got := strings.Contains(out.String(), "not met"); got != c.want {
+			t.Errorf("cost %.3f, budget %.3f, cap %v: warned %v, want %v:\n%s", c.cost, c.budget, c.max, got, c.want, &out)
+		}
 	}
 }
