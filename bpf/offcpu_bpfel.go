@@ -346,6 +346,7 @@ const (
 	OffcpuMapWakeups            = "wakeups"
 	OffcpuMapWalkDue            = "walk_due"
 	OffcpuProgOffcpuCpuSample   = "offcpu_cpu_sample"
+	OffcpuProgOffcpuDlState     = "offcpu_dl_state"
 	OffcpuProgOffcpuExec        = "offcpu_exec"
 	OffcpuProgOffcpuFlushOpen   = "offcpu_flush_open"
 	OffcpuProgOffcpuFork        = "offcpu_fork"
@@ -430,6 +431,7 @@ type OffcpuSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuProgramSpecs struct {
 	OffcpuCpuSample   *ebpf.ProgramSpec `ebpf:"offcpu_cpu_sample"`
+	OffcpuDlState     *ebpf.ProgramSpec `ebpf:"offcpu_dl_state"`
 	OffcpuExec        *ebpf.ProgramSpec `ebpf:"offcpu_exec"`
 	OffcpuFlushOpen   *ebpf.ProgramSpec `ebpf:"offcpu_flush_open"`
 	OffcpuFork        *ebpf.ProgramSpec `ebpf:"offcpu_fork"`
@@ -643,6 +645,7 @@ type OffcpuVariables struct {
 // It can be passed to LoadOffcpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuPrograms struct {
 	OffcpuCpuSample   *ebpf.Program `ebpf:"offcpu_cpu_sample"`
+	OffcpuDlState     *ebpf.Program `ebpf:"offcpu_dl_state"`
 	OffcpuExec        *ebpf.Program `ebpf:"offcpu_exec"`
 	OffcpuFlushOpen   *ebpf.Program `ebpf:"offcpu_flush_open"`
 	OffcpuFork        *ebpf.Program `ebpf:"offcpu_fork"`
@@ -664,6 +667,7 @@ type OffcpuPrograms struct {
 func (p *OffcpuPrograms) Close() error {
 	return _OffcpuClose(
 		p.OffcpuCpuSample,
+		p.OffcpuDlState,
 		p.OffcpuExec,
 		p.OffcpuFlushOpen,
 		p.OffcpuFork,

@@ -276,6 +276,23 @@ static long copy_vma(struct task_struct *task, struct vm_area_struct *vma, struc
 	return 0;
 }
 
+/* Sends p's file-backed executable mappings (Linux 6.7+: the VMA
+ * iterator). */
+static __always_inline void emit_code_maps(struct task_struct *p, u32 tgid)
+{
+	if (!want_maps || !bpf_ksym_exists(bpf_iter_task_vma_new))
+		return;
+	struct bpf_iter_task_vma it;
+	struct vm_area_struct *vma;
+	bpf_iter_task_vma_new(&it, p, 0);
+	while ((vma = bpf_iter_task_vma_next(&it))) {
+		struct file *f = vma->vm_file;
+		if (f && (vma->vm_flags & VM_EXEC))
+			emit_map(tgid | (u64)BPF_RB_NO_WAKEUP << 32, vma->vm_start, vma->vm_end, vma->vm_pgoff, f);
+	}
+	bpf_iter_task_vma_destroy(&it);
+}
+
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(offcpu_fork, struct task_struct *parent, struct task_struct *child)
 {
@@ -331,17 +348,24 @@ int BPF_PROG(offcpu_exec, struct task_struct *p)
 				e->execs = execs;
 		}
 	}
-	if (!want_maps || !bpf_ksym_exists(bpf_iter_task_vma_new))
+	emit_code_maps(p, tgid);
+	return 0;
+}
+
+/* The dynamic loader's debugger hook (_dl_debug_state, the r_debug
+ * protocol's breakpoint), called before and after it maps objects: at
+ * startup, once the needed libraries are mapped, and at each dlopen. A
+ * uprobe there costs nothing between loads; following mmap through the
+ * syscall tracepoints sends every syscall of every task through the
+ * kernel's slow syscall path (about +13 ns each here). */
+SEC("uprobe")
+int offcpu_dl_state(struct pt_regs *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32;
+	if (!is_target(tgid, (u32)id))
 		return 0;
-	struct bpf_iter_task_vma it;
-	struct vm_area_struct *vma;
-	bpf_iter_task_vma_new(&it, p, 0);
-	while ((vma = bpf_iter_task_vma_next(&it))) {
-		struct file *f = vma->vm_file;
-		if (f && (vma->vm_flags & VM_EXEC))
-			emit_map(tgid | (u64)BPF_RB_NO_WAKEUP << 32, vma->vm_start, vma->vm_end, vma->vm_pgoff, f);
-	}
-	bpf_iter_task_vma_destroy(&it);
+	emit_code_maps(bpf_get_current_task_btf(), tgid);
 	return 0;
 }
 

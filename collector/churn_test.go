@@ -127,6 +127,11 @@ func TestProcessChurn(t *testing.T) {
 	}
 	t.Logf("%d processes: %v off-CPU, %.1f%% with a named user frame, %v in nanosleep by their own clocks, %v recorded (%v of it through nap_here); %d stacks moved to memory; procs %d threads %d unwind %d entries left",
 		started, time.Duration(total), 100*float64(named)/float64(max(total, 1)), truth, time.Duration(slept), time.Duration(inNap), st.StacksMoved, procsLeft, threadsLeft, unwindLeft)
+	// Libraries are followed by the loader's hook, not the mmap syscall
+	// tracepoints (which slow every syscall of every task).
+	if st.Attach == "tp_btf" && st.CodeMaps != "loader" {
+		t.Errorf("code mappings followed by %q, want the loader hook", st.CodeMaps)
+	}
 	if total == 0 || float64(named) < 0.95*float64(total) {
 		t.Errorf("%v of the short-lived processes' %v off-CPU time has a named user frame, want >= 95%%", time.Duration(named), time.Duration(total))
 	}

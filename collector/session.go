@@ -85,7 +85,12 @@ type Session struct {
 
 // Stats describes a finished recording, losses included.
 type Stats struct {
-	Attach    string        `json:"attach"`      // "tp_btf" or "tracepoint"
+	Attach string `json:"attach"` // "tp_btf" or "tracepoint"
+	// CodeMaps: how libraries mapped while recording become known:
+	// "loader" (a uprobe on the dynamic loader's hook), "mmap" (the mmap
+	// syscall tracepoints: every syscall then takes the slow path), or ""
+	// (re-read from /proc only).
+	CodeMaps  string        `json:"code_maps"`
 	Duration  time.Duration `json:"duration_ns"` // wall time recorded
 	Intervals uint64        `json:"intervals"`   // off-CPU intervals aggregated
 	OffCPU    time.Duration `json:"off_cpu_ns"`  // their total
@@ -512,6 +517,9 @@ func (s *Session) spec(cgroupID uint64, btfMode bool) (*ebpf.CollectionSpec, err
 	if !o.deferred() || !btfMode {
 		delete(spec.Programs, bpf.OffcpuProgOffcpuSwitchedIn)
 	}
+	if !s.kernelMaps {
+		delete(spec.Programs, bpf.OffcpuProgOffcpuDlState)
+	}
 	if btfMode {
 		for _, p := range tpProgs {
 			delete(spec.Programs, p)
@@ -680,11 +688,16 @@ func (s *Session) attachTracepoints() error {
 	return nil
 }
 
-// attachMmap follows executable mmaps of the targets so that a library's
-// unwind table is loaded and its mapping known as soon as the dynamic
-// loader maps it. Optional: without syscall tracepoints, mappings are
-// re-read on a timer only.
+// attachMmap follows the code the targets map so that a library's unwind
+// table is loaded and its mapping known as soon as the dynamic loader
+// maps it: by a uprobe on the loader's debugger hook where the kernel
+// walks mappings (attachLoaders), else by the mmap syscall tracepoints.
+// Optional: without either, mappings are re-read on a timer only.
 func (s *Session) attachMmap() bool {
+	if s.attachLoaders() {
+		s.stats.CodeMaps = "loader"
+		return true
+	}
 	enter, exit := s.coll.Programs[bpf.OffcpuProgOffcpuMmapEnter], s.coll.Programs[bpf.OffcpuProgOffcpuMmapExit]
 	if enter == nil || exit == nil || ensureTracefs() != nil {
 		return false
@@ -699,6 +712,7 @@ func (s *Session) attachMmap() bool {
 		return false
 	}
 	s.links = append(s.links, le, lx)
+	s.stats.CodeMaps = "mmap"
 	return true
 }
 
@@ -993,7 +1007,7 @@ func (s *Session) stopContinuous() {
 	}
 	kept := s.stats
 	s.stats = s.cont.total
-	s.stats.Attach, s.stats.Warnings, s.stats.Programs = kept.Attach, kept.Warnings, kept.Programs
+	s.stats.Attach, s.stats.CodeMaps, s.stats.Warnings, s.stats.Programs = kept.Attach, kept.CodeMaps, kept.Warnings, kept.Programs
 	s.stats.Duration = kept.Duration
 }
 
