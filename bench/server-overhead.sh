@@ -6,7 +6,8 @@
 # no waker stacks) and libbpf-tools offcputime, each system-wide with
 # user and kernel stacks. Prints requests per second per round, the
 # medians, and the median of each recorder's ratio to the same round's
-# unprofiled run with its range.
+# unprofiled run with its range. ROUNDS (default 5), REQUESTS (default
+# 300000). As root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
