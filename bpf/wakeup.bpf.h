@@ -106,14 +106,8 @@ static __always_inline s64 irq_waker_kstack(void *ctx, u32 target)
 		return c->kstack;
 	}
 	s64 id = get_stack_id(ctx, 0, STAT_WAKER_STACK_LOST);
-	c->ctx = id >= 0 ? at : 0;
-	c->cur = tid;
-	c->target = target;
-	c->ip = ip;
-	c->sp = sp;
-	c->nr = nr;
-	c->kstack = id;
-	c->uses = 1;
+	*c = (struct irq_waker){ .ctx = id >= 0 ? at : 0, .ip = ip, .sp = sp, .nr = nr,
+				 .cur = tid, .target = target, .kstack = id, .uses = 1 };
 	return id;
 }
 

@@ -106,23 +106,22 @@ func (m *sampleMerger) add(smp *profile.Sample, fold bool) {
 // share replaces smp's label maps by equal ones already in the profile.
 func (m *sampleMerger) share(smp *profile.Sample) {
 	if smp.Label != nil {
-		m.key.Reset()
-		k := labelKey(&m.key, smp.Label, writeStrings)
-		if l, ok := m.labels[k]; ok {
-			smp.Label = l
-		} else {
-			m.labels[k] = smp.Label
-		}
+		smp.Label = shared(m.labels, &m.key, smp.Label, writeStrings)
 	}
 	if smp.NumLabel != nil && len(smp.NumUnit) == 0 {
-		m.key.Reset()
-		k := labelKey(&m.key, smp.NumLabel, writeInts)
-		if l, ok := m.nums[k]; ok {
-			smp.NumLabel = l
-		} else {
-			m.nums[k] = smp.NumLabel
-		}
+		smp.NumLabel = shared(m.nums, &m.key, smp.NumLabel, writeInts)
 	}
+}
+
+// shared returns the map in pool equal to l, adding l when there is none.
+func shared[V any](pool map[string]map[string]V, b *strings.Builder, l map[string]V, values func(*strings.Builder, V)) map[string]V {
+	b.Reset()
+	k := labelKey(b, l, values)
+	if s, ok := pool[k]; ok {
+		return s
+	}
+	pool[k] = l
+	return l
 }
 
 // labelKey appends a label map's keys and values, keys in order, to b.
