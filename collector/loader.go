@@ -13,9 +13,9 @@ import (
 	"github.com/offcpu/offcpu/bpf"
 )
 
-// loaderHook is the dynamic loader's debugger hook: glibc's and musl's
-// loaders call it before and after they map objects (the r_debug
-// protocol debuggers use).
+// loaderHook is the dynamic loader's debugger hook: glibc's loader calls
+// it before and after it maps objects (the r_debug protocol debuggers
+// use). A loader without it is not hooked.
 const loaderHook = "_dl_debug_state"
 
 // attachLoaders puts a uprobe on the hook of every dynamic loader the
