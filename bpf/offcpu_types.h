@@ -99,7 +99,9 @@ struct vm_area_struct {
 	struct file *vm_file;
 } __attribute__((preserve_access_index));
 
-struct mm_struct;
+struct mm_struct {
+	struct file *exe_file;
+} __attribute__((preserve_access_index));
 
 /* Open-coded VMA iterator (kfuncs, Linux 6.7+). */
 struct bpf_iter_task_vma {

@@ -277,18 +277,25 @@ static long copy_vma(struct task_struct *task, struct vm_area_struct *vma, struc
 }
 
 /* Sends p's file-backed executable mappings (Linux 6.7+: the VMA
- * iterator). */
-static __always_inline void emit_code_maps(struct task_struct *p, u32 tgid)
+ * iterator), but for the program's own file and the mapping holding skip
+ * (the loader, already sent at exec) when from_loader. */
+static __always_inline void emit_code_maps(struct task_struct *p, u32 tgid, bool from_loader, u64 skip)
 {
 	if (!want_maps || !bpf_ksym_exists(bpf_iter_task_vma_new))
 		return;
+	struct inode *exe = 0;
+	if (from_loader && p->mm && p->mm->exe_file)
+		exe = p->mm->exe_file->f_inode;
 	struct bpf_iter_task_vma it;
 	struct vm_area_struct *vma;
 	bpf_iter_task_vma_new(&it, p, 0);
 	while ((vma = bpf_iter_task_vma_next(&it))) {
 		struct file *f = vma->vm_file;
-		if (f && (vma->vm_flags & VM_EXEC))
-			emit_map(tgid | (u64)BPF_RB_NO_WAKEUP << 32, vma->vm_start, vma->vm_end, vma->vm_pgoff, f);
+		if (!f || !(vma->vm_flags & VM_EXEC))
+			continue;
+		if (from_loader && (f->f_inode == exe || (skip >= vma->vm_start && skip < vma->vm_end)))
+			continue;
+		emit_map(tgid | (u64)BPF_RB_NO_WAKEUP << 32, vma->vm_start, vma->vm_end, vma->vm_pgoff, f);
 	}
 	bpf_iter_task_vma_destroy(&it);
 }
@@ -348,7 +355,7 @@ int BPF_PROG(offcpu_exec, struct task_struct *p)
 				e->execs = execs;
 		}
 	}
-	emit_code_maps(p, tgid);
+	emit_code_maps(p, tgid, false, 0);
 	return 0;
 }
 
@@ -365,7 +372,9 @@ int offcpu_dl_state(struct pt_regs *ctx)
 	u32 tgid = id >> 32;
 	if (!is_target(tgid, (u32)id))
 		return 0;
-	emit_code_maps(bpf_get_current_task_btf(), tgid);
+	/* It is called before the objects are mapped too: what the exec
+	 * program sent (the program and the loader) is not sent again. */
+	emit_code_maps(bpf_get_current_task_btf(), tgid, true, ctx->ip);
 	return 0;
 }
 
