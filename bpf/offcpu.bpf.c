@@ -198,14 +198,14 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 		} else if (!s->counting && target_task(next)) {
 			/* No switch seen, blocked since before the start (the record
 			 * is a waker's stack cache): as below. */
-			account_prestart(next, STATE_UNKNOWN, 0, queued_now(next, rq_clock_of(next)));
+			account_prestart(next, STATE_UNKNOWN, 0, prestart_runq(next));
 		}
 		switched_in(s, next, now);
 	} else if (target_task(next)) {
 		/* First switch-in, no switch-out seen: off-CPU since before
 		 * the start, waiting for a CPU since its enqueue. The record
 		 * created here marks it counted. */
-		account_prestart(next, STATE_UNKNOWN, 0, queued_now(next, rq_clock_of(next)));
+		account_prestart(next, STATE_UNKNOWN, 0, prestart_runq(next));
 		s = bpf_task_storage_get(&task_starts, next, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (s)
 			switched_in(s, next, now);
@@ -416,12 +416,15 @@ SEC("iter.s/task")
 int offcpu_snap_blocked(struct bpf_iter__task *ctx)
 {
 	struct task_struct *task = ctx->task;
-	if (!task || !task->pid || !want_user_stacks)
-		return 0;
-	if ((task->flags & PF_KTHREAD) || (task->__state == 0 && task->on_cpu))
-		return 0; /* kernel thread, or running */
+	if (!task || !task->pid || (task->__state == 0 && task->on_cpu))
+		return 0; /* running */
 	u32 tid = task->pid;
 	if (!is_target(task->tgid, tid))
+		return 0;
+	/* Its run-queue time so far (the first run: kept at the end). */
+	u64 rd = task->sched_info.run_delay;
+	bpf_map_update_elem(&blocked_rd, &tid, &rd, BPF_NOEXIST);
+	if (!want_user_stacks || (task->flags & PF_KTHREAD))
 		return 0;
 	s64 id = task_user_stack_id(task);
 	if (id >= 0)

@@ -312,6 +312,7 @@ type OffcpuWakerRec struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	OffcpuMapBlockedRd          = "blocked_rd"
 	OffcpuMapBlockedUstacks     = "blocked_ustacks"
 	OffcpuMapCpuSamples         = "cpu_samples"
 	OffcpuMapExecMmaps          = "exec_mmaps"
@@ -454,6 +455,7 @@ type OffcpuProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuMapSpecs struct {
+	BlockedRd       *ebpf.MapSpec `ebpf:"blocked_rd"`
 	BlockedUstacks  *ebpf.MapSpec `ebpf:"blocked_ustacks"`
 	CpuSamples      *ebpf.MapSpec `ebpf:"cpu_samples"`
 	ExecMmaps       *ebpf.MapSpec `ebpf:"exec_mmaps"`
@@ -538,6 +540,7 @@ func (o *OffcpuObjects) Close() error {
 //
 // It can be passed to LoadOffcpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuMaps struct {
+	BlockedRd       *ebpf.Map `ebpf:"blocked_rd"`
 	BlockedUstacks  *ebpf.Map `ebpf:"blocked_ustacks"`
 	CpuSamples      *ebpf.Map `ebpf:"cpu_samples"`
 	ExecMmaps       *ebpf.Map `ebpf:"exec_mmaps"`
@@ -575,6 +578,7 @@ type OffcpuMaps struct {
 
 func (m *OffcpuMaps) Close() error {
 	return _OffcpuClose(
+		m.BlockedRd,
 		m.BlockedUstacks,
 		m.CpuSamples,
 		m.ExecMmaps,

@@ -156,6 +156,17 @@ struct {
 	__type(value, s64);
 } blocked_ustacks SEC(".maps");
 
+/* Key: tid. Value: sched_info.run_delay of a thread not running when
+ * recording started, read by offcpu_snap_blocked. Size: --max-threads,
+ * allocated on use. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, u64);
+} blocked_rd SEC(".maps");
+
 /* Key: thread_key. Value: thread_cpu, the thread's exact on-CPU time in
  * the window. Written at a thread's last switch-out (tp_btf) and by
  * offcpu_flush_open for the threads alive at the end; drained by user
@@ -564,6 +575,17 @@ static __always_inline void recover_missed_in(u32 tid, struct start_rec *s, u64 
 
 /* Accounts a thread blocked since before the start of the window, with its
  * kernel stack; whole: it is still blocked at the end. */
+/* The wait for a CPU at the first switch-in of a thread blocked since
+ * before the start: since its enqueue, and what the scheduler added to
+ * run_delay since the start (the wait cut by a migration). */
+static __always_inline u64 prestart_runq(struct task_struct *t)
+{
+	u32 tid = t->pid;
+	u64 *rd = bpf_map_lookup_elem(&blocked_rd, &tid);
+	u64 now = t->sched_info.run_delay, gained = rd && now > *rd ? now - *rd : 0;
+	return gained + queued_now(t, rq_clock_of(t));
+}
+
 static __always_inline void account_prestart(struct task_struct *t, u32 state, u32 whole, u64 runq)
 {
 	u64 start = rec_start_ns, now = window_now();

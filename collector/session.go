@@ -556,6 +556,7 @@ func sizeMaps(spec *ebpf.CollectionSpec, o Options) {
 	spec.Maps[bpf.OffcpuMapCpuSamples].MaxEntries = uint32(o.AggEntries)
 	spec.Maps[bpf.OffcpuMapLastWaker].MaxEntries = uint32(o.MaxThreads)
 	spec.Maps[bpf.OffcpuMapBlockedUstacks].MaxEntries = uint32(o.MaxThreads)
+	spec.Maps[bpf.OffcpuMapBlockedRd].MaxEntries = uint32(o.MaxThreads)
 	if !o.FramePointersOnly {
 		spec.Maps[bpf.OffcpuMapUnwindRows].MaxEntries = uint32(o.UnwindRows)
 		spec.Maps[bpf.OffcpuMapUnwindProcs].MaxEntries = MaxUnwindProcs
