@@ -573,8 +573,6 @@ static __always_inline void recover_missed_in(u32 tid, struct start_rec *s, u64 
 	s->waker.valid = 0;
 }
 
-/* Accounts a thread blocked since before the start of the window, with its
- * kernel stack; whole: it is still blocked at the end. */
 /* The wait for a CPU at the first switch-in of a thread blocked since
  * before the start: since its enqueue, and what the scheduler added to
  * run_delay since the start (the wait cut by a migration). */
@@ -586,6 +584,8 @@ static __always_inline u64 prestart_runq(struct task_struct *t)
 	return gained + queued_now(t, rq_clock_of(t));
 }
 
+/* Accounts a thread blocked since before the start of the window, with its
+ * kernel stack; whole: it is still blocked at the end. */
 static __always_inline void account_prestart(struct task_struct *t, u32 state, u32 whole, u64 runq)
 {
 	u64 start = rec_start_ns, now = window_now();

@@ -597,7 +597,8 @@ func (iv *Interval) String() string {
 
 // heldStacks returns the stack ids live threads hold outside the
 // aggregation maps: their pending interval's, the ones they may reuse,
-// their waker's, their past waits' and those walked at the start.
+// their waker's, their past waits', those walked at the start, and the
+// interrupt wakers' stacks the CPUs may reuse.
 func (s *Session) heldStacks() (map[int64]bool, error) {
 	held := map[int64]bool{}
 	add := func(ids ...int64) {
@@ -634,6 +635,20 @@ func (s *Session) heldStacks() (map[int64]bool, error) {
 		it := m.Iterate()
 		for it.Next(&tid, &id) {
 			add(id)
+		}
+		if err := it.Err(); err != nil {
+			return nil, err
+		}
+	}
+	// The interrupt wakers' kernel stacks each CPU may reuse.
+	if m := s.coll.Maps[bpf.OffcpuMapIrqWakers]; m != nil {
+		var slot uint32
+		var per []bpf.OffcpuIrqWaker
+		it := m.Iterate()
+		for it.Next(&slot, &per) {
+			for _, w := range per {
+				add(w.Kstack)
+			}
 		}
 		if err := it.Err(); err != nil {
 			return nil, err

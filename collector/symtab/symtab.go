@@ -128,12 +128,6 @@ func (f *File) Load() {
 		}
 		f.BuildID = buildID(ef)
 		f.syms = elfSymbols(ef)
-		if f.gofn = openGoFuncs(f.Handle, ef); f.gofn != nil {
-			// Go's own functions are named by its table: keep the ELF
-			// symbols of the rest (a cgo binary's C code) only.
-			lo, hi := f.gofn.textRange()
-			f.syms = slices.Clone(slices.DeleteFunc(f.syms, func(s elfSym) bool { return s.addr >= lo && s.addr < hi }))
-		}
 		if len(f.syms) == 0 || !hasSection(ef, ".symtab") {
 			// Stripped: a separate debug file may exist, found by build id.
 			if dbg := debugFileFor(f.debugDir, f.BuildID); dbg != nil {
@@ -141,7 +135,12 @@ func (f *File) Load() {
 				sortSyms(f.syms)
 			}
 		}
-		if f.gofn == nil {
+		if f.gofn = openGoFuncs(f.Handle, ef); f.gofn != nil {
+			// Go's own functions are named by its table: keep the ELF
+			// symbols of the rest (a cgo binary's C code) only.
+			lo, hi := f.gofn.textRange()
+			f.syms = slices.Clone(slices.DeleteFunc(f.syms, func(s elfSym) bool { return s.addr >= lo && s.addr < hi }))
+		} else {
 			f.gotab = GoTable(ef)
 		}
 		// A stripped executable still says where _start is: its entry
