@@ -36,7 +36,7 @@ struct go_offsets {
 	u32 sched_pc;
 	u32 sched_bp;
 	u32 m_curg;
-	u32 pad;
+	u32 gopc; /* the pc of the go statement that created it; 0: not known */
 };
 
 /* A parked goroutine, by its runtime.g's address: every transition has
@@ -47,14 +47,19 @@ struct go_gkey {
 	u64 g;
 };
 
-/* A goroutine between its park and its next run. */
+/* A goroutine between its park and its next run; after the run (run_ns
+ * set) its last wait, which a goroutine it wakes next chains through. */
 struct go_park {
 	u64 goid;
 	u64 park_ns;
 	u64 ready_ns; /* 0: still waiting */
+	u64 run_ns;   /* 0: not run since */
 	u64 stack;
 	u64 waker_stack;
 	u64 waker_goid; /* 0: the scheduler, no goroutine */
+	u64 waker_wait_stack; /* the waker's own last wait, while this one lasted */
+	u64 waker_wait_ns;
+	u64 gopc;
 	u32 reason;
 	u32 tid;       /* the thread it parked on */
 	u32 waker_tid; /* the thread that made it runnable */
@@ -68,12 +73,15 @@ struct go_key {
 	u64 stack;
 	u64 waker_stack;
 	u64 waker_goid;
+	u64 waker_wait_stack;
+	u64 gopc;
 };
 
 struct go_val {
 	u64 count;
-	u64 blocked_ns; /* park to runnable */
-	u64 runq_ns;    /* runnable to running */
+	u64 blocked_ns;    /* park to runnable */
+	u64 runq_ns;       /* runnable to running */
+	u64 waker_wait_ns; /* of blocked_ns, the waker's own wait */
 };
 
 struct go_stack {
@@ -94,6 +102,12 @@ enum go_stat {
 
 /* Read by user space: the number of counters. */
 const volatile enum go_stat go_stat_count = GO_STAT_MAX;
+
+/* The recorded window (bpf_ktime_get_ns clock), written by user space as
+ * the thread programs' are: nothing before the start or after the stop
+ * is counted; waits open at the stop are counted up to it by drain. */
+u64 go_start_ns = 0;
+u64 go_stop_ns = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -147,7 +161,7 @@ struct {
 
 /* runtime.g's first words: stack.hi, m, sched, goid and waitreason (each
  * at a multiple of 8) are read in one go. */
-#define G_BASE_WORDS 32 /* a power of two: indexes are masked */
+#define G_BASE_WORDS 64 /* a power of two: indexes are masked */
 #define G_STACK_HI 8     /* g.stack.hi: the stack is g's first field */
 struct go_gwords {
 	u64 w[G_BASE_WORDS];
@@ -166,8 +180,16 @@ static __always_inline struct go_gwords *go_gread(u64 g, u32 slot)
 	struct go_gwords *b = bpf_map_lookup_elem(&go_gbuf, &slot);
 	if (!b)
 		return 0;
-	if (!g || bpf_probe_read_user(b, sizeof(*b), (void *)g))
-		__builtin_memset(b, 0, sizeof(*b));
+	if (!g)
+		goto none;
+	if (!bpf_probe_read_user(b, sizeof(*b), (void *)g))
+		return b;
+	/* The words past g's fields may be unmapped: the fields alone. */
+	__builtin_memset(b, 0, sizeof(*b));
+	if (!bpf_probe_read_user(b, sizeof(*b) / 2, (void *)g))
+		return b;
+none:
+	__builtin_memset(b, 0, sizeof(*b));
 	return b;
 }
 
@@ -289,10 +311,17 @@ static __always_inline struct go_val *go_waits_entry(void *map, struct go_key *k
 	return bpf_map_lookup_elem(map, k);
 }
 
-static __always_inline void go_aggregate(u32 tgid, u64 goid, struct go_park *p, u64 now)
+/* Counts a wait ended by a run at now, the part of it inside the window. */
+static __always_inline void go_aggregate(u32 tgid, struct go_park *p, u64 now)
 {
-	struct go_key k = { .tgid = tgid, .reason = p->reason, .goid = goid, .stack = p->stack,
-			    .waker_stack = p->waker_stack, .waker_goid = p->waker_goid };
+	u64 start = go_start_ns;
+	if (!start || now <= start)
+		return;
+	u64 park = p->park_ns > start ? p->park_ns : start;
+	u64 ready = p->ready_ns > park ? p->ready_ns : park;
+	struct go_key k = { .tgid = tgid, .reason = p->reason, .goid = p->goid, .stack = p->stack,
+			    .waker_stack = p->waker_stack, .waker_goid = p->waker_goid,
+			    .waker_wait_stack = p->waker_wait_stack, .gopc = p->gopc };
 	struct go_val *v = go_waits_entry(&go_waits, &k);
 	if (!v) {
 		k.goid = GO_MERGED;
@@ -302,9 +331,28 @@ static __always_inline void go_aggregate(u32 tgid, u64 goid, struct go_park *p, 
 		if (!v)
 			return;
 	}
+	u64 ww = p->waker_wait_ns < ready - park ? p->waker_wait_ns : ready - park;
 	__sync_fetch_and_add(&v->count, 1);
-	__sync_fetch_and_add(&v->blocked_ns, p->ready_ns - p->park_ns);
-	__sync_fetch_and_add(&v->runq_ns, now - p->ready_ns);
+	__sync_fetch_and_add(&v->blocked_ns, ready - park);
+	__sync_fetch_and_add(&v->runq_ns, now - ready);
+	__sync_fetch_and_add(&v->waker_wait_ns, ww);
+}
+
+/* The waker's own wait during p's: its last wait (park to run), if that
+ * ended after p began; chains follow it to what the waker waited for. */
+static __always_inline void go_waker_wait(u32 tgid, u64 waker_g, u64 waker_goid, struct go_park *p)
+{
+	struct go_gkey wk = { .tgid = tgid, .g = waker_g };
+	struct go_park *w = bpf_map_lookup_elem(&go_parked, &wk);
+	p->waker_wait_stack = 0;
+	p->waker_wait_ns = 0;
+	if (!w || w->goid != waker_goid || !w->run_ns)
+		return;
+	u64 from = w->park_ns > p->park_ns ? w->park_ns : p->park_ns;
+	if (w->run_ns <= from)
+		return;
+	p->waker_wait_stack = w->stack;
+	p->waker_wait_ns = w->run_ns - from;
 }
 
 SEC("uprobe/casgstatus")
@@ -313,8 +361,8 @@ int go_casgstatus(struct go_regs *ctx)
 	u64 id = bpf_get_current_pid_tgid();
 	u32 tgid = id >> 32;
 	struct go_offsets *o = bpf_map_lookup_elem(&go_procs, &tgid);
-	if (!o)
-		return 0;
+	if (!o || go_stop_ns)
+		return 0; /* not a target, or the window closed: drain counts what is open */
 	u64 gp = ctx->ax;
 	u32 from = ctx->bx, to = ctx->cx;
 	int park = from == G_RUNNING && to == G_WAITING;
@@ -330,6 +378,8 @@ int go_casgstatus(struct go_regs *ctx)
 			return 0;
 		struct go_park p = { .goid = go_gword(g, o->goid), .park_ns = now, .tid = (u32)id,
 				     .reason = go_gbyte(g, o->waitreason) };
+		if (o->gopc)
+			p.gopc = go_gword(g, o->gopc);
 		if (gp == ctx->r14) /* changed its own state, not parked by mcall: sched is stale */
 			p.stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp, go_gword(g, G_STACK_HI));
 		else
@@ -341,7 +391,7 @@ int go_casgstatus(struct go_regs *ctx)
 	}
 	if (ready) {
 		struct go_park *p = bpf_map_lookup_elem(&go_parked, &gk);
-		if (!p) {
+		if (!p || p->run_ns) {
 			go_count(GO_STAT_UNSEEN);
 			return 0;
 		}
@@ -359,6 +409,7 @@ int go_casgstatus(struct go_regs *ctx)
 		if (cur && cur_goid) {
 			p->waker_goid = cur_goid;
 			p->waker_stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp, go_gword(g, G_STACK_HI));
+			go_waker_wait(tgid, cur, cur_goid, p);
 		} else {
 			u64 curg = go_u64(go_gword(g, o->m) + o->m_curg);
 			struct go_gwords *cg = go_gread(curg, 1);
@@ -366,23 +417,27 @@ int go_casgstatus(struct go_regs *ctx)
 			if (curg_goid) {
 				p->waker_goid = curg_goid;
 				p->waker_stack = go_walk(go_gword(cg, o->sched_pc), 0, go_gword(cg, o->sched_bp), go_gword(cg, G_STACK_HI));
+				go_waker_wait(tgid, curg, curg_goid, p);
 			} else {
 				p->waker_goid = 0;
 				p->waker_stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp, go_gword(g, G_STACK_HI));
+				p->waker_wait_stack = 0;
+				p->waker_wait_ns = 0;
 			}
 		}
 		if (to == G_RUNNING) { /* run at once: no run-queue wait */
-			go_aggregate(tgid, p->goid, p, now);
-			bpf_map_delete_elem(&go_parked, &gk);
+			go_aggregate(tgid, p, now);
+			p->run_ns = now;
 		}
 		return 0;
 	}
-	/* runnable -> running */
+	/* runnable -> running: the wait ends; the entry stays as the
+	 * goroutine's last wait until it parks again. */
 	struct go_park *p = bpf_map_lookup_elem(&go_parked, &gk);
-	if (!p || !p->ready_ns)
+	if (!p || !p->ready_ns || p->run_ns)
 		return 0;
 	go_count(GO_STAT_RUNS);
-	go_aggregate(tgid, p->goid, p, now);
-	bpf_map_delete_elem(&go_parked, &gk);
+	go_aggregate(tgid, p, now);
+	p->run_ns = now;
 	return 0;
 }

@@ -27,17 +27,19 @@ type GoroutinesGoGkey struct {
 
 type GoroutinesGoGwords struct {
 	_ structs.HostLayout
-	W [32]uint64
+	W [64]uint64
 }
 
 type GoroutinesGoKey struct {
-	_          structs.HostLayout
-	Tgid       uint32
-	Reason     uint32
-	Goid       uint64
-	Stack      uint64
-	WakerStack uint64
-	WakerGoid  uint64
+	_              structs.HostLayout
+	Tgid           uint32
+	Reason         uint32
+	Goid           uint64
+	Stack          uint64
+	WakerStack     uint64
+	WakerGoid      uint64
+	WakerWaitStack uint64
+	Gopc           uint64
 }
 
 type GoroutinesGoOffsets struct {
@@ -49,21 +51,25 @@ type GoroutinesGoOffsets struct {
 	SchedPc    uint32
 	SchedBp    uint32
 	M_curg     uint32
-	Pad        uint32
+	Gopc       uint32
 }
 
 type GoroutinesGoPark struct {
-	_          structs.HostLayout
-	Goid       uint64
-	ParkNs     uint64
-	ReadyNs    uint64
-	Stack      uint64
-	WakerStack uint64
-	WakerGoid  uint64
-	Reason     uint32
-	Tid        uint32
-	WakerTid   uint32
-	Pad        uint32
+	_              structs.HostLayout
+	Goid           uint64
+	ParkNs         uint64
+	ReadyNs        uint64
+	RunNs          uint64
+	Stack          uint64
+	WakerStack     uint64
+	WakerGoid      uint64
+	WakerWaitStack uint64
+	WakerWaitNs    uint64
+	Gopc           uint64
+	Reason         uint32
+	Tid            uint32
+	WakerTid       uint32
+	Pad            uint32
 }
 
 type GoroutinesGoStack struct {
@@ -86,10 +92,11 @@ const (
 )
 
 type GoroutinesGoVal struct {
-	_         structs.HostLayout
-	Count     uint64
-	BlockedNs uint64
-	RunqNs    uint64
+	_           structs.HostLayout
+	Count       uint64
+	BlockedNs   uint64
+	RunqNs      uint64
+	WakerWaitNs uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -106,7 +113,9 @@ const (
 	GoroutinesMapGoWaits       = "go_waits"
 	GoroutinesMapGoWaitsMerged = "go_waits_merged"
 	GoroutinesProgGoCasgstatus = "go_casgstatus"
+	GoroutinesVarGoStartNs     = "go_start_ns"
 	GoroutinesVarGoStatCount   = "go_stat_count"
+	GoroutinesVarGoStopNs      = "go_stop_ns"
 )
 
 // LoadGoroutines returns the embedded CollectionSpec for Goroutines.
@@ -173,7 +182,9 @@ type GoroutinesMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type GoroutinesVariableSpecs struct {
+	GoStartNs   *ebpf.VariableSpec `ebpf:"go_start_ns"`
 	GoStatCount *ebpf.VariableSpec `ebpf:"go_stat_count"`
+	GoStopNs    *ebpf.VariableSpec `ebpf:"go_stop_ns"`
 }
 
 // GoroutinesObjects contains all objects after they have been loaded into the kernel.
@@ -225,7 +236,9 @@ func (m *GoroutinesMaps) Close() error {
 //
 // It can be passed to LoadGoroutinesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type GoroutinesVariables struct {
+	GoStartNs   *ebpf.Variable `ebpf:"go_start_ns"`
 	GoStatCount *ebpf.Variable `ebpf:"go_stat_count"`
+	GoStopNs    *ebpf.Variable `ebpf:"go_stop_ns"`
 }
 
 // GoroutinesPrograms contains all programs after they have been loaded into the kernel.

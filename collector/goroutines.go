@@ -115,6 +115,16 @@ func (r *goRecorder) exit(pid uint32) {
 	}
 }
 
+// setWindow tells the probe where the recorded window starts or stops
+// (CLOCK_MONOTONIC ns): it counts nothing outside it.
+func (r *goRecorder) setWindow(start bool, ns uint64) error {
+	v := r.objs.GoStopNs
+	if start {
+		v = r.objs.GoStartNs
+	}
+	return v.Set(ns)
+}
+
 // detach stops the probes; the maps stay for drain.
 func (r *goRecorder) detach() {
 	r.mu.Lock()
@@ -133,36 +143,41 @@ func (r *goRecorder) close() {
 // goWait is one aggregated row: a goroutine's waits with the same reason,
 // stack, waker and waker stack.
 type goWait struct {
-	key bpf.GoroutinesGoKey
-	val bpf.GoroutinesGoVal
+	key  bpf.GoroutinesGoKey
+	val  bpf.GoroutinesGoVal
+	open bool // still parked or runnable at the end of the window
 }
 
 // drain reads the waits, and counts the goroutines still parked (or
-// runnable) at end (CLOCK_MONOTONIC ns) up to it.
-func (r *goRecorder) drain(end uint64) (waits []goWait, stacks map[uint64][]uint64) {
+// runnable) at end (CLOCK_MONOTONIC ns) up to it, from start at the
+// earliest.
+func (r *goRecorder) drain(start, end uint64) (waits []goWait, stacks map[uint64][]uint64) {
 	var k bpf.GoroutinesGoKey
 	var v bpf.GoroutinesGoVal
 	for _, m := range []*ebpf.Map{r.objs.GoWaits, r.objs.GoWaitsMerged} {
 		it := m.Iterate()
 		for it.Next(&k, &v) {
-			waits = append(waits, goWait{k, v})
+			waits = append(waits, goWait{key: k, val: v})
 		}
 	}
 	var gk bpf.GoroutinesGoGkey
 	var p bpf.GoroutinesGoPark
 	pit := r.objs.GoParked.Iterate()
 	for pit.Next(&gk, &p) {
-		if p.ParkNs == 0 || p.ParkNs > end {
-			continue
+		if p.ParkNs == 0 || p.ParkNs > end || p.RunNs != 0 {
+			continue // ran since: counted already, kept as its last wait
 		}
+		park := max(p.ParkNs, start)
 		w := goWait{key: bpf.GoroutinesGoKey{Tgid: gk.Tgid, Reason: p.Reason, Goid: p.Goid, Stack: p.Stack,
-			WakerStack: p.WakerStack, WakerGoid: p.WakerGoid}}
+			WakerStack: p.WakerStack, WakerGoid: p.WakerGoid, WakerWaitStack: p.WakerWaitStack, Gopc: p.Gopc}, open: true}
 		w.val.Count = 1
 		if p.ReadyNs != 0 && p.ReadyNs <= end {
-			w.val.BlockedNs, w.val.RunqNs = p.ReadyNs-p.ParkNs, end-p.ReadyNs
+			ready := max(p.ReadyNs, park)
+			w.val.BlockedNs, w.val.RunqNs = ready-park, end-ready
+			w.val.WakerWaitNs = min(p.WakerWaitNs, w.val.BlockedNs)
 		} else {
-			w.val.BlockedNs = end - p.ParkNs
-			w.key.WakerStack, w.key.WakerGoid = 0, 0
+			w.val.BlockedNs = end - park
+			w.key.WakerStack, w.key.WakerGoid, w.key.WakerWaitStack = 0, 0, 0
 		}
 		waits = append(waits, w)
 		r.stats.Open++
@@ -200,16 +215,26 @@ func (r *goRecorder) drain(end uint64) (waits []goWait, stacks map[uint64][]uint
 func (r *goRecorder) profile(sym *symbolizer, waits []goWait, stacks map[uint64][]uint64, start time.Time, dur time.Duration) (*profile.Profile, error) {
 	b := newProfBuilder(sym, &profile.ValueType{Type: schema.GoroutineBlocked, Unit: schema.Nanoseconds},
 		&profile.ValueType{Type: schema.GoroutineRunQueue, Unit: schema.Nanoseconds},
-		&profile.ValueType{Type: schema.GoroutineWaits, Unit: schema.Count})
+		&profile.ValueType{Type: schema.GoroutineWaits, Unit: schema.Count},
+		&profile.ValueType{Type: schema.WakerWaiting, Unit: schema.Nanoseconds})
 	sort.Slice(waits, func(i, j int) bool { return waits[i].val.BlockedNs > waits[j].val.BlockedNs })
-	folded := map[uint64]string{}
+	folded := map[[2]uint64]string{}
+	fold := func(pid uint32, h uint64) string {
+		f, ok := folded[[2]uint64{uint64(pid), h}]
+		if !ok {
+			f = schema.FoldFrames(schema.Frames(b.stack(pid, nil, stacks[h], 0, true)))
+			folded[[2]uint64{uint64(pid), h}] = f
+		}
+		return f
+	}
+	creators := map[[2]uint64]string{}
 	for _, w := range waits {
 		pid := w.key.Tgid
 		locs := b.stack(pid, nil, stacks[w.key.Stack], 0, true)
 		if len(locs) == 0 {
 			locs = append(locs, b.marker("[goroutine stack: not walked]"))
 		}
-		s := &profile.Sample{Location: locs, Value: []int64{int64(w.val.BlockedNs), int64(w.val.RunqNs), int64(w.val.Count)},
+		s := &profile.Sample{Location: locs, Value: []int64{int64(w.val.BlockedNs), int64(w.val.RunqNs), int64(w.val.Count), int64(w.val.WakerWaitNs)},
 			Label: map[string][]string{
 				schema.LabelReason:  {r.procs[pid].reason(w.key.Reason)},
 				schema.LabelProcess: {processName(&recording{}, pid, sym.procs)},
@@ -218,12 +243,23 @@ func (r *goRecorder) profile(sym *symbolizer, waits []goWait, stacks map[uint64]
 				schema.LabelWakerGoid: {int64(w.key.WakerGoid)}},
 		}
 		if w.key.WakerStack != 0 {
-			f, ok := folded[w.key.WakerStack]
+			s.Label[schema.LabelWakerStack] = []string{fold(pid, w.key.WakerStack)}
+		}
+		if w.key.WakerWaitStack != 0 && w.val.WakerWaitNs > 0 {
+			s.Label[schema.LabelWakerWaitStack] = []string{fold(pid, w.key.WakerWaitStack)}
+		}
+		if w.key.Gopc != 0 {
+			k := [2]uint64{uint64(pid), w.key.Gopc}
+			c, ok := creators[k]
 			if !ok {
-				f = schema.FoldFrames(schema.Frames(b.stack(pid, nil, stacks[w.key.WakerStack], 0, true)))
-				folded[w.key.WakerStack] = f
+				fr, _ := sym.user(pid, w.key.Gopc-1) // a return address: the go statement is before it
+				c = fr.Func
+				creators[k] = c
 			}
-			s.Label[schema.LabelWakerStack] = []string{f}
+			s.Label[schema.LabelGoCreator] = []string{c}
+		}
+		if w.open {
+			s.Label[schema.LabelInterval] = []string{"open"}
 		}
 		b.p.Sample = append(b.p.Sample, s)
 	}

@@ -557,3 +557,61 @@ func TestManyGoroutines(t *testing.T) {
 		}
 	}
 }
+
+// Goroutines of a running program, sleeping 1 ms in a loop, recorded for
+// one second: each one's waits (blocked and run queue) fill the window and
+// never exceed it: waits open at the start count from it, those open at
+// the end up to it, none after.
+func TestGoroutineWaitsInsideWindow(t *testing.T) {
+	requireBPF(t)
+	bin := filepath.Join(t.TempDir(), "gosleepers")
+	build(t, "go", "build", "-o", bin, "./testdata/gosleepers")
+	cmd := exec.Command(bin, "4")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		t.Fatalf("the program did not start: %v", err)
+	}
+	s, err := Start(context.Background(), Options{PIDs: []int{cmd.Process.Pid}, NoWakeups: true, Goroutines: true})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	time.Sleep(time.Second)
+	if _, err := s.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	window := s.Stats().Duration.Nanoseconds()
+	totals := map[int64]int64{}
+	open := 0
+	for _, smp := range s.Goroutines().Sample {
+		var fn string
+		for _, l := range smp.Location {
+			if n := l.Line[0].Function.Name; n == "main.sleeper" {
+				fn = n
+			}
+		}
+		if fn == "" {
+			continue
+		}
+		totals[smp.NumLabel[schema.LabelGoid][0]] += smp.Value[0] + smp.Value[1]
+		if len(smp.Label[schema.LabelInterval]) > 0 {
+			open++
+		}
+	}
+	if len(totals) != 4 {
+		t.Fatalf("%d sleeping goroutines recorded, want 4", len(totals))
+	}
+	for g, ns := range totals {
+		t.Logf("goroutine %d: %.2f ms of a %.2f ms window (%.2f%%)", g, float64(ns)/1e6, float64(window)/1e6, 100*float64(ns)/float64(window))
+		if ns > window || float64(ns) < 0.98*float64(window) {
+			t.Errorf("goroutine %d waited %.2f ms in a %.2f ms window: want at most the window and 98%% of it", g, float64(ns)/1e6, float64(window)/1e6)
+		}
+	}
+	t.Logf("%d waits open at the end", open)
+}

@@ -35,16 +35,20 @@ var errNotGo = errors.New("not a Go executable")
 // m.morebuf, before m.curg). Checked against DWARF by TestGoOffsetsTable:
 // 1.19 (Debian's golang-1.19-go) and the building toolchain; 1.27.3 by
 // hand (same as 1.26). The rows between follow from the source alone.
+// g.gopc (who created the goroutine) only where DWARF of that release was
+// read (1.19: 296, 1.26: 288); elsewhere 0, creators unknown.
 var goOffsetTable = map[string]bpf.GoroutinesGoOffsets{
-	"go1.19": go119, "go1.20": go119, "go1.21": go119, "go1.22": go119,
+	"go1.19": go119, "go1.20": go120, "go1.21": go120, "go1.22": go120,
 	"go1.23": go123, "go1.24": go123,
-	"go1.25": go125, "go1.26": go125, "go1.27": go125,
+	"go1.25": go125, "go1.26": go126, "go1.27": go125,
 }
 
 var (
-	go119 = bpf.GoroutinesGoOffsets{Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 104, M_curg: 192}
+	go119 = bpf.GoroutinesGoOffsets{Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 104, M_curg: 192, Gopc: 296}
+	go120 = bpf.GoroutinesGoOffsets{Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 104, M_curg: 192}
 	go123 = bpf.GoroutinesGoOffsets{Goid: 160, Waitreason: 184, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 104, M_curg: 192}
 	go125 = bpf.GoroutinesGoOffsets{Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 96, M_curg: 184}
+	go126 = bpf.GoroutinesGoOffsets{Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 96, M_curg: 184, Gopc: 288}
 )
 
 // readGoRuntime reads a Go executable's runtime description.
@@ -85,7 +89,7 @@ func readGoRuntime(path string) (*goRuntime, error) {
 
 // gWords is how much of runtime.g the probe reads in one go (G_BASE_WORDS
 // in goroutines.bpf.c).
-const gWords = 32
+const gWords = 64
 
 // checkGoOffsets: the probe finds m, goid, waitreason and sched's pc and
 // bp among the first gWords words of runtime.g, the words at a multiple
@@ -95,7 +99,8 @@ func checkGoOffsets(o bpf.GoroutinesGoOffsets) error {
 		name string
 		off  uint32
 		word bool
-	}{{"m", o.M, true}, {"goid", o.Goid, true}, {"waitreason", o.Waitreason, false}, {"sched.pc", o.SchedPc, true}, {"sched.bp", o.SchedBp, true}} {
+	}{{"m", o.M, true}, {"goid", o.Goid, true}, {"waitreason", o.Waitreason, false}, {"sched.pc", o.SchedPc, true},
+		{"sched.bp", o.SchedBp, true}, {"gopc", o.Gopc, true}} {
 		if f.off >= gWords*8 || (f.word && f.off%8 != 0) {
 			return fmt.Errorf("runtime.g.%s at offset %d is not where the probe reads it (the first %d words)", f.name, f.off, gWords)
 		}
@@ -123,7 +128,7 @@ func goOffsetsDWARF(ef *elf.File) (bpf.GoroutinesGoOffsets, bool) {
 		return bpf.GoroutinesGoOffsets{}, false
 	}
 	want := map[string][]string{
-		"runtime.g":     {"goid", "waitreason", "m", "sched"},
+		"runtime.g":     {"goid", "waitreason", "m", "sched", "gopc"},
 		"runtime.gobuf": {"sp", "pc", "bp"},
 		"runtime.m":     {"curg"},
 	}
@@ -163,14 +168,14 @@ func goOffsetsDWARF(ef *elf.File) (bpf.GoroutinesGoOffsets, bool) {
 			break
 		}
 	}
-	if len(got) != 8 {
+	if len(got) != 9 {
 		return bpf.GoroutinesGoOffsets{}, false
 	}
 	sched := got["runtime.g.sched"]
 	return bpf.GoroutinesGoOffsets{
 		Goid: uint32(got["runtime.g.goid"]), Waitreason: uint32(got["runtime.g.waitreason"]), M: uint32(got["runtime.g.m"]),
 		SchedSp: uint32(sched + got["runtime.gobuf.sp"]), SchedPc: uint32(sched + got["runtime.gobuf.pc"]),
-		SchedBp: uint32(sched + got["runtime.gobuf.bp"]), M_curg: uint32(got["runtime.m.curg"]),
+		SchedBp: uint32(sched + got["runtime.gobuf.bp"]), M_curg: uint32(got["runtime.m.curg"]), Gopc: uint32(got["runtime.g.gopc"]),
 	}, true
 }
 

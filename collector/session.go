@@ -941,6 +941,11 @@ func (s *Session) Stop() (*profile.Profile, error) {
 				s.stats.Warnings = append(s.stats.Warnings, fmt.Sprintf("closing the window: %v", err))
 			}
 		}
+		if s.gor != nil {
+			if err := s.gor.setWindow(false, s.stopMono); err != nil {
+				s.stats.Warnings = append(s.stats.Warnings, fmt.Sprintf("closing the goroutines' window: %v", err))
+			}
+		}
 		s.stopBudget()
 		if s.flushIter && s.opts.deferred() {
 			// The user stacks of the intervals still open, walked nowhere else.
@@ -989,7 +994,7 @@ func (s *Session) Stop() (*profile.Profile, error) {
 			s.prof, s.wakeProf, s.offwake, s.stopErr = s.buildProfiles(d)
 		}
 		if s.gor != nil && s.stopErr == nil {
-			waits, stacks := s.gor.drain(s.stopMono)
+			waits, stacks := s.gor.drain(s.startMono, s.stopMono)
 			s.stats.Goroutines = &s.gor.stats
 			s.goProf, s.stopErr = s.gor.profile(newSymbolizer(s.procs), waits, stacks, s.start, s.stats.Duration)
 		}
@@ -1033,6 +1038,11 @@ func (s *Session) Goroutines() *profile.Profile { return s.goProf }
 // threads blocked since before it.
 func (s *Session) markWindowStart() error {
 	s.startMono, s.start = monotonicNow(), time.Now()
+	if s.gor != nil {
+		if err := s.gor.setWindow(true, s.startMono); err != nil {
+			return fmt.Errorf("setting the start of the goroutines' window: %w", err)
+		}
+	}
 	v, ok := s.coll.Variables[bpf.OffcpuVarRecStartNs]
 	if !ok {
 		return nil // classic tracepoints: not used

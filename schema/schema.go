@@ -64,6 +64,9 @@ const (
 	LabelGoid      = "goid"
 	LabelReason    = "reason"
 	LabelWakerGoid = "waker_goid"
+	// The function whose go statement created the goroutine (the
+	// runtime's g.gopc), where the recorder can read it.
+	LabelGoCreator = "go_creator"
 )
 
 // OnCPUUnsampled is the frame of on-CPU time no sample fell in (a thread
