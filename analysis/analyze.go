@@ -159,6 +159,7 @@ func Analyze(d *Data, r *Rules, o Options) *Report {
 	if o.Top == 0 {
 		o.Top = 10
 	}
+	markChainWaits(d.Stacks, r)
 	a := newAnalyzer(d, r, o)
 	for i := range d.Stacks {
 		s := &d.Stacks[i]
@@ -173,8 +174,7 @@ func Analyze(d *Data, r *Rules, o Options) *Report {
 	}
 	rep := a.report()
 	if rep.BlockedOn != nil { // wakers were recorded
-		// Goroutine waits carry no waker's own wait: no chains.
-		rep.Chains = Chains(d.Stacks, r, func(s *Stack) bool { return a.wanted(s) && s.Goid == 0 }, o.Top)
+		rep.Chains = Chains(d.Stacks, r, a.wanted, o.Top)
 	}
 	if len(rep.Chains) > 0 && len(rep.Chains[0].Path) > 1 {
 		rc := rep.Chains[0]

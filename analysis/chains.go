@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 
@@ -54,9 +55,10 @@ type share struct {
 	frac float64
 }
 
+// chainKey is one thread's (tid) or one goroutine's (goid) wait.
 type chainKey struct {
-	pid, tid int64
-	frames   string
+	pid, tid, goid int64
+	frames         string
 }
 
 func framesKey(fr []Frame) string {
@@ -68,6 +70,51 @@ func framesKey(fr []Frame) string {
 	return b.String()
 }
 
+// markChainWaits marks the goroutine waits that their waker spent mostly
+// blocked itself (the waker held this one up while it waited for a lock,
+// a commit, another goroutine): such a wait is part of a wait chain, not
+// a wait for work, whatever its own reason says. Repeated so that a
+// chain of such waits is marked from its blocked end.
+func markChainWaits(stacks []Stack, r *Rules) {
+	waits := map[chainKey][]*Stack{}
+	for i := range stacks {
+		s := &stacks[i]
+		if s.Kind == KindOffCPU && s.Goid > 0 {
+			k := chainKey{s.PID, 0, s.Goid, framesKey(s.Frames)}
+			waits[k] = append(waits[k], s)
+		}
+	}
+	for range chainDepth {
+		changed := false
+		for i := range stacks {
+			s := &stacks[i]
+			if s.Kind != KindOffCPU || s.Goid <= 0 || s.WakerGoid <= 0 || s.InRequest || s.WaitsForCPU() || 2*s.WakerWaitNs < s.Value {
+				continue
+			}
+			var blocked, all int64
+			cat := ""
+			for _, w := range waits[chainKey{s.WakerPID, 0, s.WakerGoid, framesKey(s.WakerWaitFrames)}] {
+				if w.WaitsForCPU() {
+					continue
+				}
+				all += w.Value
+				if c := r.Categorize(w)[0]; !r.IsIdle(c) {
+					blocked += w.Value
+					cat = c
+				}
+			}
+			if all > 0 && 2*blocked > all {
+				s.InRequest, changed = true, true
+				s.InRequestWhy = fmt.Sprintf("its waker %s was itself blocked (%s) through %.0f%% of it: a wait chain",
+					s.Waker, cat, 100*float64(min(s.WakerWaitNs, s.Value))/float64(s.Value))
+			}
+		}
+		if !changed {
+			return
+		}
+	}
+}
+
 // Chains traces the blocked time with an application frame of the stacks
 // to its root causes, largest first (top n).
 func Chains(stacks []Stack, r *Rules, wanted func(*Stack) bool, n int) []RootCause {
@@ -75,8 +122,8 @@ func Chains(stacks []Stack, r *Rules, wanted func(*Stack) bool, n int) []RootCau
 		firsts: map[*Stack]string{}, unrecHops: map[[2]string]ChainHop{}}
 	for i := range stacks {
 		s := &stacks[i]
-		if s.Kind == KindOffCPU && s.TID != 0 {
-			k := chainKey{s.PID, s.TID, framesKey(s.Frames)}
+		if s.Kind == KindOffCPU && (s.TID != 0 || s.Goid > 0) {
+			k := chainKey{s.PID, s.TID, s.Goid, framesKey(s.Frames)}
 			c.waits[k] = append(c.waits[k], s)
 		}
 	}
@@ -159,8 +206,11 @@ func (c *chainer) paths(s *Stack) []share {
 // with its share of frac.
 func (c *chainer) down(s *Stack, frac float64) []share {
 	var waits []*Stack
-	if s.WakerTID != 0 { // 0: merged with other exited processes, not one thread's
-		waits = c.waits[chainKey{s.WakerPID, s.WakerTID, framesKey(s.WakerWaitFrames)}]
+	switch {
+	case s.Goid != 0 && s.WakerGoid > 0: // -1: goroutines merged, not one goroutine's
+		waits = c.waits[chainKey{s.WakerPID, 0, s.WakerGoid, framesKey(s.WakerWaitFrames)}]
+	case s.Goid == 0 && s.WakerTID != 0: // 0: merged with other exited processes, not one thread's
+		waits = c.waits[chainKey{s.WakerPID, s.WakerTID, 0, framesKey(s.WakerWaitFrames)}]
 	}
 	var sum int64
 	for _, w := range waits {

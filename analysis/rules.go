@@ -640,7 +640,7 @@ func (r *Rules) explainWaker(s *Stack) []string {
 	if v == nil {
 		return append(out, "no verdict matches the waker")
 	}
-	return append(out, fmt.Sprintf("verdict %s (%s, %s)%s", v.at, v.category, idleWord(r.IsIdle(v.category)), v.why(&Stack{Frames: s.WakerFrames, Class: s.Class, State: s.State})))
+	return append(out, fmt.Sprintf("verdict %s (%s, %s)%s", v.at, v.category, idleWord(r.IsIdle(v.category)), v.why(&Stack{Frames: s.WakerFrames, Class: s.Class, State: s.State, InRequestWhy: s.InRequestWhy})))
 }
 
 // why names the frame through which a matching rule matched.
@@ -655,6 +655,8 @@ func (ru *rule) why(s *Stack) string {
 		return ": by the wake-up class " + s.Class
 	case ru.dispatching:
 		return ": the waker passed on input from its top of loop (a hand-off)"
+	case ru.inRequest && s.InRequestWhy != "":
+		return ": " + s.InRequestWhy
 	case ru.inRequest:
 		return ": a thread serving another program, waiting away from its input waits (inside a request)"
 	case ru.waker != nil:

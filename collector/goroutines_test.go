@@ -615,3 +615,36 @@ func TestGoroutineWaitsInsideWindow(t *testing.T) {
 	}
 	t.Logf("%d waits open at the end", open)
 }
+
+// A waits on a channel that B sends on after B waited on a mutex that C
+// held while it slept: A's wait is traced through B to C.
+func TestGoroutineWaitChain(t *testing.T) {
+	requireBPF(t)
+	s, _ := recordGoProgram(t, "./testdata/gochain", "50")
+	r, err := analysis.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := loadRecorded(t, s.Goroutines())
+	rep := analysis.Analyze(d, r, analysis.Options{Top: 20})
+	var a, toC int64
+	for _, rc := range rep.Chains {
+		if rc.Waiters != "main.chainA" {
+			continue
+		}
+		t.Logf("%s: %v (%.1f%%) %v", rc.Waiters, time.Duration(rc.Ns), 100*rc.Share, rc.Path)
+		a = int64(float64(rc.Ns) / rc.Share)
+		for _, h := range rc.Path {
+			if h.Group == "main.chainC" {
+				toC += rc.Ns
+				break
+			}
+		}
+	}
+	if a == 0 {
+		t.Fatalf("no chain of main.chainA's blocked time: %+v", rep.Chains)
+	}
+	if float64(toC) < 0.9*float64(a) {
+		t.Errorf("%v of main.chainA's %v traced to main.chainC, want >= 90%%", time.Duration(toC), time.Duration(a))
+	}
+}

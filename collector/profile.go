@@ -28,6 +28,9 @@ type profBuilder struct {
 	funcs    map[[2]string]*profile.Function
 	unknown  map[uint32]*profile.Mapping
 	markers  map[string]*profile.Location
+	// wrappers: locations of compiler-generated Go wrappers, left out of
+	// stacks as Go's tracebacks leave them out.
+	wrappers map[*profile.Location]bool
 	merger   *sampleMerger
 }
 
@@ -49,6 +52,7 @@ func newProfBuilder(sym *symbolizer, types ...*profile.ValueType) *profBuilder {
 		funcs:    map[[2]string]*profile.Function{},
 		unknown:  map[uint32]*profile.Mapping{},
 		markers:  map[string]*profile.Location{},
+		wrappers: map[*profile.Location]bool{},
 	}
 	b.p = &profile.Profile{SampleType: types, DefaultSampleType: types[0].Type,
 		PeriodType: &profile.ValueType{Type: types[0].Type, Unit: types[0].Unit}, Period: 1}
@@ -64,7 +68,9 @@ func (b *profBuilder) stack(pid uint32, kernel, user []uint64, userErr int64, kt
 		locs = append(locs, b.kernelLoc(a))
 	}
 	for i, a := range user {
-		locs = append(locs, b.userLoc(pid, a, i == 0))
+		if l := b.userLoc(pid, a, i == 0); !b.wrappers[l] {
+			locs = append(locs, l)
+		}
 	}
 	if len(user) == 0 && userErr == errNotWalked {
 		locs = append(locs, b.marker(schema.OffCPUNotWalked))
@@ -741,6 +747,9 @@ func (b *profBuilder) userLoc(pid uint32, addr uint64, leaf bool) *profile.Locat
 		Line: []profile.Line{{Function: b.function(fr.Func, fr.File), Line: fr.Line}}}
 	b.p.Location = append(b.p.Location, l)
 	b.locs[key] = l
+	if fr.Wrapper {
+		b.wrappers[l] = true
+	}
 	return l
 }
 
@@ -763,6 +772,9 @@ func (b *profBuilder) fileLoc(pid uint32, m *mapping, addr, look uint64, leaf bo
 		Line: []profile.Line{{Function: b.function(fr.Func, fr.File), Line: fr.Line}}}
 	b.p.Location = append(b.p.Location, l)
 	b.fileLocs[key] = l
+	if fr.Wrapper {
+		b.wrappers[l] = true
+	}
 	return l
 }
 

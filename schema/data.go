@@ -50,6 +50,11 @@ type Stack struct {
 	// for input another program or the network sends) and this wait is
 	// elsewhere in its code: inside a request, not at the top of its loop.
 	InRequest bool
+	// InRequestWhy says why a goroutine's wait is inside a request (its
+	// creator reads connections, or its waker was blocked through it).
+	InRequestWhy string
+	// Creator: the function whose go statement created the goroutine.
+	Creator string
 	// WakerDispatching: the waker serves another program too and woke this
 	// thread from its own top of loop, a call or two from its input wait:
 	// it passed on input it received (a listener handing a connection to a
@@ -221,12 +226,14 @@ func (d *Data) addProfile(path string, p *profile.Profile) error {
 // for a CPU after it, grouped by the goroutine's start function.
 func (d *Data) addGoroutines(p *profile.Profile, blockedIdx int) {
 	runqIdx, waitsIdx := typeIndex(p, GoroutineRunQueue, Nanoseconds), typeIndex(p, GoroutineWaits, Count)
+	chainIdx := typeIndex(p, WakerWaiting, Nanoseconds)
 	first := len(d.Stacks)
 	for _, s := range p.Sample {
 		fr := frames(s)
 		st := Stack{Kind: KindOffCPU, Thread: goroutineGroup(fr), Frames: fr, Value: s.Value[blockedIdx],
 			Process: sampleLabel(s, LabelProcess), PID: numLabel(s, LabelPID), Goid: numLabel(s, LabelGoid),
-			Reason: sampleLabel(s, LabelReason), WakerGoid: numLabel(s, LabelWakerGoid), WakerFrames: ParseWakerStack(sampleLabel(s, LabelWakerStack))}
+			Reason: sampleLabel(s, LabelReason), WakerGoid: numLabel(s, LabelWakerGoid), WakerFrames: ParseWakerStack(sampleLabel(s, LabelWakerStack)),
+			Creator: sampleLabel(s, LabelGoCreator)}
 		switch {
 		case st.WakerGoid != 0:
 			st.Waker, st.WakerPID, st.WakerProcess = goroutineGroup(st.WakerFrames), st.PID, st.Process
@@ -236,6 +243,10 @@ func (d *Data) addGoroutines(p *profile.Profile, blockedIdx int) {
 		}
 		if waitsIdx >= 0 {
 			st.Count = s.Value[waitsIdx]
+		}
+		if chainIdx >= 0 && s.Value[chainIdx] > 0 {
+			st.WakerWaitNs = s.Value[chainIdx]
+			st.WakerWaitFrames = ParseWakerStack(sampleLabel(s, LabelWakerWaitStack))
 		}
 		if st.Value > 0 {
 			d.Stacks = append(d.Stacks, st)
@@ -247,15 +258,80 @@ func (d *Data) addGoroutines(p *profile.Profile, blockedIdx int) {
 		}
 	}
 	MarkInRequest(d.Stacks[first:])
+	markCreatedByReaders(d.Stacks[first:])
 }
 
-// goroutineGroup names a goroutine by its start function: the outermost
-// frame of its stack (root first) below the runtime's goexit.
-func goroutineGroup(frames []Frame) string {
-	for _, f := range frames {
-		if f.Name != "runtime.goexit" && !f.Kernel {
-			return f.Name
+// loopWaits: a goroutine that waits at one place more often than this in
+// a recording is at the top of its own loop there, waiting for work.
+const loopWaits = 3
+
+// markCreatedByReaders marks the waits of goroutines that serve input a
+// reader passed them: a goroutine with no network wait of its own that a
+// goroutine reading the network created (its go statement is in a
+// function on the stack of a network wait: an accept loop, a
+// connection's or a stream's reader) handles a request, and its waits
+// for other goroutines are inside it, unless it waits at that place
+// again and again (its own loop). No function is named: the creator
+// comes from the runtime (g.gopc), the readers from their wait reason.
+func markCreatedByReaders(stacks []Stack) {
+	type gkey struct{ pid, goid int64 }
+	readers := map[int64]map[string]bool{} // by process: functions on network waits' stacks
+	hasInput := map[gkey]bool{}
+	waits := map[gkey]map[string]int64{} // a goroutine's waits by place
+	for i := range stacks {
+		s := &stacks[i]
+		if s.Kind != KindOffCPU || s.Goid <= 0 || s.WaitsForCPU() {
+			continue
 		}
+		g := gkey{s.PID, s.Goid}
+		if s.Reason == goNetworkWait {
+			hasInput[g] = true
+			if readers[s.PID] == nil {
+				readers[s.PID] = map[string]bool{}
+			}
+			for _, f := range s.Frames {
+				readers[s.PID][f.Name] = true
+			}
+		}
+		if waits[g] == nil {
+			waits[g] = map[string]int64{}
+		}
+		waits[g][userFolded(s)] += max(s.Count, 1)
+	}
+	for i := range stacks {
+		s := &stacks[i]
+		g := gkey{s.PID, s.Goid}
+		if s.Kind != KindOffCPU || s.Goid <= 0 || s.WaitsForCPU() || s.InRequest || hasInput[g] ||
+			s.Creator == "" || !readers[s.PID][s.Creator] {
+			continue
+		}
+		if n := waits[g][userFolded(s)]; n > loopWaits {
+			continue
+		}
+		s.InRequest = true
+		s.InRequestWhy = "created by " + s.Creator + ", which reads the network: it serves a request, and waits here at most " +
+			fmt.Sprint(loopWaits) + " times (not its own loop)"
+	}
+}
+
+// goroutineGroup names a goroutine by the function it runs, as Go's
+// tracebacks show it: the outermost frame of its stack (root first) that
+// is not the runtime's (goexit, main, the go statement's wrappers are
+// left out by the recorder); a goroutine of the runtime's own by its
+// outermost frame below goexit.
+func goroutineGroup(frames []Frame) string {
+	rt := ""
+	for _, f := range frames {
+		switch {
+		case f.Kernel || f.Name == "runtime.goexit":
+		case !strings.HasPrefix(f.Name, "runtime."):
+			return f.Name
+		case rt == "":
+			rt = f.Name
+		}
+	}
+	if rt != "" {
+		return rt
 	}
 	return "[goroutine]"
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"io"
 	"sort"
+	"strings"
 )
 
 // goFuncs reads a Go 1.18+ executable's function table (.gopclntab) from
@@ -19,6 +20,7 @@ type goFuncs struct {
 	r         io.ReaderAt // the section
 	quantum   uint64
 	nfunc     int
+	funcIDAt  int // byte offset of _func.funcID: 36 before Go 1.20 (no startLine), 40 after
 	textStart uint64
 	// Offsets in the section.
 	funcnames, cutab, filetab, pctab, functab int64
@@ -57,6 +59,10 @@ func (g *goFuncs) parse(d []byte, text uint64, size int64) bool {
 	}
 	word := func(i int) uint64 { return binary.LittleEndian.Uint64(d[8+8*i:]) }
 	g.quantum, g.nfunc = uint64(d[6]), int(word(0))
+	g.funcIDAt = 40
+	if binary.LittleEndian.Uint32(d) == 0xfffffff0 {
+		g.funcIDAt = 36
+	}
 	g.textStart = goTextStart(d, text)
 	off := func(i int) int64 {
 		if o := word(i); o < uint64(size) {
@@ -87,7 +93,7 @@ func (g *goFuncs) lookup(pc uint64) (fr Frame, ok bool) {
 	if i < 0 {
 		return Frame{}, false
 	}
-	field, err := g.funcFields(i)
+	field, funcID, err := g.funcFields(i)
 	if err != nil {
 		return Frame{}, false
 	}
@@ -95,6 +101,11 @@ func (g *goFuncs) lookup(pc uint64) (fr Frame, ok bool) {
 	if fr.Func, err = g.cstring(g.funcnames + int64(field(1))); err != nil {
 		return Frame{}, false
 	}
+	// Every special funcID but the wrappers' marks one top-level runtime
+	// function (goexit, mcall, ...); the wrappers' value differs between
+	// releases (21 in 1.19, 23 in 1.26).
+	top := strings.HasPrefix(fr.Func, "runtime.") && !strings.ContainsAny(fr.Func[len("runtime."):], ".()")
+	fr.Wrapper = funcID != 0 && !top
 	if line := g.pcvalue(field(6), fentry, pc); line >= 0 {
 		fr.Line = int64(line)
 	}
@@ -110,13 +121,13 @@ func (g *goFuncs) lookup(pc uint64) (fr Frame, ok bool) {
 }
 
 // funcFields reads function i's runtime._func: field 0 entry offset, 1
-// name offset, 5 pcfile, 6 pcln, 8 compilation unit.
-func (g *goFuncs) funcFields(i int) (func(n int) uint32, error) {
-	var fn [40]byte
+// name offset, 5 pcfile, 6 pcln, 8 compilation unit; and its funcID.
+func (g *goFuncs) funcFields(i int) (func(n int) uint32, uint8, error) {
+	var fn [44]byte
 	if _, err := g.r.ReadAt(fn[:], g.functab+int64(g.entries[2*i+1])); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return func(n int) uint32 { return binary.LittleEndian.Uint32(fn[4*n:]) }, nil
+	return func(n int) uint32 { return binary.LittleEndian.Uint32(fn[4*n:]) }, fn[g.funcIDAt], nil
 }
 
 // pcvalue decodes a pc-value table from entry up to pc: pairs of varints,

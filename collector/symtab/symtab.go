@@ -22,6 +22,10 @@ type Frame struct {
 	Func string
 	File string // source file, where known (Go binaries)
 	Line int64
+	// Wrapper: code the Go compiler generated around a call (a method
+	// forwarded to an embedded field, a go statement's closure), which
+	// Go's own tracebacks leave out.
+	Wrapper bool
 }
 
 // Cache holds each mapped executable open once, keyed by device and

@@ -233,11 +233,25 @@ func matchGosym(t *testing.T, bin string) {
 	if len(tab.Funcs) != g.nfunc {
 		t.Errorf("%d functions, gosym has %d", g.nfunc, len(tab.Funcs))
 	}
-	checked := 0
+	checked, wrappers := 0, 0
 	for i, fn := range tab.Funcs {
-		field, err := g.funcFields(i)
+		field, _, err := g.funcFields(i)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// The closures of go statements (Go 1.22+) are wrappers, as Go's
+		// tracebacks see them; generated equality and init functions are not.
+		fr, _ := g.lookup(fn.Entry)
+		switch {
+		case strings.Contains(fn.Name, ".gowrap"):
+			if !fr.Wrapper {
+				t.Errorf("%s is not marked a wrapper", fn.Name)
+			}
+			wrappers++
+		case strings.Contains(fn.Name, ".eq.") || strings.HasSuffix(fn.Name, ".init"):
+			if fr.Wrapper {
+				t.Errorf("%s is marked a wrapper", fn.Name)
+			}
 		}
 		for _, pc := range []uint64{fn.Entry, fn.Entry + (fn.End-fn.Entry)/2, fn.End - 1} {
 			file, line, want := tab.PCToLine(pc)
@@ -262,5 +276,5 @@ func matchGosym(t *testing.T, bin string) {
 			t.Errorf("pc %#x outside the table named %+v", pc, fr)
 		}
 	}
-	t.Logf("%d addresses of %d functions named alike", checked, len(tab.Funcs))
+	t.Logf("%d addresses of %d functions named alike, %d go statements' wrappers (named .funcN before Go 1.22)", checked, len(tab.Funcs), wrappers)
 }
