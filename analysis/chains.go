@@ -84,6 +84,15 @@ func markChainWaits(stacks []Stack, r *Rules) {
 			waits[k] = append(waits[k], s)
 		}
 	}
+	cats := map[*Stack]string{} // the rules are costly: each stack's first category, until it is marked
+	category := func(w *Stack) string {
+		c, ok := cats[w]
+		if !ok {
+			c = r.Categorize(w)[0]
+			cats[w] = c
+		}
+		return c
+	}
 	for range chainDepth {
 		changed := false
 		for i := range stacks {
@@ -98,13 +107,14 @@ func markChainWaits(stacks []Stack, r *Rules) {
 					continue
 				}
 				all += w.Value
-				if c := r.Categorize(w)[0]; !r.IsIdle(c) {
+				if c := category(w); !r.IsIdle(c) {
 					blocked += w.Value
 					cat = c
 				}
 			}
 			if all > 0 && 2*blocked > all {
 				s.InRequest, changed = true, true
+				delete(cats, s)
 				s.InRequestWhy = fmt.Sprintf("its waker %s was itself blocked (%s) through %.0f%% of it: a wait chain",
 					s.Waker, cat, 100*float64(min(s.WakerWaitNs, s.Value))/float64(s.Value))
 			}

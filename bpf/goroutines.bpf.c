@@ -36,7 +36,10 @@ struct go_offsets {
 	u32 sched_pc;
 	u32 sched_bp;
 	u32 m_curg;
-	u32 gopc; /* the pc of the go statement that created it; 0: not known */
+	u32 gopc;    /* the pc of the go statement that created it; 0: not known */
+	u32 startpc; /* the function it runs; 0: not known */
+	u32 pad;
+	u64 probed_ns; /* when the probe was put on the process */
 };
 
 /* A parked goroutine, by its runtime.g's address: every transition has
@@ -60,21 +63,27 @@ struct go_park {
 	u64 waker_wait_stack; /* the waker's own last wait, while this one lasted */
 	u64 waker_wait_ns;
 	u64 gopc;
+	u64 startpc;
 	u32 reason;
 	u32 tid;       /* the thread it parked on */
 	u32 waker_tid; /* the thread that made it runnable */
-	u32 pad;
+	u32 flags;     /* go_key.flags known at the park */
 };
+
+/* go_key.flags */
+#define GO_BEFORE_START 1 /* the wait began before the window (or the probe) */
 
 struct go_key {
 	u32 tgid;
-	u32 reason;
+	u16 reason;
+	u16 flags;
 	u64 goid;
 	u64 stack;
 	u64 waker_stack;
 	u64 waker_goid;
 	u64 waker_wait_stack;
 	u64 gopc;
+	u64 startpc;
 };
 
 struct go_val {
@@ -95,7 +104,7 @@ enum go_stat {
 	GO_STAT_LOST_PARKS,  /* go_parked full: the wait is not counted */
 	GO_STAT_LOST_WAITS,  /* go_waits full, even without goroutine ids */
 	GO_STAT_LOST_STACKS, /* go_stacks full: counted without its stack */
-	GO_STAT_UNSEEN,      /* made runnable, its park not seen (before the probe) */
+	GO_STAT_UNSEEN,      /* made runnable, its park not seen (before the probe): counted since the probe */
 	GO_STAT_MERGED,      /* go_waits full: counted without its goroutine ids */
 	GO_STAT_MAX,
 };
@@ -321,7 +330,8 @@ static __always_inline void go_aggregate(u32 tgid, struct go_park *p, u64 now)
 	u64 ready = p->ready_ns > park ? p->ready_ns : park;
 	struct go_key k = { .tgid = tgid, .reason = p->reason, .goid = p->goid, .stack = p->stack,
 			    .waker_stack = p->waker_stack, .waker_goid = p->waker_goid,
-			    .waker_wait_stack = p->waker_wait_stack, .gopc = p->gopc };
+			    .waker_wait_stack = p->waker_wait_stack, .gopc = p->gopc, .startpc = p->startpc,
+			    .flags = p->flags | (p->park_ns < start ? GO_BEFORE_START : 0) };
 	struct go_val *v = go_waits_entry(&go_waits, &k);
 	if (!v) {
 		k.goid = GO_MERGED;
@@ -355,6 +365,29 @@ static __always_inline void go_waker_wait(u32 tgid, u64 waker_g, u64 waker_goid,
 	p->waker_wait_ns = w->run_ns - from;
 }
 
+/* Fills p with goroutine gp's park at `at`: its id, reason, creator and
+ * start, and its stack, from the registers when it parks itself (ctx),
+ * else from its saved state. Not 0: g unreadable. */
+static __always_inline int go_park_state(struct go_offsets *o, u64 gp, struct go_regs *ctx, u64 at, u32 tid, struct go_park *p)
+{
+	struct go_gwords *g = go_gread(gp, 0);
+	if (!g)
+		return 1;
+	p->goid = go_gword(g, o->goid);
+	p->park_ns = at;
+	p->tid = tid;
+	p->reason = go_gbyte(g, o->waitreason);
+	if (o->gopc)
+		p->gopc = go_gword(g, o->gopc);
+	if (o->startpc)
+		p->startpc = go_gword(g, o->startpc);
+	if (ctx) /* changed its own state, not parked by mcall: sched is stale */
+		p->stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp, go_gword(g, G_STACK_HI));
+	else
+		p->stack = go_walk(go_gword(g, o->sched_pc), 0, go_gword(g, o->sched_bp), go_gword(g, G_STACK_HI));
+	return 0;
+}
+
 SEC("uprobe/casgstatus")
 int go_casgstatus(struct go_regs *ctx)
 {
@@ -373,17 +406,9 @@ int go_casgstatus(struct go_regs *ctx)
 	struct go_gkey gk = { .tgid = tgid, .g = gp };
 
 	if (park) {
-		struct go_gwords *g = go_gread(gp, 0);
-		if (!g)
+		struct go_park p = {};
+		if (go_park_state(o, gp, gp == ctx->r14 ? ctx : 0, now, (u32)id, &p))
 			return 0;
-		struct go_park p = { .goid = go_gword(g, o->goid), .park_ns = now, .tid = (u32)id,
-				     .reason = go_gbyte(g, o->waitreason) };
-		if (o->gopc)
-			p.gopc = go_gword(g, o->gopc);
-		if (gp == ctx->r14) /* changed its own state, not parked by mcall: sched is stale */
-			p.stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp, go_gword(g, G_STACK_HI));
-		else
-			p.stack = go_walk(go_gword(g, o->sched_pc), 0, go_gword(g, o->sched_bp), go_gword(g, G_STACK_HI));
 		go_count(GO_STAT_PARKS);
 		if (bpf_map_update_elem(&go_parked, &gk, &p, BPF_ANY))
 			go_count(GO_STAT_LOST_PARKS);
@@ -392,8 +417,18 @@ int go_casgstatus(struct go_regs *ctx)
 	if (ready) {
 		struct go_park *p = bpf_map_lookup_elem(&go_parked, &gk);
 		if (!p || p->run_ns) {
+			/* Parked before the probe: its saved state is still the
+			 * park's, its wait counted from when it was probed. */
+			struct go_park np = {};
+			u64 since = o->probed_ns > go_start_ns ? o->probed_ns : go_start_ns;
 			go_count(GO_STAT_UNSEEN);
-			return 0;
+			np.flags = GO_BEFORE_START;
+			if (go_park_state(o, gp, 0, since, 0, &np) ||
+			    bpf_map_update_elem(&go_parked, &gk, &np, BPF_ANY))
+				return 0;
+			p = bpf_map_lookup_elem(&go_parked, &gk);
+			if (!p)
+				return 0;
 		}
 		go_count(GO_STAT_READIES);
 		p->ready_ns = now;

@@ -33,13 +33,15 @@ type GoroutinesGoGwords struct {
 type GoroutinesGoKey struct {
 	_              structs.HostLayout
 	Tgid           uint32
-	Reason         uint32
+	Reason         uint16
+	Flags          uint16
 	Goid           uint64
 	Stack          uint64
 	WakerStack     uint64
 	WakerGoid      uint64
 	WakerWaitStack uint64
 	Gopc           uint64
+	Startpc        uint64
 }
 
 type GoroutinesGoOffsets struct {
@@ -52,6 +54,9 @@ type GoroutinesGoOffsets struct {
 	SchedBp    uint32
 	M_curg     uint32
 	Gopc       uint32
+	Startpc    uint32
+	Pad        uint32
+	ProbedNs   uint64
 }
 
 type GoroutinesGoPark struct {
@@ -66,10 +71,11 @@ type GoroutinesGoPark struct {
 	WakerWaitStack uint64
 	WakerWaitNs    uint64
 	Gopc           uint64
+	Startpc        uint64
 	Reason         uint32
 	Tid            uint32
 	WakerTid       uint32
-	Pad            uint32
+	Flags          uint32
 }
 
 type GoroutinesGoStack struct {

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 
 typedef __u8 u8;
+typedef __u16 u16;
 typedef __u32 u32;
 typedef __s8 s8;
 typedef __s16 s16;

@@ -13,6 +13,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/collector/symtab"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -36,7 +37,7 @@ type GoroutineStats struct {
 	Readies   uint64 `json:"readies"`
 	Runs      uint64 `json:"runs"`
 	Open      uint64 `json:"open"`       // still parked or runnable at the end, counted up to it
-	Unseen    uint64 `json:"unseen"`     // made runnable, parked before the probe: not counted
+	Unseen    uint64 `json:"unseen"`     // made runnable, parked before the probe: counted from the probe (or the start)
 	LostParks uint64 `json:"lost_parks"` // goroutine map full (--goroutines-max)
 	LostWaits uint64 `json:"lost_waits"` // aggregation map full
 	// Merged: waits counted without their goroutine ids (goid -1), the
@@ -81,7 +82,9 @@ func (r *goRecorder) add(pid uint32) {
 		r.stats.Skipped = append(r.stats.Skipped, fmt.Sprintf("process %d: %v", pid, err))
 		return
 	}
-	if err := r.objs.GoProcs.Put(pid, rt.offsets); err != nil {
+	off := rt.offsets
+	off.ProbedNs = monotonicNow() // the probe traps from here on
+	if err := r.objs.GoProcs.Put(pid, off); err != nil {
 		r.stats.Skipped = append(r.stats.Skipped, fmt.Sprintf("process %d: %v", pid, err))
 		return
 	}
@@ -142,6 +145,9 @@ func (r *goRecorder) close() {
 
 // goWait is one aggregated row: a goroutine's waits with the same reason,
 // stack, waker and waker stack.
+// goBeforeStart: the wait began before the window (GO_BEFORE_START).
+const goBeforeStart = 1
+
 type goWait struct {
 	key  bpf.GoroutinesGoKey
 	val  bpf.GoroutinesGoVal
@@ -168,8 +174,11 @@ func (r *goRecorder) drain(start, end uint64) (waits []goWait, stacks map[uint64
 			continue // ran since: counted already, kept as its last wait
 		}
 		park := max(p.ParkNs, start)
-		w := goWait{key: bpf.GoroutinesGoKey{Tgid: gk.Tgid, Reason: p.Reason, Goid: p.Goid, Stack: p.Stack,
-			WakerStack: p.WakerStack, WakerGoid: p.WakerGoid, WakerWaitStack: p.WakerWaitStack, Gopc: p.Gopc}, open: true}
+		w := goWait{key: bpf.GoroutinesGoKey{Tgid: gk.Tgid, Reason: uint16(p.Reason), Goid: p.Goid, Stack: p.Stack,
+			WakerStack: p.WakerStack, WakerGoid: p.WakerGoid, WakerWaitStack: p.WakerWaitStack, Gopc: p.Gopc, Startpc: p.Startpc}, open: true}
+		if p.ParkNs < start || p.Flags&goBeforeStart != 0 {
+			w.key.Flags |= goBeforeStart
+		}
 		w.val.Count = 1
 		if p.ReadyNs != 0 && p.ReadyNs <= end {
 			ready := max(p.ReadyNs, park)
@@ -227,7 +236,21 @@ func (r *goRecorder) profile(sym *symbolizer, waits []goWait, stacks map[uint64]
 		}
 		return f
 	}
-	creators := map[[2]uint64]string{}
+	funcs := map[[2]uint64]symtab.Frame{}
+	funcAt := func(pid uint32, pc uint64) symtab.Frame {
+		k := [2]uint64{uint64(pid), pc}
+		fr, ok := funcs[k]
+		if !ok {
+			fr, _ = sym.user(pid, pc)
+			if fr.Wrapper { // a go statement's: the function it calls is what Go shows
+				if to, ok := sym.wrapped(pid, pc); ok {
+					fr = to
+				}
+			}
+			funcs[k] = fr
+		}
+		return fr
+	}
 	for _, w := range waits {
 		pid := w.key.Tgid
 		locs := b.stack(pid, nil, stacks[w.key.Stack], 0, true)
@@ -248,18 +271,14 @@ func (r *goRecorder) profile(sym *symbolizer, waits []goWait, stacks map[uint64]
 		if w.key.WakerWaitStack != 0 && w.val.WakerWaitNs > 0 {
 			s.Label[schema.LabelWakerWaitStack] = []string{fold(pid, w.key.WakerWaitStack)}
 		}
-		if w.key.Gopc != 0 {
-			k := [2]uint64{uint64(pid), w.key.Gopc}
-			c, ok := creators[k]
-			if !ok {
-				fr, _ := sym.user(pid, w.key.Gopc-1) // a return address: the go statement is before it
-				c = fr.Func
-				creators[k] = c
-			}
-			s.Label[schema.LabelGoCreator] = []string{c}
+		if w.key.Gopc != 0 { // a return address: the go statement is before it
+			s.Label[schema.LabelGoCreator] = []string{funcAt(pid, w.key.Gopc-1).Func}
 		}
-		if w.open {
-			s.Label[schema.LabelInterval] = []string{"open"}
+		if fr := funcAt(pid, w.key.Startpc); w.key.Startpc != 0 && !fr.Wrapper {
+			s.Label[schema.LabelGoStart] = []string{fr.Func}
+		}
+		if iv := goInterval(w); iv != "" {
+			s.Label[schema.LabelInterval] = []string{iv}
 		}
 		b.p.Sample = append(b.p.Sample, s)
 	}
@@ -276,6 +295,21 @@ func (r *goRecorder) profile(sym *symbolizer, waits []goWait, stacks map[uint64]
 		return nil, fmt.Errorf("building the goroutine profile: %w", err)
 	}
 	return p, nil
+}
+
+// goInterval labels a wait as the thread profile does: open at the end,
+// begun before the start, or both (whole).
+func goInterval(w goWait) string {
+	before := w.key.Flags&goBeforeStart != 0
+	switch {
+	case before && w.open:
+		return "whole"
+	case before:
+		return "before-start"
+	case w.open:
+		return "open"
+	}
+	return ""
 }
 
 // GoReasonClass groups the Go runtime's wait reasons (as it names them in

@@ -35,8 +35,9 @@ var errNotGo = errors.New("not a Go executable")
 // m.morebuf, before m.curg). Checked against DWARF by TestGoOffsetsTable:
 // 1.19 (Debian's golang-1.19-go) and the building toolchain; 1.27.3 by
 // hand (same as 1.26). The rows between follow from the source alone.
-// g.gopc (who created the goroutine) only where DWARF of that release was
-// read (1.19: 296, 1.26: 288); elsewhere 0, creators unknown.
+// g.gopc (who created the goroutine) and g.startpc (what it runs) only
+// where DWARF of that release was read (1.19: 296 and 312, 1.26: 288 and
+// 304); elsewhere 0: unknown, and goroutines are grouped by their frames.
 var goOffsetTable = map[string]bpf.GoroutinesGoOffsets{
 	"go1.19": go119, "go1.20": go120, "go1.21": go120, "go1.22": go120,
 	"go1.23": go123, "go1.24": go123,
@@ -44,11 +45,11 @@ var goOffsetTable = map[string]bpf.GoroutinesGoOffsets{
 }
 
 var (
-	go119 = bpf.GoroutinesGoOffsets{Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 104, M_curg: 192, Gopc: 296}
+	go119 = bpf.GoroutinesGoOffsets{Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 104, M_curg: 192, Gopc: 296, Startpc: 312}
 	go120 = bpf.GoroutinesGoOffsets{Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 104, M_curg: 192}
 	go123 = bpf.GoroutinesGoOffsets{Goid: 160, Waitreason: 184, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 104, M_curg: 192}
 	go125 = bpf.GoroutinesGoOffsets{Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 96, M_curg: 184}
-	go126 = bpf.GoroutinesGoOffsets{Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 96, M_curg: 184, Gopc: 288}
+	go126 = bpf.GoroutinesGoOffsets{Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 96, M_curg: 184, Gopc: 288, Startpc: 304}
 )
 
 // readGoRuntime reads a Go executable's runtime description.
@@ -100,7 +101,7 @@ func checkGoOffsets(o bpf.GoroutinesGoOffsets) error {
 		off  uint32
 		word bool
 	}{{"m", o.M, true}, {"goid", o.Goid, true}, {"waitreason", o.Waitreason, false}, {"sched.pc", o.SchedPc, true},
-		{"sched.bp", o.SchedBp, true}, {"gopc", o.Gopc, true}} {
+		{"sched.bp", o.SchedBp, true}, {"gopc", o.Gopc, true}, {"startpc", o.Startpc, true}} {
 		if f.off >= gWords*8 || (f.word && f.off%8 != 0) {
 			return fmt.Errorf("runtime.g.%s at offset %d is not where the probe reads it (the first %d words)", f.name, f.off, gWords)
 		}
@@ -128,7 +129,7 @@ func goOffsetsDWARF(ef *elf.File) (bpf.GoroutinesGoOffsets, bool) {
 		return bpf.GoroutinesGoOffsets{}, false
 	}
 	want := map[string][]string{
-		"runtime.g":     {"goid", "waitreason", "m", "sched", "gopc"},
+		"runtime.g":     {"goid", "waitreason", "m", "sched", "gopc", "startpc"},
 		"runtime.gobuf": {"sp", "pc", "bp"},
 		"runtime.m":     {"curg"},
 	}
@@ -168,7 +169,7 @@ func goOffsetsDWARF(ef *elf.File) (bpf.GoroutinesGoOffsets, bool) {
 			break
 		}
 	}
-	if len(got) != 9 {
+	if len(got) != 10 {
 		return bpf.GoroutinesGoOffsets{}, false
 	}
 	sched := got["runtime.g.sched"]
@@ -176,6 +177,7 @@ func goOffsetsDWARF(ef *elf.File) (bpf.GoroutinesGoOffsets, bool) {
 		Goid: uint32(got["runtime.g.goid"]), Waitreason: uint32(got["runtime.g.waitreason"]), M: uint32(got["runtime.g.m"]),
 		SchedSp: uint32(sched + got["runtime.gobuf.sp"]), SchedPc: uint32(sched + got["runtime.gobuf.pc"]),
 		SchedBp: uint32(sched + got["runtime.gobuf.bp"]), M_curg: uint32(got["runtime.m.curg"]), Gopc: uint32(got["runtime.g.gopc"]),
+		Startpc: uint32(got["runtime.g.startpc"]),
 	}, true
 }
 
@@ -279,7 +281,7 @@ func printable(s string) bool {
 }
 
 // reason names wait reason r.
-func (rt *goRuntime) reason(r uint32) string {
+func (rt *goRuntime) reason(r uint16) string {
 	if rt != nil && int(r) < len(rt.reasons) && rt.reasons[r] != "" {
 		return rt.reasons[r]
 	}

@@ -87,6 +87,24 @@ func (s *symbolizer) perfMapFor(pid uint32, p *procInfo) *symtab.PerfMap {
 	return m
 }
 
+// wrapped names the function a Go wrapper at addr of process pid calls
+// (symtab.File.WrappedCall); ok is false elsewhere.
+func (s *symbolizer) wrapped(pid uint32, addr uint64) (symtab.Frame, bool) {
+	p := s.proc(pid)
+	if p == nil {
+		return symtab.Frame{}, false
+	}
+	m := p.find(addr)
+	if m == nil || m.file == nil {
+		return symtab.Frame{}, false
+	}
+	va, ok := m.file.VAddr(addr - m.start + m.offset)
+	if !ok {
+		return symtab.Frame{}, false
+	}
+	return m.file.WrappedCall(va)
+}
+
 // user symbolizes a user address of process pid. The returned mapping is
 // nil when the address is in no known mapping.
 func (s *symbolizer) user(pid uint32, addr uint64) (symtab.Frame, *mapping) {

@@ -230,13 +230,13 @@ func (d *Data) addGoroutines(p *profile.Profile, blockedIdx int) {
 	first := len(d.Stacks)
 	for _, s := range p.Sample {
 		fr := frames(s)
-		st := Stack{Kind: KindOffCPU, Thread: goroutineGroup(fr), Frames: fr, Value: s.Value[blockedIdx],
+		st := Stack{Kind: KindOffCPU, Thread: goroutineGroup(sampleLabel(s, LabelGoStart), fr), Frames: fr, Value: s.Value[blockedIdx],
 			Process: sampleLabel(s, LabelProcess), PID: numLabel(s, LabelPID), Goid: numLabel(s, LabelGoid),
 			Reason: sampleLabel(s, LabelReason), WakerGoid: numLabel(s, LabelWakerGoid), WakerFrames: ParseWakerStack(sampleLabel(s, LabelWakerStack)),
 			Creator: sampleLabel(s, LabelGoCreator)}
 		switch {
 		case st.WakerGoid != 0:
-			st.Waker, st.WakerPID, st.WakerProcess = goroutineGroup(st.WakerFrames), st.PID, st.Process
+			st.Waker, st.WakerPID, st.WakerProcess = goroutineGroup("", st.WakerFrames), st.PID, st.Process
 		case len(st.WakerFrames) > 0:
 			// A network poll or a timer: the runtime's interrupts.
 			st.Waker = "[scheduler]"
@@ -257,6 +257,18 @@ func (d *Data) addGoroutines(p *profile.Profile, blockedIdx int) {
 			d.Stacks = append(d.Stacks, rq)
 		}
 	}
+	// A waker's group as its own waits have it (its start function), where
+	// the profile holds some: its stack at the wake-up may be cut short.
+	groups := map[[2]int64]string{}
+	for _, st := range d.Stacks[first:] {
+		groups[[2]int64{st.PID, st.Goid}] = st.Thread
+	}
+	for i := range d.Stacks[first:] {
+		st := &d.Stacks[first+i]
+		if g, ok := groups[[2]int64{st.PID, st.WakerGoid}]; ok && st.WakerGoid > 0 {
+			st.Waker = g
+		}
+	}
 	MarkInRequest(d.Stacks[first:])
 	markCreatedByReaders(d.Stacks[first:])
 }
@@ -268,14 +280,13 @@ const loopWaits = 3
 // markCreatedByReaders marks the waits of goroutines that serve input a
 // reader passed them: a goroutine with no network wait of its own that a
 // goroutine reading the network created (its go statement is in a
-// function on the stack of a network wait: an accept loop, a
-// connection's or a stream's reader) handles a request, and its waits
-// for other goroutines are inside it, unless it waits at that place
-// again and again (its own loop). No function is named: the creator
-// comes from the runtime (g.gopc), the readers from their wait reason.
+// function on the stack of one of the reader's waits: an accept loop, a
+// connection's handler, a stream's reader) handles a request, and its
+// waits for other goroutines are inside it, unless it waits at that place
+// again and again (its own loop). No function is named: the creator comes
+// from the runtime (g.gopc), the readers from their wait reason.
 func markCreatedByReaders(stacks []Stack) {
 	type gkey struct{ pid, goid int64 }
-	readers := map[int64]map[string]bool{} // by process: functions on network waits' stacks
 	hasInput := map[gkey]bool{}
 	waits := map[gkey]map[string]int64{} // a goroutine's waits by place
 	for i := range stacks {
@@ -284,19 +295,24 @@ func markCreatedByReaders(stacks []Stack) {
 			continue
 		}
 		g := gkey{s.PID, s.Goid}
-		if s.Reason == goNetworkWait {
-			hasInput[g] = true
-			if readers[s.PID] == nil {
-				readers[s.PID] = map[string]bool{}
-			}
-			for _, f := range s.Frames {
-				readers[s.PID][f.Name] = true
-			}
-		}
+		hasInput[g] = hasInput[g] || s.Reason == goNetworkWait
 		if waits[g] == nil {
 			waits[g] = map[string]int64{}
 		}
 		waits[g][userFolded(s)] += max(s.Count, 1)
+	}
+	readers := map[int64]map[string]bool{} // by process: functions on the readers' stacks
+	for i := range stacks {
+		s := &stacks[i]
+		if s.Kind != KindOffCPU || !hasInput[gkey{s.PID, s.Goid}] {
+			continue
+		}
+		if readers[s.PID] == nil {
+			readers[s.PID] = map[string]bool{}
+		}
+		for _, f := range s.Frames {
+			readers[s.PID][f.Name] = true
+		}
 	}
 	for i := range stacks {
 		s := &stacks[i]
@@ -309,17 +325,21 @@ func markCreatedByReaders(stacks []Stack) {
 			continue
 		}
 		s.InRequest = true
-		s.InRequestWhy = "created by " + s.Creator + ", which reads the network: it serves a request, and waits here at most " +
+		s.InRequestWhy = "created by " + s.Creator + " in a goroutine that reads the network: it serves a request, and waits here at most " +
 			fmt.Sprint(loopWaits) + " times (not its own loop)"
 	}
 }
 
 // goroutineGroup names a goroutine by the function it runs, as Go's
-// tracebacks show it: the outermost frame of its stack (root first) that
-// is not the runtime's (goexit, main, the go statement's wrappers are
-// left out by the recorder); a goroutine of the runtime's own by its
-// outermost frame below goexit.
-func goroutineGroup(frames []Frame) string {
+// tracebacks show it: its start function (start, g.startpc, where
+// recorded) unless that is the runtime's; else the outermost frame of its
+// stack (root first) that is not the runtime's (goexit, main; the go
+// statements' wrappers are left out by the recorder); a goroutine of the
+// runtime's own by its outermost frame below goexit.
+func goroutineGroup(start string, frames []Frame) string {
+	if start != "" && !strings.HasPrefix(start, "runtime.") {
+		return start
+	}
 	rt := ""
 	for _, f := range frames {
 		switch {

@@ -42,7 +42,7 @@ const (
 	// wake-ups: the woken thread's process, by name and id (numeric).
 	LabelTargetProcess = "target_process"
 	LabelTargetPID     = "target_pid"
-	LabelInterval      = "interval" // open, before-start, whole
+	LabelInterval      = "interval" // open, before-start, whole (threads and goroutines)
 	// LabelFolded "exited": the sample merges those of exited processes
 	// of one command (no pid or tid labels; Options.ExitedDetail).
 	LabelFolded = "folded"
@@ -67,6 +67,9 @@ const (
 	// The function whose go statement created the goroutine (the
 	// runtime's g.gopc), where the recorder can read it.
 	LabelGoCreator = "go_creator"
+	// The function the goroutine runs (g.startpc), where the recorder can
+	// read it and it is not a go statement's wrapper.
+	LabelGoStart = "go_start"
 )
 
 // OnCPUUnsampled is the frame of on-CPU time no sample fell in (a thread

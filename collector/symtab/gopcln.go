@@ -204,3 +204,17 @@ func (c *chunkReader) ReadByte() (byte, error) {
 	c.i++
 	return b, nil
 }
+
+// bounds is the function holding pc: its entry and end.
+func (g *goFuncs) bounds(pc uint64) (entry, end uint64, ok bool) {
+	lo, hi := g.textRange()
+	if pc < lo || pc >= hi {
+		return 0, 0, false
+	}
+	off := uint32(pc - g.textStart)
+	i := sort.Search(g.nfunc, func(i int) bool { return g.entries[2*i] > off }) - 1
+	if i < 0 {
+		return 0, 0, false
+	}
+	return g.textStart + uint64(g.entries[2*i]), g.textStart + uint64(g.entries[2*i+2]), true
+}

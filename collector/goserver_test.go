@@ -1,0 +1,374 @@
+package collector
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+	"golang.org/x/exp/trace"
+
+	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/schema"
+)
+
+const prometheusBin = "/usr/bin/prometheus"
+
+// windowWaits is an execution trace's goroutine waits that began in a
+// window of it (from, to: since the trace's start), those still open at
+// its end counted up to it, by reason class.
+type windowWaits struct {
+	window  time.Duration
+	byClass map[string]int64
+	waits   map[string]int64 // how many, by class
+	byG     map[int64]map[string]int64
+	created map[int64]bool // goroutines created inside the window
+	// Which goroutines serve requests, from the trace alone: a goroutine
+	// with network waits (a connection's) is inside a request from the
+	// end of one to the start of its next; a goroutine it creates then,
+	// and that ends inside the trace, serves that request (request).
+	readers, request, ended map[int64]bool
+}
+
+func traceWindowWaits(t *testing.T, path string, from, to time.Duration) *windowWaits {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := trace.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type open struct {
+		at    trace.Time
+		class string
+	}
+	w := &windowWaits{byClass: map[string]int64{}, waits: map[string]int64{}, byG: map[int64]map[string]int64{}, created: map[int64]bool{},
+		readers: map[int64]bool{}, request: map[int64]bool{}, ended: map[int64]bool{}}
+	inRequest := map[int64]bool{}
+	waiting := map[trace.GoID]open{}
+	var first, last trace.Time
+	add := func(id trace.GoID, o open, end trace.Time) {
+		start := trace.Time(int64(first) + int64(from))
+		if o.at < start || o.at >= trace.Time(int64(first)+int64(to)) {
+			return
+		}
+		end = min(end, trace.Time(int64(first)+int64(to)))
+		ns := int64(end - o.at)
+		w.byClass[o.class] += ns
+		w.waits[o.class]++
+		g := w.byG[int64(id)]
+		if g == nil {
+			g = map[string]int64{}
+			w.byG[int64(id)] = g
+		}
+		g[o.class] += ns
+	}
+	for {
+		ev, err := r.ReadEvent()
+		if err != nil {
+			break
+		}
+		if first == 0 {
+			first = ev.Time()
+		}
+		last = ev.Time()
+		if ev.Kind() != trace.EventStateTransition {
+			continue
+		}
+		st := ev.StateTransition()
+		if st.Resource.Kind != trace.ResourceGoroutine {
+			continue
+		}
+		id := st.Resource.Goroutine()
+		from, to := st.Goroutine()
+		if from == trace.GoNotExist {
+			w.created[int64(id)] = true
+			if c := int64(ev.Goroutine()); ev.Goroutine() != trace.NoGoroutine && (inRequest[c] || w.request[c]) {
+				w.request[int64(id)] = true
+			}
+		}
+		if to == trace.GoNotExist {
+			w.ended[int64(id)] = true
+		}
+		if o, ok := waiting[id]; ok && to != trace.GoWaiting {
+			add(id, o, ev.Time())
+			delete(waiting, id)
+			if o.class == "network" {
+				inRequest[int64(id)] = true
+			}
+		}
+		if to == trace.GoWaiting && from != trace.GoWaiting {
+			class := traceReasonClass(st.Reason)
+			if class == "network" {
+				w.readers[int64(id)], inRequest[int64(id)] = true, false
+			}
+			if from != trace.GoUndetermined {
+				waiting[id] = open{ev.Time(), class}
+			}
+		}
+	}
+	for id, o := range waiting {
+		add(id, o, last)
+	}
+	w.window = time.Duration(last - first)
+	if w.window < to {
+		t.Fatalf("the trace lasts %v: it ends before the window compared (%v)", w.window, to)
+	}
+	return w
+}
+
+// startPrometheus runs Debian's prometheus on loopback, scraping itself
+// every second, and waits until it is ready.
+func startPrometheus(t *testing.T) (*exec.Cmd, string) {
+	t.Helper()
+	if _, err := os.Stat(prometheusBin); err != nil {
+		t.Fatalf("no %s: .ci/run installs Debian's prometheus", prometheusBin)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "prometheus.yml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: self\n    static_configs:\n      - targets: ['%s']\n", addr)), 0o644)
+	cmd := exec.Command(prometheusBin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	base := "http://" + addr
+	for i := 0; ; i++ {
+		if resp, err := http.Get(base + "/-/ready"); err == nil && resp.StatusCode == 200 {
+			resp.Body.Close()
+			break
+		} else if i == 200 {
+			t.Fatalf("prometheus is not ready: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return cmd, base
+}
+
+// queryLoad sends GETs to urls from n clients until stop is closed; it
+// returns the requests answered.
+func queryLoad(n int, stop <-chan struct{}, urls ...string) func() int64 {
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			cl := &http.Client{Timeout: 5 * time.Second}
+			for j := i; ; j++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := cl.Get(urls[j%len(urls)])
+				if err != nil {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				done.Add(1)
+			}
+		}(i)
+	}
+	return func() int64 { wg.Wait(); return done.Load() }
+}
+
+// Debian's prometheus (a Go 1.19 binary without DWARF or symbols) under a
+// query load on loopback, recorded while its own execution trace runs:
+// the goroutines' synchronisation and network blocking that began in the
+// window match the trace's within 5%, and goroutines are grouped by the
+// function Go's tracebacks show, not by the go statements' wrappers.
+func TestGoroutineWaitsPrometheus(t *testing.T) {
+	requireBPF(t)
+	srv, base := startPrometheus(t)
+	stop := make(chan struct{})
+	wait := queryLoad(6, stop, base+"/api/v1/query?query=up", base+"/metrics",
+		base+"/api/v1/query?query=rate(prometheus_http_requests_total%5B10s%5D)")
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+	}()
+	time.Sleep(time.Second)
+	// The recorder's window lies inside the trace's: the trace's times
+	// start at its request (within the request's latency, ~1 ms).
+	tr := filepath.Join(t.TempDir(), "prometheus.trace")
+	traced := make(chan error, 1)
+	asked := monotonicNow()
+	go func() {
+		resp, err := http.Get(base + "/debug/pprof/trace?seconds=6")
+		if err == nil {
+			f, ferr := os.Create(tr)
+			if ferr == nil {
+				_, err = io.Copy(f, resp.Body)
+				f.Close()
+			}
+			resp.Body.Close()
+		}
+		traced <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	s, err := Start(context.Background(), Options{PIDs: []int{srv.Process.Pid}, NoWakeups: true, Goroutines: true})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	time.Sleep(3 * time.Second)
+	if _, err := s.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	err = <-traced
+	close(stop)
+	requests := wait()
+	if err != nil {
+		t.Fatalf("the execution trace: %v", err)
+	}
+	st := s.Stats().Goroutines
+	if st.Processes != 1 {
+		t.Fatalf("%d Go processes probed, want 1 (%v)", st.Processes, st.Skipped)
+	}
+	from, to := time.Duration(s.startMono-asked), time.Duration(s.stopMono-asked)
+	truth := traceWindowWaits(t, tr, from, to)
+	t.Logf("%d requests; recorder window %v to %v of the trace's %v; %d parks", requests, from, to, truth.window, st.Parks)
+
+	gp := s.Goroutines()
+	mine := map[string]int64{}
+	for _, smp := range gp.Sample {
+		if iv := smp.Label[schema.LabelInterval]; len(iv) > 0 && iv[0] != "open" {
+			continue // began before the window: the trace has no reason for those
+		}
+		mine[GoReasonClass(smp.Label[schema.LabelReason][0])] += smp.Value[0]
+	}
+	t.Logf("trace by class %v; offcpu %v", truth.byClass, mine)
+	for _, c := range []struct {
+		name    string
+		classes []string
+	}{{"sync", []string{"chan", "select", "sync"}}, {"net", []string{"network"}}} {
+		var got, want int64
+		for _, cl := range c.classes {
+			got, want = got+mine[cl], want+truth.byClass[cl]
+		}
+		// The tracer stamps a park after taking its stack
+		// (TestGoroutineWaitsNATSServer): up to 10 µs a wait apart here.
+		var n int64
+		for _, cl := range c.classes {
+			n += truth.waits[cl]
+		}
+		diff := float64(got-want) / float64(want)
+		t.Logf("%s: trace %.3f s, offcpu %.3f s (%+.2f%%), %d waits", c.name, float64(want)/1e9, float64(got)/1e9, 100*diff, n)
+		if math.Abs(float64(got-want)) > float64(want)/20+10e3*float64(n) {
+			t.Errorf("%s blocking: offcpu %.3f s, trace %.3f s over the same window", c.name, float64(got)/1e9, float64(want)/1e9)
+		}
+	}
+	checkPrometheusGroups(t, gp)
+	checkRequestVerdicts(t, gp, truth)
+}
+
+// checkRequestVerdicts holds the verdicts to the trace's reading of who
+// serves requests: the waits other than for the network (a goroutine's
+// input) of the request goroutines and the connection goroutines,
+// blocked (≥ 90%); the waits of the goroutines that loop on their own
+// (there before the trace, reading no network, not the runtime's) idle
+// (≥ 90%).
+func checkRequestVerdicts(t *testing.T, gp *profile.Profile, truth *windowWaits) {
+	t.Helper()
+	r, err := analysis.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := loadRecorded(t, gp)
+	analysis.Analyze(d, r, analysis.Options{})
+	var req, reqBlocked, loop, loopIdle int64
+	against := map[string]int64{} // waits judged against the trace's reading
+	for i := range d.Stacks {
+		st := &d.Stacks[i]
+		if st.WaitsForCPU() {
+			continue
+		}
+		cat := r.Categorize(st)[0]
+		idle := r.IsIdle(cat)
+		switch {
+		case (truth.request[st.Goid] && truth.ended[st.Goid] || truth.readers[st.Goid]) && st.Reason != "IO wait":
+			req += st.Value
+			if !idle {
+				reqBlocked += st.Value
+			} else {
+				against["request-path, idle: "+st.Thread+" "+st.Reason+" "+cat] += st.Value
+			}
+		case !truth.created[st.Goid] && !truth.readers[st.Goid] && !truth.request[st.Goid] && !strings.HasPrefix(st.Thread, "runtime."):
+			loop += st.Value
+			if idle {
+				loopIdle += st.Value
+			} else {
+				against["loop, blocked: "+st.Thread+" "+st.Reason+" "+cat] += st.Value
+			}
+		}
+	}
+	t.Logf("request-path waits %.3f s, %.1f%% blocked; loop goroutines' waits %.3f s, %.1f%% idle",
+		float64(req)/1e9, 100*float64(reqBlocked)/float64(req), float64(loop)/1e9, 100*float64(loopIdle)/float64(loop))
+	for k, v := range against {
+		t.Logf("  %s %.3f s", k, float64(v)/1e9)
+	}
+	if req == 0 || float64(reqBlocked) < 0.9*float64(req) {
+		t.Errorf("request-path waits: %.3f of %.3f s blocked, want >= 90%%", float64(reqBlocked)/1e9, float64(req)/1e9)
+	}
+	if loop == 0 || float64(loopIdle) < 0.9*float64(loop) {
+		t.Errorf("loop goroutines' waits: %.3f of %.3f s idle, want >= 90%%", float64(loopIdle)/1e9, float64(loop)/1e9)
+	}
+}
+
+// checkPrometheusGroups: no goroutine is grouped under a go statement's
+// wrapper or the runtime's frames when it runs code of its own.
+func checkPrometheusGroups(t *testing.T, gp interface{ Write(io.Writer) error }) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "g.pb.gz")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gp.Write(f)
+	f.Close()
+	d, err := analysis.Load(schema.FoldedNanoseconds, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := map[string]int64{}
+	for _, s := range d.Stacks {
+		groups[s.Thread] += s.Value
+	}
+	var names []string
+	for g := range groups {
+		names = append(names, g)
+		if strings.Contains(g, ".gowrap") {
+			t.Errorf("goroutines grouped under a go statement's wrapper: %s", g)
+		}
+	}
+	sort.Slice(names, func(i, j int) bool { return groups[names[i]] > groups[names[j]] })
+	for _, g := range names[:min(12, len(names))] {
+		t.Logf("group %-70s %8.3f s", g, float64(groups[g])/1e9)
+	}
+}
