@@ -178,8 +178,8 @@ func (d *recording) offCPUProfile(sym *symbolizer, names *threadNames) *profile.
 	for _, r := range d.records {
 		th := d.threadOf(&r)
 		locs := b.stack(r.tgid, trimKernel(r.kernel, sym.kern), r.user, r.userErr, isKernelThread(r))
-		if len(r.user) > 0 { // the last location is the outermost user frame
-			if schema.IsThreadStart(locs[len(locs)-1].Line[0].Function.Name) {
+		if len(r.user) > 0 && len(locs) > 0 { // the last location is the outermost user frame, its last line the function
+			if root := locs[len(locs)-1].Line; schema.IsThreadStart(root[len(root)-1].Function.Name) {
 				d.stats.CompleteStacks++
 				d.stats.CompleteTime += durationNs(r.ns)
 			} else {
@@ -742,14 +742,11 @@ func (b *profBuilder) userLoc(pid uint32, addr uint64, leaf bool) *profile.Locat
 			return l
 		}
 	}
-	fr, m := b.sym.user(pid, look)
-	l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Address: addr, Mapping: b.mapping(pid, m),
-		Line: []profile.Line{{Function: b.function(fr.Func, fr.File), Line: fr.Line}}}
+	frames, m := b.sym.userFrames(pid, look)
+	l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Address: addr, Mapping: b.mapping(pid, m)}
+	b.setLines(l, frames)
 	b.p.Location = append(b.p.Location, l)
 	b.locs[key] = l
-	if fr.Wrapper {
-		b.wrappers[l] = true
-	}
 	return l
 }
 
@@ -767,15 +764,28 @@ func (b *profBuilder) fileLoc(pid uint32, m *mapping, addr, look uint64, leaf bo
 	if l, ok := b.fileLocs[key]; ok {
 		return l
 	}
-	fr, _ := b.sym.user(pid, look)
-	l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Address: pm.Start + (addr - m.start), Mapping: pm,
-		Line: []profile.Line{{Function: b.function(fr.Func, fr.File), Line: fr.Line}}}
+	frames, _ := b.sym.userFrames(pid, look)
+	l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Address: pm.Start + (addr - m.start), Mapping: pm}
+	b.setLines(l, frames)
 	b.p.Location = append(b.p.Location, l)
 	b.fileLocs[key] = l
-	if fr.Wrapper {
+	return l
+}
+
+// setLines gives l a line for each frame (innermost first, as pprof has
+// inlined calls), leaving out Go's wrappers as its tracebacks do; a
+// location of wrappers alone is left out of stacks.
+func (b *profBuilder) setLines(l *profile.Location, frames []symtab.Frame) {
+	for _, fr := range frames {
+		if !fr.Wrapper {
+			l.Line = append(l.Line, profile.Line{Function: b.function(fr.Func, fr.File), Line: fr.Line})
+		}
+	}
+	if len(l.Line) == 0 {
+		fr := frames[len(frames)-1]
+		l.Line = []profile.Line{{Function: b.function(fr.Func, fr.File), Line: fr.Line}}
 		b.wrappers[l] = true
 	}
-	return l
 }
 
 type fileSeg struct {

@@ -105,9 +105,16 @@ func (s *symbolizer) wrapped(pid uint32, addr uint64) (symtab.Frame, bool) {
 	return m.file.WrappedCall(va)
 }
 
-// user symbolizes a user address of process pid. The returned mapping is
-// nil when the address is in no known mapping.
+// user symbolizes a user address of process pid: the function holding
+// it. The returned mapping is nil when the address is in no known mapping.
 func (s *symbolizer) user(pid uint32, addr uint64) (symtab.Frame, *mapping) {
+	frames, m := s.userFrames(pid, addr)
+	return frames[len(frames)-1], m
+}
+
+// userFrames symbolizes a user address of process pid with the Go calls
+// inlined there, innermost first; the function holding it last.
+func (s *symbolizer) userFrames(pid uint32, addr uint64) ([]symtab.Frame, *mapping) {
 	p := s.proc(pid)
 	var m *mapping
 	if p != nil {
@@ -127,29 +134,29 @@ func (s *symbolizer) user(pid uint32, addr uint64) (symtab.Frame, *mapping) {
 	if m == nil || m.file == nil {
 		if s.jvms != nil {
 			if name, ok := s.jvms.name(pid, addr); ok {
-				return symtab.Frame{Func: name}, m
+				return []symtab.Frame{{Func: name}}, m
 			}
 		}
 		if name, ok := s.perfMapFor(pid, p).Lookup(addr); ok {
-			return symtab.Frame{Func: name}, m
+			return []symtab.Frame{{Func: name}}, m
 		}
 		if m != nil {
 			label := m.path
 			if label == "" {
 				label = "[anon]"
 			}
-			return symtab.Frame{Func: fmt.Sprintf("%s+0x%x", label, addr-m.start)}, m
+			return []symtab.Frame{{Func: fmt.Sprintf("%s+0x%x", label, addr-m.start)}}, m
 		}
-		return symtab.Frame{Func: fmt.Sprintf("[unmapped]+0x%x", addr)}, nil
+		return []symtab.Frame{{Func: fmt.Sprintf("[unmapped]+0x%x", addr)}}, nil
 	}
 	off := addr - m.start + m.offset
 	m.file.Load()
 	if m.file.Err == nil {
 		if va, ok := m.file.VAddr(off); ok {
-			if fr, ok := m.file.Lookup(va); ok {
-				return fr, m
+			if frames, ok := m.file.LookupFrames(va); ok {
+				return frames, m
 			}
 		}
 	}
-	return symtab.Frame{Func: fmt.Sprintf("%s+0x%x", filepath.Base(m.path), off)}, m
+	return []symtab.Frame{{Func: fmt.Sprintf("%s+0x%x", filepath.Base(m.path), off)}}, m
 }

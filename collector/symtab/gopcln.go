@@ -20,7 +20,8 @@ type goFuncs struct {
 	r         io.ReaderAt // the section
 	quantum   uint64
 	nfunc     int
-	funcIDAt  int // byte offset of _func.funcID: 36 before Go 1.20 (no startLine), 40 after
+	funcIDAt  int         // byte offset of _func.funcID: 36 before Go 1.20 (no startLine), 40 after
+	data      *goFuncData // nil: inlined calls are not named
 	textStart uint64
 	// Offsets in the section.
 	funcnames, cutab, filetab, pctab, functab int64
@@ -48,6 +49,7 @@ func openGoFuncs(file io.ReaderAt, ef *elf.File) *goFuncs {
 	for i := range g.entries {
 		g.entries[i] = binary.LittleEndian.Uint32(raw[4*i:])
 	}
+	g.data = findGoFuncData(file, ef, sec, g.textStart, g.funcIDAt == 40)
 	return g
 }
 
@@ -81,53 +83,141 @@ func (g *goFuncs) textRange() (lo, hi uint64) {
 }
 
 // lookup names pc (a link-time virtual address): the function holding it,
-// its file and line. ok is false outside the table or where it is
-// unreadable.
-func (g *goFuncs) lookup(pc uint64) (fr Frame, ok bool) {
+// with the line of the call its innermost inlined call is made from.
+func (g *goFuncs) lookup(pc uint64) (Frame, bool) {
+	frames, ok := g.frames(pc)
+	if !ok {
+		return Frame{}, false
+	}
+	return frames[len(frames)-1], true
+}
+
+// goFunc is a function's runtime._func: its fields, funcID and the
+// offsets of its pc-value tables (pcdata) and function data (funcdata).
+type goFunc struct {
+	entry             uint64
+	field             func(n int) uint32
+	funcID            uint8
+	pcdata, funcdata  []uint32
+	nameOff, cu, pcln uint32
+	pcfile            uint32
+}
+
+// frames names pc, innermost first: the functions inlined there (from
+// the inline tree, as runtime.Frames expands them), then the function
+// holding it. Each frame's line is at the call into the frame before it.
+// ok is false outside the table or where it is unreadable.
+func (g *goFuncs) frames(pc uint64) ([]Frame, bool) {
 	lo, hi := g.textRange()
 	if pc < lo || pc >= hi {
-		return Frame{}, false
+		return nil, false
 	}
 	off := uint32(pc - g.textStart)
 	i := sort.Search(g.nfunc, func(i int) bool { return g.entries[2*i] > off }) - 1
 	if i < 0 {
-		return Frame{}, false
+		return nil, false
 	}
-	field, funcID, err := g.funcFields(i)
+	fn, err := g.readFunc(i)
 	if err != nil {
-		return Frame{}, false
+		return nil, false
 	}
-	fentry := g.textStart + uint64(field(0))
-	if fr.Func, err = g.cstring(g.funcnames + int64(field(1))); err != nil {
-		return Frame{}, false
-	}
-	// Every special funcID but the wrappers' marks one top-level runtime
-	// function (goexit, mcall, ...); the wrappers' value differs between
-	// releases (21 in 1.19, 23 in 1.26).
-	top := strings.HasPrefix(fr.Func, "runtime.") && !strings.ContainsAny(fr.Func[len("runtime."):], ".()")
-	fr.Wrapper = funcID != 0 && !top
-	if line := g.pcvalue(field(6), fentry, pc); line >= 0 {
-		fr.Line = int64(line)
-	}
-	if fno := g.pcvalue(field(5), fentry, pc); fno >= 0 {
-		var b [4]byte
-		if _, err := g.r.ReadAt(b[:], g.cutab+(int64(field(8))+int64(fno))*4); err == nil {
-			if fnoff := binary.LittleEndian.Uint32(b[:]); fnoff != ^uint32(0) {
-				fr.File, _ = g.cstring(g.filetab + int64(fnoff))
-			}
+	var out []Frame
+	for depth := 0; ; depth++ {
+		var fr Frame
+		if line := g.pcvalue(fn.pcln, fn.entry, pc); line >= 0 {
+			fr.Line = int64(line)
 		}
+		fr.File = g.fileAt(fn, pc)
+		call, inlined := g.inlinedAt(fn, pc)
+		if !inlined || depth == maxInlineDepth {
+			if fr.Func, err = g.cstring(g.funcnames + int64(fn.nameOff)); err != nil {
+				return nil, false
+			}
+			// Every special funcID but the wrappers' marks one top-level
+			// runtime function (goexit, mcall, ...); the wrappers' value
+			// differs between releases (21 in 1.19, 23 in 1.26).
+			fr.Wrapper = fn.funcID != 0 && !topRuntime(fr.Func)
+			return append(out, fr), true
+		}
+		if fr.Func, err = g.cstring(g.funcnames + int64(call.nameOff)); err != nil {
+			return nil, false
+		}
+		fr.Wrapper = call.funcID != 0 && !topRuntime(fr.Func)
+		out = append(out, fr)
+		pc = fn.entry + uint64(call.parentPc)
 	}
-	return fr, true
+}
+
+func topRuntime(name string) bool {
+	return strings.HasPrefix(name, "runtime.") && !strings.ContainsAny(name[len("runtime."):], ".()")
+}
+
+// inlinedAt is the inlined call pc is in, if any.
+func (g *goFuncs) inlinedAt(fn *goFunc, pc uint64) (inlinedCall, bool) {
+	if g.data == nil || len(fn.pcdata) <= pcdataInlTreeIndex || len(fn.funcdata) <= funcdataInlTree ||
+		fn.funcdata[funcdataInlTree] == ^uint32(0) {
+		return inlinedCall{}, false
+	}
+	ix := g.pcvalue(fn.pcdata[pcdataInlTreeIndex], fn.entry, pc)
+	if ix < 0 {
+		return inlinedCall{}, false
+	}
+	return g.data.inlinedCall(fn.funcdata[funcdataInlTree], ix)
+}
+
+// fileAt is the source file of pc in fn ("" where unknown).
+func (g *goFuncs) fileAt(fn *goFunc, pc uint64) string {
+	fno := g.pcvalue(fn.pcfile, fn.entry, pc)
+	if fno < 0 {
+		return ""
+	}
+	var b [4]byte
+	if _, err := g.r.ReadAt(b[:], g.cutab+(int64(fn.cu)+int64(fno))*4); err != nil {
+		return ""
+	}
+	fnoff := binary.LittleEndian.Uint32(b[:])
+	if fnoff == ^uint32(0) {
+		return ""
+	}
+	file, _ := g.cstring(g.filetab + int64(fnoff))
+	return file
+}
+
+// readFunc reads function i's runtime._func: field 0 entry offset, 1 name
+// offset, 5 pcfile, 6 pcln, 7 npcdata, 8 compilation unit; its funcID, and
+// the pcdata and funcdata offsets that follow it.
+func (g *goFuncs) readFunc(i int) (*goFunc, error) {
+	var b [160]byte
+	base := g.functab + int64(g.entries[2*i+1])
+	n, err := g.r.ReadAt(b[:], base)
+	if n < 44 {
+		return nil, err
+	}
+	field := func(n int) uint32 { return binary.LittleEndian.Uint32(b[4*n:]) }
+	fn := &goFunc{entry: g.textStart + uint64(field(0)), field: field, funcID: b[g.funcIDAt],
+		nameOff: field(1), pcfile: field(5), pcln: field(6), cu: field(8)}
+	npcdata, nfuncdata := int(field(7)), int(b[g.funcIDAt+3])
+	fixed := g.funcIDAt + 4
+	if npcdata > 64 || fixed+4*(npcdata+nfuncdata) > n {
+		return fn, nil // more than read: no pcdata, no inlining
+	}
+	for k := 0; k < npcdata; k++ {
+		fn.pcdata = append(fn.pcdata, binary.LittleEndian.Uint32(b[fixed+4*k:]))
+	}
+	for k := 0; k < nfuncdata; k++ {
+		fn.funcdata = append(fn.funcdata, binary.LittleEndian.Uint32(b[fixed+4*(npcdata+k):]))
+	}
+	return fn, nil
 }
 
 // funcFields reads function i's runtime._func: field 0 entry offset, 1
 // name offset, 5 pcfile, 6 pcln, 8 compilation unit; and its funcID.
 func (g *goFuncs) funcFields(i int) (func(n int) uint32, uint8, error) {
-	var fn [44]byte
-	if _, err := g.r.ReadAt(fn[:], g.functab+int64(g.entries[2*i+1])); err != nil {
+	fn, err := g.readFunc(i)
+	if err != nil {
 		return nil, 0, err
 	}
-	return func(n int) uint32 { return binary.LittleEndian.Uint32(fn[4*n:]) }, fn[g.funcIDAt], nil
+	return fn.field, fn.funcID, nil
 }
 
 // pcvalue decodes a pc-value table from entry up to pc: pairs of varints,

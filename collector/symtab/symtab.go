@@ -173,7 +173,19 @@ func (f *File) VAddr(off uint64) (uint64, bool) {
 	return 0, false
 }
 
-// Lookup symbolizes an ELF virtual address.
+// LookupFrames symbolizes va with the Go calls inlined there, innermost
+// first, the function holding va last; elsewhere as Lookup.
+func (f *File) LookupFrames(va uint64) ([]Frame, bool) {
+	if f.gofn != nil {
+		if frames, ok := f.gofn.frames(va); ok {
+			return frames, true
+		}
+	}
+	fr, ok := f.Lookup(va)
+	return []Frame{fr}, ok
+}
+
+// Lookup symbolizes an ELF virtual address: the function holding it.
 func (f *File) Lookup(va uint64) (Frame, bool) {
 	if f.gofn != nil {
 		if fr, ok := f.gofn.lookup(va); ok {
