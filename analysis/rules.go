@@ -88,6 +88,10 @@ type Rules struct {
 	verdicts   []rule
 	notApp     []*regexp.Regexp
 	notModules []*regexp.Regexp
+	// Categories by what the rules read of a stack: goroutine profiles
+	// hold many rows that differ by goroutine alone.
+	catMu sync.RWMutex
+	cats  map[string][]string
 }
 
 type rule struct {
@@ -395,6 +399,52 @@ func (r *Rules) IdleCategories() []string { return r.idle }
 // thread's release, is blocked; a socket read woken by another program is
 // idle.
 func (r *Rules) Categorize(s *Stack) []string {
+	k := ruleInput(s)
+	r.catMu.RLock()
+	out, ok := r.cats[k]
+	r.catMu.RUnlock()
+	if ok {
+		return out
+	}
+	out = r.categorize(s)
+	r.catMu.Lock()
+	if r.cats == nil || len(r.cats) >= maxMatchCache {
+		r.cats = map[string][]string{} // bounded, as matchCache
+	}
+	r.cats[k] = out
+	r.catMu.Unlock()
+	return out
+}
+
+// ruleInput is all that rules and verdicts read of a stack.
+func ruleInput(s *Stack) string {
+	var b strings.Builder
+	for _, f := range []string{s.Kind, s.Thread, s.State, s.Reason, s.WakerRelation(), s.Class, s.InRequestWhy} {
+		b.WriteString(f)
+		b.WriteByte(0)
+	}
+	if s.InRequest {
+		b.WriteByte('r')
+	}
+	if s.WakerDispatching {
+		b.WriteByte('d')
+	}
+	for _, fr := range [][]Frame{s.Frames, {{Name: "|"}}, s.WakerFrames} {
+		for _, f := range fr {
+			b.WriteString(f.Name)
+			b.WriteByte(0)
+			b.WriteString(f.Module)
+			if f.Kernel {
+				b.WriteByte('k')
+			}
+			b.WriteByte(1)
+		}
+	}
+	return b.String()
+}
+
+// categorize is Categorize without the cache.
+func (r *Rules) categorize(s *Stack) []string {
 	var out []string
 	seen := map[string]bool{}
 	inner := r.InnermostApp(s)

@@ -38,7 +38,7 @@ struct go_offsets {
 	u32 m_curg;
 	u32 gopc;    /* the pc of the go statement that created it; 0: not known */
 	u32 startpc; /* the function it runs; 0: not known */
-	u32 pad;
+	u32 preempted; /* the wait reason of a goroutine the GC suspended (not a park); 0xff: none */
 	u64 probed_ns; /* when the probe was put on the process */
 };
 
@@ -416,15 +416,17 @@ int go_casgstatus(struct go_regs *ctx)
 	}
 	if (ready) {
 		struct go_park *p = bpf_map_lookup_elem(&go_parked, &gk);
-		if (!p || p->run_ns) {
-			/* Parked before the probe: its saved state is still the
-			 * park's, its wait counted from when it was probed. */
-			struct go_park np = {};
+		if (p && p->run_ns)
+			return 0; /* seen running since: not a park (the GC suspended it) */
+		if (!p) {
+			/* Never seen: parked before the probe, its saved state
+			 * still the park's; its wait counted from the probe. */
+			struct go_park np = { .flags = GO_BEFORE_START };
 			u64 since = o->probed_ns > go_start_ns ? o->probed_ns : go_start_ns;
+			if (go_park_state(o, gp, 0, since, 0, &np) || np.reason == o->preempted)
+				return 0;
 			go_count(GO_STAT_UNSEEN);
-			np.flags = GO_BEFORE_START;
-			if (go_park_state(o, gp, 0, since, 0, &np) ||
-			    bpf_map_update_elem(&go_parked, &gk, &np, BPF_ANY))
+			if (bpf_map_update_elem(&go_parked, &gk, &np, BPF_ANY))
 				return 0;
 			p = bpf_map_lookup_elem(&go_parked, &gk);
 			if (!p)

@@ -55,7 +55,7 @@ type GoroutinesGoOffsets struct {
 	M_curg     uint32
 	Gopc       uint32
 	Startpc    uint32
-	Pad        uint32
+	Preempted  uint32
 	ProbedNs   uint64
 }
 

@@ -3,6 +3,7 @@ package collector
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -83,6 +84,10 @@ func (r *goRecorder) add(pid uint32) {
 		return
 	}
 	off := rt.offsets
+	off.Preempted = 0xff
+	if i := slices.Index(rt.reasons, "preempted"); i >= 0 {
+		off.Preempted = uint32(i) // a goroutine the GC suspended: not a park
+	}
 	off.ProbedNs = monotonicNow() // the probe traps from here on
 	if err := r.objs.GoProcs.Put(pid, off); err != nil {
 		r.stats.Skipped = append(r.stats.Skipped, fmt.Sprintf("process %d: %v", pid, err))

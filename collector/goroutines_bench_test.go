@@ -16,7 +16,8 @@ import (
 // nearly one park per message; at 40 µs and 2 CPUs about 50,000 parks/s)
 // run unprofiled, under offcpu recording its threads, and under offcpu
 // recording threads and goroutines, interleaved, REPEATS times each.
-// Reports each mode's median messages/s and its ratio to unprofiled, and
+// Reports each mode's median messages/s and its ratio to unprofiled (and
+// the median and range of each round's ratio to that round's unprofiled run), and
 // for goroutines the recorder's cost per park: the BPF program's run time
 // per park (bpf_stats) and the program's CPU per message over the
 // unprofiled one (uprobe traps included). OFFCPU_GOPARKS="WORK_US
@@ -94,6 +95,14 @@ func BenchmarkGoroutineParks(b *testing.B) {
 		rate := med(mode, func(r result) float64 { return r.rate })
 		line := fmt.Sprintf("%-19s %8.0f msg/s  %.3f× unprofiled  CPU %6.0f ns/msg (+%.0f)", mode, rate, rate/base,
 			med(mode, func(r result) float64 { return r.cpuPerMsg }), med(mode, func(r result) float64 { return r.cpuPerMsg })-baseCPU)
+		// Each round against the unprofiled run of the same round: the
+		// load drifts between rounds.
+		var paired []float64
+		for i, r := range results[mode] {
+			paired = append(paired, r.rate/results["unprofiled"][i].rate)
+		}
+		slices.Sort(paired)
+		line += fmt.Sprintf("  paired %.3f× (%.3f–%.3f)", paired[len(paired)/2], paired[0], paired[len(paired)-1])
 		if mode == "threads+goroutines" {
 			line += fmt.Sprintf("  %.0f parks/s, BPF %.0f ns/park in %.2f runs", med(mode, func(r result) float64 { return r.parksPerSec }),
 				med(mode, func(r result) float64 { return r.bpfPerPark }), med(mode, func(r result) float64 { return r.runsPerPark }))

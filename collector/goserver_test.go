@@ -256,6 +256,20 @@ func TestGoroutineWaitsPrometheus(t *testing.T) {
 	t.Logf("%d requests; recorder window %v to %v of the trace's %v; %d parks", requests, from, to, truth.window, st.Parks)
 
 	gp := s.Goroutines()
+	// No goroutine waits longer than the window (a suspension by the GC
+	// taken for a park since the start would).
+	window := s.Stats().Duration.Nanoseconds()
+	perG := map[int64]int64{}
+	for _, smp := range gp.Sample {
+		if g := smp.NumLabel[schema.LabelGoid][0]; g > 0 {
+			perG[g] += smp.Value[0] + smp.Value[1]
+		}
+	}
+	for g, ns := range perG {
+		if ns > window {
+			t.Errorf("goroutine %d waited %.3f s in a %.3f s window", g, float64(ns)/1e9, float64(window)/1e9)
+		}
+	}
 	mine := map[string]int64{}
 	for _, smp := range gp.Sample {
 		if iv := smp.Label[schema.LabelInterval]; len(iv) > 0 && iv[0] != "open" {

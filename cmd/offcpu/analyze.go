@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"regexp"
+	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -49,6 +51,9 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 				_, err := cmd.OutOrStdout().Write(analysis.DefaultRules())
 				return err
 			}
+			if f.explain != "" && len(args) > 0 {
+				return explainRecorded(cmd.OutOrStdout(), f, args)
+			}
 			if f.explain != "" {
 				rules, err := analysis.LoadRules(f.rules)
 				if err != nil {
@@ -86,7 +91,7 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 	fl.StringVar(&f.metrics, "metrics", "", "metrics JSON with a published count, for wake-ups per message")
 	fl.IntVar(&f.top, "top", 10, "stacks and functions to list")
 	fl.BoolVar(&f.foldedNs, "folded-ns", false, "folded-stack values are nanoseconds (default: microseconds, as bcc writes)")
-	fl.StringVar(&f.explain, "explain", "", "tell how the rules read this stack (folded: THREAD;user frames;-;kernel frames, or one frame) and exit")
+	fl.StringVar(&f.explain, "explain", "", "tell how the rules read this stack (folded: THREAD;user frames;-;kernel frames, or one frame) and exit; with profiles, explain their recorded stacks that contain it, waker and all")
 	fl.StringVar(&f.state, "state", "sleeping", "with --explain: the thread state (sleeping, uninterruptible, preempted, other)")
 	fl.BoolVar(&f.chains, "chains", false, "list only the root causes of the blocked time, followed along the wakers' own waits (JSON always has them: chains)")
 	fl.StringVar(&f.waker, "waker", "", "with --explain: who woke the thread ("+strings.Join(analysis.WakerRelations, ", ")+")")
@@ -118,20 +123,65 @@ func explainWaker(st *schema.Stack, f *analyzeFlags) error {
 	return nil
 }
 
+// explainRecorded explains the recorded off-CPU stacks that contain
+// f.explain (as their folded form reads), largest first, each with what
+// the recording says of it: its waker, its creator, its chain.
+func explainRecorded(w io.Writer, f *analyzeFlags, args []string) error {
+	data, rules, opts, err := loadAnalysis(f, args)
+	if err != nil {
+		return err
+	}
+	analysis.Analyze(data, rules, opts) // marks the waits inside requests and chains
+	var hits []*schema.Stack
+	for i := range data.Stacks {
+		st := &data.Stacks[i]
+		if st.Kind == schema.KindOffCPU && strings.Contains(st.Folded(), f.explain) && (opts.Threads == nil || opts.Threads.MatchString(st.Thread)) {
+			hits = append(hits, st)
+		}
+	}
+	if len(hits) == 0 {
+		return fmt.Errorf("no recorded off-CPU stack contains %q (give frames as the folded stacks read: a;b;c)", f.explain)
+	}
+	sort.SliceStable(hits, func(i, j int) bool { return hits[i].Value > hits[j].Value })
+	for i, st := range hits[:min(len(hits), f.top)] {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "%s (%s, %d waits)\n", st.Folded(), analysis.Secs(st.Value), st.Count)
+		for _, l := range rules.Explain(st) {
+			fmt.Fprintln(w, "  "+l)
+		}
+	}
+	if len(hits) > f.top {
+		fmt.Fprintf(w, "\n(%d more stacks contain it: --top)\n", len(hits)-f.top)
+	}
+	return nil
+}
+
 func analyzeFiles(f *analyzeFlags, args []string) (*analysis.Report, error) {
-	rules, err := analysis.LoadRules(f.rules)
+	data, rules, opts, err := loadAnalysis(f, args)
 	if err != nil {
 		return nil, err
+	}
+	return analysis.Analyze(data, rules, opts), nil
+}
+
+// loadAnalysis reads the rules and the profiles the flags and arguments name.
+func loadAnalysis(f *analyzeFlags, args []string) (*schema.Data, *analysis.Rules, analysis.Options, error) {
+	var none analysis.Options
+	rules, err := analysis.LoadRules(f.rules)
+	if err != nil {
+		return nil, nil, none, err
 	}
 	var re *regexp.Regexp
 	if f.threads != "" {
 		if re, err = regexp.Compile(f.threads); err != nil {
-			return nil, fmt.Errorf("--threads: %v", err)
+			return nil, nil, none, fmt.Errorf("--threads: %v", err)
 		}
 	}
 	files, metrics, err := analysis.RunFiles(args)
 	if err != nil {
-		return nil, err
+		return nil, nil, none, err
 	}
 	if f.metrics != "" {
 		metrics = append(metrics, f.metrics)
@@ -146,7 +196,7 @@ func analyzeFiles(f *analyzeFlags, args []string) (*analysis.Report, error) {
 	}
 	data, err := analysis.Load(unit, files...)
 	if err != nil {
-		return nil, err
+		return nil, nil, none, err
 	}
-	return analysis.Analyze(data, rules, analysis.Options{Threads: re, Messages: messages, Top: f.top}), nil
+	return data, rules, analysis.Options{Threads: re, Messages: messages, Top: f.top}, nil
 }
