@@ -96,7 +96,6 @@ func (g *goFuncs) lookup(pc uint64) (Frame, bool) {
 // offsets of its pc-value tables (pcdata) and function data (funcdata).
 type goFunc struct {
 	entry             uint64
-	field             func(n int) uint32
 	funcID            uint8
 	pcdata, funcdata  []uint32
 	nameOff, cu, pcln uint32
@@ -183,9 +182,9 @@ func (g *goFuncs) fileAt(fn *goFunc, pc uint64) string {
 	return file
 }
 
-// readFunc reads function i's runtime._func: field 0 entry offset, 1 name
-// offset, 5 pcfile, 6 pcln, 7 npcdata, 8 compilation unit; its funcID, and
-// the pcdata and funcdata offsets that follow it.
+// readFunc reads function i's runtime._func (fields 0 entry offset, 1
+// name offset, 5 pcfile, 6 pcln, 7 npcdata, 8 compilation unit; its
+// funcID) and the pcdata and funcdata offsets that follow it.
 func (g *goFuncs) readFunc(i int) (*goFunc, error) {
 	var b [160]byte
 	base := g.functab + int64(g.entries[2*i+1])
@@ -194,7 +193,7 @@ func (g *goFuncs) readFunc(i int) (*goFunc, error) {
 		return nil, err
 	}
 	field := func(n int) uint32 { return binary.LittleEndian.Uint32(b[4*n:]) }
-	fn := &goFunc{entry: g.textStart + uint64(field(0)), field: field, funcID: b[g.funcIDAt],
+	fn := &goFunc{entry: g.textStart + uint64(field(0)), funcID: b[g.funcIDAt],
 		nameOff: field(1), pcfile: field(5), pcln: field(6), cu: field(8)}
 	npcdata, nfuncdata := int(field(7)), int(b[g.funcIDAt+3])
 	fixed := g.funcIDAt + 4
@@ -208,16 +207,6 @@ func (g *goFuncs) readFunc(i int) (*goFunc, error) {
 		fn.funcdata = append(fn.funcdata, binary.LittleEndian.Uint32(b[fixed+4*(npcdata+k):]))
 	}
 	return fn, nil
-}
-
-// funcFields reads function i's runtime._func: field 0 entry offset, 1
-// name offset, 5 pcfile, 6 pcln, 8 compilation unit; and its funcID.
-func (g *goFuncs) funcFields(i int) (func(n int) uint32, uint8, error) {
-	fn, err := g.readFunc(i)
-	if err != nil {
-		return nil, 0, err
-	}
-	return fn.field, fn.funcID, nil
 }
 
 // pcvalue decodes a pc-value table from entry up to pc: pairs of varints,

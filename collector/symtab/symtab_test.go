@@ -234,33 +234,33 @@ func matchGosym(t *testing.T, bin string) {
 		t.Errorf("%d functions, gosym has %d", g.nfunc, len(tab.Funcs))
 	}
 	checked, wrappers, inlined := 0, 0, 0
-	for i, fn := range tab.Funcs {
-		field, _, err := g.funcFields(i)
+	for i, tfn := range tab.Funcs {
+		fn, err := g.readFunc(i)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// The closures of go statements (Go 1.22+) are wrappers, as Go's
 		// tracebacks see them; generated equality and init functions are not.
-		fr, _ := g.lookup(fn.Entry)
+		fr, _ := g.lookup(tfn.Entry)
 		switch {
-		case strings.Contains(fn.Name, ".gowrap"):
+		case strings.Contains(tfn.Name, ".gowrap"):
 			if !fr.Wrapper {
-				t.Errorf("%s is not marked a wrapper", fn.Name)
+				t.Errorf("%s is not marked a wrapper", tfn.Name)
 			}
 			wrappers++
-		case strings.Contains(fn.Name, ".eq.") || strings.HasSuffix(fn.Name, ".init"):
+		case strings.Contains(tfn.Name, ".eq.") || strings.HasSuffix(tfn.Name, ".init"):
 			if fr.Wrapper {
-				t.Errorf("%s is marked a wrapper", fn.Name)
+				t.Errorf("%s is marked a wrapper", tfn.Name)
 			}
 		}
-		for _, pc := range []uint64{fn.Entry, fn.Entry + (fn.End-fn.Entry)/2, fn.End - 1} {
+		for _, pc := range []uint64{tfn.Entry, tfn.Entry + (tfn.End-tfn.Entry)/2, tfn.End - 1} {
 			file, line, want := tab.PCToLine(pc)
 			line = max(line, 0) // unknown: 0 here, -1 there
 			// No table (cgo's C wrappers): gosym decodes whatever offset 0 holds.
-			if field(5) == 0 {
+			if fn.pcfile == 0 {
 				file = ""
 			}
-			if field(6) == 0 {
+			if fn.pcln == 0 {
 				line = 0
 			}
 			// gosym names the function holding pc and the innermost line.
