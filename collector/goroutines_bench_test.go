@@ -9,13 +9,18 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 )
 
 // The cost of recording goroutine waits: testdata/goparks (pairs of
 // goroutines handing a message back and forth, WORK of CPU per message,
 // nearly one park per message; at 40 µs and 2 CPUs about 50,000 parks/s)
-// run unprofiled, under offcpu recording its threads, and under offcpu
-// recording threads and goroutines, interleaved, REPEATS times each.
+// run unprofiled, under offcpu recording its threads, under offcpu
+// recording threads and goroutines, and with an empty program on the same
+// uprobe (the traps alone: the floor), interleaved, REPEATS times each.
 // Reports each mode's median messages/s and its ratio to unprofiled (and
 // the median and range of each round's ratio to that round's unprofiled run), and
 // for goroutines the recorder's cost per park: the BPF program's run time
@@ -32,7 +37,7 @@ func BenchmarkGoroutineParks(b *testing.B) {
 	build(b, "go", "build", "-o", bin, "./testdata/goparks")
 	defer enableBPFStats(b).Close()
 	type result struct{ rate, cpuPerMsg, bpfPerPark, parksPerSec, runsPerPark float64 }
-	modes := []string{"unprofiled", "threads", "threads+goroutines"}
+	modes := []string{"unprofiled", "threads", "threads+goroutines", "empty probe"}
 	results := map[string][]result{}
 	for i := 0; i < repeats*len(modes); i++ {
 		mode := modes[i%len(modes)]
@@ -41,7 +46,12 @@ func BenchmarkGoroutineParks(b *testing.B) {
 		cmd.Stdout = &out
 		var s *Session
 		var err error
-		if mode != "unprofiled" {
+		detach := func() {}
+		if mode == "empty probe" {
+			// The floor: the same uprobe with a program that does nothing.
+			detach = emptyUprobe(b, bin, "runtime.casgstatus")
+			err = cmd.Start()
+		} else if mode != "unprofiled" {
 			if s, err = Start(context.Background(), Options{TargetsOnly: true, Goroutines: mode == "threads+goroutines"}); err != nil {
 				b.Fatal(err)
 			}
@@ -58,6 +68,7 @@ func BenchmarkGoroutineParks(b *testing.B) {
 		if err := cmd.Wait(); err != nil {
 			b.Fatalf("goparks: %v", err)
 		}
+		detach()
 		if s != nil {
 			for _, p := range bpfPrograms() {
 				if strings.HasPrefix(p.name, "go_casg") {
@@ -109,4 +120,23 @@ func BenchmarkGoroutineParks(b *testing.B) {
 		}
 		b.Log(line)
 	}
+}
+
+// emptyUprobe attaches a program that returns at once to symbol in exe;
+// it returns the detach.
+func emptyUprobe(b *testing.B, exe, symbol string) func() {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.Kprobe, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ex, err := link.OpenExecutable(exe)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := ex.Uprobe(symbol, prog, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return func() { l.Close(); prog.Close() }
 }

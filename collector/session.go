@@ -1031,7 +1031,7 @@ func (s *Session) Offwake() *profile.Profile { return s.offwake }
 
 // Goroutines returns, after Stop, the goroutine waits of the Go programs
 // recorded (sample types goroutine_blocked, goroutine_runqueue,
-// goroutine_waits); nil without Options.Goroutines.
+// goroutine_waits, waker_waiting); nil without Options.Goroutines.
 func (s *Session) Goroutines() *profile.Profile { return s.goProf }
 
 // markWindowStart tells the programs when the recorded window began, for

@@ -134,8 +134,12 @@ func TestRecordGoroutines(t *testing.T) {
 		t.Errorf("summary lacks the goroutine line:\n%s", summary)
 	}
 	p := readProfile(t, filepath.Join(dir, "go.goroutines.pb.gz"))
-	if len(p.SampleType) != 3 || p.SampleType[0].Type != "goroutine_blocked" {
-		t.Errorf("sample types %v", p.SampleType)
+	var types []string
+	for _, st := range p.SampleType {
+		types = append(types, st.Type)
+	}
+	if want := []string{"goroutine_blocked", "goroutine_runqueue", "goroutine_waits", "waker_waiting"}; !slices.Equal(types, want) {
+		t.Errorf("sample types %v, want %v", types, want)
 	}
 	b, err := os.ReadFile(folded)
 	if err != nil {
