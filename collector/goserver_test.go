@@ -137,7 +137,7 @@ func traceWindowWaits(t *testing.T, path string, from, to time.Duration) *window
 }
 
 // startPrometheus runs Debian's prometheus on loopback, scraping itself
-// every second, and waits until it is ready.
+// every second, and waits until it has scraped once.
 func startPrometheus(t *testing.T) (*exec.Cmd, string) {
 	t.Helper()
 	if _, err := os.Stat(prometheusBin); err != nil {
@@ -158,12 +158,19 @@ func startPrometheus(t *testing.T) (*exec.Cmd, string) {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	base := "http://" + addr
+	// Ready, and scraping: its scrape loops start at the first update of
+	// its service discovery, seconds after it is ready.
 	for i := 0; ; i++ {
-		if resp, err := http.Get(base + "/-/ready"); err == nil && resp.StatusCode == 200 {
+		resp, err := http.Get(base + "/api/v1/query?query=up")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			break
-		} else if i == 200 {
-			t.Fatalf("prometheus is not ready: %v", err)
+			if strings.Contains(string(b), `"job":"self"`) {
+				break
+			}
+		}
+		if i == 300 {
+			t.Fatalf("prometheus does not scrape itself after 15 s: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
