@@ -36,11 +36,12 @@ type goFuncData struct {
 	layout inlineLayout
 }
 
-// findGoFuncData finds gofunc by its symbol, or in a stripped binary from
-// runtime.firstmoduledata: the word in the data (in Go 1.26, a section of
-// its own) that points at the pclntab, checked by its text field, its
-// types ≤ etypes and rodata ≤ gofunc.
-// nil when neither is found: frames are then named without inlining.
+// findGoFuncData finds gofunc in runtime.firstmoduledata: the word in
+// the data (in Go 1.26, a section of its own) that points at the pclntab,
+// checked by its text field, its types ≤ etypes and rodata ≤ gofunc. The
+// data is read in chunks up to the match (it comes early), and the symbol
+// table is not read: a large binary's is megabytes. nil when not found:
+// frames are then named without inlining.
 func findGoFuncData(file io.ReaderAt, ef *elf.File, pcln *elf.Section, textStart uint64, newLayout bool) *goFuncData {
 	d := &goFuncData{file: file, layout: inline118}
 	if newLayout {
@@ -51,36 +52,30 @@ func findGoFuncData(file io.ReaderAt, ef *elf.File, pcln *elf.Section, textStart
 			d.loads = append(d.loads, p.ProgHeader)
 		}
 	}
-	if syms, err := ef.Symbols(); err == nil {
-		for _, s := range syms {
-			if s.Name == "go:func.*" || s.Name == "go.func.*" {
-				d.gofunc = s.Value
-				return d
-			}
-		}
-	}
 	gofuncAt := uint64(304) // moduledata.gofunc, Go 1.18 and 1.19
 	if newLayout {
 		gofuncAt = 320 // 1.20+ (covctrs, ecovctrs added)
 	}
+	const chunk = 64 << 10
+	buf := make([]byte, chunk+gofuncAt+8)
 	for _, name := range []string{".go.module", ".noptrdata", ".data", ".data.rel.ro"} {
 		sec := ef.Section(name)
 		if sec == nil || sec.Type == elf.SHT_NOBITS {
 			continue
 		}
-		data, err := sec.Data()
-		if err != nil {
-			continue
-		}
-		for off := 0; off+int(gofuncAt)+8 <= len(data); off += 8 {
-			w := func(at uint64) uint64 { return binary.LittleEndian.Uint64(data[off+int(at):]) }
-			if w(0) != pcln.Addr || w(176) != textStart {
-				continue
-			}
-			types, etypes, rodata, gofunc := w(gofuncAt-24), w(gofuncAt-16), w(gofuncAt-8), w(gofuncAt)
-			if types <= etypes && rodata <= gofunc && d.readable(gofunc) {
-				d.gofunc = gofunc
-				return d
+		r := sec.Open()
+		for base := int64(0); base < int64(sec.Size); base += chunk {
+			n, _ := r.(io.ReaderAt).ReadAt(buf, base)
+			for off := 0; off+int(gofuncAt)+8 <= n && off < chunk; off += 8 {
+				w := func(at uint64) uint64 { return binary.LittleEndian.Uint64(buf[off+int(at):]) }
+				if w(0) != pcln.Addr || w(176) != textStart {
+					continue
+				}
+				types, etypes, rodata, gofunc := w(gofuncAt-24), w(gofuncAt-16), w(gofuncAt-8), w(gofuncAt)
+				if types <= etypes && rodata <= gofunc && d.readable(gofunc) {
+					d.gofunc = gofunc
+					return d
+				}
 			}
 		}
 	}
