@@ -138,17 +138,25 @@ type goClassKey struct {
 	class string
 }
 
-// traceWaits reads an execution trace's goroutine waits.
-func traceWaits(t *testing.T, path string) *traceSums {
+// openTrace opens an execution trace for reading (closed at the end of
+// the test).
+func openTrace(t *testing.T, path string) *trace.Reader {
+	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(func() { f.Close() })
 	r, err := trace.NewReader(f)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return r
+}
+
+// traceWaits reads an execution trace's goroutine waits.
+func traceWaits(t *testing.T, path string) *traceSums {
+	r := openTrace(t, path)
 	type open struct {
 		at  trace.Time
 		key goWaitKey

@@ -33,8 +33,7 @@ type windowWaits struct {
 	window  time.Duration
 	byClass map[string]int64
 	waits   map[string]int64 // how many, by class
-	byG     map[int64]map[string]int64
-	created map[int64]bool // goroutines created inside the window
+	created map[int64]bool   // goroutines created inside the window
 	// Which goroutines serve requests, from the trace alone: a goroutine
 	// with network waits (a connection's: readers) is inside a request
 	// from the end of one to the start of its next; a goroutine it creates
@@ -46,20 +45,12 @@ type windowWaits struct {
 
 func traceWindowWaits(t *testing.T, path string, from, to time.Duration) *windowWaits {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := trace.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := openTrace(t, path)
 	type open struct {
 		at    trace.Time
 		class string
 	}
-	w := &windowWaits{byClass: map[string]int64{}, waits: map[string]int64{}, byG: map[int64]map[string]int64{}, created: map[int64]bool{},
+	w := &windowWaits{byClass: map[string]int64{}, waits: map[string]int64{}, created: map[int64]bool{},
 		readers: map[int64]bool{}, request: map[int64]bool{}, ended: map[int64]bool{}}
 	inRequest := map[int64]bool{}
 	born := map[int64]trace.Time{}
@@ -74,12 +65,6 @@ func traceWindowWaits(t *testing.T, path string, from, to time.Duration) *window
 		ns := int64(end - o.at)
 		w.byClass[o.class] += ns
 		w.waits[o.class]++
-		g := w.byG[int64(id)]
-		if g == nil {
-			g = map[string]int64{}
-			w.byG[int64(id)] = g
-		}
-		g[o.class] += ns
 	}
 	for {
 		ev, err := r.ReadEvent()
