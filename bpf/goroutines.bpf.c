@@ -169,8 +169,8 @@ struct {
 } go_scratch SEC(".maps");
 
 /* runtime.g's first words: stack.hi, m, sched, goid and waitreason (each
- * at a multiple of 8) are read in one go. */
-#define G_BASE_WORDS 64 /* a power of two: indexes are masked */
+ * at a multiple of 8) are read in one go; gopc and startpc lie further. */
+#define G_BASE_WORDS 32 /* a power of two: indexes are masked */
 #define G_STACK_HI 8     /* g.stack.hi: the stack is g's first field */
 struct go_gwords {
 	u64 w[G_BASE_WORDS];
@@ -189,16 +189,8 @@ static __always_inline struct go_gwords *go_gread(u64 g, u32 slot)
 	struct go_gwords *b = bpf_map_lookup_elem(&go_gbuf, &slot);
 	if (!b)
 		return 0;
-	if (!g)
-		goto none;
-	if (!bpf_probe_read_user(b, sizeof(*b), (void *)g))
-		return b;
-	/* The words past g's fields may be unmapped: the fields alone. */
-	__builtin_memset(b, 0, sizeof(*b));
-	if (!bpf_probe_read_user(b, sizeof(*b) / 2, (void *)g))
-		return b;
-none:
-	__builtin_memset(b, 0, sizeof(*b));
+	if (!g || bpf_probe_read_user(b, sizeof(*b), (void *)g))
+		__builtin_memset(b, 0, sizeof(*b));
 	return b;
 }
 
@@ -367,8 +359,11 @@ static __always_inline void go_waker_wait(u32 tgid, u64 waker_g, u64 waker_goid,
 
 /* Fills p with goroutine gp's park at `at`: its id, reason, creator and
  * start, and its stack, from the registers when it parks itself (ctx),
- * else from its saved state. Not 0: g unreadable. */
-static __always_inline int go_park_state(struct go_offsets *o, u64 gp, struct go_regs *ctx, u64 at, u32 tid, struct go_park *p)
+ * else from its saved state. Creator and start never change: they are
+ * read at a goroutine's first park and kept from its entry (prev) after.
+ * Not 0: g unreadable. */
+static __always_inline int go_park_state(struct go_offsets *o, u64 gp, struct go_regs *ctx, u64 at, u32 tid,
+					 struct go_park *p, struct go_park *prev)
 {
 	struct go_gwords *g = go_gread(gp, 0);
 	if (!g)
@@ -377,10 +372,13 @@ static __always_inline int go_park_state(struct go_offsets *o, u64 gp, struct go
 	p->park_ns = at;
 	p->tid = tid;
 	p->reason = go_gbyte(g, o->waitreason);
-	if (o->gopc)
-		p->gopc = go_gword(g, o->gopc);
-	if (o->startpc)
-		p->startpc = go_gword(g, o->startpc);
+	if (prev && prev->goid == p->goid) {
+		p->gopc = prev->gopc;
+		p->startpc = prev->startpc;
+	} else {
+		p->gopc = o->gopc ? go_u64(gp + o->gopc) : 0;
+		p->startpc = o->startpc ? go_u64(gp + o->startpc) : 0;
+	}
 	if (ctx) /* changed its own state, not parked by mcall: sched is stale */
 		p->stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp, go_gword(g, G_STACK_HI));
 	else
@@ -406,11 +404,15 @@ int go_casgstatus(struct go_regs *ctx)
 	struct go_gkey gk = { .tgid = tgid, .g = gp };
 
 	if (park) {
+		/* Its entry, if any, is its last wait: written over in place. */
+		struct go_park *prev = bpf_map_lookup_elem(&go_parked, &gk);
 		struct go_park p = {};
-		if (go_park_state(o, gp, gp == ctx->r14 ? ctx : 0, now, (u32)id, &p))
+		if (go_park_state(o, gp, gp == ctx->r14 ? ctx : 0, now, (u32)id, &p, prev))
 			return 0;
 		go_count(GO_STAT_PARKS);
-		if (bpf_map_update_elem(&go_parked, &gk, &p, BPF_ANY))
+		if (prev)
+			*prev = p;
+		else if (bpf_map_update_elem(&go_parked, &gk, &p, BPF_ANY))
 			go_count(GO_STAT_LOST_PARKS);
 		return 0;
 	}
@@ -423,7 +425,7 @@ int go_casgstatus(struct go_regs *ctx)
 			 * still the park's; its wait counted from the probe. */
 			struct go_park np = { .flags = GO_BEFORE_START };
 			u64 since = o->probed_ns > go_start_ns ? o->probed_ns : go_start_ns;
-			if (go_park_state(o, gp, 0, since, 0, &np) || np.reason == o->preempted)
+			if (go_park_state(o, gp, 0, since, 0, &np, 0) || np.reason == o->preempted)
 				return 0;
 			go_count(GO_STAT_UNSEEN);
 			if (bpf_map_update_elem(&go_parked, &gk, &np, BPF_ANY))

@@ -27,7 +27,7 @@ type GoroutinesGoGkey struct {
 
 type GoroutinesGoGwords struct {
 	_ structs.HostLayout
-	W [64]uint64
+	W [32]uint64
 }
 
 type GoroutinesGoKey struct {

@@ -90,7 +90,7 @@ func readGoRuntime(path string) (*goRuntime, error) {
 
 // gWords is how much of runtime.g the probe reads in one go (G_BASE_WORDS
 // in goroutines.bpf.c).
-const gWords = 64
+const gWords = 32
 
 // checkGoOffsets: the probe finds m, goid, waitreason and sched's pc and
 // bp among the first gWords words of runtime.g, the words at a multiple
@@ -101,7 +101,7 @@ func checkGoOffsets(o bpf.GoroutinesGoOffsets) error {
 		off  uint32
 		word bool
 	}{{"m", o.M, true}, {"goid", o.Goid, true}, {"waitreason", o.Waitreason, false}, {"sched.pc", o.SchedPc, true},
-		{"sched.bp", o.SchedBp, true}, {"gopc", o.Gopc, true}, {"startpc", o.Startpc, true}} {
+		{"sched.bp", o.SchedBp, true}} {
 		if f.off >= gWords*8 || (f.word && f.off%8 != 0) {
 			return fmt.Errorf("runtime.g.%s at offset %d is not where the probe reads it (the first %d words)", f.name, f.off, gWords)
 		}
