@@ -391,58 +391,6 @@ func (r *Rules) IsIdle(category string) bool {
 // IdleCategories lists the idle categories.
 func (r *Rules) IdleCategories() []string { return r.idle }
 
-// Categorize returns every category whose rule matches, in rule order,
-// or ["other"]. Then the waker has its say: the first verdict that matches
-// an off-CPU stack's waker comes first where it disagrees with the rules'
-// first category on whether the wait was idle (or that category is
-// "other"): a lock wait that sleeps in epoll_wait, woken by another
-// thread's release, is blocked; a socket read woken by another program is
-// idle.
-func (r *Rules) Categorize(s *Stack) []string {
-	k := ruleInput(s)
-	r.catMu.RLock()
-	out, ok := r.cats[k]
-	r.catMu.RUnlock()
-	if ok {
-		return out
-	}
-	out = r.categorize(s)
-	r.catMu.Lock()
-	if r.cats == nil || len(r.cats) >= maxMatchCache {
-		r.cats = map[string][]string{} // bounded, as matchCache
-	}
-	r.cats[k] = out
-	r.catMu.Unlock()
-	return out
-}
-
-// ruleInput is all that rules and verdicts read of a stack.
-func ruleInput(s *Stack) string {
-	var b strings.Builder
-	for _, f := range []string{s.Kind, s.Thread, s.State, s.Reason, s.WakerRelation(), s.Class, s.InRequestWhy} {
-		b.WriteString(f)
-		b.WriteByte(0)
-	}
-	if s.InRequest {
-		b.WriteByte('r')
-	}
-	if s.WakerDispatching {
-		b.WriteByte('d')
-	}
-	for _, fr := range [][]Frame{s.Frames, {{Name: "|"}}, s.WakerFrames} {
-		for _, f := range fr {
-			b.WriteString(f.Name)
-			b.WriteByte(0)
-			b.WriteString(f.Module)
-			if f.Kernel {
-				b.WriteByte('k')
-			}
-			b.WriteByte(1)
-		}
-	}
-	return b.String()
-}
-
 // categorize is Categorize without the cache.
 func (r *Rules) categorize(s *Stack) []string {
 	var out []string
@@ -538,40 +486,6 @@ func matchFrame(frames []Frame, res []*regexp.Regexp, kernel bool) *Frame {
 	}
 	return nil
 }
-
-// frameMatches: re matches the name as written or normalised. Results
-// are cached: the same few thousand names meet the same rules in every
-// stack, and running the regexps was most of an analysis's time.
-func frameMatches(re *regexp.Regexp, name string) bool {
-	k := matchKey{re, name}
-	matchMu.RLock()
-	v, ok := matchCache[k]
-	matchMu.RUnlock()
-	if ok {
-		return v
-	}
-	norm := NormalizeFrame(name)
-	m := re.MatchString(name) || (norm != name && re.MatchString(norm))
-	matchMu.Lock()
-	if len(matchCache) >= maxMatchCache {
-		clear(matchCache) // bounded: long-lived users see ever new names
-	}
-	matchCache[k] = m
-	matchMu.Unlock()
-	return m
-}
-
-type matchKey struct {
-	re   *regexp.Regexp
-	name string
-}
-
-const maxMatchCache = 1 << 20
-
-var (
-	matchMu    sync.RWMutex
-	matchCache = map[matchKey]bool{}
-)
 
 // Kernel functions renamed across releases: the name rules are written
 // with on the right.
