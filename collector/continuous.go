@@ -667,10 +667,18 @@ func (s *Session) graveyard(id int64) ([]uint64, bool) {
 }
 
 // settleEvents hands the reader what the ring buffer holds and waits
-// (50 ms at most) until it has taken it.
+// until it has handled it (a second at most: a reader that far behind
+// costs a cut some names rather than its interval). Polling the ring for
+// 50 ms, as before, let a cut under load miss the names of hundreds of
+// short-lived processes.
 func (s *Session) settleEvents() {
+	done := make(chan struct{})
+	s.settleMu.Lock()
+	s.settled = append(s.settled, done)
+	s.settleMu.Unlock()
 	s.rd.Flush()
-	for i := 0; i < 50 && s.rd.AvailableBytes() > 0; i++ {
-		time.Sleep(time.Millisecond)
+	select {
+	case <-done:
+	case <-time.After(time.Second):
 	}
 }

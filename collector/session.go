@@ -66,6 +66,10 @@ type Session struct {
 	budgeting *worker
 
 	readerDone chan struct{}
+	// settled: closed for each settleEvents waiting when the reader has
+	// handled all that the ring held (ringbuf.ErrFlushed).
+	settleMu sync.Mutex
+	settled  []chan struct{}
 	// kernelMaps: code mappings come from the kernel's map events.
 	kernelMaps bool
 	// exited: names of threads that exited during the recording, moved
@@ -811,6 +815,13 @@ func (s *Session) readEvents() {
 	for {
 		rec, err := s.rd.Read()
 		if errors.Is(err, ringbuf.ErrFlushed) {
+			// The ring was empty and every record before handled.
+			s.settleMu.Lock()
+			for _, c := range s.settled {
+				close(c)
+			}
+			s.settled = nil
+			s.settleMu.Unlock()
 			continue
 		}
 		if err != nil {
