@@ -256,6 +256,25 @@ func (r *goRecorder) profile(sym *symbolizer, waits []goWait, stacks map[uint64]
 		}
 		return fr
 	}
+	// The creator as Go's "created by" names it: the innermost function at
+	// the go statement, inlined or not.
+	creators := map[[2]uint64]string{}
+	creatorAt := func(pid uint32, pc uint64) string {
+		k := [2]uint64{uint64(pid), pc}
+		c, ok := creators[k]
+		if !ok {
+			frames, _ := sym.userFrames(pid, pc)
+			c = frames[len(frames)-1].Func
+			for _, fr := range frames {
+				if !fr.Wrapper {
+					c = fr.Func
+					break
+				}
+			}
+			creators[k] = c
+		}
+		return c
+	}
 	for _, w := range waits {
 		pid := w.key.Tgid
 		locs := b.stack(pid, nil, stacks[w.key.Stack], 0, true)
@@ -277,7 +296,7 @@ func (r *goRecorder) profile(sym *symbolizer, waits []goWait, stacks map[uint64]
 			s.Label[schema.LabelWakerWaitStack] = []string{fold(pid, w.key.WakerWaitStack)}
 		}
 		if w.key.Gopc != 0 { // a return address: the go statement is before it
-			s.Label[schema.LabelGoCreator] = []string{funcAt(pid, w.key.Gopc-1).Func}
+			s.Label[schema.LabelGoCreator] = []string{creatorAt(pid, w.key.Gopc-1)}
 		}
 		if fr := funcAt(pid, w.key.Startpc); w.key.Startpc != 0 && !fr.Wrapper {
 			s.Label[schema.LabelGoStart] = []string{fr.Func}
