@@ -485,7 +485,7 @@ func saveProfiles(s *collector.Session, dir string) error {
 	if err := write(schema.FoldedFile, func(w io.Writer) error { return schema.WriteFolded(w, p, schema.OffCPU, 1000) }); err != nil {
 		return err
 	}
-	if wp := s.Wakeups(); wp != nil {
+	if wp := s.Profiles().Wakeups; wp != nil {
 		if err := write(schema.WakeupsFile, wp.Write); err != nil {
 			return err
 		}
@@ -493,7 +493,7 @@ func saveProfiles(s *collector.Session, dir string) error {
 			return err
 		}
 	}
-	if gp := s.Goroutines(); gp != nil {
+	if gp := s.Profiles().Goroutines; gp != nil {
 		if err := write(schema.GoroutinesFile, gp.Write); err != nil {
 			return err
 		}

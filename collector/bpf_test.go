@@ -69,7 +69,7 @@ func runWorkload(t *testing.T, opts Options, args ...string) (*profile.Profile, 
 	cmd.Stdout = &out
 	cmd.Stderr = os.Stderr
 	p, s := recordCommand(t, opts, cmd)
-	lastWakeups, lastOffwake = s.Wakeups(), s.Offwake()
+	lastWakeups, lastOffwake = s.Profiles().Wakeups, s.Profiles().Offwake
 	var res []wlResult
 	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
 		t.Fatalf("workload output %q: %v", out.String(), err)

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"fmt"
+	"io"
 	"math"
 	"sort"
 	"sync"
@@ -126,21 +127,26 @@ type budget struct {
 	rt, wrt  time.Duration
 	first    time.Time
 	firstRT  time.Duration
-	final    float64 // cost over the whole recording, set when it stops
+	final    float64   // cost over the whole recording, set when it stops
+	statsOn  io.Closer // bpf_stats, on while the controller runs
+	running  *worker
 }
 
-// stopBudget stops the controller and keeps its cost figure.
-func (s *Session) stopBudget() {
-	if s.budgeting != nil {
-		s.budgeting.halt()
-		s.budgeting = nil
+// stop stops the controller and keeps its cost figure.
+func (b *budget) stop() {
+	if b == nil {
+		return
 	}
-	if s.budgetOn != nil {
-		s.budget.mu.Lock()
-		s.budget.final = s.budget.cost(time.Now())
-		s.budget.mu.Unlock()
-		s.budgetOn.Close()
-		s.budgetOn = nil
+	if b.running != nil {
+		b.running.halt()
+		b.running = nil
+	}
+	if b.statsOn != nil {
+		b.mu.Lock()
+		b.final = b.cost(time.Now())
+		b.mu.Unlock()
+		b.statsOn.Close()
+		b.statsOn = nil
 	}
 }
 
@@ -212,32 +218,30 @@ func (b *budget) cost(now time.Time) float64 {
 
 // startBudget sets the first threshold and, with --budget, starts the
 // controller (bpf_stats on while recording).
-func (s *Session) startBudget() error {
-	o := s.opts
+func startBudget(coll *ebpf.Collection, o Options) (*budget, error) {
 	thr := o.WalkThreshold
 	if thr == 0 {
 		thr = startWalkThreshold
 	}
-	v, ok := s.coll.Variables[bpf.OffcpuVarWalkThresholdNs]
+	v, ok := coll.Variables[bpf.OffcpuVarWalkThresholdNs]
 	if !ok {
-		return fmt.Errorf("BPF object has no walk threshold")
+		return nil, fmt.Errorf("BPF object has no walk threshold")
 	}
 	set := func(d time.Duration) error { return v.Set(uint64(d)) }
 	if err := set(thr); err != nil {
-		return fmt.Errorf("setting the walk threshold: %w", err)
+		return nil, fmt.Errorf("setting the walk threshold: %w", err)
 	}
 	b := &budget{share: o.Budget, thr: thr, min: thr, max: thr, set: set}
-	s.budget = b
 	if o.Budget == 0 {
-		return nil
+		return b, nil
 	}
 	closer, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
-		return fmt.Errorf("--budget measures the recorder's cost with kernel.bpf_stats_enabled: %w", err)
+		return nil, fmt.Errorf("--budget measures the recorder's cost with kernel.bpf_stats_enabled: %w", err)
 	}
-	s.budgetOn = closer
+	b.statsOn = closer
 	for _, name := range []string{bpf.OffcpuProgOffcpuSwitch, bpf.OffcpuProgOffcpuSwitchedIn, bpf.OffcpuProgOffcpuWaking} {
-		if p := s.coll.Programs[name]; p != nil {
+		if p := coll.Programs[name]; p != nil {
 			b.progs = append(b.progs, p)
 			if name == bpf.OffcpuProgOffcpuSwitchedIn || name == bpf.OffcpuProgOffcpuWaking {
 				b.walkers = append(b.walkers, p)
@@ -248,21 +252,20 @@ func (s *Session) startBudget() error {
 	b.last = b.first
 	b.rt, b.wrt = b.runtimes()
 	b.firstRT = b.rt
-	s.budgeting = goWorker(b.run)
-	return nil
+	b.running = goWorker(b.run)
+	return b, nil
 }
 
-// budgetStats fills st.Budget from the kernel's counters and the
+// stats is Stats.Budget from the kernel's counters and the
 // controller.
-func (s *Session) budgetStats(get func(bpf.OffcpuOffcpuStat) uint64) *BudgetStats {
-	b := s.budget
+func (b *budget) stats(get func(bpf.OffcpuOffcpuStat) uint64) *BudgetStats {
 	if b == nil {
 		return nil
 	}
 	b.mu.Lock()
 	out := &BudgetStats{Budget: b.share, Threshold: b.thr, ThresholdMin: b.min, ThresholdMax: b.max, Cost: b.final}
 	b.mu.Unlock()
-	if b.share > 0 && s.budgetOn != nil {
+	if b.share > 0 && b.statsOn != nil {
 		out.Cost = b.cost(time.Now())
 	}
 	out.Below = get(bpf.OffcpuOffcpuStatSTAT_BELOW_N)

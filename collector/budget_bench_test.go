@@ -31,7 +31,7 @@ func BenchmarkBudgetAccuracy(b *testing.B) {
 	rounds, pct := 400000, 1
 	benchEnv(b, "OFFCPU_BUDGET", "ROUNDS BUDGET_PERCENT", &rounds, &pct)
 	bin := filepath.Join(b.TempDir(), "mix")
-	build(b, "gcc", "-O2", "-g", "-pthread", "-o", bin, "testdata/budget/mix.c")
+	runBuild(b, "gcc", "-O2", "-g", "-pthread", "-o", bin, "testdata/budget/mix.c")
 	const naps = 500
 	pace := 0 // rounds a second; 0: as fast as it can
 	run := func(opts ...Options) ([]*profile.Profile, []Stats, time.Duration) {

@@ -185,7 +185,7 @@ func TestWalkThreshold(t *testing.T) {
 func startMix(t *testing.T, naps int, opts Options) (*exec.Cmd, *Session, *Session) {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "mix")
-	build(t, "gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", bin, "testdata/budget/mix.c")
+	runBuild(t, "gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", bin, "testdata/budget/mix.c")
 	cmd := exec.Command(bin, "60000", fmt.Sprint(naps))
 	in, err := cmd.StdinPipe()
 	if err != nil {

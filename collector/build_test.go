@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/offcpu/offcpu/collector/symbolize"
 	"github.com/offcpu/offcpu/collector/symtab"
 	"github.com/offcpu/offcpu/schema"
 )
@@ -31,7 +32,7 @@ ffffffff81000a00 T zz_end
 	if err != nil {
 		t.Fatal(err)
 	}
-	sym := &symbolizer{procs: newProcTable(), perfMaps: map[uint32]*symtab.PerfMap{}, kern: kern}
+	sym := &symbolize.Symbolizer{Procs: symbolize.NewProcs(), PerfMaps: map[uint32]*symtab.PerfMap{}, Kern: kern}
 	const pid, waiter, holder, idler = 4000000, 4000001, 4000002, 4000003
 	d := &recording{
 		threads: map[uint32]thread{
@@ -58,9 +59,10 @@ ffffffff81000a00 T zz_end
 		// holder woke waiter 3 times from futex_wake.
 		wakes: []wakeRecord{{tgid: pid, tid: waiter, count: 3,
 			waker: waker{valid: true, tgid: pid, tid: holder, kernel: []uint64{0xffffffff81000410, 0xffffffff81000910, 0xffffffff81000310}, kernelID: 1}}},
-		stats: &Stats{}, cpuHz: 100, wakeups: true,
 	}
-	p, wake, offwake, err := d.profiles(sym)
+	st := &Stats{}
+	ps, err := build(d, sym, buildOptions{stats: st, cpuHz: 100, wakeups: true})
+	p, wake, offwake := ps.OffCPU, ps.Wakeups, ps.Offwake
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +70,7 @@ ffffffff81000a00 T zz_end
 		wake.Sample[0].Label[schema.LabelTarget][0] != "waiter" || wake.Sample[0].Label[schema.LabelThread][0] != "holder" {
 		t.Errorf("wake-up profile: want one sample, holder woke waiter 3 times ending 12 ms, got %v", wake.Sample)
 	}
-	if got := d.stats.WakeupsByClass; len(got) != 1 || got["futex"] != 3 {
+	if got := st.WakeupsByClass; len(got) != 1 || got["futex"] != 3 {
 		t.Errorf("wake-ups by class %v, want futex: 3", got)
 	}
 	if len(offwake.Sample) != 2 {
@@ -134,11 +136,12 @@ func TestFoldExitedProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sym := &symbolizer{procs: newProcTable(), perfMaps: map[uint32]*symtab.PerfMap{}, kern: kern}
+	sym := &symbolize.Symbolizer{Procs: symbolize.NewProcs(), PerfMaps: map[uint32]*symtab.PerfMap{}, Kern: kern}
 	const parent, first = 100, 1000
 	sleep := []uint64{0xffffffff81000110, 0xffffffff81000210}
 	d := &recording{threads: map[uint32]thread{parent: {tgid: parent, comm: "launcher"}}, exited: map[[2]uint32]thread{},
-		oncpu: map[[2]uint32]cpuTotal{}, stats: &Stats{}, wakeups: true, exitedDetail: 2}
+		oncpu: map[[2]uint32]cpuTotal{}}
+	o := buildOptions{stats: &Stats{}, wakeups: true, exitedDetail: 2}
 	var total int64
 	for i := range uint32(50) {
 		pid := first + i
@@ -153,7 +156,8 @@ func TestFoldExitedProcesses(t *testing.T) {
 		total += int64(ns) + 2e6
 		d.wakes = append(d.wakes, wakeRecord{tgid: parent, tid: parent, count: 1, waker: waker{valid: true, tgid: pid, tid: pid, kernel: sleep, kernelID: 1}})
 	}
-	p, wake, _, err := d.profiles(sym)
+	ps, err := build(d, sym, o)
+	p, wake := ps.OffCPU, ps.Wakeups
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,9 +199,9 @@ func TestFoldExitedProcesses(t *testing.T) {
 	if merged == nil || merged.Thread != "nap" {
 		t.Errorf("thread totals: want a row for the merged nap processes (tid -1), got %+v", merged)
 	}
-	d.exitedDetail = -1
-	if p, _, _, err = d.profiles(sym); err != nil || len(p.Sample) != 100 {
-		t.Errorf("with every exited process kept: %d samples (err %v), want 100", len(p.Sample), err)
+	o.exitedDetail = -1
+	if ps, err = build(d, sym, o); err != nil || len(ps.OffCPU.Sample) != 100 {
+		t.Errorf("with every exited process kept: %d samples (err %v), want 100", len(ps.OffCPU.Sample), err)
 	}
 }
 

@@ -37,8 +37,8 @@ func BenchmarkProcessChurn(b *testing.B) {
 	benchEnv(b, "OFFCPU_CHURN", "RATE SECONDS", &rate, &secs)
 	dir := b.TempDir()
 	churn, nap := filepath.Join(dir, "churn"), filepath.Join(dir, "nap")
-	build(b, "gcc", "-O2", "-o", churn, "testdata/churn/churn.c")
-	build(b, "gcc", "-O2", "-o", nap, "testdata/churn/nap.c")
+	runBuild(b, "gcc", "-O2", "-o", churn, "testdata/churn/churn.c")
+	runBuild(b, "gcc", "-O2", "-o", nap, "testdata/churn/nap.c")
 	launch := func() int {
 		out, err := exec.Command(churn, strconv.Itoa(rate), strconv.Itoa(secs), nap, "1000").Output()
 		if err != nil {
@@ -51,7 +51,7 @@ func BenchmarkProcessChurn(b *testing.B) {
 	defer enableBPFStats(b).Close()
 
 	self := filepath.Join(dir, "offcpu")
-	build(b, "go", "build", "-o", self, "github.com/offcpu/offcpu/cmd/offcpu")
+	runBuild(b, "go", "build", "-o", self, "github.com/offcpu/offcpu/cmd/offcpu")
 	var rows []churnRow
 	record := func(name, bin string) {
 		folded := filepath.Join(dir, filepath.Base(bin)+".folded")

@@ -50,8 +50,8 @@ func mapEntries(t *testing.T, m *ebpf.Map) int {
 func buildChurn(t *testing.T) (dir, churn, nap string) {
 	dir = t.TempDir()
 	churn, nap = filepath.Join(dir, "churn"), filepath.Join(dir, "nap")
-	build(t, "gcc", "-O2", "-o", churn, "testdata/churn/churn.c")
-	build(t, "gcc", "-O2", "-o", nap, "testdata/churn/nap.c")
+	runBuild(t, "gcc", "-O2", "-o", churn, "testdata/churn/churn.c")
+	runBuild(t, "gcc", "-O2", "-o", nap, "testdata/churn/nap.c")
 	return dir, churn, nap
 }
 
@@ -83,8 +83,8 @@ func TestProcessChurn(t *testing.T) {
 		t.Fatalf("churn printed %q: want about %d processes, all exiting with 0", out, rate*secs)
 	}
 	time.Sleep(100 * time.Millisecond) // the last exits' events
-	procsLeft, threadsLeft := mapEntries(t, s.coll.Maps[bpf.OffcpuMapProcs]), mapEntries(t, s.coll.Maps[bpf.OffcpuMapThreads])
-	unwindLeft := mapEntries(t, s.coll.Maps[bpf.OffcpuMapUnwindProcs])
+	procsLeft, threadsLeft := mapEntries(t, s.p.coll.Maps[bpf.OffcpuMapProcs]), mapEntries(t, s.p.coll.Maps[bpf.OffcpuMapThreads])
+	unwindLeft := mapEntries(t, s.p.coll.Maps[bpf.OffcpuMapUnwindProcs])
 	p, err := s.Stop()
 	if err != nil {
 		t.Fatalf("Stop: %v", err)

@@ -43,7 +43,7 @@ func BenchmarkStackCompleteness(b *testing.B) {
 	if _, err := exec.LookPath("jcmd"); err == nil {
 		java, javac, jcmd := jdk(b)
 		dir := b.TempDir()
-		build(b, javac, "-d", dir, "testdata/jvm/Contend.java")
+		runBuild(b, javac, "-d", dir, "testdata/jvm/Contend.java")
 		loads = append(loads, workload{name: "jvm", entry: regexp.MustCompile(`thread_native_entry|JavaMain`),
 			start: func() *exec.Cmd {
 				return exec.Command(java, "-XX:+PreserveFramePointer", "-cp", dir, "Contend", "100000")

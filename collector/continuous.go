@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/collector/symbolize"
 	"github.com/offcpu/offcpu/collector/symtab"
 )
 
@@ -52,9 +52,6 @@ type continuous struct {
 	lastTime time.Time
 	seq      int
 	total    Stats
-	// deadProcs: processes that exited since the last snapshot (guarded
-	// by Session.exitedMu).
-	deadProcs map[uint32]bool
 	// graveyard: addresses of the stacks deleted at the last cuts.
 	graveyard map[int64]grave
 	namesKept map[[2]uint32]thread // exited threads named until the next cut
@@ -62,7 +59,7 @@ type continuous struct {
 	// those of exited threads, so that the maps hold what is active
 	// rather than everything seen since the start.
 	idle    map[any]bool
-	kern    kernelSymbols
+	kern    symbolize.KernelSymbols
 	stopped bool
 	// The two aggregation maps (fold.go), the entries moved out of them
 	// since the last cut, the entries removed from them in all (for their
@@ -88,7 +85,7 @@ type prestartKey struct {
 
 func newContinuous() *continuous {
 	return &continuous{recs: map[any]aggVals{}, wakes: map[bpf.OffcpuWakeKey]uint64{}, cpu: map[bpf.OffcpuCpuKey]uint64{},
-		oncpu: map[[2]uint32]cpuTotal{}, deadProcs: map[uint32]bool{}, graveyard: map[int64]grave{}}
+		oncpu: map[[2]uint32]cpuTotal{}, graveyard: map[int64]grave{}}
 }
 
 // Snapshot returns what ended since the previous snapshot (or the start)
@@ -129,17 +126,15 @@ func (s *Session) cut(final bool) (*Interval, error) {
 		return nil, err
 	}
 	s.snapshotLive(d)
-	sym := &symbolizer{procs: s.procs, perfMaps: map[uint32]*symtab.PerfMap{}, kern: c.kern.get(), reread: true}
+	sym := &symbolize.Symbolizer{Procs: s.procs, PerfMaps: map[uint32]*symtab.PerfMap{}, Kern: c.kern.Get(), Reread: true}
 	if s.unw != nil {
-		sym.jvms = s.unw.jvms
+		sym.JIT = s.unw.jvms
 	}
-	d.stats, d.start, d.cpuHz, d.wakeups, d.noOffwake = &iv.Stats, iv.Start, s.opts.CPUHz, !s.opts.NoWakeups, true
-	d.exitedDetail = s.opts.ExitedDetail
-	off, wake, _, err := d.profiles(sym)
+	ps, err := build(d, sym, s.buildOptions(&iv.Stats, iv.Start, true))
 	if err != nil {
 		return nil, err
 	}
-	iv.Profile, iv.Wakeups = off, wake
+	iv.Profile, iv.Wakeups = ps.OffCPU, ps.Wakeups
 	if !final {
 		c.mapMu.Lock()
 		s.evict(dead.threads, dead.procs, d.stacks)
@@ -167,32 +162,27 @@ func (s *Session) readCut(final bool, now uint64) (*recording, *Interval, exits,
 	// Exit events queued in the ring buffer first: a thread whose exit is
 	// not known yet is not evicted.
 	if !final {
-		s.settleEvents()
+		s.events.settle()
 	}
-	s.exitedMu.Lock()
-	dead := exits{maps.Clone(s.exited), maps.Clone(c.deadProcs)}
-	s.exitedMu.Unlock()
+	dead := s.events.exits()
 
 	var warnings []string
 	if !final {
-		if err := s.runIter(bpf.OffcpuProgOffcpuSnapOncpu); err != nil {
+		if err := s.p.runIter(bpf.OffcpuProgOffcpuSnapOncpu); err != nil {
 			warnings = append(warnings, fmt.Sprintf("on-CPU times of running threads not read: %v", err))
 		}
 	}
-	kept := s.stats
-	s.stats = Stats{Attach: s.attach}
-	d, err := s.drain(final)
-	read := s.stats
-	read.SwitchMissed = s.switchMisses()
-	s.stats = kept
+	read := Stats{Attach: s.p.attach}
+	d, err := s.drainer(&read).drain(final)
+	read.SwitchMissed = s.p.switchMisses()
 	if err != nil {
 		return nil, nil, dead, err
 	}
 	if !final {
 		// Processes that came and went while the maps were read: their
 		// mappings and names arrive as events.
-		s.settleEvents()
-		s.nameExited(d)
+		s.events.settle()
+		s.drainer(&read).nameExited(d)
 	}
 	iv := &Interval{Seq: c.seq + 1, Start: c.lastTime, Duration: time.Duration(now - c.lastMono), Final: final}
 	iv.Stats = c.delta(d, read)
@@ -362,66 +352,6 @@ func (c *continuous) deltaOnCPU(d *recording) time.Duration {
 	return sum
 }
 
-// addCounters adds sign times o's running kernel counters to st.
-func (st *Stats) addCounters(o *Stats, sign int) {
-	add := func(dst *uint64, v uint64) {
-		if sign > 0 {
-			*dst += v
-		} else {
-			*dst -= min(v, *dst)
-		}
-	}
-	addD := func(dst *time.Duration, v time.Duration) { *dst += time.Duration(sign) * v }
-	add(&st.UserStackLost, o.UserStackLost)
-	add(&st.KernelStackLost, o.KernelStackLost)
-	add(&st.UserStackFault, o.UserStackFault)
-	add(&st.AggFull, o.AggFull)
-	addD(&st.AggFullTime, o.AggFullTime)
-	add(&st.StartFull, o.StartFull)
-	add(&st.NoStart, o.NoStart)
-	add(&st.MissedSwitchIn, o.MissedSwitchIn)
-	add(&st.OutOfRange, o.OutOfRange)
-	addD(&st.OutOfRangeTime, o.OutOfRangeTime)
-	add(&st.EventsLost, o.EventsLost)
-	add(&st.StacksReused, o.StacksReused)
-	add(&st.WakeFull, o.WakeFull)
-	add(&st.WakerStackLost, o.WakerStackLost)
-	add(&st.WakesReused, o.WakesReused)
-	add(&st.IRQWakesReused, o.IRQWakesReused)
-	add(&st.CPUFull, o.CPUFull)
-	add(&st.ThreadCPUFull, o.ThreadCPUFull)
-	add(&st.ForkUnwindFull, o.ForkUnwindFull)
-	add(&st.SwitchMissed, o.SwitchMissed)
-}
-
-// add sums an interval into a whole recording's stats.
-func (st *Stats) add(o *Stats) {
-	st.Attach, st.ExactOnCPU = o.Attach, o.ExactOnCPU
-	st.Duration += o.Duration
-	st.Intervals += o.Intervals
-	st.OffCPU += o.OffCPU
-	st.RunQueue += o.RunQueue
-	st.OnCPU += o.OnCPU
-	st.OpenIntervals += o.OpenIntervals
-	st.OpenTime += o.OpenTime
-	st.Wakeups += o.Wakeups
-	st.CPUSamples += o.CPUSamples
-	st.CompleteStacks += o.CompleteStacks
-	st.TruncatedStacks += o.TruncatedStacks
-	st.CompleteTime += o.CompleteTime
-	st.TruncatedTime += o.TruncatedTime
-	st.StacksMissing = o.StacksMissing
-	st.AggMoved += o.AggMoved
-	st.Keys, st.Stacks, st.StacksMoved, st.Unwind, st.JVM = o.Keys, o.Stacks, o.StacksMoved, o.Unwind, o.JVM
-	for k, v := range o.WakeupsByClass {
-		if st.WakeupsByClass == nil {
-			st.WakeupsByClass = map[string]uint64{}
-		}
-		st.WakeupsByClass[k] += v
-	}
-	st.addCounters(o, 1)
-}
-
 // evict deletes the map entries of threads that had exited before the
 // last drain (their totals are final and reported) and of idle keys, the
 // stacks only they used, and what is kept to symbolize processes that had
@@ -429,29 +359,29 @@ func (st *Stats) add(o *Stats) {
 func (s *Session) evict(deadThreads map[[2]uint32]thread, deadProcs map[uint32]bool, stacks map[int64][]uint64) {
 	c := s.cont
 	ev := c.selectEvicted(deadThreads)
-	stackIDs := s.buryStacks(ev.live, ev.gone, stacks)
-	deleteKeys(s.coll.Maps[bpf.OffcpuMapPrestart], ev.pre)
-	deleteKeys(s.coll.Maps[bpf.OffcpuMapWakeups], ev.wakes)
-	deleteKeys(s.coll.Maps[bpf.OffcpuMapCpuSamples], ev.cpu)
-	deleteKeys(s.coll.Maps[bpf.OffcpuMapThreadCpus], ev.cpuTotals)
-	deleteKeys(s.coll.Maps[bpf.OffcpuMapStacks], stackIDs)
+	held, err := s.p.heldStacks()
+	if err != nil {
+		held = nil
+	}
+	var stackIDs []int64
+	if held != nil {
+		stackIDs = c.buryStacks(ev.live, ev.gone, held, stacks, s.spill)
+	}
+	deleteKeys(s.p.coll.Maps[bpf.OffcpuMapPrestart], ev.pre)
+	deleteKeys(s.p.coll.Maps[bpf.OffcpuMapWakeups], ev.wakes)
+	deleteKeys(s.p.coll.Maps[bpf.OffcpuMapCpuSamples], ev.cpu)
+	deleteKeys(s.p.coll.Maps[bpf.OffcpuMapThreadCpus], ev.cpuTotals)
+	deleteKeys(s.p.coll.Maps[bpf.OffcpuMapStacks], stackIDs)
 	if s.spill != nil {
 		s.spill.forget(stackIDs)
 	}
 	for pid := range deadProcs {
-		s.procs.forget(pid)
+		s.procs.Forget(pid)
 	}
 	// Names of exited threads are kept one cut more: an interval that
 	// ended just before the exit may be read at the next cut.
-	s.exitedMu.Lock()
-	for k := range c.namesKept {
-		delete(s.exited, k)
-	}
+	s.events.forget(c.namesKept, deadProcs)
 	c.namesKept = deadThreads
-	for pid := range deadProcs {
-		delete(c.deadProcs, pid)
-	}
-	s.exitedMu.Unlock()
 }
 
 // evicted is what a cut takes out of the maps, and the stack ids the
@@ -540,17 +470,12 @@ func (c *continuous) selectEvicted(deadThreads map[[2]uint32]thread) *evicted {
 // more cuts: kernel stacks are shared across processes, and a thread may
 // take one from the map just before it is deleted. One in use by then
 // comes back to memory.
-func (s *Session) buryStacks(live, gone map[int64]bool, stacks map[int64][]uint64) []int64 {
-	c := s.cont
-	held, err := s.heldStacks()
-	if err != nil {
-		return nil
-	}
+func (c *continuous) buryStacks(live, gone, held map[int64]bool, stacks map[int64][]uint64, spill *stackSpill) []int64 {
 	for id, g := range c.graveyard {
 		switch {
 		case live[id] || held[id]:
-			if s.spill != nil {
-				s.spill.put(id, g.ips)
+			if spill != nil {
+				spill.put(id, g.ips)
 			}
 			delete(c.graveyard, id)
 		case g.cuts >= 2:
@@ -599,7 +524,7 @@ func (iv *Interval) String() string {
 // aggregation maps: their pending interval's, the ones they may reuse,
 // their waker's, their past waits', those walked at the start, and the
 // interrupt wakers' stacks the CPUs may reuse.
-func (s *Session) heldStacks() (map[int64]bool, error) {
+func (p *probes) heldStacks() (map[int64]bool, error) {
 	held := map[int64]bool{}
 	add := func(ids ...int64) {
 		for _, id := range ids {
@@ -608,16 +533,16 @@ func (s *Session) heldStacks() (map[int64]bool, error) {
 			}
 		}
 	}
-	if _, ok := s.coll.Programs[bpf.OffcpuProgOffcpuLiveStacks]; ok {
+	if _, ok := p.coll.Programs[bpf.OffcpuProgOffcpuLiveStacks]; ok {
 		var buf bytes.Buffer
-		if err := s.readIter(bpf.OffcpuProgOffcpuLiveStacks, &buf); err != nil {
+		if err := p.readIter(bpf.OffcpuProgOffcpuLiveStacks, &buf); err != nil {
 			return nil, err
 		}
 		b := buf.Bytes()
 		for i := 0; i+8 <= len(b); i += 8 {
 			add(int64(binary.NativeEndian.Uint64(b[i:])))
 		}
-	} else if m := s.coll.Maps[bpf.OffcpuMapStarts]; m != nil {
+	} else if m := p.coll.Maps[bpf.OffcpuMapStarts]; m != nil {
 		var tid uint32
 		var st bpf.OffcpuStartRec
 		it := m.Iterate()
@@ -629,7 +554,7 @@ func (s *Session) heldStacks() (map[int64]bool, error) {
 			return nil, err
 		}
 	}
-	if m := s.coll.Maps[bpf.OffcpuMapBlockedUstacks]; m != nil {
+	if m := p.coll.Maps[bpf.OffcpuMapBlockedUstacks]; m != nil {
 		var tid uint32
 		var id int64
 		it := m.Iterate()
@@ -641,7 +566,7 @@ func (s *Session) heldStacks() (map[int64]bool, error) {
 		}
 	}
 	// The interrupt wakers' kernel stacks each CPU may reuse.
-	if m := s.coll.Maps[bpf.OffcpuMapIrqWakers]; m != nil {
+	if m := p.coll.Maps[bpf.OffcpuMapIrqWakers]; m != nil {
 		var slot uint32
 		var per []bpf.OffcpuIrqWaker
 		it := m.Iterate()
@@ -657,28 +582,11 @@ func (s *Session) heldStacks() (map[int64]bool, error) {
 	return held, nil
 }
 
-// graveyard returns a stack deleted at one of the last cuts.
-func (s *Session) graveyard(id int64) ([]uint64, bool) {
-	if s.cont == nil {
+// grave returns a stack deleted at one of the last cuts.
+func (c *continuous) grave(id int64) ([]uint64, bool) {
+	if c == nil {
 		return nil, false
 	}
-	g, ok := s.cont.graveyard[id]
+	g, ok := c.graveyard[id]
 	return g.ips, ok
-}
-
-// settleEvents hands the reader what the ring buffer holds and waits
-// until it has handled it (a second at most: a reader that far behind
-// costs a cut some names rather than its interval). Polling the ring for
-// 50 ms, as before, let a cut under load miss the names of hundreds of
-// short-lived processes.
-func (s *Session) settleEvents() {
-	done := make(chan struct{})
-	s.settleMu.Lock()
-	s.settled = append(s.settled, done)
-	s.settleMu.Unlock()
-	s.rd.Flush()
-	select {
-	case <-done:
-	case <-time.After(time.Second):
-	}
 }

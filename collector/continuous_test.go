@@ -86,7 +86,7 @@ func TestContinuousChurn(t *testing.T) {
 			}
 			ivs = append(ivs, iv)
 			maxKeys = max(maxKeys, len(s.cont.recs))
-			maxProcs = max(maxProcs, s.procs.len())
+			maxProcs = max(maxProcs, s.procs.Len())
 			s.spill.mu.Lock()
 			maxSpill = max(maxSpill, len(s.spill.stacks))
 			s.spill.mu.Unlock()

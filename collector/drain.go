@@ -83,18 +83,23 @@ type recording struct {
 	// exited: threads that exited while recording, by tid and incarnation.
 	exited map[[2]uint32]thread
 
-	// Set before building profiles.
+	// o: how it is being built (set by build).
+	o buildOptions
+	// fold: the exited processes it merges (Options.ExitedDetail).
+	fold        map[uint32]bool
+	exitedNames map[uint32]string // by exitedProcs
+}
+
+// buildOptions say how a recording is built into profiles.
+type buildOptions struct {
 	stats   *Stats // the session's; building adds completeness and classes
 	start   time.Time
 	cpuHz   int  // on-CPU sampling rate: a sample's weight without exact times
 	wakeups bool // build the wake-up and offwake profiles
 	// noOffwake: not the offwake one (an agent's intervals carry the
 	// off-CPU and wake-up profiles only).
-	noOffwake bool
-	// exitedDetail: Options.ExitedDetail; fold: the processes it merges.
-	exitedDetail int
-	fold         map[uint32]bool
-	exitedNames  map[uint32]string // by exitedProcs
+	noOffwake    bool
+	exitedDetail int // Options.ExitedDetail
 }
 
 type cpuTotal struct {
@@ -124,9 +129,23 @@ func (d *recording) threadOf(r *record) thread {
 	return d.threads[r.tid]
 }
 
+// drainer reads the programs' maps into a recording, counting into stats.
+type drainer struct {
+	p      *probes
+	opts   Options
+	stats  *Stats
+	cont   *continuous // nil: one recording
+	spill  *stackSpill
+	events *eventReader
+	unw    *unwinder
+	budget *budget
+	// stopMono: the window's end, for the classic mode's open intervals.
+	stopMono uint64
+}
+
 // drain reads every map. final: the window is closed (Stop), the open
 // intervals of the classic tracepoint mode are accounted up to its end.
-func (s *Session) drain(final bool) (*recording, error) {
+func (s *drainer) drain(final bool) (*recording, error) {
 	d := &recording{threads: map[uint32]thread{}, exited: map[[2]uint32]thread{}, oncpu: map[[2]uint32]cpuTotal{}}
 	cache := map[int64][]uint64{}
 	getStack := s.stackReader(cache)
@@ -151,15 +170,15 @@ func (s *Session) drain(final bool) (*recording, error) {
 	} else {
 		// Sized once: keys are only added while recording, and the
 		// records are most of what a recording holds at the end.
-		if n, err := statSum(s.coll.Maps[bpf.OffcpuMapStats], bpf.OffcpuOffcpuStatSTAT_AGG_STORED); err == nil && n < 1<<24 {
+		if n, err := statSum(s.p.coll.Maps[bpf.OffcpuMapStats], bpf.OffcpuOffcpuStatSTAT_AGG_STORED); err == nil && n < 1<<24 {
 			d.records = make([]record, 0, n+n/16+64)
 		}
-		err = eachEntry(s.coll.Maps[bpf.OffcpuMapOffcpu], take)
+		err = eachEntry(s.p.coll.Maps[bpf.OffcpuMapOffcpu], take)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the aggregation map: %w", err)
 	}
-	if !s.flushIter {
+	if !s.p.flushIter {
 		if final {
 			s.drainOpenStarts(d, getStack)
 		}
@@ -194,8 +213,8 @@ func (s *Session) drain(final bool) (*recording, error) {
 
 // stackReader returns a function reading a stack by id, once each (into
 // cache): from the map, or where it was moved or deleted to.
-func (s *Session) stackReader(cache map[int64][]uint64) func(int64) []uint64 {
-	stacks := s.coll.Maps[bpf.OffcpuMapStacks]
+func (s *drainer) stackReader(cache map[int64][]uint64) func(int64) []uint64 {
+	stacks := s.p.coll.Maps[bpf.OffcpuMapStacks]
 	return func(id int64) []uint64 {
 		if id <= 0 {
 			return nil
@@ -210,7 +229,7 @@ func (s *Session) stackReader(cache map[int64][]uint64) func(int64) []uint64 {
 		} else if s.spill != nil {
 			var ok bool
 			if st, ok = s.spill.get(id); !ok {
-				if g, dead := s.graveyard(id); dead {
+				if g, dead := s.cont.grave(id); dead {
 					st = g
 				} else {
 					s.stats.StacksMissing++
@@ -304,15 +323,15 @@ func aggRecord(key bpf.OffcpuOffcpuKey, val bpf.OffcpuOffcpuVal, getStack func(i
 }
 
 // drainWakeupsAndSamples reads the wake-up and on-CPU sample maps.
-func (s *Session) drainWakeupsAndSamples(d *recording, getStack func(int64) []uint64) error {
-	err := eachEntry(s.coll.Maps[bpf.OffcpuMapWakeups], func(wk *bpf.OffcpuWakeKey, n *uint64) {
+func (s *drainer) drainWakeupsAndSamples(d *recording, getStack func(int64) []uint64) error {
+	err := eachEntry(s.p.coll.Maps[bpf.OffcpuMapWakeups], func(wk *bpf.OffcpuWakeKey, n *uint64) {
 		d.wakes = append(d.wakes, wakeRecord{tgid: wk.TargetTgid, tid: wk.TargetTid, gen: wk.TargetGen, count: *n, waker: decodeWaker(wk.Waker, getStack), id: *wk})
 		s.stats.Wakeups += *n
 	})
 	if err != nil {
 		return fmt.Errorf("reading the wake-up map: %w", err)
 	}
-	err = eachEntry(s.coll.Maps[bpf.OffcpuMapCpuSamples], func(ck *bpf.OffcpuCpuKey, n *uint64) {
+	err = eachEntry(s.p.coll.Maps[bpf.OffcpuMapCpuSamples], func(ck *bpf.OffcpuCpuKey, n *uint64) {
 		d.cpu = append(d.cpu, cpuRecord{tgid: ck.Tgid, tid: ck.Tid, gen: ck.Gen, count: *n, user: getStack(ck.Ustack), kernel: getStack(ck.Kstack), id: *ck})
 		s.stats.CPUSamples += *n
 	})
@@ -325,8 +344,8 @@ func (s *Session) drainWakeupsAndSamples(d *recording, getStack func(int64) []ui
 // drainThreads names the threads: from the threads map (renamed since
 // when still alive), those that exited while recording, and, for a tid
 // no name was kept for, /proc or "tid-N".
-func (s *Session) drainThreads(d *recording) error {
-	err := eachEntry(s.coll.Maps[bpf.OffcpuMapThreads], func(tid *uint32, ti *bpf.OffcpuThreadInfo) {
+func (s *drainer) drainThreads(d *recording) error {
+	err := eachEntry(s.p.coll.Maps[bpf.OffcpuMapThreads], func(tid *uint32, ti *bpf.OffcpuThreadInfo) {
 		d.threads[*tid] = thread{tgid: ti.Tgid, gen: ti.Gen, comm: cString(ti.Comm[:])}
 	})
 	if err != nil {
@@ -346,12 +365,10 @@ func (s *Session) drainThreads(d *recording) error {
 // nameExited names the threads that exited, and the others no name was
 // kept for from /proc or as "tid-N". It may run again once more exits are
 // known.
-func (s *Session) nameExited(d *recording) {
-	s.exitedMu.Lock()
-	for k, th := range s.exited {
+func (s *drainer) nameExited(d *recording) {
+	for k, th := range s.events.exits().threads {
 		d.exited[k] = th
 	}
-	s.exitedMu.Unlock()
 	// A tid no live thread holds is named by the last thread that had it.
 	for k, th := range d.exited {
 		if old, ok := d.threads[k[0]]; !ok || old.guessed || (old.exited && old.gen < th.gen) {
@@ -369,8 +386,8 @@ func (s *Session) nameExited(d *recording) {
 	}
 }
 
-func (s *Session) readStats() error {
-	m := s.coll.Maps[bpf.OffcpuMapStats]
+func (s *drainer) readStats() error {
+	m := s.p.coll.Maps[bpf.OffcpuMapStats]
 	get := func(idx bpf.OffcpuOffcpuStat) uint64 {
 		v, _ := statSum(m, idx)
 		return v
@@ -394,7 +411,7 @@ func (s *Session) readStats() error {
 	s.stats.CPUFull = get(bpf.OffcpuOffcpuStatSTAT_CPU_FULL)
 	s.stats.ThreadCPUFull = get(bpf.OffcpuOffcpuStatSTAT_THREAD_CPU_FULL)
 	s.stats.ForkUnwindFull = get(bpf.OffcpuOffcpuStatSTAT_FORK_UNWIND_FULL)
-	s.stats.Budget = s.budgetStats(get)
+	s.stats.Budget = s.budget.stats(get)
 	if s.unw != nil {
 		u := s.unw.snapshotStats()
 		u.Stacks = get(bpf.OffcpuOffcpuStatSTAT_DWARF_STACKS)
@@ -424,11 +441,6 @@ func cString(b []int8) string {
 		buf = append(buf, byte(c))
 	}
 	return string(buf)
-}
-
-func processExists(pid int) bool {
-	err := unix.Kill(pid, 0)
-	return err == nil || errors.Is(err, unix.EPERM)
 }
 
 func threadExists(tid int) bool {
@@ -479,8 +491,8 @@ func kasanEnabled(path string) bool {
 }
 
 // drainOnCPU reads each thread's exact on-CPU time (tp_btf mode).
-func (s *Session) drainOnCPU(d *recording) error {
-	m, ok := s.coll.Maps[bpf.OffcpuMapThreadCpus]
+func (s *drainer) drainOnCPU(d *recording) error {
+	m, ok := s.p.coll.Maps[bpf.OffcpuMapThreadCpus]
 	if !ok {
 		return nil
 	}
@@ -500,8 +512,8 @@ func (s *Session) drainOnCPU(d *recording) error {
 
 // drainOpenStarts accounts the intervals still open in the classic
 // tracepoint mode's starts map, up to the moment recording stopped.
-func (s *Session) drainOpenStarts(d *recording, getStack func(int64) []uint64) {
-	m, ok := s.coll.Maps[bpf.OffcpuMapStarts]
+func (s *drainer) drainOpenStarts(d *recording, getStack func(int64) []uint64) {
+	m, ok := s.p.coll.Maps[bpf.OffcpuMapStarts]
 	if !ok {
 		return
 	}
@@ -531,8 +543,8 @@ func (s *Session) drainOpenStarts(d *recording, getStack func(int64) []uint64) {
 }
 
 // drainPrestart reads the threads blocked since before the start.
-func (s *Session) drainPrestart(d *recording, getStack func(int64) []uint64) error {
-	m, ok := s.coll.Maps[bpf.OffcpuMapPrestart]
+func (s *drainer) drainPrestart(d *recording, getStack func(int64) []uint64) error {
+	m, ok := s.p.coll.Maps[bpf.OffcpuMapPrestart]
 	if !ok {
 		return nil
 	}

@@ -87,7 +87,7 @@ func (s *Session) foldEvery(stop <-chan struct{}) {
 // returns the share of the map in use after.
 func (s *Session) maybeFold() float64 {
 	c := s.cont
-	stored, err := statSum(s.coll.Maps[bpf.OffcpuMapStats], bpf.OffcpuOffcpuStatSTAT_AGG_STORED)
+	stored, err := statSum(s.p.coll.Maps[bpf.OffcpuMapStats], bpf.OffcpuOffcpuStatSTAT_AGG_STORED)
 	if err != nil {
 		return 0
 	}

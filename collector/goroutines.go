@@ -14,6 +14,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/collector/symbolize"
 	"github.com/offcpu/offcpu/collector/symtab"
 	"github.com/offcpu/offcpu/schema"
 )
@@ -226,7 +227,7 @@ func (r *goRecorder) drain(start, end uint64) (waits []goWait, stacks map[uint64
 // profile builds the goroutine profile: a sample per row, at the park's
 // stack, with the goroutine, its reason, the waker goroutine and its
 // stack as labels.
-func (r *goRecorder) profile(sym *symbolizer, waits []goWait, stacks map[uint64][]uint64, start time.Time, dur time.Duration) (*profile.Profile, error) {
+func (r *goRecorder) profile(sym *symbolize.Symbolizer, waits []goWait, stacks map[uint64][]uint64, start time.Time, dur time.Duration) (*profile.Profile, error) {
 	b := newProfBuilder(sym, &profile.ValueType{Type: schema.GoroutineBlocked, Unit: schema.Nanoseconds},
 		&profile.ValueType{Type: schema.GoroutineRunQueue, Unit: schema.Nanoseconds},
 		&profile.ValueType{Type: schema.GoroutineWaits, Unit: schema.Count},
@@ -246,9 +247,9 @@ func (r *goRecorder) profile(sym *symbolizer, waits []goWait, stacks map[uint64]
 		k := [2]uint64{uint64(pid), pc}
 		fr, ok := funcs[k]
 		if !ok {
-			fr, _ = sym.user(pid, pc)
+			fr, _ = sym.User(pid, pc)
 			if fr.Wrapper { // a go statement's: the function it calls is what Go shows
-				if to, ok := sym.wrapped(pid, pc); ok {
+				if to, ok := sym.Wrapped(pid, pc); ok {
 					fr = to
 				}
 			}
@@ -263,7 +264,7 @@ func (r *goRecorder) profile(sym *symbolizer, waits []goWait, stacks map[uint64]
 		k := [2]uint64{uint64(pid), pc}
 		c, ok := creators[k]
 		if !ok {
-			frames, _ := sym.userFrames(pid, pc)
+			frames, _ := sym.UserFrames(pid, pc)
 			c = frames[len(frames)-1].Func
 			for _, fr := range frames {
 				if !fr.Wrapper {
@@ -284,7 +285,7 @@ func (r *goRecorder) profile(sym *symbolizer, waits []goWait, stacks map[uint64]
 		s := &profile.Sample{Location: locs, Value: []int64{int64(w.val.BlockedNs), int64(w.val.RunqNs), int64(w.val.Count), int64(w.val.WakerWaitNs)},
 			Label: map[string][]string{
 				schema.LabelReason:  {r.procs[pid].reason(w.key.Reason)},
-				schema.LabelProcess: {processName(&recording{}, pid, sym.procs)},
+				schema.LabelProcess: {processName(&recording{}, pid, sym.Procs)},
 			},
 			NumLabel: map[string][]int64{schema.LabelGoid: {int64(w.key.Goid)}, schema.LabelPID: {int64(pid)},
 				schema.LabelWakerGoid: {int64(w.key.WakerGoid)}},

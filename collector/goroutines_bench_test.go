@@ -34,7 +34,7 @@ func BenchmarkGoroutineParks(b *testing.B) {
 	work, secs, repeats := 40, 3, 3
 	benchEnv(b, "OFFCPU_GOPARKS", "WORK_US SECONDS REPEATS", &work, &secs, &repeats)
 	bin := filepath.Join(b.TempDir(), "goparks")
-	build(b, "go", "build", "-o", bin, "./testdata/goparks")
+	runBuild(b, "go", "build", "-o", bin, "./testdata/goparks")
 	defer enableBPFStats(b).Close()
 	type result struct{ rate, cpuPerMsg, bpfPerPark, parksPerSec, runsPerPark float64 }
 	modes := []string{"unprofiled", "threads", "threads+goroutines", "empty probe"}

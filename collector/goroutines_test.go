@@ -236,7 +236,7 @@ func recordGoProgram(t *testing.T, dir string, args ...string) (*Session, string
 	t.Helper()
 	tmp := t.TempDir()
 	bin, tr := filepath.Join(tmp, "prog"), filepath.Join(tmp, "trace.out")
-	build(t, "go", "build", "-o", bin, dir)
+	runBuild(t, "go", "build", "-o", bin, dir)
 	s, err := Start(context.Background(), Options{TargetsOnly: true, NoWakeups: true, Goroutines: true})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
@@ -263,7 +263,7 @@ func recordGoProgram(t *testing.T, dir string, args ...string) (*Session, string
 func TestGoroutineWaitsMatchTrace(t *testing.T) {
 	requireBPF(t)
 	s, tr := recordGoProgram(t, "./testdata/goroutines", "1500ms")
-	gp := s.Goroutines()
+	gp := s.Profiles().Goroutines
 	if gp == nil {
 		t.Fatal("no goroutine profile")
 	}
@@ -475,7 +475,7 @@ func TestGoroutineWaitsNATSServer(t *testing.T) {
 	sums := traceWaits(t, tr)
 	mine := map[goClassKey]int64{}
 	wakers := map[[2]int64]int64{}
-	for _, smp := range s.Goroutines().Sample {
+	for _, smp := range s.Profiles().Goroutines.Sample {
 		goid := smp.NumLabel[schema.LabelGoid][0]
 		if sums.compared(goid) {
 			mine[goClassKey{goid, GoReasonClass(smp.Label[schema.LabelReason][0])}] += smp.Value[0]
@@ -541,7 +541,7 @@ func TestManyGoroutines(t *testing.T) {
 	if st.Parks < 200000 || st.LostParks+st.LostWaits+st.LostStack != 0 || st.Merged == 0 {
 		t.Errorf("parks %d (want >= 200000), lost %d/%d/%d (want none), merged %d (want some)", st.Parks, st.LostParks, st.LostWaits, st.LostStack, st.Merged)
 	}
-	want, got := traceWaits(t, tr).byKey, offcpuWaits(s.Goroutines())
+	want, got := traceWaits(t, tr).byKey, offcpuWaits(s.Profiles().Goroutines)
 	// Each of the 100,000 sleeps lasts a millisecond at least. In about
 	// half of the runs under -race, the trace's timestamps put their sum
 	// well below that (56-78 s), or the two disagree by 20%: the trace is
@@ -573,7 +573,7 @@ func TestManyGoroutines(t *testing.T) {
 func TestGoroutineWaitsInsideWindow(t *testing.T) {
 	requireBPF(t)
 	bin := filepath.Join(t.TempDir(), "gosleepers")
-	build(t, "go", "build", "-o", bin, "./testdata/gosleepers")
+	runBuild(t, "go", "build", "-o", bin, "./testdata/gosleepers")
 	cmd := exec.Command(bin, "4")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -597,7 +597,7 @@ func TestGoroutineWaitsInsideWindow(t *testing.T) {
 	window := s.Stats().Duration.Nanoseconds()
 	totals := map[int64]int64{}
 	open := 0
-	for _, smp := range s.Goroutines().Sample {
+	for _, smp := range s.Profiles().Goroutines.Sample {
 		var fn string
 		for _, l := range smp.Location {
 			if n := l.Line[0].Function.Name; n == "main.sleeper" {
@@ -633,7 +633,7 @@ func TestGoroutineWaitChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := loadRecorded(t, s.Goroutines())
+	d := loadRecorded(t, s.Profiles().Goroutines)
 	rep := analysis.Analyze(d, r, analysis.Options{Top: 20})
 	var a, toC int64
 	for _, rc := range rep.Chains {

@@ -254,7 +254,7 @@ func TestGoroutineWaitsPrometheus(t *testing.T) {
 	truth := traceWindowWaits(t, tr, from, to)
 	t.Logf("%d requests; recorder window %v to %v of the trace's %v; %d parks", requests, from, to, truth.window, st.Parks)
 
-	gp := s.Goroutines()
+	gp := s.Profiles().Goroutines
 	// No goroutine waits longer than the window (a suspension by the GC
 	// taken for a park since the start would).
 	window := s.Stats().Duration.Nanoseconds()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/offcpu/offcpu/bpf"
 	"github.com/offcpu/offcpu/collector/hotspot"
+	"github.com/offcpu/offcpu/collector/symbolize"
 	"github.com/offcpu/offcpu/collector/unwind"
 )
 
@@ -54,7 +55,7 @@ type JVMStats struct {
 
 type jvm struct {
 	pid     uint32
-	lib     mapping // libjvm.so's executable mapping
+	lib     symbolize.Mapping // libjvm.so's executable mapping
 	vm      *hotspot.VM
 	mem     *os.File
 	err     error
@@ -80,9 +81,9 @@ func newJVMTracker(u *unwinder, methods, layouts *ebpf.Map) *jvmTracker {
 }
 
 // seen looks for libjvm.so among a process's mappings.
-func (t *jvmTracker) seen(pid uint32, ms []mapping) {
+func (t *jvmTracker) seen(pid uint32, ms []symbolize.Mapping) {
 	for _, m := range ms {
-		if m.file == nil || !strings.HasSuffix(m.path, "/libjvm.so") {
+		if m.File == nil || !strings.HasSuffix(m.Path, "/libjvm.so") {
 			continue
 		}
 		t.mu.Lock()
@@ -188,7 +189,7 @@ func (t *jvmTracker) refresh(j *jvm) {
 	cc, err := j.vm.CodeCache()
 	j.walkCPU = ownThreadCPU() - start
 	if err != nil {
-		if !hotspot.IsNotReady(err) && !processExists(int(j.pid)) {
+		if !hotspot.IsNotReady(err) && !symbolize.ProcessExists(int(j.pid)) {
 			t.forget(j.pid)
 		}
 		return
@@ -214,7 +215,7 @@ func (t *jvmTracker) refresh(j *jvm) {
 }
 
 func (t *jvmTracker) open(j *jvm) error {
-	f := j.lib.file
+	f := j.lib.File
 	if f.Handle == nil {
 		return fmt.Errorf("libjvm.so of process %d could not be opened", j.pid)
 	}
@@ -378,10 +379,10 @@ func (t *jvmTracker) nameCompiled(j *jvm, pc uint64) {
 	}
 }
 
-// frames returns the Java frames at pc, a pc in compiled code of process
+// Frames returns the Java Frames at pc, a pc in compiled code of process
 // pid whose debug information was read (innermost first), or a tagged
 // interpreter frame whose method was named.
-func (t *jvmTracker) frames(pid uint32, pc uint64) ([]hotspot.Frame, bool) {
+func (t *jvmTracker) Frames(pid uint32, pc uint64) ([]hotspot.Frame, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	j := t.jvms[pid]
@@ -437,9 +438,9 @@ func codeCacheRows(cc *hotspot.CodeCache) []bpf.OffcpuUnwindRow {
 	return rows
 }
 
-// name names code in the code cache of process pid by its blob, and an
+// Name names code in the code cache of process pid by its blob, and an
 // interpreter frame whose method could not be named.
-func (t *jvmTracker) name(pid uint32, addr uint64) (string, bool) {
+func (t *jvmTracker) Name(pid uint32, addr uint64) (string, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	j := t.jvms[pid]

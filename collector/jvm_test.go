@@ -38,7 +38,7 @@ func TestJVMMonitorStacks(t *testing.T) {
 	requireBPF(t)
 	java, javac, jcmd := jdk(t)
 	dir := t.TempDir()
-	build(t, javac, "-d", dir, "testdata/jvm/Contend.java")
+	runBuild(t, javac, "-d", dir, "testdata/jvm/Contend.java")
 	// Long enough to outlive a slow attach (-race, a loaded machine): the
 	// test kills it. After 6 s it had exited once before jcmd ran, and
 	// jcmd waited 10 s on the zombie.
@@ -132,7 +132,7 @@ func TestJVMUnmodifiedMonitorStacks(t *testing.T) {
 	requireBPF(t)
 	for ver, home := range testenv.JDKHomes(t) {
 		dir := t.TempDir()
-		build(t, filepath.Join(home, "bin", "javac"), "-d", dir, "testdata/jvm/Contend.java")
+		runBuild(t, filepath.Join(home, "bin", "javac"), "-d", dir, "testdata/jvm/Contend.java")
 		java := filepath.Join(home, "bin", "java")
 		t.Run("jdk"+ver+"-g1-running", func(t *testing.T) {
 			cmd := exec.Command(java, "-XX:+UseG1GC", "-cp", dir, "Contend", "60000")
@@ -242,7 +242,7 @@ func TestJVMUnmodifiedNettyLoop(t *testing.T) {
 	}
 	dir := t.TempDir()
 	cp := strings.Join(jars, ":")
-	build(t, filepath.Join(home, "bin", "javac"), "-cp", cp, "-d", dir, "testdata/jvm/NettyLoop.java")
+	runBuild(t, filepath.Join(home, "bin", "javac"), "-cp", cp, "-d", dir, "testdata/jvm/NettyLoop.java")
 	// A loop method compiled (OSR) just after a code-cache walk is stepped
 	// by frame pointer until the next one: under a loaded CI machine that
 	// has once cost more than the 10% allowed. A second JVM gets one more

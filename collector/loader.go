@@ -6,49 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-
-	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
-
-	"github.com/offcpu/offcpu/bpf"
 )
 
 // loaderHook is the dynamic loader's debugger hook: glibc's loader calls
 // it before and after it maps objects (the r_debug protocol debuggers
 // use). A loader without it is not hooked.
 const loaderHook = "_dl_debug_state"
-
-// attachLoaders puts a uprobe on the hook of every dynamic loader the
-// running programs use (their executables' PT_INTERP, in their own root).
-// A loader seen first after the start is not hooked: programs started
-// from it have their mappings re-read from /proc. False when none was
-// hooked (the caller then follows mmap by its syscall tracepoints).
-func (s *Session) attachLoaders() bool {
-	prog := s.coll.Programs[bpf.OffcpuProgOffcpuDlState]
-	if prog == nil || !s.kernelMaps {
-		return false
-	}
-	seen := map[[2]uint64]bool{}
-	hooked := false
-	for _, path := range loaderPaths() {
-		var st unix.Stat_t
-		if unix.Stat(path, &st) != nil || seen[[2]uint64{st.Dev, st.Ino}] {
-			continue
-		}
-		seen[[2]uint64{st.Dev, st.Ino}] = true
-		ex, err := link.OpenExecutable(path)
-		if err != nil {
-			continue
-		}
-		l, err := ex.Uprobe(loaderHook, prog, nil)
-		if err != nil {
-			continue
-		}
-		s.links = append(s.links, l)
-		hooked = true
-	}
-	return hooked
-}
 
 // loaderPaths lists the interpreters of this program, of /bin/sh and of
 // every running process, each as seen from the process's root.

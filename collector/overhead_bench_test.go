@@ -33,7 +33,7 @@ func BenchmarkRecorderOverhead(b *testing.B) {
 	rounds, repeats := 400000, 3
 	benchEnv(b, "OFFCPU_OVERHEAD", "ROUNDS REPEATS", &rounds, &repeats)
 	bin := filepath.Join(b.TempDir(), "pingpong")
-	build(b, "gcc", "-O2", "-pthread", "-o", bin, "testdata/pingpong/pingpong.c")
+	runBuild(b, "gcc", "-O2", "-pthread", "-o", bin, "testdata/pingpong/pingpong.c")
 	workload := func() time.Duration {
 		out, err := exec.Command("taskset", "-c", "0", bin, strconv.Itoa(rounds)).Output()
 		if err != nil {

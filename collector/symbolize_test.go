@@ -8,35 +8,15 @@ import (
 
 	"github.com/google/pprof/profile"
 
-	"github.com/offcpu/offcpu/collector/symtab"
 	"github.com/offcpu/offcpu/internal/testenv"
 	"github.com/offcpu/offcpu/schema"
 )
 
-func build(t testing.TB, name string, args ...string) {
+func runBuild(t testing.TB, name string, args ...string) {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
-	}
-}
-
-func TestSymbolizeUnresolved(t *testing.T) {
-	procs := newProcTable()
-	procs.procs[42] = &procInfo{pid: 42, snaps: [][]mapping{{
-		{start: 0x1000, end: 0x2000, offset: 0x3000, path: "/opt/lib/libgone.so", file: &symtab.File{Path: "/opt/lib/libgone.so"}},
-		{start: 0x5000, end: 0x6000},
-	}}}
-	s := &symbolizer{procs: procs, kern: &symtab.Kernel{}, perfMaps: map[uint32]*symtab.PerfMap{}}
-	for addr, want := range map[uint64]string{
-		0x1010: "libgone.so+0x3010",
-		0x5020: "[anon]+0x20",
-		0x9000: "[unmapped]+0x9000",
-	} {
-		fr, _ := s.user(42, addr)
-		if fr.Func != want {
-			t.Errorf("user(0x%x) = %q, want %q", addr, fr.Func, want)
-		}
 	}
 }
 

@@ -21,7 +21,7 @@ import (
 func buildLate(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "late")
-	build(t, "gcc", "-O2", "-pthread", "-o", bin, "testdata/late/late.c")
+	runBuild(t, "gcc", "-O2", "-pthread", "-o", bin, "testdata/late/late.c")
 	return bin
 }
 

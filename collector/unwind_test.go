@@ -87,7 +87,7 @@ func buildBlocker(t testing.TB, flags ...string) string {
 	}
 	bin := filepath.Join(t.TempDir(), "blocker")
 	args := append([]string{"-O2", "-g0", "-pthread", "-o", bin, "testdata/unwind/blocker.c"}, flags...)
-	build(t, "gcc", args...)
+	runBuild(t, "gcc", args...)
 	return bin
 }
 
@@ -101,7 +101,7 @@ func recordBlocker(t *testing.T, bin string, opts Options, byPID bool) (whole, a
 	}
 	cmd.Stderr = os.Stderr
 	p, s := recordCommand(t, opts, cmd, byPID, byPID)
-	lastWakeups = s.Wakeups()
+	lastWakeups = s.Profiles().Wakeups
 	whole, all = map[string]int64{}, map[string]int64{}
 	for _, smp := range p.Sample {
 		funcs := userFuncs(smp)
@@ -214,7 +214,7 @@ func TestUnwindWakerStacks(t *testing.T) {
 func TestUnwindCPUSamples(t *testing.T) {
 	requireBPF(t)
 	bin := filepath.Join(t.TempDir(), "spin")
-	build(t, "gcc", "-O2", "-fomit-frame-pointer", "-o", bin, "testdata/unwind/spin.c")
+	runBuild(t, "gcc", "-O2", "-fomit-frame-pointer", "-o", bin, "testdata/unwind/spin.c")
 	p, _ := recordCommand(t, Options{NoWakeups: true, CPUHz: 499}, exec.Command(bin, "100000"))
 	want := []string{"_start", "__libc_start_main", "main", "spin_a", "spin_b", "spin_c"}
 	var whole, all int64

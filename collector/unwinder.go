@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/collector/symbolize"
 	"github.com/offcpu/offcpu/collector/symtab"
 	"github.com/offcpu/offcpu/collector/unwind"
 )
@@ -45,7 +46,7 @@ type unwinder struct {
 	jvms    *jvmTracker
 	extra   map[uint32]bpf.OffcpuUnwindMap
 	regions map[uint32]*rowRegions
-	last    map[uint32][]mapping // the mapping list each entry was made from
+	last    map[uint32][]symbolize.Mapping // the mapping list each entry was made from
 }
 
 // rowRegions are two runs of unwind_rows a process's generated code
@@ -105,7 +106,7 @@ func newUnwinder(coll *ebpf.Collection, capacity uint32) *unwinder {
 		rescan:  true,
 		extra:   map[uint32]bpf.OffcpuUnwindMap{},
 		regions: map[uint32]*rowRegions{},
-		last:    map[uint32][]mapping{},
+		last:    map[uint32][]symbolize.Mapping{},
 	}
 }
 
@@ -259,13 +260,13 @@ func (u *unwinder) writeRows(keys []uint32, vals []bpf.OffcpuUnwindRow) error {
 
 // update writes the process's entry from its executable mappings: the
 // ones whose code needs tables. A process needing none is removed.
-func (u *unwinder) update(pid uint32, ms []mapping) {
+func (u *unwinder) update(pid uint32, ms []symbolize.Mapping) {
 	if u.jvms != nil {
 		u.jvms.seen(pid, ms)
 	}
 	for _, m := range ms {
-		if m.file != nil {
-			u.table(m.file)
+		if m.File != nil {
+			u.table(m.File)
 		}
 	}
 	u.mu.Lock()
@@ -273,7 +274,7 @@ func (u *unwinder) update(pid uint32, ms []mapping) {
 	u.updateLocked(pid, ms)
 }
 
-func (u *unwinder) updateLocked(pid uint32, ms []mapping) {
+func (u *unwinder) updateLocked(pid uint32, ms []symbolize.Mapping) {
 	u.last[pid] = ms
 	if _, ok := u.scans[pid]; !ok && u.rescan {
 		u.scans[pid] = &rescan{next: time.Now().Add(10 * time.Millisecond), every: 10 * time.Millisecond}
@@ -281,15 +282,15 @@ func (u *unwinder) updateLocked(pid uint32, ms []mapping) {
 	}
 	var entry bpf.OffcpuUnwindProc
 	for _, m := range ms {
-		if m.file == nil {
+		if m.File == nil {
 			continue
 		}
-		fr, ok := u.loaded[m.file] // loaded by update before it locked
+		fr, ok := u.loaded[m.File] // loaded by update before it locked
 		if !ok || fr.count == 0 {
 			continue
 		}
-		m.file.Load() // its PT_LOAD segments, shared with the symbolizer
-		bias, ok := loadBias(m.file.Loads, m)
+		m.File.Load() // its PT_LOAD segments, shared with the symbolizer
+		bias, ok := loadBias(m.File.Loads, m)
 		if !ok {
 			continue
 		}
@@ -297,7 +298,7 @@ func (u *unwinder) updateLocked(pid uint32, ms []mapping) {
 			u.stats.MapsDropped++
 			break
 		}
-		entry.Maps[entry.N] = bpf.OffcpuUnwindMap{Start: m.start, End: m.end, Bias: bias, First: fr.first, Count: fr.count}
+		entry.Maps[entry.N] = bpf.OffcpuUnwindMap{Start: m.Start, End: m.End, Bias: bias, First: fr.first, Count: fr.count}
 		entry.N++
 	}
 	if x, ok := u.extra[pid]; ok {
@@ -320,7 +321,7 @@ func (u *unwinder) updateLocked(pid uint32, ms []mapping) {
 			return // an exec this list has not seen yet
 		}
 		entry = mergeUnwindMaps(entry, cur)
-	} else if u.execs[pid] > 0 || !processExists(int(pid)) {
+	} else if u.execs[pid] > 0 || !symbolize.ProcessExists(int(pid)) {
 		return // the kernel has no entry and the process has exited
 	}
 	entry.Execs = u.execs[pid]
@@ -366,11 +367,11 @@ func mergeUnwindMaps(e, k bpf.OffcpuUnwindProc) bpf.OffcpuUnwindProc {
 
 // loadBias is pc - (ELF virtual address) for mapping m of a file with the
 // given PT_LOAD segments.
-func loadBias(loads []elf.ProgHeader, m mapping) (uint64, bool) {
+func loadBias(loads []elf.ProgHeader, m symbolize.Mapping) (uint64, bool) {
 	for _, p := range loads {
 		// The kernel maps from the page holding the segment's start.
-		if p.Flags&elf.PF_X != 0 && m.offset >= p.Off&^0xfff && m.offset < p.Off+p.Filesz {
-			return m.start - m.offset + p.Off - p.Vaddr, true
+		if p.Flags&elf.PF_X != 0 && m.Offset >= p.Off&^0xfff && m.Offset < p.Off+p.Filesz {
+			return m.Start - m.Offset + p.Off - p.Vaddr, true
 		}
 	}
 	return 0, false
@@ -422,14 +423,14 @@ func (u *unwinder) forget(pid uint32) {
 // It sleeps until the next rescan is due or a new process wakes it: with
 // many processes, one is nearly always due within a second, and polling
 // for it cost a hundred wake-ups a second on an idle machine.
-func (u *unwinder) run(procs *procTable, stop <-chan struct{}) {
+func (u *unwinder) run(procs *symbolize.Procs, stop <-chan struct{}) {
 	sleepLoop(10*time.Millisecond, u.wake, stop, func(now time.Time) time.Duration {
 		for _, pid := range u.due(now) {
-			if !processExists(int(pid)) {
+			if !symbolize.ProcessExists(int(pid)) {
 				u.forget(pid)
 				continue
 			}
-			procs.snapshot(pid) // kept only if the mappings changed
+			procs.Snapshot(pid) // kept only if the mappings changed
 		}
 		return u.untilDue(now)
 	})

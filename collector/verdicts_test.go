@@ -304,7 +304,7 @@ func TestVerdictsJVM(t *testing.T) {
 	requireBPF(t)
 	home := testenv.JDKHomes(t)["17"]
 	dir := t.TempDir()
-	build(t, filepath.Join(home, "bin", "javac"), "-d", dir, "../analysis/testdata/real/Juc.java")
+	runBuild(t, filepath.Join(home, "bin", "javac"), "-d", dir, "../analysis/testdata/real/Juc.java")
 	p := recordRunning(t, exec.Command(filepath.Join(home, "bin", "java"), "-cp", dir, "Juc", "60000"), time.Second, 2*time.Second, Options{})
 	blocked, idle := verdictShares(t, p)
 	group := map[string][2]time.Duration{}
@@ -364,7 +364,7 @@ func TestVerdictsEventLoops(t *testing.T) {
 func TestWaitChains(t *testing.T) {
 	requireBPF(t)
 	bin := filepath.Join(t.TempDir(), "chain")
-	build(t, "gcc", "-O2", "-pthread", "-o", bin, "testdata/chain/chain.c")
+	runBuild(t, "gcc", "-O2", "-pthread", "-o", bin, "testdata/chain/chain.c")
 	r, err := analysis.LoadRules("")
 	if err != nil {
 		t.Fatal(err)
@@ -413,7 +413,7 @@ func TestWaitChains(t *testing.T) {
 func TestDebugInfoSameCategories(t *testing.T) {
 	requireBPF(t)
 	bin := filepath.Join(t.TempDir(), "libcwaits")
-	build(t, "gcc", "-O2", "-pthread", "-o", bin, "testdata/libcwaits/libcwaits.c")
+	runBuild(t, "gcc", "-O2", "-pthread", "-o", bin, "testdata/libcwaits/libcwaits.c")
 	r, err := analysis.LoadRules("")
 	if err != nil {
 		t.Fatal(err)

@@ -325,7 +325,7 @@ func (f *recordFlags) write(sess *collector.Session, prof *profile.Profile) erro
 			return err
 		}
 	}
-	if gp := sess.Goroutines(); gp != nil {
+	if gp := sess.Profiles().Goroutines; gp != nil {
 		if err := writeProfile(f.goroutinesOut, gp); err != nil {
 			return err
 		}
@@ -335,7 +335,7 @@ func (f *recordFlags) write(sess *collector.Session, prof *profile.Profile) erro
 			}
 		}
 	}
-	if wp := sess.Wakeups(); wp != nil {
+	if wp := sess.Profiles().Wakeups; wp != nil {
 		if err := writeProfile(f.wakeupsOut, wp); err != nil {
 			return err
 		}
@@ -345,7 +345,9 @@ func (f *recordFlags) write(sess *collector.Session, prof *profile.Profile) erro
 			}
 		}
 		if f.offwakeFolded != "" {
-			if err := writeFile(f.offwakeFolded, func(w io.Writer) error { return schema.WriteFoldedPlain(w, sess.Offwake(), schema.OffCPU, 1000) }); err != nil {
+			if err := writeFile(f.offwakeFolded, func(w io.Writer) error {
+				return schema.WriteFoldedPlain(w, sess.Profiles().Offwake, schema.OffCPU, 1000)
+			}); err != nil {
 				return err
 			}
 		}

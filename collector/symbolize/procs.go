@@ -1,6 +1,7 @@
-package collector
+package symbolize
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -16,43 +17,43 @@ import (
 	"github.com/offcpu/offcpu/collector/symtab"
 )
 
-// procTable keeps what is needed to symbolize a process after it exits:
+// Procs keeps what is needed to symbolize a process after it exits:
 // its executable mappings (reported by the kernel as they are made, at
 // fork, exec and mmap, and read from /proc when it is first seen and at
 // the end), the mapped files held open, and a container's root directory.
-type procTable struct {
+type Procs struct {
 	mu    sync.Mutex
-	procs map[uint32]*procInfo
-	files *symtab.Cache
-	// onChange, when set, sees each new mapping list of a process.
-	onChange func(pid uint32, ms []mapping)
+	procs map[uint32]*Proc
+	Files *symtab.Cache
+	// OnChange, when set, sees each new mapping list of a process.
+	OnChange func(pid uint32, ms []Mapping)
 }
 
-type procInfo struct {
+type Proc struct {
 	pid   uint32
-	comm  string
+	Comm  string
 	nspid int      // pid inside its own pid namespace, for perf-PID.map
 	root  *os.File // /proc/PID/root of a process in another root, kept open: valid after exit
 	// snaps holds mapping snapshots, newest first. Snapshots are never
 	// changed in place: a forked child shares its parent's.
-	snaps [][]mapping
+	snaps [][]Mapping
 	// fromKernel: snaps[0] is being built from the kernel's map events.
 	fromKernel bool
 	snapped    time.Time // when /proc last gave its mappings
 }
 
-type mapping struct {
-	start, end, offset uint64
-	path               string
-	file               *symtab.File // nil for anonymous or unreadable mappings
+type Mapping struct {
+	Start, End, Offset uint64
+	Path               string
+	File               *symtab.File // nil for anonymous or unreadable mappings
 }
 
-func newProcTable() *procTable {
-	return &procTable{procs: map[uint32]*procInfo{}, files: symtab.NewCache()}
+func NewProcs() *Procs {
+	return &Procs{procs: map[uint32]*Proc{}, Files: symtab.NewCache()}
 }
 
-// snapshot reads /proc/PID/maps now and opens the mapped executables.
-func (t *procTable) snapshot(pid uint32) {
+// Snapshot reads /proc/PID/maps now and opens the mapped executables.
+func (t *Procs) Snapshot(pid uint32) {
 	p, err := procfs.NewProc(int(pid))
 	if err != nil {
 		return
@@ -61,19 +62,19 @@ func (t *procTable) snapshot(pid uint32) {
 	if err != nil {
 		return
 	}
-	var ms []mapping
+	var ms []Mapping
 	for _, m := range maps {
 		if !m.Perms.Execute {
 			continue
 		}
-		mm := mapping{start: uint64(m.StartAddr), end: uint64(m.EndAddr), offset: uint64(m.Offset), path: m.Pathname}
+		mm := Mapping{Start: uint64(m.StartAddr), End: uint64(m.EndAddr), Offset: uint64(m.Offset), Path: m.Pathname}
 		if m.Inode != 0 && strings.HasPrefix(m.Pathname, "/") {
 			mapFile := fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.StartAddr, m.EndAddr)
-			mm.file = t.files.Open(m.Dev, m.Inode, m.Pathname, mapFile, fmt.Sprintf("/proc/%d/root%s", pid, m.Pathname), m.Pathname)
+			mm.File = t.Files.Open(m.Dev, m.Inode, m.Pathname, mapFile, fmt.Sprintf("/proc/%d/root%s", pid, m.Pathname), m.Pathname)
 		}
 		ms = append(ms, mm)
 	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].start < ms[j].start })
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Start < ms[j].Start })
 
 	t.mu.Lock()
 	info := t.info(pid)
@@ -83,38 +84,38 @@ func (t *procTable) snapshot(pid uint32) {
 		info.nspid = nsPid(p)
 	}
 	if c, err := p.Comm(); err == nil {
-		info.comm = c
+		info.Comm = c
 	}
 	if len(info.snaps) > 0 && sameMappings(info.snaps[0], ms) {
 		t.mu.Unlock()
 		return
 	}
-	info.snaps = append([][]mapping{ms}, info.snaps...)
+	info.snaps = append([][]Mapping{ms}, info.snaps...)
 	info.fromKernel = false
 	t.changed(pid, ms)
 }
 
 // info returns pid's entry, creating it. Called with t.mu held.
-func (t *procTable) info(pid uint32) *procInfo {
+func (t *Procs) info(pid uint32) *Proc {
 	info := t.procs[pid]
 	if info == nil {
-		info = &procInfo{pid: pid}
+		info = &Proc{pid: pid}
 		t.procs[pid] = info
 	}
 	return info
 }
 
 // changed unlocks t.mu and reports pid's new mappings.
-func (t *procTable) changed(pid uint32, ms []mapping) {
-	onChange := t.onChange
+func (t *Procs) changed(pid uint32, ms []Mapping) {
+	onChange := t.OnChange
 	t.mu.Unlock()
 	if onChange != nil {
 		onChange(pid, ms)
 	}
 }
 
-// known says whether pid's mappings are known.
-func (t *procTable) known(pid uint32) bool {
+// Known says whether pid's mappings are Known.
+func (t *Procs) Known(pid uint32) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	info := t.procs[pid]
@@ -138,24 +139,24 @@ func foreignRoot(pid uint32) *os.File {
 	return f
 }
 
-// exec starts a new, empty mapping list for pid: the kernel's map events
+// Exec starts a new, empty mapping list for pid: the kernel's map events
 // for the new program follow.
-func (t *procTable) exec(pid uint32) {
+func (t *Procs) Exec(pid uint32) {
 	t.mu.Lock()
 	info := t.info(pid)
-	info.snaps = append([][]mapping{nil}, info.snaps...)
+	info.snaps = append([][]Mapping{nil}, info.snaps...)
 	info.fromKernel = true
 	t.mu.Unlock()
 }
 
-// fork gives a new process its parent's mappings: it runs the parent's
+// Fork gives a new process its parent's mappings: it runs the parent's
 // code until it execs.
-func (t *procTable) fork(child, parent uint32) {
+func (t *Procs) Fork(child, parent uint32) {
 	t.mu.Lock()
 	pi := t.procs[parent]
 	if pi == nil || len(pi.snaps) == 0 {
 		t.mu.Unlock()
-		t.snapshot(parent)
+		t.Snapshot(parent)
 		t.mu.Lock()
 		pi = t.procs[parent]
 	}
@@ -170,59 +171,59 @@ func (t *procTable) fork(child, parent uint32) {
 	t.mu.Unlock()
 }
 
-// addMapping adds a code mapping the kernel reported as it was made. It
+// AddMapping adds a code mapping the kernel reported as it was made. It
 // replaces the part of any other it overlaps (MAP_FIXED over a
 // reservation, a library mapped where another was).
-func (t *procTable) addMapping(pid uint32, m mapping) {
+func (t *Procs) AddMapping(pid uint32, m Mapping) {
 	t.mu.Lock()
 	info := t.info(pid)
-	var base []mapping
+	var base []Mapping
 	if len(info.snaps) > 0 {
 		base = info.snaps[0] // after a /proc snapshot or a fork: start from it
 	}
-	ms := make([]mapping, 0, len(base)+2)
+	ms := make([]Mapping, 0, len(base)+2)
 	for _, o := range base {
-		if o.end <= m.start || o.start >= m.end {
+		if o.End <= m.Start || o.Start >= m.End {
 			ms = append(ms, o)
 			continue
 		}
 		// Split as the kernel splits a mapping partly mapped over.
-		if o.start < m.start {
+		if o.Start < m.Start {
 			head := o
-			head.end = m.start
+			head.End = m.Start
 			ms = append(ms, head)
 		}
-		if o.end > m.end {
+		if o.End > m.End {
 			tail := o
-			tail.offset += m.end - o.start
-			tail.start = m.end
+			tail.Offset += m.End - o.Start
+			tail.Start = m.End
 			ms = append(ms, tail)
 		}
 	}
 	ms = append(ms, m)
-	sort.Slice(ms, func(i, j int) bool { return ms[i].start < ms[j].start })
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Start < ms[j].Start })
 	if info.fromKernel && len(info.snaps) > 0 {
 		info.snaps[0] = ms
 	} else {
-		info.snaps = append([][]mapping{ms}, info.snaps...)
+		info.snaps = append([][]Mapping{ms}, info.snaps...)
 		info.fromKernel = true
 	}
 	t.changed(pid, ms)
 }
 
-// kernelFile opens the file of a mapping the kernel reported: by device
+// KernelFile opens the file of a mapping the kernel reported: by device
 // and inode if it is already open, else by its path, checked to be the
 // same file (not one replaced on disk since).
-func (t *procTable) kernelFile(pid uint32, dev, ino uint64, path string) *symtab.File {
-	return t.files.Open(dev, ino, path, path, fmt.Sprintf("/proc/%d/root%s", pid, path))
+func (t *Procs) KernelFile(pid uint32, dev, ino uint64, path string) *symtab.File {
+	return t.Files.Open(dev, ino, path, path, fmt.Sprintf("/proc/%d/root%s", pid, path))
 }
 
-func sameMappings(a, b []mapping) bool {
+func sameMappings(a, b []Mapping) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for i := range a {
-		if a[i].start != b[i].start || a[i].end != b[i].end || a[i].offset != b[i].offset || a[i].path != b[i].path {
+		if a[i].Start != b[i].Start || a[i].End != b[i].End || a[i].Offset != b[i].Offset || a[i].Path != b[i].Path {
 			return false
 		}
 	}
@@ -245,10 +246,10 @@ func nsPid(p procfs.Proc) int {
 	return p.PID
 }
 
-// get returns a copy of pid's entry: events and rescans change the entry
+// Get returns a copy of pid's entry: events and rescans change the entry
 // while a continuous recording's cut reads it. The mapping lists in it
 // are never changed in place.
-func (t *procTable) get(pid uint32) *procInfo {
+func (t *Procs) Get(pid uint32) *Proc {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := t.procs[pid]
@@ -260,34 +261,34 @@ func (t *procTable) get(pid uint32) *procInfo {
 	return &cp
 }
 
-// fresh reports whether pid's mappings were read from /proc within age.
-func (t *procTable) fresh(pid uint32, age time.Duration) bool {
+// Fresh reports whether pid's mappings were read from /proc within age.
+func (t *Procs) Fresh(pid uint32, age time.Duration) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := t.procs[pid]
 	return p != nil && time.Since(p.snapped) < age
 }
 
-// len is how many processes are kept.
-func (t *procTable) len() int {
+// Len is how many processes are kept.
+func (t *Procs) Len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.procs)
 }
 
-// find returns the mapping holding addr, newest snapshot first.
-func (p *procInfo) find(addr uint64) *mapping {
+// Find returns the mapping holding addr, newest snapshot first.
+func (p *Proc) Find(addr uint64) *Mapping {
 	for _, ms := range p.snaps {
-		i := sort.Search(len(ms), func(i int) bool { return ms[i].end > addr })
-		if i < len(ms) && ms[i].start <= addr {
+		i := sort.Search(len(ms), func(i int) bool { return ms[i].End > addr })
+		if i < len(ms) && ms[i].Start <= addr {
 			return &ms[i]
 		}
 	}
 	return nil
 }
 
-// forget drops an exited process's mappings once nothing is left to name.
-func (t *procTable) forget(pid uint32) {
+// Forget drops an exited process's mappings once nothing is left to name.
+func (t *Procs) Forget(pid uint32) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if p := t.procs[pid]; p != nil {
@@ -298,7 +299,7 @@ func (t *procTable) forget(pid uint32) {
 	}
 }
 
-func (t *procTable) close() {
+func (t *Procs) Close() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, p := range t.procs {
@@ -306,5 +307,10 @@ func (t *procTable) close() {
 			p.root.Close()
 		}
 	}
-	t.files.Close()
+	t.Files.Close()
+}
+
+func ProcessExists(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
 }
