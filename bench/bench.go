@@ -5,27 +5,20 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/prometheus/procfs"
-	"github.com/schollz/progressbar/v3"
 	"golang.org/x/sys/unix"
 
 	"github.com/offcpu/offcpu/analysis"
-	"github.com/offcpu/offcpu/collector"
-	"github.com/offcpu/offcpu/internal/output"
-	"github.com/offcpu/offcpu/schema"
+	"github.com/offcpu/offcpu/workload"
 )
 
 // Config is one benchmark.
@@ -77,7 +70,7 @@ type Config struct {
 	Progress  io.Writer
 	Terminal  bool // draw a progress bar instead of lines
 
-	workload workload // resolved by validate
+	workload workload.Workload // resolved by validate
 }
 
 // RunRecord is one run as the report lists it.
@@ -174,13 +167,14 @@ func (c *Config) validate() error {
 		return fmt.Errorf("give --messages or --duration, not both")
 	}
 	if c.bundled() {
-		w, err := newBundledWorkload(c)
+		w, err := workload.NewBundled(workload.BundledConfig{Executable: c.Executable, Scenarios: c.Scenarios, Variants: c.Variants,
+			Pin: c.Pin, Messages: c.Messages, Duration: c.Duration, Rate: c.Rate})
 		if err != nil {
 			return err
 		}
 		c.workload = w
 	} else {
-		c.workload = commandWorkload{[2]string{c.BaselineCmd, c.CandidateCmd}}
+		c.workload = workload.Commands(c.BaselineCmd, c.CandidateCmd)
 	}
 	if c.Threads != "" {
 		if _, err := regexp.Compile(c.Threads); err != nil {
@@ -240,8 +234,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.Out, "runs"), 0o755); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", cfg.Out, err)
 	}
-	if w, ok := cfg.workload.(*bundledWorkload); ok {
-		if err := w.writeSpecs(filepath.Join(cfg.Out, "scenarios")); err != nil {
+	if w, ok := cfg.workload.(*workload.Bundled); ok {
+		if err := w.WriteSpecs(filepath.Join(cfg.Out, "scenarios")); err != nil {
 			return nil, err
 		}
 	}
@@ -356,271 +350,6 @@ func (b *batch) headlineSpread(sc string) (string, float64, bool) {
 	return cat, max(share.BaseMax-share.BaseMin, share.CandMax-share.CandMin) / 2, true
 }
 
-func runOne(ctx context.Context, cfg *Config, side string, pr plannedRun, name string) RunRecord {
-	dir := filepath.Join(cfg.Out, "runs", name)
-	os.RemoveAll(dir)
-	rec := RunRecord{Name: name, Scenario: pr.scenario, Side: side, Index: pr.index, Profiled: pr.profiled, Dir: dir}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		rec.Failed, rec.Error = true, err.Error()
-		return rec
-	}
-	metricsPath := filepath.Join(dir, schema.MetricsFile)
-	cmd := cfg.workload.Command(pr.scenario, pr.side, metricsPath)
-	logf, err := os.Create(filepath.Join(dir, schema.RunLogFile))
-	if err != nil {
-		rec.Failed, rec.Error = true, err.Error()
-		return rec
-	}
-	defer logf.Close()
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-
-	var sess *collector.Session
-	t0 := time.Now()
-	if pr.profiled {
-		sess, err = collector.Start(ctx, collector.Options{TargetsOnly: true, FollowForks: true, CPUHz: cfg.CPUHz, MinBlock: cfg.MinBlock, Goroutines: cfg.Goroutines})
-		if err == nil {
-			err = sess.StartCommand(cmd)
-		}
-	} else {
-		err = cmd.Start()
-	}
-	if err != nil {
-		if sess != nil {
-			sess.Stop()
-		}
-		rec.Failed, rec.Error = true, err.Error()
-		writeRunInfo(dir, rec)
-		return rec
-	}
-	waitErr := waitRun(ctx, cmd)
-	rec.WallS = time.Since(t0).Seconds()
-	if sess != nil {
-		if err := saveProfiles(sess, dir); err != nil {
-			fmt.Fprintf(logf, "offcpu bench: %v\n", err)
-			rec.Failed, rec.Error = true, err.Error()
-		}
-		st := sess.Stats()
-		kept := st.KeptShare()
-		rec.Kept = &kept
-	}
-	if isPIDFile(cfg.Target) {
-		pids, err := readPIDFile(cfg.Target)
-		if err != nil && !rec.Failed {
-			rec.Failed, rec.Error = true, fmt.Sprintf("--target: %v", err)
-		}
-		rec.TargetPIDs = pids
-	}
-	readMetrics(&rec, metricsPath, cmd)
-	if waitErr != nil && !rec.Failed {
-		rec.Failed = true
-		rec.Error = waitErr.Error()
-		if last := lastLine(filepath.Join(dir, schema.RunLogFile)); last != "" {
-			rec.Error += ": " + last
-		}
-	}
-	writeRunInfo(dir, rec)
-	return rec
-}
-
-// waitRun waits for a run; on cancellation it interrupts the run's
-// process group, and kills it 5 s later.
-func waitRun(ctx context.Context, cmd *exec.Cmd) error {
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(5 * time.Second):
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			return <-done
-		}
-	}
-}
-
-// readMetrics reads what the run wrote, adds wall_s and cpu_s, and
-// writes the file back.
-func readMetrics(rec *RunRecord, metricsPath string, cmd *exec.Cmd) {
-	m := map[string]any{}
-	if b, err := os.ReadFile(metricsPath); err == nil {
-		if err := json.Unmarshal(b, &m); err != nil {
-			rec.Failed, rec.Error = true, fmt.Sprintf("metrics file is not a JSON object: %v", err)
-		}
-	}
-	m[schema.MetricWall] = rec.WallS
-	if ps := cmd.ProcessState; ps != nil {
-		// wait4's rusage: the run and the children it waited for.
-		m[schema.MetricCPU] = (ps.UserTime() + ps.SystemTime()).Seconds()
-	}
-	if b, err := json.MarshalIndent(m, "", "  "); err == nil {
-		os.WriteFile(metricsPath, append(b, '\n'), 0o644)
-	}
-	rec.Metrics = map[string]float64{}
-	for k, v := range m {
-		if f, ok := v.(float64); ok {
-			rec.Metrics[k] = f
-		}
-	}
-}
-
-func writeRunInfo(dir string, rec RunRecord) {
-	b, _ := json.MarshalIndent(analysis.RunInfo{Profiled: rec.Profiled, Failed: rec.Failed, Error: rec.Error}, "", "  ")
-	os.WriteFile(filepath.Join(dir, schema.RunInfoFile), append(b, '\n'), 0o644)
-}
-
-func saveProfiles(s *collector.Session, dir string) error {
-	p, err := s.Stop()
-	if err != nil {
-		return err
-	}
-	write := func(name string, f func(io.Writer) error) error { return output.WriteFile(filepath.Join(dir, name), f) }
-	if err := write(schema.ProfileFile, p.Write); err != nil {
-		return err
-	}
-	if err := write(schema.FoldedFile, func(w io.Writer) error { return schema.WriteFolded(w, p, schema.OffCPU, 1000) }); err != nil {
-		return err
-	}
-	if wp := s.Profiles().Wakeups; wp != nil {
-		if err := write(schema.WakeupsFile, wp.Write); err != nil {
-			return err
-		}
-		if err := write(schema.WakeupsFoldedFile, func(w io.Writer) error { return schema.WriteWakeupsFolded(w, wp) }); err != nil {
-			return err
-		}
-	}
-	if gp := s.Profiles().Goroutines; gp != nil {
-		if err := write(schema.GoroutinesFile, gp.Write); err != nil {
-			return err
-		}
-	}
-	st := s.Stats()
-	b, _ := json.MarshalIndent(st, "", "  ")
-	return os.WriteFile(filepath.Join(dir, schema.RecordStatsFile), append(b, '\n'), 0o644)
-}
-
-func lastLine(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	return strings.TrimSpace(lines[len(lines)-1])
-}
-
-// cooled is what a cool-down did before one run.
-type cooled struct {
-	Method string        `json:"method"` // "thermal", "idle" or "none"
-	Waited time.Duration `json:"waited_ns"`
-	GaveUp bool          `json:"gave_up,omitempty"`
-	Level  float64       `json:"level"` // °C or % busy when it stopped waiting
-}
-
-// cooldown waits before a run until the machine is cool or idle, or
-// until --cooldown-max.
-func cooldown(ctx context.Context, cfg *Config) cooled {
-	start := time.Now()
-	deadline := start.Add(cfg.CooldownMax)
-	zones, _ := filepath.Glob("/sys/class/thermal/thermal_zone*/temp")
-	if len(zones) > 0 && cfg.CooldownTemp > 0 {
-		for {
-			t := hottest(zones)
-			late := time.Now().After(deadline)
-			if t < cfg.CooldownTemp || late || sleepCtx(ctx, time.Second) != nil {
-				return cooled{Method: "thermal", Waited: time.Since(start), GaveUp: late && t >= cfg.CooldownTemp, Level: t}
-			}
-		}
-	}
-	if cfg.CooldownIdle <= 0 {
-		return cooled{Method: "none"}
-	}
-	for {
-		busy := cpuBusy(500 * time.Millisecond)
-		late := time.Now().After(deadline)
-		if busy < cfg.CooldownIdle || late || ctx.Err() != nil {
-			return cooled{Method: "idle", Waited: time.Since(start), GaveUp: late && busy >= cfg.CooldownIdle, Level: busy}
-		}
-	}
-}
-
-// cooldownSummary says what the cool-downs did over the runs.
-func cooldownSummary(cfg *Config, runs []RunRecord) string {
-	if len(runs) == 0 || runs[0].Cooldown.Method == "none" || runs[0].Cooldown.Method == "" {
-		return "none"
-	}
-	var longest time.Duration
-	gaveUp := 0
-	var worst float64
-	for _, r := range runs {
-		longest = max(longest, r.Cooldown.Waited)
-		if r.Cooldown.GaveUp {
-			gaveUp++
-			worst = max(worst, r.Cooldown.Level)
-		}
-	}
-	s := fmt.Sprintf("until the CPUs were below %.0f%% busy (/proc/stat; no thermal zones)", cfg.CooldownIdle)
-	unit := "% busy"
-	if runs[0].Cooldown.Method == "thermal" {
-		s, unit = fmt.Sprintf("until the hottest thermal zone was below %.0f °C", cfg.CooldownTemp), " °C"
-	}
-	s += fmt.Sprintf(", at most %v before a run (longest wait %v)", cfg.CooldownMax, longest.Round(100*time.Millisecond))
-	if gaveUp > 0 {
-		s += fmt.Sprintf("; before %d of %d runs it gave up after %v, at up to %.0f%s", gaveUp, len(runs), cfg.CooldownMax, worst, unit)
-	}
-	return s
-}
-
-func hottest(zones []string) float64 {
-	max := -1e9
-	for _, z := range zones {
-		b, err := os.ReadFile(z)
-		if err != nil {
-			continue
-		}
-		if v, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64); err == nil && v/1000 > max {
-			max = v / 1000
-		}
-	}
-	return max
-}
-
-func cpuBusy(window time.Duration) float64 {
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		return 0
-	}
-	read := func() (busy, total float64) {
-		st, err := fs.Stat()
-		if err != nil {
-			return 0, 0
-		}
-		c := st.CPUTotal
-		idle := c.Idle + c.Iowait
-		total = c.User + c.Nice + c.System + c.Idle + c.Iowait + c.IRQ + c.SoftIRQ + c.Steal
-		return total - idle, total
-	}
-	b0, t0 := read()
-	time.Sleep(window)
-	b1, t1 := read()
-	if t1 <= t0 {
-		return 0
-	}
-	return 100 * (b1 - b0) / (t1 - t0)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
-}
-
 // setupLine describes the machine and the workload, as its runs ran it.
 func setupLine(cfg *Config, runs []RunRecord) string {
 	var u unix.Utsname
@@ -632,78 +361,14 @@ func setupLine(cfg *Config, runs []RunRecord) string {
 		}
 	}
 	s := fmt.Sprintf("Linux %s, %s (%d CPUs), %s", unix.ByteSliceToString(u.Release[:]), cpu, runtime.NumCPU(), runtime.Version())
-	return s + "; " + cfg.workload.Setup(runs)
+	ran := map[string][]string{}
+	for _, r := range runs {
+		if !r.Failed {
+			ran[r.Scenario] = append(ran[r.Scenario], r.Dir)
+		}
+	}
+	return s + "; " + cfg.workload.Setup(ran)
 }
 
 // scenarioLabel names a scenario in run directory names.
-func scenarioLabel(name string) string {
-	return strings.TrimSuffix(strings.TrimSuffix(filepath.Base(name), ".yaml"), ".yml")
-}
-
-// progress shows run i of n, side, elapsed and ETA: a bar on a terminal,
-// plain lines otherwise.
-type progress struct {
-	w     io.Writer
-	bar   *progressbar.ProgressBar
-	total int
-	start time.Time
-}
-
-func newProgress(w io.Writer, terminal bool, total int) *progress {
-	p := &progress{w: w, total: total, start: time.Now()}
-	if w != nil && terminal {
-		p.bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionShowCount(),
-			progressbar.OptionSetPredictTime(true), progressbar.OptionSetElapsedTime(true), progressbar.OptionSetWidth(30),
-			progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }))
-	}
-	return p
-}
-
-func (p *progress) step(n int, name string, profiled bool, start time.Time) {
-	if p.w == nil {
-		return
-	}
-	kind := "unprofiled"
-	if profiled {
-		kind = "profiled"
-	}
-	if p.bar != nil {
-		p.bar.Describe(fmt.Sprintf("%s (%s)", name, kind))
-		return
-	}
-	eta := "?"
-	if n > 0 {
-		per := time.Since(start) / time.Duration(n)
-		eta = (per * time.Duration(p.total-n)).Round(time.Second).String()
-	}
-	fmt.Fprintf(p.w, "run %d of %d: %s (%s), elapsed %v, ETA %s\n", n+1, p.total, name, kind, time.Since(start).Round(time.Second), eta)
-}
-
-// grow adds runs to the plan.
-func (p *progress) grow(n int) {
-	p.total += n
-	if p.bar != nil {
-		p.bar.ChangeMax(p.total)
-	}
-}
-
-func (p *progress) done(rec RunRecord) {
-	if p.w == nil {
-		return
-	}
-	if p.bar != nil {
-		p.bar.Add(1)
-	}
-	if rec.Failed {
-		if p.bar != nil {
-			fmt.Fprintln(p.w)
-		}
-		fmt.Fprintf(p.w, "  %s failed: %s\n", rec.Name, rec.Error)
-	}
-}
-
-func (p *progress) finish() {
-	if p.bar != nil {
-		p.bar.Finish()
-	}
-}
+func scenarioLabel(name string) string { return workload.ScenarioLabel(name) }

@@ -28,8 +28,8 @@ var (
 
 // flamesFor is the kind of graph the profiled scenario's story needs.
 func flamesFor(cfg *Config) flameKind {
-	if st := cfg.workload.Story(); st != nil {
-		return st.Flames
+	if st := cfg.workload.Story(); st != nil && st.CPU {
+		return cpuFlames
 	}
 	return blockedFlames
 }

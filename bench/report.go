@@ -12,8 +12,8 @@ import (
 	"strings"
 
 	"github.com/offcpu/offcpu/analysis"
-	"github.com/offcpu/offcpu/dispatcher"
 	"github.com/offcpu/offcpu/schema"
+	"github.com/offcpu/offcpu/workload/dispatcher"
 )
 
 // analysisOptions are the analyzed threads and processes, and the
@@ -422,7 +422,7 @@ func wakeupsByGroup(d *analysis.DiffReport, cfg *Config) string {
 	for _, n := range names {
 		p := groups[n]
 		fmt.Fprintf(&b, "| %s | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f |\n", n, per(p.b.Total, br), per(p.c.Total, cr),
-			per(p.b.ByClass["futex"], br), per(p.c.ByClass["futex"], cr), per(p.b.ByClass["eventfd"], br), per(p.c.ByClass["eventfd"], cr),
+			per(p.b.ByClass[schema.WakeFutex], br), per(p.c.ByClass[schema.WakeFutex], cr), per(p.b.ByClass[schema.WakeEventfd], br), per(p.c.ByClass[schema.WakeEventfd], cr),
 			per(p.b.ByClass["timer"], br), per(p.c.ByClass["timer"], cr))
 	}
 	return b.String()

@@ -2,6 +2,9 @@
 #ifndef OFFCPU_CPU_H
 #define OFFCPU_CPU_H
 
+#include "common.bpf.h"
+#include "procs.bpf.h"
+
 /* Key: cpu_key (thread and on-CPU stacks). Value: number of samples taken
  * by the perf-event program at --cpu-hz. Size: --agg-entries. */
 struct {

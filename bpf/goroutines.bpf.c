@@ -13,10 +13,10 @@
 
 #include "offcpu_types.h"
 #include <bpf/bpf_helpers.h>
+#include "goroutines_shared.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-#define GO_STACK_DEPTH 32
 #define G_RUNNABLE 1
 #define G_RUNNING 2
 #define G_WAITING 4
@@ -71,7 +71,6 @@ struct go_park {
 };
 
 /* go_key.flags */
-#define GO_BEFORE_START 1 /* the wait began before the window (or the probe) */
 
 struct go_key {
 	u32 tgid;
@@ -170,7 +169,6 @@ struct {
 
 /* runtime.g's first words: stack.hi, m, sched, goid and waitreason (each
  * at a multiple of 8) are read in one go; gopc and startpc lie further. */
-#define G_BASE_WORDS 32 /* a power of two: indexes are masked */
 #define G_STACK_HI 8     /* g.stack.hi: the stack is g's first field */
 struct go_gwords {
 	u64 w[G_BASE_WORDS];

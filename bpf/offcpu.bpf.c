@@ -13,139 +13,7 @@
 // process events, mappings), sched.bpf.h (interval accounting),
 // wakeup.bpf.h and cpu.bpf.h hold the rest, each with its maps.
 
-#include "offcpu_types.h"
-#include "offcpu_shared.h"
-#include <bpf/bpf_helpers.h>
-#include <bpf/bpf_tracing.h>
-#include <bpf/bpf_core_read.h>
-
-char LICENSE[] SEC("license") = "Dual BSD/GPL";
-
-#define PF_KTHREAD 0x00200000
-#define PF_EXITING 0x00000004
-#define TASK_INTERRUPTIBLE 0x1
-#define TASK_UNINTERRUPTIBLE 0x2
-#define TASK_NOLOAD 0x400
-#define TASK_REPORT_MAX 0x100 /* classic tracepoint: preempted */
-#define TASK_DEAD 0x80        /* raw state (tp_btf): the task's last switch */
-#define REPORT_EXITING 0x30   /* classic tracepoint: X or Z, the task's last switch */
-#define PAST_WAITS 16 /* waits remembered per thread for chains */
-#define EEXIST 17
-#define E2BIG 7
-#define ENOMEM 12
-#define ENODATA 61
-#define EAGAIN 11 /* stack ids: not walked (deferred walks) */
-
-/* Unrolled binary searches: over a process's mappings (n <= UNWIND_MAX_MAPS)
- * and over one file's rows (at most --unwind-rows, checked against
- * maxMapEntries in collector/options.go). ceil(log2(n + 1)) steps each. */
-#define MAP_SEARCH_STEPS 7
-#define ROW_SEARCH_STEPS 25
-#define UNWIND_MAX_ROWS (1 << 24)
-_Static_assert((1 << MAP_SEARCH_STEPS) >= UNWIND_MAX_MAPS + 1, "mapping search too short");
-_Static_assert((1ULL << ROW_SEARCH_STEPS) >= (unsigned long long)UNWIND_MAX_ROWS + 1, "row search too short");
-
-/* Reads a search bound again from the map value: kept in a register, the
- * verifier would follow every path of the search apart. */
-#define RELOAD(x) (*(volatile typeof(x) *)&(x))
-#define VM_EXEC 0x4
-#define PAGE_SHIFT 12
-
-#ifndef bpf_ksym_exists
-#define bpf_ksym_exists(sym) (!!(sym))
-#endif
-
-#define TRACE_FLAG_HARDIRQ 0x08
-#define TRACE_FLAG_SOFTIRQ 0x10
-#define TRACE_FLAG_NMI 0x40
-#define PROT_EXEC 0x4
-
-/* Exposes the enum to bpf2go so Go and C share one list. */
-const volatile enum offcpu_stat stat_count = STAT_MAX;
-
-/* Load-time knobs, set from Go before loading (read-only globals). */
-const volatile bool filter_tgid = false;   /* only tgids in target_tgids */
-const volatile bool filter_tid = false;    /* only tids in target_tids */
-const volatile u64 filter_cgroup = 0;      /* cgroup v2 id, 0 = any */
-const volatile bool follow_forks = false;  /* children of targets become targets */
-const volatile u64 min_block_ns = 0;
-const volatile u64 max_block_ns = ~0ULL;
-const volatile u32 state_mask = 0xf;       /* 1 << enum offcpu_state */
-const volatile bool user_threads_only = false;
-const volatile bool kernel_threads_only = false;
-const volatile bool want_kernel_stacks = true;
-const volatile bool want_user_stacks = true;
-const volatile bool reuse_stacks = true;   /* see capture_sleep() */
-const volatile bool want_wakeups = false;  /* record wakers and link them to intervals */
-const volatile u64 thread_size = 16384;    /* kernel stack size (THREAD_SIZE) */
-const volatile bool want_unwind = false;   /* unwind tables in use: report code mappings */
-const volatile bool want_maps = false;     /* send code mappings as they are made (map_event) */
-/* Stacks are walked at the switch-in, in the thread's own context at the
- * end of __schedule (sched_exit_tp), once the interval's length is known,
- * rather than at every switch-out: see account_deferred(). */
-const volatile bool deferred_walks = false;
-
-/* With deferred walks: intervals at least this long are always walked,
- * shorter ones by lot. Written by user space (the --budget controller). */
-u64 walk_threshold_ns = 0;
-
-/* Written by user space once the programs are attached: the start of the
- * recorded window (bpf_ktime_get_ns clock). 0 until then. */
-u64 rec_start_ns = 0;
-
-/* Written by user space when recording stops, before the open intervals
- * are flushed: no interval is accounted after it, open ones end there. */
-u64 rec_stop_ns = 0;
-
-/* Keep both event layouts in the BTF for the Go bindings. */
-const struct proc_event *unused_proc_event __attribute__((unused));
-const struct map_event *unused_map_event __attribute__((unused));
-
-/* Index: enum offcpu_stat. Value: per-CPU count, summed by user space. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, STAT_MAX);
-	__type(key, u32);
-	__type(value, u64);
-} stats SEC(".maps");
-
-extern int bpf_iter_task_vma_new(struct bpf_iter_task_vma *it, struct task_struct *task, u64 addr) __weak __ksym;
-extern struct vm_area_struct *bpf_iter_task_vma_next(struct bpf_iter_task_vma *it) __weak __ksym;
-extern void bpf_iter_task_vma_destroy(struct bpf_iter_task_vma *it) __weak __ksym;
-
-/* The end of an interval accounted now: the stop of the window, once set. */
-static __always_inline u64 window_now(void)
-{
-	u64 stop = rec_stop_ns;
-	return stop ? stop : bpf_ktime_get_ns();
-}
-
-static __always_inline void stat_add(u32 idx, u64 n)
-{
-	u64 *v = bpf_map_lookup_elem(&stats, &idx);
-	if (v)
-		*v += n;
-}
-
-/* Adds one to a u64 counter map entry, creating it; a full map is
- * counted under stat. */
-static __always_inline void count_one(void *map, void *key, u32 stat)
-{
-	u64 *n = bpf_map_lookup_elem(map, key);
-	if (n) {
-		__sync_fetch_and_add(n, 1);
-		return;
-	}
-	u64 one = 1;
-	if (bpf_map_update_elem(map, key, &one, BPF_NOEXIST)) {
-		n = bpf_map_lookup_elem(map, key); /* lost a race on insert */
-		if (n)
-			__sync_fetch_and_add(n, 1);
-		else
-			stat_add(stat, 1);
-	}
-}
-
+#include "common.bpf.h"
 #include "stacks.bpf.h"
 #include "unwind.bpf.h"
 #include "procs.bpf.h"
@@ -388,14 +256,14 @@ int offcpu_live_stacks(struct bpf_iter__task *ctx)
 	s64 ids[10 + 2 * PAST_WAITS] = {};
 	ids[0] = s->ustack;
 	ids[1] = s->kstack;
-	ids[2] = s->c_ustack;
-	ids[3] = s->c_kstack;
+	ids[2] = s->sleep_cache.ustack;
+	ids[3] = s->sleep_cache.kstack;
 	ids[4] = s->waker.ustack;
 	ids[5] = s->waker.kstack;
 	ids[6] = s->waker.wait_ustack;
 	ids[7] = s->waker.wait_kstack;
-	ids[8] = s->w_ustack;
-	ids[9] = s->w_kstack;
+	ids[8] = s->wake_cache.ustack;
+	ids[9] = s->wake_cache.kstack;
 	struct past_waits *p = bpf_task_storage_get(&task_waits, task, 0, 0);
 	if (p) {
 		for (int i = 0; i < PAST_WAITS; i++) {

@@ -177,53 +177,65 @@ type OffcpuStackBuf struct {
 }
 
 type OffcpuStartRec struct {
-	_           structs.HostLayout
-	Ts          uint64
-	Ustack      int64
-	Kstack      int64
-	Tgid        uint32
-	Tgen        uint32
-	State       uint8
-	Pending     uint8
-	Seen        uint8
-	Running     uint8
-	Counting    uint8
-	Walk        uint8
-	_           [2]byte
-	Ip          uint64
-	Sp          uint64
-	Bp          uint64
-	Sysnr       uint64
-	Arg0        uint64
-	C_ustack    int64
-	C_kstack    int64
+	_          structs.HostLayout
+	Ts         uint64
+	Ustack     int64
+	Kstack     int64
+	Tgid       uint32
+	Tgen       uint32
+	State      uint8
+	Pending    uint8
+	Seen       uint8
+	Running    uint8
+	Counting   uint8
+	Walk       uint8
+	_          [2]byte
+	SleepCache struct {
+		_  structs.HostLayout
+		At struct {
+			_      structs.HostLayout
+			Ip     uint64
+			Sp     uint64
+			Bp     uint64
+			Sysnr  uint64
+			Arg0   uint64
+			Target uint32
+			Gen    uint32
+		}
+		Ustack int64
+		Kstack int64
+	}
 	Waker       OffcpuWakerRec
 	WakerWaitNs uint64
-	W_ip        uint64
-	W_sp        uint64
-	W_bp        uint64
-	W_sysnr     uint64
-	W_arg0      uint64
-	W_target    uint32
-	_           [4]byte
-	W_ustack    int64
-	W_kstack    int64
-	Gen         uint32
-	W_gen       uint32
-	Ran         uint64
-	TsRq        uint64
-	Rd          uint64
-	InTs        uint64
-	InRan       uint64
-	Oncpu       uint64
-	D_end       uint64
-	D_ns        uint64
-	D_runq      uint64
-	D_chain     uint64
-	D_sampled   uint32
-	_           [4]byte
-	BelowNs     [4]uint64
-	BelowN      [4]uint64
+	WakeCache   struct {
+		_  structs.HostLayout
+		At struct {
+			_      structs.HostLayout
+			Ip     uint64
+			Sp     uint64
+			Bp     uint64
+			Sysnr  uint64
+			Arg0   uint64
+			Target uint32
+			Gen    uint32
+		}
+		Ustack int64
+		Kstack int64
+	}
+	Ran       uint64
+	TsRq      uint64
+	Rd        uint64
+	InTs      uint64
+	InRan     uint64
+	Oncpu     uint64
+	D_end     uint64
+	D_ns      uint64
+	D_runq    uint64
+	D_chain   uint64
+	D_sampled uint32
+	_         [4]byte
+	BelowNs   [4]uint64
+	BelowN    [4]uint64
 }
 
 type OffcpuThreadCpu struct {

@@ -7,6 +7,9 @@
 
 #define PERF_MAX_STACK_DEPTH 127
 
+/* unwind_rows' largest size (--unwind-rows). */
+#define UNWIND_MAX_ROWS (1 << 24)
+
 /* Why a thread left the CPU; the --state filter is a mask of 1 << state. */
 enum offcpu_state {
 	STATE_SLEEPING = 0,       /* S (and I: idle kernel threads) */

@@ -3,6 +3,9 @@
 #ifndef OFFCPU_PROCS_H
 #define OFFCPU_PROCS_H
 
+#include "common.bpf.h"
+#include "unwind.bpf.h"
+
 struct path_walk {
 	struct map_event *ev;
 	struct dentry *d;

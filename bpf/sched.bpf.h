@@ -3,6 +3,9 @@
 #ifndef OFFCPU_SCHED_H
 #define OFFCPU_SCHED_H
 
+#include "common.bpf.h"
+#include "procs.bpf.h"
+
 /* A switch-out waiting for its switch-in. */
 struct start_rec {
 	u64 ts;      /* bpf_ktime_get_ns() at switch-out */
@@ -16,20 +19,14 @@ struct start_rec {
 	u8 running;  /* 1 from a switch-in seen to the next switch-out */
 	u8 counting; /* its on-CPU time is counted from a switch seen */
 	u8 walk;     /* deferred walks: its stacks are walked at the switch-in's end */
-	/* The last sleep whose stacks were both captured: user registers,
-	 * syscall and its first argument, and the stack ids (tp_btf only).
-	 * ip == 0: nothing cached. */
-	u64 ip, sp, bp, sysnr, arg0;
-	s64 c_ustack, c_kstack;
+	/* The stacks of its last sleep walked whole (tp_btf only). */
+	struct stack_cache sleep_cache;
 	/* The waker of the thread's current sleep (written by the waker), and
 	 * how long, since this sleep began, the waker was itself off a CPU. */
 	struct waker_rec waker;
 	u64 waker_wait_ns;
-	/* As a waker: the last wake-up whose stacks were captured, for reuse. */
-	u64 w_ip, w_sp, w_bp, w_sysnr, w_arg0;
-	u32 w_target;
-	s64 w_ustack, w_kstack;
-	u32 gen, w_gen; /* unwind_gen_of() when the cached stacks were walked */
+	/* As a waker: the stacks of its last wake-up walked whole. */
+	struct stack_cache wake_cache;
 	u64 ran;        /* the thread's se.sum_exec_runtime at switch-out */
 	/* ts by the run queue's clock (rq_clock_of); 0: unknown. */
 	u64 ts_rq;
@@ -372,45 +369,24 @@ static __always_inline u64 waits_since(struct past_waits *me, u64 since, u64 now
 	return sum;
 }
 
-/* A thread that sleeps again in the same syscall, with the same first
- * argument, from the same user instruction with the same stack and frame
- * pointers is blocking at the same place: its previous stack ids are
- * reused instead of walking both stacks again, the largest cost of a
- * switch. A stack id is a hash of its addresses and is never replaced, so a
- * reused id stays valid. Preemptions are always captured: they can stop
- * a thread anywhere. */
+/* A thread that sleeps again where it last slept (stack_cache) reuses
+ * that sleep's stack ids instead of walking both stacks again, the
+ * largest cost of a switch. Preemptions are always captured: they can
+ * stop a thread anywhere. */
 static __always_inline void capture_sleep(void *ctx, struct start_rec *s, struct task_struct *prev, u64 now)
 {
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
-	u64 ip = 0, sp = 0, bp = 0, nr = -1, a0 = 0;
-	if (regs) {
-		ip = regs->ip;
-		sp = regs->sp;
-		bp = regs->bp;
-		nr = regs->orig_ax;
-		a0 = regs->di;
-	}
-	u32 gen = unwind_gen_of(prev->tgid);
-	if (ip && s->ip == ip && s->sp == sp && s->bp == bp && s->sysnr == nr && s->arg0 == a0 &&
-	    s->gen == gen) {
-		s->ustack = s->c_ustack;
-		s->kstack = s->c_kstack;
+	struct stack_where at;
+	bool known = stack_where_of(prev, prev->tgid, 0, &at);
+	if (known && stack_cache_get(&s->sleep_cache, &at, &s->ustack, &s->kstack)) {
 		s->ts = now;
 		stat_add(STAT_STACKS_REUSED, 1);
 		return;
 	}
 	capture(ctx, s, false, now);
-	s->ip = 0;
-	if ((s64)nr < 0 || s->ustack < 0 || s->kstack < 0)
-		return; /* not in a syscall (fault, interrupt) or stacks missing */
-	s->ip = ip;
-	s->sp = sp;
-	s->bp = bp;
-	s->sysnr = nr;
-	s->arg0 = a0;
-	s->c_ustack = s->ustack;
-	s->c_kstack = s->kstack;
-	s->gen = gen;
+	if (known)
+		stack_cache_put(&s->sleep_cache, &at, s->ustack, s->kstack);
+	else
+		s->sleep_cache.at.ip = 0;
 }
 
 /* The length of an interval that ended at now, read on entry to the

@@ -2,6 +2,8 @@
 #ifndef OFFCPU_STACKS_H
 #define OFFCPU_STACKS_H
 
+#include "common.bpf.h"
+
 /* Key: stack id, a 64-bit hash of the addresses (positive). Value: the
  * stack. A plain hash map rather than a stack-trace map: a stack-trace
  * map has no chaining, so two stacks meeting in one bucket lose the
@@ -13,6 +15,47 @@ struct {
 	__type(key, s64);
 	__type(value, struct stack_buf);
 } stacks SEC(".maps");
+
+/* Where a thread blocks or wakes another: its user registers, syscall
+ * and first argument, the woken thread (0 for a sleep) and its unwind
+ * tables' generation (unwind_gen_of). */
+struct stack_where {
+	u64 ip, sp, bp, sysnr, arg0;
+	u32 target, gen;
+};
+
+/* The stack ids last walked at one place, reused while the thread is
+ * there again: a thread in the same syscall, with the same first
+ * argument, from the same user instruction with the same stack and frame
+ * pointers is at the same place, and a stack id is a hash of its
+ * addresses, never replaced, so a reused id stays valid. Both a sleep's
+ * stacks (capture_sleep) and a waker's (offcpu_waking) use one.
+ * at.ip == 0: nothing cached. */
+struct stack_cache {
+	struct stack_where at;
+	s64 ustack, kstack;
+};
+
+static __always_inline bool stack_cache_get(struct stack_cache *c, struct stack_where *at, s64 *ustack, s64 *kstack)
+{
+	if (!c->at.ip || c->at.ip != at->ip || c->at.sp != at->sp || c->at.bp != at->bp ||
+	    c->at.sysnr != at->sysnr || c->at.arg0 != at->arg0 || c->at.target != at->target || c->at.gen != at->gen)
+		return false;
+	*ustack = c->ustack;
+	*kstack = c->kstack;
+	return true;
+}
+
+/* stack_cache_put keeps stacks both walked whole. */
+static __always_inline void stack_cache_put(struct stack_cache *c, struct stack_where *at, s64 ustack, s64 kstack)
+{
+	c->at.ip = 0;
+	if (ustack < 0 || kstack < 0)
+		return;
+	c->at = *at;
+	c->ustack = ustack;
+	c->kstack = kstack;
+}
 
 /* Stack buffers per CPU: too large for the BPF stack. Entry 0 for the
  * tracepoint and perf-event programs, 1 for the sleepable iterator. */

@@ -3,6 +3,9 @@
 #ifndef OFFCPU_UNWIND_H
 #define OFFCPU_UNWIND_H
 
+#include "common.bpf.h"
+#include "stacks.bpf.h"
+
 struct insert_ctx {
 	struct unwind_proc *p;
 	u64 start;
@@ -398,6 +401,24 @@ static __always_inline s64 walk_user(u32 slot, struct unwind_proc *p, struct tas
 			stat_add(STAT_DWARF_DEPTH, 1);
 	}
 	return store_stack(b, lost);
+}
+
+/* Where t is, for its stack cache: its user registers, syscall and first
+ * argument (and the thread it wakes); false where not in a syscall or
+ * its registers are not known. */
+static __always_inline bool stack_where_of(struct task_struct *t, u32 tgid, u32 target, struct stack_where *at)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+	if (!regs)
+		return false;
+	at->ip = regs->ip;
+	at->sp = regs->sp;
+	at->bp = regs->bp;
+	at->sysnr = regs->orig_ax;
+	at->arg0 = regs->di;
+	at->target = target;
+	at->gen = unwind_gen_of(tgid);
+	return (s64)at->sysnr >= 0 && at->ip;
 }
 
 /* The current thread's user stack id. Processes with unwind tables are

@@ -2,6 +2,10 @@
 #ifndef OFFCPU_WAKEUP_H
 #define OFFCPU_WAKEUP_H
 
+#include "common.bpf.h"
+#include "procs.bpf.h"
+#include "sched.bpf.h"
+
 /* Key: wake_key (target thread, waker thread and stacks). Value: number
  * of wake-ups. Written by sched_waking, drained at the end. Size:
  * --agg-entries. */
@@ -190,38 +194,17 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 	if (!irq && reuse_stacks)
 		ws = bpf_task_storage_get(&task_starts, bpf_get_current_task_btf(), 0,
 					  BPF_LOCAL_STORAGE_GET_F_CREATE);
-	struct pt_regs *regs = 0;
-	if (ws)
-		regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-	if (regs) {
-		u64 ip = regs->ip, sp = regs->sp;
-		u64 bp = regs->bp, nr = regs->orig_ax;
-		u64 a0 = regs->di;
-		u32 gen = unwind_gen_of(bpf_get_current_pid_tgid() >> 32);
-		if ((s64)nr >= 0 && ws->w_ip == ip && ws->w_sp == sp && ws->w_bp == bp &&
-		    ws->w_sysnr == nr && ws->w_arg0 == a0 && ws->w_target == ttid &&
-		    ws->w_gen == gen) {
+	struct stack_where at;
+	if (ws && stack_where_of(bpf_get_current_task_btf(), bpf_get_current_pid_tgid() >> 32, ttid, &at)) {
+		if (stack_cache_get(&ws->wake_cache, &at, &w.ustack, &w.kstack)) {
 			u64 id = bpf_get_current_pid_tgid();
 			w.valid = 1;
 			w.tid = (u32)id;
 			w.tgid = id >> 32;
-			w.ustack = ws->w_ustack;
-			w.kstack = ws->w_kstack;
 			stat_add(STAT_WAKES_REUSED, 1);
 		} else {
 			waker_context(ctx, &w, false, false, ttid);
-			ws->w_ip = 0;
-			if ((s64)nr >= 0 && w.ustack >= 0 && w.kstack >= 0) {
-				ws->w_ip = ip;
-				ws->w_sp = sp;
-				ws->w_bp = bp;
-				ws->w_sysnr = nr;
-				ws->w_arg0 = a0;
-				ws->w_target = ttid;
-				ws->w_ustack = w.ustack;
-				ws->w_kstack = w.kstack;
-				ws->w_gen = gen;
-			}
+			stack_cache_put(&ws->wake_cache, &at, w.ustack, w.kstack);
 		}
 	} else {
 		waker_context(ctx, &w, irq, reuse_stacks, ttid);

@@ -403,12 +403,3 @@ func (d *recording) finishProfile(p *profile.Profile) {
 		fmt.Sprintf("before_start=%d: threads blocked since before the start, counted from the start with the stacks they had then; not measured: out_of_range=%d (%v; --min-block/--max-block)", st.NoStart, st.OutOfRange, st.OutOfRangeTime.Round(time.Microsecond)),
 	)
 }
-
-// Wake-up classes of interrupt context.
-const (
-	ClassBlockIO = "block-io" // block I/O completion
-	ClassNetRx   = "net-rx"   // network receive
-	ClassTimer   = "timer"
-	ClassIPI     = "ipi"       // another CPU's request (function call, irq work)
-	ClassIRQ     = "irq-other" // any other interrupt
-)

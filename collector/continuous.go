@@ -547,7 +547,7 @@ func (p *probes) heldStacks() (map[int64]bool, error) {
 		var st bpf.OffcpuStartRec
 		it := m.Iterate()
 		for it.Next(&tid, &st) {
-			add(st.Ustack, st.Kstack, st.C_ustack, st.C_kstack, st.W_ustack, st.W_kstack,
+			add(st.Ustack, st.Kstack, st.SleepCache.Ustack, st.SleepCache.Kstack, st.WakeCache.Ustack, st.WakeCache.Kstack,
 				st.Waker.Ustack, st.Waker.Kstack, st.Waker.WaitUstack, st.Waker.WaitKstack)
 		}
 		if err := it.Err(); err != nil {

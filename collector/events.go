@@ -48,13 +48,13 @@ type eventReader struct {
 
 // Process event kinds (enum proc_event_kind).
 const (
-	evSeen = iota
-	evExec
-	evFork
-	evExit
-	evThreadExit
-	evMap
-	evReread
+	evSeen       = bpf.EvSeen
+	evExec       = bpf.EvExec
+	evFork       = bpf.EvFork
+	evExit       = bpf.EvExit
+	evThreadExit = bpf.EvThreadExit
+	evMap        = bpf.EvMap
+	evReread     = bpf.EvReread
 )
 
 func newEventReader(coll *ebpf.Collection, procs *symbolize.Procs, continuous bool) (*eventReader, error) {

@@ -151,8 +151,8 @@ func (r *goRecorder) close() {
 
 // goWait is one aggregated row: a goroutine's waits with the same reason,
 // stack, waker and waker stack.
-// goBeforeStart: the wait began before the window (GO_BEFORE_START).
-const goBeforeStart = 1
+// goBeforeStart: the wait began before the window.
+const goBeforeStart = bpf.GoBeforeStart
 
 type goWait struct {
 	key  bpf.GoroutinesGoKey
@@ -212,8 +212,11 @@ func (r *goRecorder) drain(start, end uint64) (waits []goWait, stacks map[uint64
 		stacks[h] = ips
 	}
 	var per []uint64
-	for i, dst := range []*uint64{&r.stats.Parks, &r.stats.Readies, &r.stats.Runs, &r.stats.LostParks,
-		&r.stats.LostWaits, &r.stats.LostStack, &r.stats.Unseen, &r.stats.Merged} {
+	for i, dst := range map[bpf.GoroutinesGoStat]*uint64{
+		bpf.GoroutinesGoStatGO_STAT_PARKS: &r.stats.Parks, bpf.GoroutinesGoStatGO_STAT_READIES: &r.stats.Readies,
+		bpf.GoroutinesGoStatGO_STAT_RUNS: &r.stats.Runs, bpf.GoroutinesGoStatGO_STAT_LOST_PARKS: &r.stats.LostParks,
+		bpf.GoroutinesGoStatGO_STAT_LOST_WAITS: &r.stats.LostWaits, bpf.GoroutinesGoStatGO_STAT_LOST_STACKS: &r.stats.LostStack,
+		bpf.GoroutinesGoStatGO_STAT_UNSEEN: &r.stats.Unseen, bpf.GoroutinesGoStatGO_STAT_MERGED: &r.stats.Merged} {
 		if err := r.objs.GoStats.Lookup(uint32(i), &per); err == nil {
 			*dst = 0
 			for _, n := range per {

@@ -88,9 +88,8 @@ func readGoRuntime(path string) (*goRuntime, error) {
 	return rt, nil
 }
 
-// gWords is how much of runtime.g the probe reads in one go (G_BASE_WORDS
-// in goroutines.bpf.c).
-const gWords = 32
+// gWords is how much of runtime.g the probe reads in one go.
+const gWords = bpf.GBaseWords
 
 // checkGoOffsets: the probe finds m, goid, waitreason and sched's pc and
 // bp among the first gWords words of runtime.g, the words at a multiple

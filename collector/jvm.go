@@ -396,7 +396,7 @@ func (t *jvmTracker) Frames(pid uint32, pc uint64) ([]hotspot.Frame, bool) {
 			return nil, false
 		}
 		f := hotspot.Frame{Name: name}
-		if bci != bpf.JavaBCINone {
+		if bci != bpf.JavaBciNone {
 			f.Line = j.vm.Line(m, bci)
 		}
 		return []hotspot.Frame{f}, true

@@ -8,6 +8,7 @@ import (
 
 	"github.com/offcpu/offcpu/collector/symbolize"
 	"github.com/offcpu/offcpu/collector/symtab"
+	"github.com/offcpu/offcpu/schema"
 	"golang.org/x/sys/unix"
 )
 
@@ -51,10 +52,10 @@ func (n *threadNames) waker(w waker, k *symtab.Kernel) string {
 		for _, a := range w.kernel {
 			switch name := k.Lookup(a); name {
 			case "handle_softirqs", "__do_softirq", "do_softirq", "net_rx_action", "run_timer_softirq":
-				return "[softirq]"
+				return schema.WakerSoftirq
 			}
 		}
-		return "[interrupt]"
+		return schema.WakerInterrupt
 	}
 	return n.thread(w.tgid, w.tid)
 }
@@ -100,15 +101,15 @@ func classifyInterrupt(names []string) string {
 	has := func(subs ...string) bool { return hasAny(names, subs) }
 	switch {
 	case has("blk_", "bio_endio", "end_buffer", "scsi_", "nvme_", "virtblk", "end_page_writeback", "folio_end_writeback", "_end_io"):
-		return ClassBlockIO
+		return schema.WakeBlockIO
 	case has("net_rx_action", "netif_receive", "napi_", "process_backlog", "ip_rcv", "ip6_rcv", "tcp_v4_rcv", "tcp_v6_rcv", "udp_rcv"):
-		return ClassNetRx
+		return schema.WakeNetRx
 	case has("hrtimer_", "run_timer", "call_timer_fn", "tick_", "timerfd", "process_timeout", "it_real_fn", "posix_timer", "apic_timer"):
-		return ClassTimer
+		return schema.WakeTimer
 	case has("call_function", "smp_call_function", "irq_work", "reschedule_ipi"):
-		return ClassIPI
+		return schema.WakeIPI
 	}
-	return ClassIRQ
+	return schema.WakeIRQ
 }
 
 func hasAny(names, subs []string) bool {
@@ -127,15 +128,15 @@ func classifyTask(names []string) string {
 	has := func(subs ...string) bool { return hasAny(names, subs) }
 	switch {
 	case has("eventfd"):
-		return "eventfd"
+		return schema.WakeEventfd
 	case has("futex"):
-		return "futex"
+		return schema.WakeFutex
 	case has("hrtimer_wakeup", "timerfd", "process_timeout", "it_real_fn", "posix_timer"):
-		return "timer"
+		return schema.WakeTimer
 	case has("pipe_", "sock_def", "unix_stream", "unix_dgram", "tcp_", "udp_", "sk_", "sock_"):
-		return "pipe/socket"
+		return schema.WakePipeSocket
 	}
-	return "other"
+	return schema.WakeOther
 }
 
 // trimWaker drops the tracing frames above try_to_wake_up.

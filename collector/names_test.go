@@ -27,3 +27,10 @@ func TestReusedTIDNames(t *testing.T) {
 		t.Errorf("unknown incarnation: %q, want the live thread", got)
 	}
 }
+
+// Every state the programs report has a name.
+func TestStateNames(t *testing.T) {
+	if len(stateNames) != int(StateUnknown)+1 {
+		t.Errorf("%d state names, the last state is %d", len(stateNames), StateUnknown)
+	}
+}

@@ -4,17 +4,19 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/offcpu/offcpu/bpf"
 )
 
 // State is why a thread left the CPU. Values match the BPF program's enum.
 type State uint32
 
 const (
-	StateSleeping        State = 0 // S: waiting for an event (and idle kernel threads)
-	StateUninterruptible State = 1 // D: usually disk or a kernel lock
-	StatePreempted       State = 2 // R: runnable, waiting for a CPU
-	StateOther           State = 3 // stopped, traced, exiting
-	StateUnknown         State = 4 // blocked since before the start, woken during it
+	StateSleeping        State = bpf.StateSleeping        // S: waiting for an event (and idle kernel threads)
+	StateUninterruptible State = bpf.StateUninterruptible // D: usually disk or a kernel lock
+	StatePreempted       State = bpf.StatePreempted       // R: runnable, waiting for a CPU
+	StateOther           State = bpf.StateOther           // stopped, traced, exiting
+	StateUnknown         State = bpf.StateUnknown         // blocked since before the start, woken during it
 )
 
 var stateNames = []string{"sleeping", "uninterruptible", "preempted", "other", "unknown"}
@@ -208,6 +210,6 @@ func (o *Options) validate() error {
 	return nil
 }
 
-// maxMapEntries bounds every map-size flag; for --unwind-rows it is also
-// UNWIND_MAX_ROWS in bpf/offcpu.bpf.c, which sizes the unrolled row search.
-const maxMapEntries = 1 << 24
+// maxMapEntries bounds every map-size flag; for --unwind-rows it is what
+// sizes the BPF unwinder's unrolled row search.
+const maxMapEntries = bpf.UnwindMaxRows

@@ -234,8 +234,8 @@ func TestWriteBenchInput(t *testing.T) {
 // Select keeps the named threads, groups them and shortens Go names.
 func TestSelect(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "in.folded")
-	in := "broker-io-0;github.com/offcpu/offcpu/dispatcher.(*Dispatcher).internalConsumerFlow;-;schedule 10\n" +
-		"broker-io-1;github.com/offcpu/offcpu/dispatcher.(*Dispatcher).internalConsumerFlow;-;schedule 5\n" +
+	in := "broker-io-0;github.com/offcpu/offcpu/workload/dispatcher.(*Dispatcher).internalConsumerFlow;-;schedule 10\n" +
+		"broker-io-1;github.com/offcpu/offcpu/workload/dispatcher.(*Dispatcher).internalConsumerFlow;-;schedule 5\n" +
 		"client-io-0;main.loop 7\n"
 	if err := os.WriteFile(path, []byte(in), 0o644); err != nil {
 		t.Fatal(err)

@@ -27,6 +27,27 @@ const (
 	Count       = "count"
 )
 
+// Wake-up classes (label wakeup_class): what the waker's kernel path was.
+const (
+	// A thread's wake-up.
+	WakeEventfd    = "eventfd"
+	WakeFutex      = "futex"
+	WakeTimer      = "timer" // also an interrupt's: a timer expired
+	WakePipeSocket = "pipe/socket"
+	WakeOther      = "other"
+	// An interrupt's.
+	WakeBlockIO = "block-io"  // block I/O completion
+	WakeNetRx   = "net-rx"    // network receive
+	WakeIPI     = "ipi"       // another CPU's request (function call, irq work)
+	WakeIRQ     = "irq-other" // any other interrupt
+)
+
+// Waker names of interrupt context (label waker).
+const (
+	WakerInterrupt = "[interrupt]"
+	WakerSoftirq   = "[softirq]"
+)
+
 // Sample label keys.
 const (
 	LabelThread      = "thread"        // thread name
@@ -105,4 +126,9 @@ const (
 	MetricMessages = "published"
 	MetricWall     = "wall_s"
 	MetricCPU      = "cpu_s"
+	// MetricKeyOrder: a list of the file's metric names a diff compares
+	// first, in that order; MetricNotCompared: its counts that are not
+	// measurements (never compared).
+	MetricKeyOrder    = "key_metrics"
+	MetricNotCompared = "not_compared"
 )

@@ -115,7 +115,7 @@ func explainWaker(st *schema.Stack, f *analyzeFlags) error {
 	case "other-program":
 		st.WakerPID, st.WakerProcess = 3, "other"
 	case "interrupt":
-		st.Waker, st.WakerTID, st.WakerPID, st.WakerProcess = "[interrupt]", 0, 0, ""
+		st.Waker, st.WakerTID, st.WakerPID, st.WakerProcess = schema.WakerInterrupt, 0, 0, ""
 	default:
 		return fmt.Errorf("--waker %q: use same-process, same-program, other-program or interrupt", f.waker)
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/offcpu/offcpu/analysis"
-	"github.com/offcpu/offcpu/dispatcher"
 )
 
 type diffFlags struct {
@@ -55,9 +54,9 @@ input, 3 a --fail-on condition held.`,
 			if err != nil {
 				return err
 			}
-			// Run directories of the bundled core compare its key metrics
-			// first; other benchmarks' metrics follow by name.
-			o := analysis.Options{KeyMetrics: dispatcher.KeyMetrics, NotCompared: dispatcher.NotCompared}
+			// A run's metrics file names its key metrics, compared first;
+			// the others follow by name.
+			var o analysis.Options
 			if f.threads != "" {
 				if o.Threads, err = regexp.Compile(f.threads); err != nil {
 					return fmt.Errorf("--threads: %v", err)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/offcpu/offcpu/dispatcher"
+	"github.com/offcpu/offcpu/workload/dispatcher"
 )
 
 type dispatchFlags struct {

@@ -6,21 +6,23 @@ import (
 	"fmt"
 	"math"
 	"sort"
+
+	"github.com/offcpu/offcpu/bpf"
 )
 
 // Kind says how the BPF unwinder finds the caller's frame at a pc.
 type Kind uint8
 
-// Values shared with bpf/offcpu.bpf.c (enum unwind_kind).
+// The BPF unwinder's kinds (enum unwind_kind in bpf/offcpu_shared.h).
 const (
-	KindRSP          Kind = iota // CFA = rsp + CFAOffset
-	KindRBP                      // CFA = rbp + CFAOffset
-	KindEnd                      // return address undefined: the outermost frame (thread start)
-	KindNone                     // no usable rule: fall back to frame pointers
-	KindPLT                      // PLT stub: CFA = rsp + 8, + 8 more when (pc & 15) >= RBPOffset
-	KindJavaInterp               // HotSpot interpreter frame: rbp frame, its Method* recorded
-	KindJavaCompiled             // HotSpot compiled method: as KindRSP, its pc recorded
-	KindJavaGap                  // HotSpot code cache where no blob was known: frame pointer, pc recorded
+	KindRSP          Kind = bpf.UnwindRsp          // CFA = rsp + CFAOffset
+	KindRBP          Kind = bpf.UnwindRbp          // CFA = rbp + CFAOffset
+	KindEnd          Kind = bpf.UnwindEnd          // return address undefined: the outermost frame (thread start)
+	KindNone         Kind = bpf.UnwindNone         // no usable rule: fall back to frame pointers
+	KindPLT          Kind = bpf.UnwindPlt          // PLT stub: CFA = rsp + 8, + 8 more when (pc & 15) >= RBPOffset
+	KindJavaInterp   Kind = bpf.UnwindJavaInterp   // HotSpot interpreter frame: rbp frame, its Method* recorded
+	KindJavaCompiled Kind = bpf.UnwindJavaCompiled // HotSpot compiled method: as KindRSP, its pc recorded
+	KindJavaGap      Kind = bpf.UnwindJavaGap      // HotSpot code cache where no blob was known: frame pointer, pc recorded
 )
 
 func (k Kind) String() string {
