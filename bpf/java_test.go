@@ -2,7 +2,7 @@ package bpf
 
 import "testing"
 
-// The entry the BPF walker writes for an interpreter frame (offcpu.bpf.c,
+// The entry the BPF walker writes for an interpreter frame (unwind.bpf.h,
 // UNWIND_JAVA_INTERP) splits back into its Method* and bci.
 func TestJavaFrame(t *testing.T) {
 	for _, c := range []struct {

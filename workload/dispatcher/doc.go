@@ -1,7 +1,7 @@
 // Package dispatcher is offcpu's bundled workload: a Go model of Apache
-// Pulsar's broker dispatch paths and client pools (see
-// ../shared/docs/pulsar-dispatch-model.md), with a baseline and a
-// candidate variant of each change the seed documents describe.
+// Pulsar's broker dispatch paths and client pools (what it models and
+// from which upstream classes: ../README.md), with a baseline and a
+// candidate variant of each change the seeds describe (../seeds.md).
 //
 // The broker (broker.go) runs Netty-style epoll event loops
 // (eventloop.go) over Unix socket pairs speaking a small binary protocol
@@ -14,6 +14,7 @@
 // the Java client's IO threads, listener pools and multi-topic consumer.
 // Every thread Pulsar runs is an OS thread here, named as Pulsar names it,
 // so that off-CPU profiles read as the broker's would. Run (run.go) runs a
-// Scenario (scenario.go) with one variant (variant.go) and verifies every
-// delivery.
+// Scenario (scenario.go) with one variant (variant.go), watching its
+// deliveries and CPU (watch.go), and verifies every delivery in its
+// Result (result.go).
 package dispatcher
