@@ -76,7 +76,7 @@ func (d *recording) finish(p *profile.Profile, what string) error {
 func (s *Session) snapshotLive(d *recording) {
 	// An agent's cuts read the maps of a process at most every
 	// liveSnapshotAge: the symbolizer reads them again for an address in
-	// none of them (symbolizer.user).
+	// none of them (Symbolizer.UserFrames).
 	var age time.Duration
 	if s.cont != nil {
 		age = liveSnapshotAge

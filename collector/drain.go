@@ -70,7 +70,7 @@ type wakeRecord struct {
 }
 
 // recording is what a session drained from the kernel: plain data that
-// profiles are built from (recording.profiles) without root or BPF.
+// profiles are built from (build) without root or BPF.
 type recording struct {
 	records []record
 	wakes   []wakeRecord

@@ -212,7 +212,7 @@ func kernelMapping(ev *bpf.OffcpuMapEvent, procs *symbolize.Procs) symbolize.Map
 	return m
 }
 
-// settleEvents hands the reader what the ring buffer holds and waits
+// settle hands the reader what the ring buffer holds and waits
 // until it has handled it (a second at most: a reader that far behind
 // costs a cut some names rather than its interval). Polling the ring for
 // 50 ms, as before, let a cut under load miss the names of hundreds of

@@ -1,13 +1,17 @@
 // Package collector records off-CPU time with eBPF and turns it into pprof
 // profiles and folded stacks.
 //
-// A Session loads the BPF programs of package bpf, attaches them to the
-// scheduler tracepoints and aggregates blocked time in the kernel; Stop
-// drains the maps and symbolizes the stacks:
+// A Session runs the recorder by stage: probes.go loads and attaches the
+// BPF programs of package bpf (which aggregate blocked time in the
+// kernel); events.go reads their event ring beside the process table
+// while recording; drain.go reads the maps into a recording; build.go
+// symbolizes a recording (package symbolize) into Profiles. Continuous
+// mode (continuous.go) cuts intervals with the same stages.
 //
 //	s, err := collector.Start(ctx, collector.Options{PIDs: []int{pid}})
 //	...
 //	prof, err := s.Stop()
+//	wakeups := s.Profiles().Wakeups
 package collector
 
 import (
