@@ -335,11 +335,26 @@ func (a *analyzer) report() *Report {
 // noWaker: not woken inside the window, or recorded without wake-ups.
 const noWaker = "[no waker recorded]"
 
+// gilHeldBy starts the "woken by" of a GIL wait: the thread it waited on
+// held the GIL, whoever woke it.
+const gilHeldBy = "GIL held by "
+
 // blockedOn is the key of a blocked stack's waker: who ended the wait,
 // and in which of its named application frames (module+0x... addresses
 // of stripped code say little; the next named frame out says more).
 func (a *analyzer) blockedOn(s *Stack, category string) BlockedOn {
 	k := BlockedOn{Waiters: schema.ThreadGroup(s.Thread), Category: category}
+	if s.Reason == schema.ReasonGIL && s.GILHolder != "" {
+		// Whoever woke it, the thread it waited on held the GIL.
+		k.Waker = gilHeldBy + schema.ThreadGroup(s.GILHolder)
+		for i := len(s.GILHolderFrames) - 1; i >= 0; i-- {
+			if f := s.GILHolderFrames[i]; a.r.IsApp(f) {
+				k.WakerFunction = f.Name
+				break
+			}
+		}
+		return k
+	}
 	switch s.WakerRelation() {
 	case "none", "unknown":
 		k.Waker = noWaker

@@ -191,6 +191,21 @@ func (c *chainer) paths(s *Stack) []share {
 			out = append(out, share{path, frac})
 		}
 	}
+	switch {
+	case s.Reason == schema.ReasonGIL && s.GILHolder != "":
+		// A GIL wait ends at the thread that held the GIL, running Python.
+		h := ChainHop{Group: schema.ThreadGroup(s.GILHolder), Category: "holding the GIL"}
+		for i := len(s.GILHolderFrames) - 1; i >= 0; i-- {
+			if c.r.IsApp(s.GILHolderFrames[i]) {
+				h.Frame = s.GILHolderFrames[i].Name
+				break
+			}
+		}
+		add(1, h)
+		out = prune(out)
+		c.memo[s] = out
+		return out
+	}
 	switch s.WakerRelation() {
 	case "none", "unknown":
 		add(1, ChainHop{Group: noWaker, Category: c.first(s)})

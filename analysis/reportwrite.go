@@ -84,8 +84,12 @@ func statements(rep *Report) []string {
 		if b.WakerFunction != "" {
 			by += " in " + schema.ShortFunc(b.WakerFunction)
 		}
-		out = append(out, fmt.Sprintf("%s %s blocked %s in %s, woken by %s (%.0f%% of the blocked time with an application frame).",
-			b.Waiters, rep.unit(), Secs(b.Ns), b.Category, by, 100*float64(b.Ns)/float64(rep.AppBlockedNs)))
+		how := "woken by " + by
+		if strings.HasPrefix(b.Waker, gilHeldBy) {
+			how = "the " + by // the GIL held by ...
+		}
+		out = append(out, fmt.Sprintf("%s %s blocked %s in %s, %s (%.0f%% of the blocked time with an application frame).",
+			b.Waiters, rep.unit(), Secs(b.Ns), b.Category, how, 100*float64(b.Ns)/float64(rep.AppBlockedNs)))
 	}
 	out = append(out, fmt.Sprintf("Blocked time with an application frame: %s of %s off-CPU.", Secs(rep.AppBlockedNs), Secs(rep.TotalOffCPUNs)))
 	if rep.RunQueueNs > 0 {

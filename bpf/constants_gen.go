@@ -31,6 +31,13 @@ const (
 	JavaMethodTag        = 0xa000000000000000 // JAVA_METHOD_TAG
 	JavaMethodMask       = 0x7fffffffffff     // JAVA_METHOD_MASK
 	JavaBciNone          = 65535              // JAVA_BCI_NONE
+	UnwindPyEval         = 128                // UNWIND_PY_EVAL
+	PyFrameTag           = 0xc000000000000000 // PY_FRAME_TAG
+	PyInstrNone          = 16383              // PY_INSTR_NONE
+	PyInstrPtr           = 1                  // PY_INSTR_PTR
+	PyOnePerEval         = 2                  // PY_ONE_PER_EVAL
+	PyEntryShim          = 4                  // PY_ENTRY_SHIM
+	PyCframe             = 8                  // PY_CFRAME
 	UnwindMaxMaps        = 64                 // UNWIND_MAX_MAPS
 	PrestartDepth        = 40                 // PRESTART_DEPTH
 )

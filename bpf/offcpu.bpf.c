@@ -253,7 +253,7 @@ int offcpu_live_stacks(struct bpf_iter__task *ctx)
 	struct start_rec *s = bpf_task_storage_get(&task_starts, task, 0, 0);
 	if (!s)
 		return 0;
-	s64 ids[10 + 2 * PAST_WAITS] = {};
+	s64 ids[11 + 2 * PAST_WAITS] = {};
 	ids[0] = s->ustack;
 	ids[1] = s->kstack;
 	ids[2] = s->sleep_cache.ustack;
@@ -264,6 +264,7 @@ int offcpu_live_stacks(struct bpf_iter__task *ctx)
 	ids[7] = s->waker.wait_kstack;
 	ids[8] = s->wake_cache.ustack;
 	ids[9] = s->wake_cache.kstack;
+	ids[10 + 2 * PAST_WAITS] = s->gil_holder_stack;
 	struct past_waits *p = bpf_task_storage_get(&task_waits, task, 0, 0);
 	if (p) {
 		for (int i = 0; i < PAST_WAITS; i++) {

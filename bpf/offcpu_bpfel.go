@@ -79,16 +79,19 @@ type OffcpuMapEvent struct {
 }
 
 type OffcpuOffcpuKey struct {
-	_       structs.HostLayout
-	Tgid    uint32
-	Tid     uint32
-	Ustack  int64
-	Kstack  int64
-	State   uint32
-	Open    uint32
-	Gen     uint32
-	Sampled uint32
-	Waker   OffcpuWakerRec
+	_              structs.HostLayout
+	Tgid           uint32
+	Tid            uint32
+	Ustack         int64
+	Kstack         int64
+	State          uint32
+	Open           uint32
+	Gen            uint32
+	Sampled        uint32
+	Waker          OffcpuWakerRec
+	Gil            uint32
+	GilHolder      uint32
+	GilHolderStack int64
 }
 
 type OffcpuOffcpuStat uint32
@@ -171,6 +174,35 @@ type OffcpuProcEvent struct {
 	Comm   [16]int8
 }
 
+type OffcpuPyCodeKey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Pad  uint32
+	Code uint64
+}
+
+type OffcpuPyProc struct {
+	_              structs.HostLayout
+	InterpHead     uint64
+	Gil            uint64
+	GilSize        uint32
+	GilHolder      uint16
+	ThreadsHead    uint16
+	TstateNext     uint16
+	TstateThreadId uint16
+	TstateNativeId uint16
+	TstateFrame    uint16
+	CframeFrame    uint16
+	FrameCode      uint16
+	FrameBack      uint16
+	FrameInstr     uint16
+	FrameEntry     uint16
+	CodeFirstInstr uint16
+	EntryVal       uint8
+	Flags          uint8
+	_              [2]byte
+}
+
 type OffcpuStackBuf struct {
 	_   structs.HostLayout
 	Ips [127]uint64
@@ -205,9 +237,12 @@ type OffcpuStartRec struct {
 		Ustack int64
 		Kstack int64
 	}
-	Waker       OffcpuWakerRec
-	WakerWaitNs uint64
-	WakeCache   struct {
+	Gil            uint32
+	GilHolder      uint32
+	GilHolderStack int64
+	Waker          OffcpuWakerRec
+	WakerWaitNs    uint64
+	WakeCache      struct {
 		_  structs.HostLayout
 		At struct {
 			_      structs.HostLayout
@@ -287,16 +322,19 @@ type OffcpuUnwindRow struct {
 }
 
 type OffcpuUnwindState struct {
-	_     structs.HostLayout
-	Pc    uint64
-	Sp    uint64
-	Bp    uint64
-	N     uint32
-	Dwarf uint32
-	End   uint32
-	Lo    uint32
-	Hi    uint32
-	_     [4]byte
+	_         structs.HostLayout
+	Pc        uint64
+	Sp        uint64
+	Bp        uint64
+	N         uint32
+	Dwarf     uint32
+	End       uint32
+	Lo        uint32
+	Hi        uint32
+	Callers   uint32
+	PyFrame   uint64
+	PyEmitted uint32
+	PySkip    uint32
 }
 
 type OffcpuWakeKey struct {
@@ -339,6 +377,9 @@ const (
 	OffcpuMapPrestartScratch    = "prestart_scratch"
 	OffcpuMapProcEvents         = "proc_events"
 	OffcpuMapProcs              = "procs"
+	OffcpuMapPyCodes            = "py_codes"
+	OffcpuMapPyProcs            = "py_procs"
+	OffcpuMapPyTstates          = "py_tstates"
 	OffcpuMapStackScratch       = "stack_scratch"
 	OffcpuMapStacks             = "stacks"
 	OffcpuMapStartScratch       = "start_scratch"
@@ -384,6 +425,7 @@ const (
 	OffcpuVarKernelThreadsOnly  = "kernel_threads_only"
 	OffcpuVarMaxBlockNs         = "max_block_ns"
 	OffcpuVarMinBlockNs         = "min_block_ns"
+	OffcpuVarPyActive           = "py_active"
 	OffcpuVarRecStartNs         = "rec_start_ns"
 	OffcpuVarRecStopNs          = "rec_stop_ns"
 	OffcpuVarReuseStacks        = "reuse_stacks"
@@ -482,6 +524,9 @@ type OffcpuMapSpecs struct {
 	PrestartScratch *ebpf.MapSpec `ebpf:"prestart_scratch"`
 	ProcEvents      *ebpf.MapSpec `ebpf:"proc_events"`
 	Procs           *ebpf.MapSpec `ebpf:"procs"`
+	PyCodes         *ebpf.MapSpec `ebpf:"py_codes"`
+	PyProcs         *ebpf.MapSpec `ebpf:"py_procs"`
+	PyTstates       *ebpf.MapSpec `ebpf:"py_tstates"`
 	StackScratch    *ebpf.MapSpec `ebpf:"stack_scratch"`
 	Stacks          *ebpf.MapSpec `ebpf:"stacks"`
 	StartScratch    *ebpf.MapSpec `ebpf:"start_scratch"`
@@ -515,6 +560,7 @@ type OffcpuVariableSpecs struct {
 	KernelThreadsOnly *ebpf.VariableSpec `ebpf:"kernel_threads_only"`
 	MaxBlockNs        *ebpf.VariableSpec `ebpf:"max_block_ns"`
 	MinBlockNs        *ebpf.VariableSpec `ebpf:"min_block_ns"`
+	PyActive          *ebpf.VariableSpec `ebpf:"py_active"`
 	RecStartNs        *ebpf.VariableSpec `ebpf:"rec_start_ns"`
 	RecStopNs         *ebpf.VariableSpec `ebpf:"rec_stop_ns"`
 	ReuseStacks       *ebpf.VariableSpec `ebpf:"reuse_stacks"`
@@ -567,6 +613,9 @@ type OffcpuMaps struct {
 	PrestartScratch *ebpf.Map `ebpf:"prestart_scratch"`
 	ProcEvents      *ebpf.Map `ebpf:"proc_events"`
 	Procs           *ebpf.Map `ebpf:"procs"`
+	PyCodes         *ebpf.Map `ebpf:"py_codes"`
+	PyProcs         *ebpf.Map `ebpf:"py_procs"`
+	PyTstates       *ebpf.Map `ebpf:"py_tstates"`
 	StackScratch    *ebpf.Map `ebpf:"stack_scratch"`
 	Stacks          *ebpf.Map `ebpf:"stacks"`
 	StartScratch    *ebpf.Map `ebpf:"start_scratch"`
@@ -605,6 +654,9 @@ func (m *OffcpuMaps) Close() error {
 		m.PrestartScratch,
 		m.ProcEvents,
 		m.Procs,
+		m.PyCodes,
+		m.PyProcs,
+		m.PyTstates,
 		m.StackScratch,
 		m.Stacks,
 		m.StartScratch,
@@ -639,6 +691,7 @@ type OffcpuVariables struct {
 	KernelThreadsOnly *ebpf.Variable `ebpf:"kernel_threads_only"`
 	MaxBlockNs        *ebpf.Variable `ebpf:"max_block_ns"`
 	MinBlockNs        *ebpf.Variable `ebpf:"min_block_ns"`
+	PyActive          *ebpf.Variable `ebpf:"py_active"`
 	RecStartNs        *ebpf.Variable `ebpf:"rec_start_ns"`
 	RecStopNs         *ebpf.Variable `ebpf:"rec_stop_ns"`
 	ReuseStacks       *ebpf.Variable `ebpf:"reuse_stacks"`

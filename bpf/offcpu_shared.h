@@ -83,6 +83,11 @@ struct offcpu_key {
 	u32 gen;    /* the thread's incarnation (task_gen): tids are reused */
 	u32 sampled; /* 1: below the walk threshold, walked by lot; values weighted by threshold / length */
 	struct waker_rec waker; /* who ended the interval (zero: unknown or off) */
+	/* A CPython GIL wait: 1, the thread that held the GIL when it began
+	 * (0: not known) and that thread's Python stack then (an id in stacks). */
+	u32 gil;
+	u32 gil_holder;
+	s64 gil_holder_stack;
 };
 
 struct wake_key {
@@ -211,6 +216,45 @@ struct java_method_key {
 	u32 tgid;
 	u32 kind;
 	u64 method; /* or the pc */
+};
+
+/* CPython. A row kind with this bit set is code of the interpreter loop
+ * (_PyEval_EvalFrameDefault): the Python frames that activation runs are
+ * recorded in its place. A Python frame's entry in a stack is its code
+ * object with PY_FRAME_TAG in the top bits and the index of the
+ * instruction it is at in bits 47-60 (PY_INSTR_NONE: not known). */
+#define UNWIND_PY_EVAL 0x80
+#define PY_FRAME_TAG 0xc000000000000000ULL
+#define PY_INSTR_NONE 0x3fffULL
+
+/* py_proc.flags */
+#define PY_INSTR_PTR 1   /* frame_instr is a pointer to the instruction (3.11+), else an index (f_lasti) */
+#define PY_ONE_PER_EVAL 2 /* each interpreter activation runs one frame (3.10 and older) */
+#define PY_ENTRY_SHIM 4  /* the entry frame is a shim, not shown (3.12+: owner FRAME_OWNED_BY_CSTACK) */
+#define PY_CFRAME 8      /* tstate_frame points to a _PyCFrame holding the frame (3.11, 3.12) */
+
+/* A CPython process's layout (from CPython's own headers for its version)
+ * and addresses. Offsets are bytes; frame offsets are below 80. */
+struct py_proc {
+	u64 interp_head; /* &_PyRuntime.interpreters.head */
+	u64 gil;         /* the GIL's struct: a futex wait inside it is a GIL wait */
+	u32 gil_size;
+	u16 gil_holder;  /* its last_holder (a PyThreadState *) */
+	u16 threads_head; /* PyInterpreterState: its first thread state */
+	u16 tstate_next, tstate_thread_id, tstate_native_id, tstate_frame;
+	u16 cframe_frame; /* _PyCFrame.current_frame (PY_CFRAME) */
+	u16 frame_code, frame_back, frame_instr, frame_entry;
+	u16 code_first_instr; /* a code object's first instruction (PY_INSTR_PTR) */
+	u8 entry_val;     /* frame_entry's byte on an entry frame */
+	u8 flags;
+};
+
+/* A code object seen in a stack, for user space to name while the process
+ * lives. */
+struct py_code_key {
+	u32 tgid;
+	u32 pad;
+	u64 code;
 };
 
 /* One row of a file's unwind table, valid up to the next row's pc. The

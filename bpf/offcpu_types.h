@@ -37,6 +37,11 @@ struct sched_info {
 	unsigned long long last_queued;
 } __attribute__((preserve_access_index));
 
+/* x86-64: the thread pointer (pthread_self) of a user thread. */
+struct thread_struct {
+	unsigned long fsbase;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	unsigned int __state;
 	void *stack;
@@ -50,6 +55,7 @@ struct task_struct {
 	char comm[16];
 	struct mm_struct *mm;
 	struct task_struct *group_leader;
+	struct thread_struct thread;
 } __attribute__((preserve_access_index));
 
 /* What a code mapping is read from: its file, the file's identity and

@@ -21,6 +21,9 @@ struct start_rec {
 	u8 walk;     /* deferred walks: its stacks are walked at the switch-in's end */
 	/* The stacks of its last sleep walked whole (tp_btf only). */
 	struct stack_cache sleep_cache;
+	/* A CPython GIL wait (offcpu_key.gil, gil_holder, gil_holder_stack). */
+	u32 gil, gil_holder;
+	s64 gil_holder_stack;
 	/* The waker of the thread's current sleep (written by the waker), and
 	 * how long, since this sleep began, the waker was itself off a CPU. */
 	struct waker_rec waker;
@@ -260,6 +263,9 @@ static __always_inline void aggregate(u32 tid, struct start_rec *s, struct waker
 		.open = open,
 		.gen = s->tgen,
 		.sampled = sampled,
+		.gil = s->gil,
+		.gil_holder = s->gil_holder,
+		.gil_holder_stack = s->gil_holder_stack,
 	};
 	if (w && w->valid) {
 		key.waker = *w;
@@ -638,6 +644,7 @@ static __always_inline void switch_out(void *ctx, struct start_rec *s, struct ta
 	} else {
 		walk_stacks(ctx, s, prev, kthread, now);
 	}
+	py_gil_wait(prev, ptgid, &s->gil, &s->gil_holder, &s->gil_holder_stack);
 	s->ran = ran;
 	s->pending = 1;
 }

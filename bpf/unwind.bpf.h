@@ -5,6 +5,7 @@
 
 #include "common.bpf.h"
 #include "stacks.bpf.h"
+#include "py.bpf.h"
 
 struct insert_ctx {
 	struct unwind_proc *p;
@@ -22,6 +23,12 @@ struct unwind_state {
 	u32 dwarf; /* frames found through rows */
 	u32 end;   /* reached the outermost frame */
 	u32 lo, hi; /* binary search bounds */
+	u32 callers; /* frames unwound: pc is a return address */
+	/* CPython: the next Python frame to record, at the next activation of
+	 * the interpreter loop; py_skip: the current activation's Python
+	 * frames are recorded, its own frame is unwound unrecorded. */
+	u64 py_frame;
+	u32 py_emitted, py_skip;
 };
 
 struct unwind_ctx {
@@ -30,6 +37,7 @@ struct unwind_ctx {
 	struct stack_buf *buf;
 	struct task_struct *task; /* walked from another task (iterator) */
 	u32 tgid;                 /* whose stack it is */
+	struct py_proc *py;       /* a CPython process's layout, or 0 */
 };
 
 /* Index: row number. Value: unwind_row. The rows of every file loaded so
@@ -267,11 +275,37 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 	u32 n = u->n;
 	if (!pc || n >= PERF_MAX_STACK_DEPTH)
 		return 1;
-	c->buf->ips[n] = pc;
-	u->n = n + 1;
 	/* A return address points after the call: look up the call itself. */
-	struct unwind_row *r = find_row(c->proc, u, n ? pc - 1 : pc);
+	struct unwind_row *r = find_row(c->proc, u, u->callers ? pc - 1 : pc);
 	u8 kind = r ? r->kind : UNWIND_NONE;
+	if ((kind & UNWIND_PY_EVAL) && c->py && u->py_frame && !u->py_skip) {
+		/* One Python frame of this activation per step, in its place. */
+		struct py_step st;
+		if (!py_read_frame(c->py, u->py_frame, &st)) {
+			u->py_frame = 0;
+			u->py_skip = u->py_emitted > 0;
+			return 0;
+		}
+		if (st.entry) {
+			c->buf->ips[n] = st.entry;
+			u->n = n + 1;
+			u->py_emitted++;
+			py_seen(c->tgid, st.entry);
+		}
+		u->py_frame = st.back;
+		if (st.last) {
+			u->py_skip = u->py_emitted > 0;
+			u->py_emitted = 0;
+		}
+		return 0;
+	}
+	kind &= ~UNWIND_PY_EVAL;
+	if (u->py_skip) {
+		u->py_skip = 0;
+	} else {
+		c->buf->ips[n] = pc;
+		u->n = n + 1;
+	}
 	u64 cfa = 0;
 	switch (kind) {
 	case UNWIND_JAVA_COMPILED: {
@@ -317,6 +351,7 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 			bpf_map_update_elem(&java_methods, &k, &one, BPF_NOEXIST);
 		}
 		u->dwarf++;
+		u->callers++;
 		u->pc = fr[9];
 		u->sp = fr[7] >= bp + 16 ? fr[7] : bp + 16;
 		u->bp = fr[8];
@@ -328,6 +363,7 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 		u64 frame[2];
 		if (!bp || bp < sp || read_user(frame, sizeof(frame), bp, c->task, remote))
 			return 1;
+		u->callers++;
 		u->pc = frame[1];
 		u->sp = bp + 16;
 		u->bp = frame[0];
@@ -343,6 +379,7 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 	    read_user(&bp, sizeof(bp), cfa + 8 * (s64)r->rbp_off, c->task, remote))
 		return 1;
 	u->dwarf++;
+	u->callers++;
 	u->pc = ra;
 	u->sp = cfa;
 	u->bp = bp;
@@ -381,8 +418,19 @@ static __always_inline s64 walk_user(u32 slot, struct unwind_proc *p, struct tas
 	u->n = 0;
 	u->dwarf = 0;
 	u->end = 0;
+	u->callers = 0;
+	u->py_frame = 0;
+	u->py_emitted = 0;
+	u->py_skip = 0;
 	struct unwind_ctx c = { .u = u, .proc = p, .buf = b, .task = task,
 				.tgid = task ? BPF_CORE_READ(task, tgid) : bpf_get_current_pid_tgid() >> 32 };
+	if (p && !remote && py_active) {
+		/* The current thread's Python frames (not another task's: its
+		 * thread state is found through this thread's registers). */
+		c.py = bpf_map_lookup_elem(&py_procs, &c.tgid);
+		if (c.py)
+			u->py_frame = py_frame_of(c.py, py_tstate(c.py, bpf_get_current_task_btf(), (u32)bpf_get_current_pid_tgid()));
+	}
 	if (remote)
 		bpf_loop(PERF_MAX_STACK_DEPTH, unwind_step_remote, &c, 0);
 	else

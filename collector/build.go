@@ -19,7 +19,7 @@ func (s *Session) build(d *recording) (Profiles, error) {
 	s.snapshotLive(d)
 	sym := symbolize.NewSymbolizer(s.procs)
 	if s.unw != nil {
-		sym.JIT = s.unw.jvms
+		sym.JIT = runtimeNames{jvm: s.unw.jvms, py: s.unw.pys}
 	}
 	// The profiles of a long or busy recording are most of the agent's
 	// memory, built once: collect their garbage sooner (a recording of
@@ -144,6 +144,16 @@ func (d *recording) offCPUProfile(sym *symbolize.Symbolizer, names *threadNames)
 			smp.Label[schema.LabelInterval] = []string{"before-start"}
 		case r.open:
 			smp.Label[schema.LabelInterval] = []string{"open"}
+		}
+		if r.gil {
+			smp.Label[schema.LabelGIL] = []string{"1"}
+			if r.gilHolder != 0 {
+				smp.Label[schema.LabelGILHolder] = []string{names.thread(r.tgid, r.gilHolder)}
+				smp.NumLabel[schema.LabelGILHolderTID] = []int64{int64(r.gilHolder)}
+			}
+			if len(r.gilHolderStack) > 0 {
+				smp.Label[schema.LabelGILHolderStack] = []string{wakers.fold(wakers.b.stack(r.tgid, nil, r.gilHolderStack, 0, false))}
+			}
 		}
 		if r.waker.valid {
 			smp.Label[schema.LabelWaker] = []string{names.waker(r.waker, sym.Kern)}

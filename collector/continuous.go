@@ -128,7 +128,7 @@ func (s *Session) cut(final bool) (*Interval, error) {
 	s.snapshotLive(d)
 	sym := &symbolize.Symbolizer{Procs: s.procs, PerfMaps: map[uint32]*symtab.PerfMap{}, Kern: c.kern.Get(), Reread: true}
 	if s.unw != nil {
-		sym.JIT = s.unw.jvms
+		sym.JIT = runtimeNames{jvm: s.unw.jvms, py: s.unw.pys}
 	}
 	ps, err := build(d, sym, s.buildOptions(&iv.Stats, iv.Start, true))
 	if err != nil {
@@ -430,7 +430,7 @@ func (c *continuous) selectEvicted(deadThreads map[[2]uint32]thread) *evicted {
 			if out {
 				delete(c.recs, k)
 			}
-			ev.mark(out, append([]int64{k.Ustack, k.Kstack}, wakerIDs(k.Waker)...)...)
+			ev.mark(out, append([]int64{k.Ustack, k.Kstack, k.GilHolderStack}, wakerIDs(k.Waker)...)...)
 		case prestartKey:
 			out := dead(k.tid, k.gen) || c.idle[k]
 			if out {

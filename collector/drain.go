@@ -34,6 +34,11 @@ type record struct {
 	prestart  bool // blocked since before the start: stacks walked at the start
 	kthread   bool // known to be a kernel thread (prestart records)
 	sampled   bool // below the walk threshold, drawn: values estimated (calibrate)
+	// A CPython GIL wait: the thread that held the GIL (0: not known) and
+	// its Python stack.
+	gil            bool
+	gilHolder      uint32
+	gilHolderStack []uint64
 	id        any  // the map key it was read under (continuous mode only)
 }
 
@@ -319,6 +324,9 @@ func aggRecord(key bpf.OffcpuOffcpuKey, val bpf.OffcpuOffcpuVal, getStack func(i
 	r.waker = decodeWaker(key.Waker, getStack)
 	r.open = key.Open != 0
 	r.sampled = key.Sampled != 0
+	r.gil = key.Gil != 0
+	r.gilHolder = key.GilHolder
+	r.gilHolderStack = getStack(key.GilHolderStack)
 	return r
 }
 

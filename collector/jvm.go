@@ -17,6 +17,7 @@ import (
 	"github.com/offcpu/offcpu/bpf"
 	"github.com/offcpu/offcpu/collector/hotspot"
 	"github.com/offcpu/offcpu/collector/symbolize"
+	"github.com/offcpu/offcpu/collector/symtab"
 	"github.com/offcpu/offcpu/collector/unwind"
 )
 
@@ -382,7 +383,7 @@ func (t *jvmTracker) nameCompiled(j *jvm, pc uint64) {
 // Frames returns the Java Frames at pc, a pc in compiled code of process
 // pid whose debug information was read (innermost first), or a tagged
 // interpreter frame whose method was named.
-func (t *jvmTracker) Frames(pid uint32, pc uint64) ([]hotspot.Frame, bool) {
+func (t *jvmTracker) Frames(pid uint32, pc uint64) ([]symtab.Frame, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	j := t.jvms[pid]
@@ -395,14 +396,18 @@ func (t *jvmTracker) Frames(pid uint32, pc uint64) ([]hotspot.Frame, bool) {
 		if !ok {
 			return nil, false
 		}
-		f := hotspot.Frame{Name: name}
+		f := symtab.Frame{Func: name}
 		if bci != bpf.JavaBciNone {
-			f.Line = j.vm.Line(m, bci)
+			f.Line = int64(j.vm.Line(m, bci))
 		}
-		return []hotspot.Frame{f}, true
+		return []symtab.Frame{f}, true
 	}
-	f, ok := j.inlined[pc]
-	return f, ok
+	fs, ok := j.inlined[pc]
+	out := make([]symtab.Frame, len(fs))
+	for i, f := range fs {
+		out[i] = symtab.Frame{Func: f.Name, Line: int64(f.Line)}
+	}
+	return out, ok
 }
 
 // codeCacheRows are the walker's rows for a code cache, relative to its

@@ -116,7 +116,7 @@ func (b *profBuilder) marker(text string) *profile.Location {
 func (b *profBuilder) userLoc(pid uint32, addr uint64, leaf bool) *profile.Location {
 	key := [2]uint64{uint64(pid) + 1, addr}
 	look := addr - 1
-	if leaf || isJavaMethod(addr) { // a Method*, not a return address
+	if leaf || isJavaMethod(addr) || isPythonFrame(addr) { // a Method* or code object, not a return address
 		look = addr
 	}
 	if leaf {
@@ -142,11 +142,9 @@ func (b *profBuilder) userLoc(pid uint32, addr uint64, leaf bool) *profile.Locat
 	if b.sym.JIT != nil {
 		// Java code: an interpreter frame, or a pc in compiled code with the
 		// methods inlined there, innermost first.
-		if names, ok := b.sym.JIT.Frames(pid, addr); ok {
+		if frames, ok := b.sym.JIT.Frames(pid, addr); ok && len(frames) > 0 {
 			l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Address: addr, Mapping: b.mapping(pid, m)}
-			for _, f := range names {
-				l.Line = append(l.Line, profile.Line{Function: b.function(f.Name, ""), Line: int64(f.Line)})
-			}
+			b.setLines(l, frames)
 			b.p.Location = append(b.p.Location, l)
 			b.locs[key] = l
 			return l

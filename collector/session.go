@@ -196,7 +196,9 @@ func (s *Session) startWorkers() {
 	if s.unw != nil {
 		s.unwinding = goWorker(func(stop <-chan struct{}) {
 			jvms := goWorker(s.unw.jvms.run)
+			pys := goWorker(s.unw.pys.run)
 			s.unw.run(s.procs, stop)
+			pys.halt()
 			jvms.halt()
 		})
 	}
@@ -256,6 +258,7 @@ func (s *Session) prepare(p *probes) error {
 	if !o.FramePointersOnly {
 		s.unw = newUnwinder(coll, uint32(o.UnwindRows))
 		s.unw.jvms = newJVMTracker(s.unw, coll.Maps[bpf.OffcpuMapJavaMethods], coll.Maps[bpf.OffcpuMapJavaProcs])
+		s.unw.pys = newPyTracker(coll)
 		s.procs.OnChange = s.unw.update
 		pids = append([]int{os.Getpid()}, o.PIDs...)
 		if len(o.PIDs) == 0 && len(o.TIDs) == 0 && !o.TargetsOnly {
@@ -426,6 +429,12 @@ func (s *Session) halt() {
 	if s.unw != nil && s.unw.jvms != nil {
 		s.unw.jvms.final()
 		s.stats.JVM = s.unw.jvms.snapshotStats()
+	}
+	if s.unw != nil && s.unw.pys != nil {
+		s.unw.pys.final()
+		if st := s.unw.pys.snapshotStats(); st != (PythonStats{}) {
+			s.stats.Python = &st
+		}
 	}
 	s.stats.SwitchMissed = s.p.switchMisses()
 	if s.opts.Stats {

@@ -75,6 +75,8 @@ type Stats struct {
 	// Budget: deferred walks (--budget, --walk-threshold); nil without.
 	Budget *BudgetStats `json:"budget,omitempty"`
 	JVM    JVMStats     `json:"jvm"` // HotSpot JVMs walked and named through their VMStructs
+	// Python: CPython processes walked; nil without any.
+	Python *PythonStats `json:"python,omitempty"`
 	// Goroutine waits of Go programs (Options.Goroutines); nil without.
 	Goroutines *GoroutineStats `json:"goroutines,omitempty"`
 	// User stacks of the off-CPU profile that reach a thread-start frame

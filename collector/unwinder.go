@@ -44,6 +44,7 @@ type unwinder struct {
 	// regions of unwind_rows of their own, and the mapping to add to the
 	// process's entry.
 	jvms    *jvmTracker
+	pys     *pyTracker // CPython processes: the interpreter loop's rows are marked
 	extra   map[uint32]bpf.OffcpuUnwindMap
 	regions map[uint32]*rowRegions
 	last    map[uint32][]symbolize.Mapping // the mapping list each entry was made from
@@ -177,6 +178,12 @@ func (u *unwinder) table(f *symtab.File) *fileRows {
 		return fr
 	}
 	rows := t.Needed()
+	if u.pys != nil {
+		if rt := u.pys.runtimeOf(f, ef); rt != nil && rt.supported {
+			// Every row, so that the loop's are there to mark.
+			rows = markPyEval(t.Rows, rt.evalLo, rt.evalHi)
+		}
+	}
 	if len(rows) == 0 {
 		count(&u.stats.FramePointers)
 		return fr
@@ -268,6 +275,9 @@ func (u *unwinder) update(pid uint32, ms []symbolize.Mapping) {
 		if m.File != nil {
 			u.table(m.File)
 		}
+	}
+	if u.pys != nil {
+		u.pys.seen(pid, ms) // after table: it recognises the interpreter
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -413,6 +423,9 @@ func (u *unwinder) forget(pid uint32) {
 	delete(u.extra, pid)
 	delete(u.last, pid)
 	delete(u.regions, pid) // its rows are not reused
+	if u.pys != nil {
+		u.pys.forget(pid)
+	}
 	if u.jvms != nil {
 		u.jvms.forget(pid)
 	}
@@ -454,4 +467,50 @@ func (u *unwinder) snapshotStats() UnwindStats {
 	st := u.stats
 	st.Processes = len(u.entries)
 	return st
+}
+
+// markPyEval marks the rows of the interpreter loop's code [lo, hi):
+// the walker records the Python frames an activation of it runs in its
+// place. Rows are split at lo and hi, so that the mark covers the loop
+// alone.
+func markPyEval(rows []unwind.Row, lo, hi uint64) []unwind.Row {
+	at := func(pc uint64) (unwind.Row, bool) {
+		i := sort.Search(len(rows), func(i int) bool { return rows[i].PC > pc })
+		if i == 0 {
+			return unwind.Row{}, false
+		}
+		r := rows[i-1]
+		r.PC = pc
+		return r, true
+	}
+	out := make([]unwind.Row, 0, len(rows)+2)
+	loRow, okLo := at(lo)
+	hiRow, okHi := at(hi)
+	for _, r := range rows {
+		if okLo && r.PC >= lo {
+			if r.PC > lo {
+				out = append(out, loRow)
+			}
+			okLo = false
+		}
+		if okHi && r.PC >= hi {
+			if r.PC > hi {
+				out = append(out, hiRow)
+			}
+			okHi = false
+		}
+		out = append(out, r)
+	}
+	if okLo {
+		out = append(out, loRow)
+	}
+	if okHi {
+		out = append(out, hiRow)
+	}
+	for i := range out {
+		if out[i].PC >= lo && out[i].PC < hi {
+			out[i].Kind |= unwind.KindPyEval
+		}
+	}
+	return out
 }

@@ -64,6 +64,11 @@ type Stack struct {
 	// WakerWaitFrames (its own wait): one hop of a wait chain.
 	WakerWaitNs     int64
 	WakerWaitFrames []Frame
+	// A CPython thread's wait for the GIL (Reason "gil"): the thread that
+	// held the GIL when it began, and that thread's Python stack then
+	// (root first).
+	GILHolder       string
+	GILHolderFrames []Frame
 	// Goroutine waits (Go programs): the goroutine, its wait reason as
 	// the runtime names it ("chan receive", "sync.Mutex.Lock", "IO wait")
 	// and the goroutine that made it runnable (0: the scheduler, for
@@ -210,6 +215,10 @@ func (d *Data) addProfile(path string, p *profile.Profile) error {
 			if chainIdx >= 0 && s.Value[chainIdx] > 0 {
 				st.WakerWaitNs = s.Value[chainIdx]
 				st.WakerWaitFrames = ParseWakerStack(sampleLabel(s, LabelWakerWaitStack))
+			}
+			if sampleLabel(s, LabelGIL) != "" {
+				st.Reason, st.GILHolder = ReasonGIL, sampleLabel(s, LabelGILHolder)
+				st.GILHolderFrames = ParseWakerStack(sampleLabel(s, LabelGILHolderStack))
 			}
 			d.addOffCPU(st, runqIdx, s)
 		}

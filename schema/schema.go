@@ -91,6 +91,14 @@ const (
 	// The function the goroutine runs (g.startpc), where the recorder can
 	// read it and it is not a go statement's wrapper.
 	LabelGoStart = "go_start"
+	// A CPython thread's wait for the GIL: "1"; the thread that held the
+	// GIL when the wait began (its name; numeric: its tid) and that
+	// thread's Python stack then (root first, as a folded stack).
+	LabelGIL            = "gil"
+	ReasonGIL           = "gil" // schema.Stack.Reason of a GIL wait
+	LabelGILHolder      = "gil_holder"
+	LabelGILHolderTID   = "gil_holder_tid"
+	LabelGILHolderStack = "gil_holder_stack"
 )
 
 // OnCPUUnsampled is the frame of on-CPU time no sample fell in (a thread

@@ -10,15 +10,15 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/offcpu/offcpu/collector/hotspot"
 	"github.com/offcpu/offcpu/collector/symtab"
 )
 
-// JIT names the code of a runtime's compiler (HotSpot's, read from its
-// own structures), where no file or perf map does.
+// JIT names code a runtime made or runs (HotSpot's compiled and
+// interpreted Java, CPython's Python frames), read from the runtime's own
+// structures, where no file or perf map names it.
 type JIT interface {
 	Name(pid uint32, addr uint64) (string, bool)
-	Frames(pid uint32, pc uint64) ([]hotspot.Frame, bool) // inlined, innermost first
+	Frames(pid uint32, pc uint64) ([]symtab.Frame, bool) // inlined, innermost first
 }
 
 // Symbolizer resolves the addresses of one recording.

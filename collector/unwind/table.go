@@ -23,6 +23,9 @@ const (
 	KindJavaInterp   Kind = bpf.UnwindJavaInterp   // HotSpot interpreter frame: rbp frame, its Method* recorded
 	KindJavaCompiled Kind = bpf.UnwindJavaCompiled // HotSpot compiled method: as KindRSP, its pc recorded
 	KindJavaGap      Kind = bpf.UnwindJavaGap      // HotSpot code cache where no blob was known: frame pointer, pc recorded
+	// KindPyEval, or'ed into another kind: CPython's interpreter loop,
+	// whose Python frames are recorded in its place.
+	KindPyEval Kind = bpf.UnwindPyEval
 )
 
 func (k Kind) String() string {

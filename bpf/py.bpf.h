@@ -1,0 +1,208 @@
+/* CPython: the thread state of a Python thread, its Python frames (the
+ * walker records them in place of the interpreter loop's activation that
+ * runs them, unwind.bpf.h) and GIL waits with the thread that held the
+ * GIL. The layouts are CPython's own for each version (collector/python.go
+ * fills py_procs); frames are read as the OpenTelemetry eBPF profiler's
+ * Python unwinder reads them. */
+#ifndef OFFCPU_PY_H
+#define OFFCPU_PY_H
+
+#include "common.bpf.h"
+#include "stacks.bpf.h"
+
+#define PY_MAX_THREADS 64   /* thread states searched for a thread's */
+#define PY_HOLDER_FRAMES 32 /* Python frames kept of a GIL holder's stack */
+#define PY_FRAME_READ 80    /* bytes read of a frame: every offset used is below */
+
+/* Set by user space while py_procs holds a process: nothing is looked up
+ * for Python before (a switch's cost is unchanged without Python). */
+volatile u32 py_active = 0;
+
+/* Key: tgid. Value: py_proc, written by user space for each CPython
+ * process. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, struct py_proc);
+} py_procs SEC(".maps");
+
+/* Key: tid. Value: its PyThreadState's address, found once by a search
+ * of its interpreter's thread states, checked at each use. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u32);
+	__type(value, u64);
+} py_tstates SEC(".maps");
+
+/* Code objects seen in stacks, named by user space while their process
+ * lives (it deletes what it named). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct py_code_key);
+	__type(value, u8);
+} py_codes SEC(".maps");
+
+static __always_inline u64 py_read_u64(u64 addr)
+{
+	u64 v = 0;
+	if (bpf_probe_read_user(&v, sizeof(v), (void *)addr))
+		return 0;
+	return v;
+}
+
+struct py_search {
+	struct py_proc *pp;
+	u64 self, ts, found;
+};
+
+static long py_search_step(u64 i, struct py_search *s)
+{
+	if (!s->ts)
+		return 1;
+	if (py_read_u64(s->ts + s->pp->tstate_thread_id) == s->self) {
+		s->found = s->ts;
+		return 1;
+	}
+	s->ts = py_read_u64(s->ts + s->pp->tstate_next);
+	return 0;
+}
+
+/* The current thread's PyThreadState: the one whose thread_id is its
+ * pthread_self (the thread pointer, fsbase on x86-64). */
+static __always_inline u64 py_tstate(struct py_proc *pp, struct task_struct *t, u32 tid)
+{
+	u64 self = BPF_CORE_READ(t, thread.fsbase);
+	if (!self)
+		return 0;
+	u64 *cached = bpf_map_lookup_elem(&py_tstates, &tid);
+	if (cached && *cached && py_read_u64(*cached + pp->tstate_thread_id) == self)
+		return *cached;
+	u64 interp = py_read_u64(pp->interp_head);
+	if (!interp)
+		return 0;
+	struct py_search s = { .pp = pp, .self = self, .ts = py_read_u64(interp + pp->threads_head) };
+	bpf_loop(PY_MAX_THREADS, py_search_step, &s, 0);
+	if (s.found)
+		bpf_map_update_elem(&py_tstates, &tid, &s.found, BPF_ANY);
+	return s.found;
+}
+
+/* A thread state's current frame (0: none, or not running Python). */
+static __always_inline u64 py_frame_of(struct py_proc *pp, u64 tstate)
+{
+	if (!tstate)
+		return 0;
+	u64 f = py_read_u64(tstate + pp->tstate_frame);
+	if (f && (pp->flags & PY_CFRAME))
+		f = py_read_u64(f + pp->cframe_frame);
+	return f;
+}
+
+/* One Python frame read: its entry (0 for a shim, not shown), the frame
+ * before it, and whether it is its activation's first (entry). */
+struct py_step {
+	u64 entry, back;
+	bool last;
+};
+
+static __always_inline bool py_read_frame(struct py_proc *pp, u64 frame, struct py_step *st)
+{
+	u8 fr[PY_FRAME_READ];
+	if (bpf_probe_read_user(fr, sizeof(fr), (void *)frame))
+		return false;
+	u32 oc = pp->frame_code, ob = pp->frame_back, oi = pp->frame_instr, oe = pp->frame_entry;
+	if (oc > PY_FRAME_READ - 8 || ob > PY_FRAME_READ - 8 || oi > PY_FRAME_READ - 8 || oe > PY_FRAME_READ - 1)
+		return false;
+	u64 code = *(u64 *)&fr[oc];
+	u64 instr = *(u64 *)&fr[oi];
+	bool entry = fr[oe] == pp->entry_val;
+	st->back = *(u64 *)&fr[ob];
+	st->last = (pp->flags & PY_ONE_PER_EVAL) || entry || !st->back;
+	st->entry = 0;
+	if (!code || code > JAVA_METHOD_MASK || (entry && (pp->flags & PY_ENTRY_SHIM)))
+		return true;
+	u64 idx = PY_INSTR_NONE;
+	if (pp->flags & PY_INSTR_PTR) {
+		u64 first = code + pp->code_first_instr;
+		if (instr >= first && (instr - first) / 2 < PY_INSTR_NONE)
+			idx = (instr - first) / 2;
+	} else if ((u32)instr < PY_INSTR_NONE) {
+		idx = (u32)instr;
+	}
+	st->entry = PY_FRAME_TAG | (idx << 47) | code;
+	return true;
+}
+
+/* Notes a code object for user space to name. */
+static __always_inline void py_seen(u32 tgid, u64 entry)
+{
+	struct py_code_key k = { .tgid = tgid, .code = entry & JAVA_METHOD_MASK };
+	u8 one = 1;
+	bpf_map_update_elem(&py_codes, &k, &one, BPF_NOEXIST);
+}
+
+struct py_holder_walk {
+	struct py_proc *pp;
+	struct stack_buf *b;
+	u64 f;
+	u32 n, tgid;
+};
+
+static long py_holder_step(u64 i, struct py_holder_walk *w)
+{
+	struct py_step st;
+	if (!w->f || !py_read_frame(w->pp, w->f, &st))
+		return 1;
+	if (st.entry) {
+		w->b->ips[w->n & (PY_HOLDER_FRAMES - 1)] = st.entry;
+		py_seen(w->tgid, st.entry);
+		w->n++;
+	}
+	w->f = st.back;
+	return w->n >= PY_HOLDER_FRAMES;
+}
+
+/* At a switch-out: a futex wait inside the GIL's struct is a GIL wait;
+ * the GIL's last holder is named, with its Python stack (another thread
+ * of the same process: its frames are read through this one's memory). */
+static __always_inline void py_gil_wait(struct task_struct *t, u32 tgid, u32 *gil, u32 *holder, s64 *holder_stack)
+{
+	*gil = 0;
+	*holder = 0;
+	*holder_stack = 0;
+	if (!py_active)
+		return;
+	struct py_proc *pp = bpf_map_lookup_elem(&py_procs, &tgid);
+	if (!pp || !pp->gil)
+		return;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+	if (!regs || regs->orig_ax != 202 /* futex */ || regs->di < pp->gil || regs->di >= pp->gil + pp->gil_size)
+		return;
+	*gil = 1;
+	u64 hts = py_read_u64(pp->gil + pp->gil_holder);
+	if (!hts)
+		return;
+	if (pp->tstate_native_id) {
+		u64 tid = py_read_u64(hts + pp->tstate_native_id);
+		if (tid == t->pid)
+			return; /* its own state: the GIL was released to it already */
+		*holder = (u32)tid;
+	}
+	u32 slot = 0;
+	struct stack_buf *b = bpf_map_lookup_elem(&stack_scratch, &slot);
+	if (!b)
+		return;
+	struct py_holder_walk w = { .pp = pp, .b = b, .f = py_frame_of(pp, hts), .tgid = tgid };
+	bpf_loop(PY_HOLDER_FRAMES, py_holder_step, &w, 0);
+	u32 n = w.n;
+	if (!n)
+		return;
+	if (n < PERF_MAX_STACK_DEPTH)
+		b->ips[n & 127] = 0;
+	*holder_stack = store_stack(b, STAT_USTACK_LOST);
+}
+
+#endif /* OFFCPU_PY_H */

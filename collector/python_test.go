@@ -1,0 +1,160 @@
+package collector
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/schema"
+)
+
+// pyThreadsResult is what testdata/python/threads.py says of itself.
+type pyThreadsResult struct {
+	AcquireS float64          `json:"acquire_s"`
+	TIDs     map[string]int64 `json:"tids"`
+}
+
+// Debian's python3 recorded with no flag: its Python frames are in the
+// stacks, the CPU threads' waits are GIL waits held by each other, the
+// lock waiter's time is under its function and agrees with its own
+// clock, and the queue waiter is idle.
+func TestPythonThreads(t *testing.T) {
+	requireBPF(t)
+	python := requireServer(t, "/usr/bin/python3", "python3")
+	out := filepath.Join(t.TempDir(), "threads.json")
+	cmd := exec.Command(python, "testdata/python/threads.py", "4", out)
+	cmd.Stderr = os.Stderr
+	p, s := recordCommand(t, Options{}, cmd)
+	var res pyThreadsResult
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats().Python; st == nil || st.Processes != 1 || st.Codes == 0 {
+		t.Fatalf("python stats %+v: want one process and its code objects named", st)
+	}
+	acquireLine := sourceLine(t, "testdata/python/threads.py", "lock.acquire()")
+
+	// Per thread: off-CPU, blocked (not waiting for a CPU), under a
+	// Python frame of the program's own, in acquire by the line, GIL waits
+	// and who held the GIL.
+	type tally struct{ off, blocked, underFn, acquire, gil, gilByOther int64 }
+	by := map[int64]*tally{}
+	for _, smp := range p.Sample {
+		tid := smp.NumLabel[schema.LabelTID][0]
+		tl := by[tid]
+		if tl == nil {
+			tl = &tally{}
+			by[tid] = tl
+		}
+		off, runq := smp.Value[0], smp.Value[4]
+		tl.off += off
+		tl.blocked += off - runq
+		if fn, line := pyFrame(smp, "threads."); fn != "" {
+			tl.underFn += off
+			if fn == "threads.wait_for_lock" && line == acquireLine {
+				tl.acquire += off
+			}
+		}
+		if len(smp.Label[schema.LabelGIL]) > 0 {
+			tl.gil += off - runq
+			if h := smp.NumLabel[schema.LabelGILHolderTID]; len(h) > 0 && h[0] != tid {
+				tl.gilByOther += off - runq
+			}
+		}
+	}
+	lock := by[res.TIDs["py-lockwait"]]
+	if lock == nil || lock.off == 0 {
+		t.Fatalf("the lock waiter (tid %d) was not recorded", res.TIDs["py-lockwait"])
+	}
+	t.Logf("lock waiter: %.3f s off-CPU, %.0f%% under threads.wait_for_lock; in acquire %.3f s, its own clock %.3f s",
+		float64(lock.off)/1e9, 100*float64(lock.underFn)/float64(lock.off), float64(lock.acquire)/1e9, res.AcquireS)
+	if float64(lock.underFn) < 0.9*float64(lock.off) {
+		t.Errorf("lock waiter: %.0f%% of its off-CPU time under its Python function, want at least 90%%", 100*float64(lock.underFn)/float64(lock.off))
+	}
+	if r := float64(lock.acquire) / 1e9 / res.AcquireS; r < 0.85 || r > 1.15 {
+		t.Errorf("lock waiter: %.3f s in acquire, its own clock says %.3f s: want within 15%%", float64(lock.acquire)/1e9, res.AcquireS)
+	}
+	for _, name := range []string{"py-cpu-1", "py-cpu-2"} {
+		c := by[res.TIDs[name]]
+		if c == nil || c.blocked == 0 {
+			t.Fatalf("%s was not recorded blocked", name)
+		}
+		t.Logf("%s: %.3f s blocked, %.0f%% GIL waits, %.0f%% of them held by another thread",
+			name, float64(c.blocked)/1e9, 100*float64(c.gil)/float64(c.blocked), 100*float64(c.gilByOther)/float64(max(c.gil, 1)))
+		if float64(c.gil) < 0.8*float64(c.blocked) || float64(c.gilByOther) < 0.8*float64(c.gil) {
+			t.Errorf("%s: GIL waits %.0f%% of its blocked time (want 80%%), held by another thread %.0f%% (want 80%%)",
+				name, 100*float64(c.gil)/float64(c.blocked), 100*float64(c.gilByOther)/float64(max(c.gil, 1)))
+		}
+	}
+	// The holder named is the other CPU thread.
+	other := map[string]bool{}
+	for _, smp := range p.Sample {
+		if smp.NumLabel[schema.LabelTID][0] == res.TIDs["py-cpu-1"] && len(smp.Label[schema.LabelGILHolder]) > 0 {
+			other[smp.Label[schema.LabelGILHolder][0]] = true
+		}
+	}
+	if !other["py-cpu-2"] {
+		t.Errorf("py-cpu-1's GIL holders %v: want py-cpu-2 among them", other)
+	}
+
+	// The queue waiter is idle, by the rules and verdicts.
+	rules, err := analysis.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := loadRecorded(t, p)
+	var qAll, qIdle int64
+	for i := range d.Stacks {
+		st := &d.Stacks[i]
+		if st.Kind != schema.KindOffCPU || st.TID != res.TIDs["py-queue"] || st.WaitsForCPU() {
+			continue
+		}
+		qAll += st.Value
+		if rules.IsIdle(rules.Categorize(st)[0]) {
+			qIdle += st.Value
+		}
+	}
+	t.Logf("queue waiter: %.0f%% of %.3f s blocked idle", 100*float64(qIdle)/float64(max(qAll, 1)), float64(qAll)/1e9)
+	if qAll == 0 || float64(qIdle) < 0.9*float64(qAll) {
+		t.Errorf("queue waiter: %.0f%% idle, want at least 90%%", 100*float64(qIdle)/float64(max(qAll, 1)))
+	}
+}
+
+// pyFrame returns the innermost Python frame of a sample whose function
+// starts with prefix, and its line.
+func pyFrame(smp *profile.Sample, prefix string) (string, int64) {
+	for _, l := range smp.Location {
+		for _, ln := range l.Line {
+			if strings.HasPrefix(ln.Function.Name, prefix) && strings.HasSuffix(ln.Function.Filename, ".py") {
+				return ln.Function.Name, ln.Line
+			}
+		}
+	}
+	return "", 0
+}
+
+// sourceLine is the line number of the first line of path holding text.
+func sourceLine(t *testing.T, path, text string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, text) {
+			return int64(i + 1)
+		}
+	}
+	t.Fatalf("%s: no line holds %q", path, text)
+	return 0
+}
