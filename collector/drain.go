@@ -39,7 +39,7 @@ type record struct {
 	gil            bool
 	gilHolder      uint32
 	gilHolderStack []uint64
-	id        any  // the map key it was read under (continuous mode only)
+	id             any // the map key it was read under (continuous mode only)
 }
 
 // waker is who ended an interval or made a wake-up.
