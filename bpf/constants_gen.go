@@ -32,6 +32,7 @@ const (
 	JavaMethodMask       = 0x7fffffffffff     // JAVA_METHOD_MASK
 	JavaBciNone          = 65535              // JAVA_BCI_NONE
 	UnwindPyEval         = 128                // UNWIND_PY_EVAL
+	UnwindCfaX8          = 64                 // UNWIND_CFA_X8
 	PyFrameTag           = 0xc000000000000000 // PY_FRAME_TAG
 	PyInstrNone          = 16383              // PY_INSTR_NONE
 	PyInstrPtr           = 1                  // PY_INSTR_PTR

@@ -224,6 +224,9 @@ struct java_method_key {
  * object with PY_FRAME_TAG in the top bits and the index of the
  * instruction it is at in bits 47-60 (PY_INSTR_NONE: not known). */
 #define UNWIND_PY_EVAL 0x80
+/* A row kind with this bit set has its cfa_off in units of 8 bytes: a
+ * frame larger than 32 KiB (select() keeps three fd_sets on its stack). */
+#define UNWIND_CFA_X8 0x40
 #define PY_FRAME_TAG 0xc000000000000000ULL
 #define PY_INSTR_NONE 0x3fffULL
 

@@ -299,7 +299,10 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 		}
 		return 0;
 	}
-	kind &= ~UNWIND_PY_EVAL;
+	s64 cfa_off = r ? r->cfa_off : 0;
+	if (kind & UNWIND_CFA_X8)
+		cfa_off *= 8;
+	kind &= ~(UNWIND_PY_EVAL | UNWIND_CFA_X8);
 	if (u->py_skip) {
 		u->py_skip = 0;
 	} else {
@@ -312,14 +315,14 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 		struct java_method_key k = { .tgid = c->tgid, .kind = 1, .method = pc };
 		u8 one = 1;
 		bpf_map_update_elem(&java_methods, &k, &one, BPF_NOEXIST);
-		cfa = sp + r->cfa_off;
+		cfa = sp + cfa_off;
 		break;
 	}
 	case UNWIND_RSP:
-		cfa = sp + r->cfa_off;
+		cfa = sp + cfa_off;
 		break;
 	case UNWIND_RBP:
-		cfa = bp + r->cfa_off;
+		cfa = bp + cfa_off;
 		break;
 	case UNWIND_PLT:
 		cfa = sp + 8 + ((pc & 15) >= (u64)r->rbp_off ? 8 : 0);

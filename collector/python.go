@@ -86,6 +86,7 @@ func (t *pyTracker) seen(pid uint32, ms []symbolize.Mapping) {
 		if !known || rt == nil || had {
 			continue
 		}
+		m.File.Load() // its PT_LOAD segments
 		bias, ok := loadBias(m.File.Loads, m)
 		if !ok {
 			continue

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -157,4 +158,66 @@ func sourceLine(t *testing.T, path, text string) int64 {
 	}
 	t.Fatalf("%s: no line holds %q", path, text)
 	return 0
+}
+
+// gunicorn (Debian's) serving a WSGI app with a thread pool, under a
+// load on loopback, recorded by pid: Python frames name nearly all of its
+// threads' off-CPU time, the pool's waits for work are idle, and every
+// thread's totals agree with the kernel's schedstat.
+func TestPythonGunicorn(t *testing.T) {
+	requireBPF(t)
+	gunicorn := requireServer(t, "gunicorn", "gunicorn")
+	port := freePort(t)
+	cmd := exec.Command(gunicorn, "--bind", fmt.Sprintf("127.0.0.1:%d", port), "--workers", "1", "--threads", "4",
+		"--worker-class", "gthread", "--chdir", "testdata/python", "app:app")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	waitListening(t, port)
+	pids := append([]int{cmd.Process.Pid}, children(t, cmd.Process.Pid)...)
+	p := checkAgainstSchedstat(t, pids, func(stop <-chan struct{}) {
+		httpLoad(t, fmt.Sprintf("http://127.0.0.1:%d/", port), 64, 8, stop)
+	})
+	rules, err := analysis.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all, named, poolAll, poolIdle int64
+	for _, smp := range p.Sample {
+		off := smp.Value[0]
+		if off == 0 {
+			continue
+		}
+		all += off
+		if fn, _ := pyFrame(smp, ""); fn != "" {
+			named += off
+		}
+	}
+	d := loadRecorded(t, p)
+	for i := range d.Stacks {
+		st := &d.Stacks[i]
+		if st.Kind != schema.KindOffCPU || st.WaitsForCPU() {
+			continue
+		}
+		// A pool thread at the top of its loop: its innermost Python frame
+		// is the pool's worker function.
+		if st.Sample == nil {
+			continue
+		}
+		if f, _ := pyFrame(st.Sample, ""); f == "concurrent.futures.thread._worker" {
+			poolAll += st.Value
+			if rules.IsIdle(rules.Categorize(st)[0]) {
+				poolIdle += st.Value
+			}
+		}
+	}
+	t.Logf("Python frames in %.1f%% of %.3f s off-CPU; the pool's waits for work %.3f s, %.1f%% idle",
+		100*float64(named)/float64(max(all, 1)), float64(all)/1e9, float64(poolAll)/1e9, 100*float64(poolIdle)/float64(max(poolAll, 1)))
+	if float64(named) < 0.95*float64(all) {
+		t.Errorf("Python frames in %.1f%% of the off-CPU time, want at least 95%%", 100*float64(named)/float64(max(all, 1)))
+	}
+	if poolAll == 0 || float64(poolIdle) < 0.9*float64(poolAll) {
+		t.Errorf("the pool's waits for work: %.1f%% idle of %.3f s, want at least 90%%", 100*float64(poolIdle)/float64(max(poolAll, 1)), float64(poolAll)/1e9)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
 	"github.com/prometheus/procfs"
 )
 
@@ -129,7 +130,7 @@ func cpuHogs(t *testing.T, n int) {
 // cannot see). A thread counts if it exists throughout the window. The
 // load starts after the window opens and stops before it closes, so the
 // server idles around the schedstat reads.
-func checkAgainstSchedstat(t *testing.T, pids []int, load func(stop <-chan struct{})) {
+func checkAgainstSchedstat(t *testing.T, pids []int, load func(stop <-chan struct{})) *profile.Profile {
 	t.Helper()
 	fs, err := procfs.NewDefaultFS()
 	if err != nil {
@@ -219,6 +220,7 @@ func checkAgainstSchedstat(t *testing.T, pids []int, load func(stop <-chan struc
 		t.Errorf("on-CPU time not recorded exactly (attach %s)", s.Stats().Attach)
 	}
 	t.Logf("%d threads checked, %d with 20ms or more of run-queue wait", checked, runqChecked)
+	return p
 }
 
 // Ground truth on servers nobody here wrote: memcached (an event-loop

@@ -26,6 +26,9 @@ const (
 	// KindPyEval, or'ed into another kind: CPython's interpreter loop,
 	// whose Python frames are recorded in its place.
 	KindPyEval Kind = bpf.UnwindPyEval
+	// KindCFAx8, or'ed into KindRSP or KindRBP: CFAOffset is in units of
+	// 8 bytes (a frame of over 32 KiB).
+	KindCFAx8 Kind = bpf.UnwindCfaX8
 )
 
 func (k Kind) String() string {
@@ -194,8 +197,13 @@ func (s *cfaState) row(pc uint64) Row {
 		}
 		return r
 	}
-	if s.off < math.MinInt16 || s.off > math.MaxInt16 {
-		return r
+	off, scaled := s.off, Kind(0)
+	if off < math.MinInt16 || off > math.MaxInt16 {
+		// A frame of over 32 KiB: its offset in units of 8, where it is one.
+		if off%8 != 0 || off/8 < math.MinInt16 || off/8 > math.MaxInt16 {
+			return r
+		}
+		off, scaled = off/8, KindCFAx8
 	}
 	switch s.rbp.kind {
 	case ruleSame:
@@ -215,7 +223,8 @@ func (s *cfaState) row(pc uint64) Row {
 	default:
 		return r
 	}
-	r.CFAOffset = int16(s.off)
+	r.CFAOffset = int16(off)
+	r.Kind |= scaled
 	return r
 }
 
