@@ -203,6 +203,13 @@ type OffcpuPyProc struct {
 	_              [2]byte
 }
 
+type OffcpuPyThread struct {
+	_      structs.HostLayout
+	Tstate uint64
+	Tgid   uint32
+	Pad    uint32
+}
+
 type OffcpuStackBuf struct {
 	_   structs.HostLayout
 	Ips [127]uint64

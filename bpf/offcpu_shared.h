@@ -237,7 +237,7 @@ struct java_method_key {
 #define PY_CFRAME 8      /* tstate_frame points to a _PyCFrame holding the frame (3.11, 3.12) */
 
 /* A CPython process's layout (from CPython's own headers for its version)
- * and addresses. Offsets are bytes; frame offsets are below 80. */
+ * and addresses. Offsets are bytes; frame offsets are below 112. */
 struct py_proc {
 	u64 interp_head; /* &_PyRuntime.interpreters.head */
 	u64 gil;         /* the GIL's struct: a futex wait inside it is a GIL wait */

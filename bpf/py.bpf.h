@@ -12,7 +12,7 @@
 
 #define PY_MAX_THREADS 64   /* thread states searched for a thread's */
 #define PY_HOLDER_FRAMES 32 /* Python frames kept of a GIL holder's stack */
-#define PY_FRAME_READ 80    /* bytes read of a frame: every offset used is below */
+#define PY_FRAME_READ 112   /* bytes read of a frame: every offset used is below */
 
 /* Set by user space while py_procs holds a process: nothing is looked up
  * for Python before (a switch's cost is unchanged without Python). */
@@ -27,13 +27,20 @@ struct {
 	__type(value, struct py_proc);
 } py_procs SEC(".maps");
 
-/* Key: tid. Value: its PyThreadState's address, found once by a search
- * of its interpreter's thread states, checked at each use. */
+/* A thread's PyThreadState, found once by a search of its interpreter's
+ * thread states, checked at each use. */
+struct py_thread {
+	u64 tstate;
+	u32 tgid;
+	u32 pad;
+};
+
+/* Key: tid. Value: py_thread. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, u32);
-	__type(value, u64);
+	__type(value, struct py_thread);
 } py_tstates SEC(".maps");
 
 /* Code objects seen in stacks, named by user space while their process
@@ -77,16 +84,18 @@ static __always_inline u64 py_tstate(struct py_proc *pp, struct task_struct *t, 
 	u64 self = BPF_CORE_READ(t, thread.fsbase);
 	if (!self)
 		return 0;
-	u64 *cached = bpf_map_lookup_elem(&py_tstates, &tid);
-	if (cached && *cached && py_read_u64(*cached + pp->tstate_thread_id) == self)
-		return *cached;
+	struct py_thread *cached = bpf_map_lookup_elem(&py_tstates, &tid);
+	if (cached && cached->tstate && py_read_u64(cached->tstate + pp->tstate_thread_id) == self)
+		return cached->tstate;
 	u64 interp = py_read_u64(pp->interp_head);
 	if (!interp)
 		return 0;
 	struct py_search s = { .pp = pp, .self = self, .ts = py_read_u64(interp + pp->threads_head) };
 	bpf_loop(PY_MAX_THREADS, py_search_step, &s, 0);
-	if (s.found)
-		bpf_map_update_elem(&py_tstates, &tid, &s.found, BPF_ANY);
+	if (s.found) {
+		struct py_thread th = { .tstate = s.found, .tgid = BPF_CORE_READ(t, tgid) };
+		bpf_map_update_elem(&py_tstates, &tid, &th, BPF_ANY);
+	}
 	return s.found;
 }
 
@@ -165,6 +174,24 @@ static long py_holder_step(u64 i, struct py_holder_walk *w)
 	return w->n >= PY_HOLDER_FRAMES;
 }
 
+/* The thread of a thread state of process tgid, among those found so far
+ * (versions whose thread state has no native thread id). */
+struct py_owner {
+	u64 tstate;
+	u32 tgid, tid;
+};
+
+struct bpf_map;
+
+static long py_owner_step(struct bpf_map *map, u32 *tid, struct py_thread *th, struct py_owner *o)
+{
+	if (th->tstate == o->tstate && th->tgid == o->tgid) {
+		o->tid = *tid;
+		return 1;
+	}
+	return 0;
+}
+
 /* At a switch-out: a futex wait inside the GIL's struct is a GIL wait;
  * the GIL's last holder is named, with its Python stack (another thread
  * of the same process: its frames are read through this one's memory). */
@@ -185,12 +212,17 @@ static __always_inline void py_gil_wait(struct task_struct *t, u32 tgid, u32 *gi
 	u64 hts = py_read_u64(pp->gil + pp->gil_holder);
 	if (!hts)
 		return;
+	u64 tid;
 	if (pp->tstate_native_id) {
-		u64 tid = py_read_u64(hts + pp->tstate_native_id);
-		if (tid == t->pid)
-			return; /* its own state: the GIL was released to it already */
-		*holder = (u32)tid;
+		tid = py_read_u64(hts + pp->tstate_native_id);
+	} else {
+		struct py_owner o = { .tstate = hts, .tgid = tgid };
+		bpf_for_each_map_elem(&py_tstates, py_owner_step, &o, 0);
+		tid = o.tid;
 	}
+	if (tid == t->pid)
+		return; /* its own state: the GIL was released to it already */
+	*holder = (u32)tid;
 	u32 slot = 0;
 	struct stack_buf *b = bpf_map_lookup_elem(&stack_scratch, &slot);
 	if (!b)

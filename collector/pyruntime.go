@@ -41,9 +41,63 @@ type pyLayout struct {
 	lineFormat                                   int // 311: the 3.11+ location table
 }
 
-// pyLayouts: the versions whose layout is known. 3.11 is Debian 12's
-// python3.11 (3.11.2), measured on its headers (python3.11-dev).
+// pyLayouts: the versions whose layout is known, measured with offsetof
+// on each version's own headers (Include/internal, Py_BUILD_CORE): 3.11
+// on Debian 12's python3.11-dev (3.11.2) and 3.11.7, the others on
+// 3.8.18, 3.9.18, 3.10.13, 3.12.1 and 3.13.0 (docs/python.md has the
+// program). Up to 3.10 a frame is a PyFrameObject, each interpreter
+// activation runs one, f_lasti is an int (bytes up to 3.9, instructions
+// in 3.10) and a thread state has no native thread id; 3.12 adds shim
+// frames at C entries and keeps the main interpreter's GIL in it; 3.13
+// drops _PyCFrame.
 var pyLayouts = map[[2]int]pyLayout{
+	{3, 8}: {
+		interpHead: 32, gil: 1152, gilSize: 208, gilHolder: 8,
+		threadsHead: 8, tstateNext: 8, threadID: 176, tstateFrame: 24,
+		frameCode: 32, frameBack: 24, frameInstr: 104, entryVal: 0xff,
+		flags:    bpf.PyOnePerEval,
+		codeFile: 104, codeName: 112, codeFirstLine: 40, codeLines: 120,
+		asciiData: 48, compactData: 72, bytesSize: 16, bytesData: 32,
+		lineFormat: 38,
+	},
+	{3, 9}: {
+		interpHead: 32, gil: 352, gilSize: 208, gilHolder: 8,
+		threadsHead: 8, tstateNext: 8, threadID: 176, tstateFrame: 24,
+		frameCode: 32, frameBack: 24, frameInstr: 104, entryVal: 0xff,
+		flags:    bpf.PyOnePerEval,
+		codeFile: 104, codeName: 112, codeFirstLine: 40, codeLines: 120,
+		asciiData: 48, compactData: 72, bytesSize: 16, bytesData: 32,
+		lineFormat: 38,
+	},
+	{3, 10}: {
+		interpHead: 32, gil: 352, gilSize: 208, gilHolder: 8,
+		threadsHead: 8, tstateNext: 8, threadID: 176, tstateFrame: 24,
+		frameCode: 32, frameBack: 24, frameInstr: 96, entryVal: 0xff,
+		flags:    bpf.PyOnePerEval,
+		codeFile: 104, codeName: 112, codeFirstLine: 40, codeLines: 120,
+		asciiData: 48, compactData: 72, bytesSize: 16, bytesData: 32,
+		lineFormat: 310,
+	},
+	{3, 12}: {
+		interpHead: 40, gil: 77432, gilSize: 208, gilHolder: 8,
+		threadsHead: 72, tstateNext: 8, threadID: 136, nativeID: 144, tstateFrame: 56, cframeFrame: 0,
+		frameCode: 0, frameBack: 8, frameInstr: 56, frameEntry: 70, entryVal: 3,
+		flags:          bpf.PyInstrPtr | bpf.PyCframe | bpf.PyEntryShim,
+		codeFirstInstr: 192,
+		codeFile:       112, codeName: 120, codeQualname: 128, codeFirstLine: 68, codeLines: 136,
+		asciiData: 40, compactData: 56, bytesSize: 16, bytesData: 32,
+		lineFormat: 311,
+	},
+	{3, 13}: {
+		interpHead: 632, gil: 96104, gilSize: 208, gilHolder: 8,
+		threadsHead: 7344, tstateNext: 8, threadID: 152, nativeID: 160, tstateFrame: 72,
+		frameCode: 0, frameBack: 8, frameInstr: 56, frameEntry: 70, entryVal: 3,
+		flags:          bpf.PyInstrPtr | bpf.PyEntryShim,
+		codeFirstInstr: 200,
+		codeFile:       112, codeName: 120, codeQualname: 128, codeFirstLine: 68, codeLines: 136,
+		asciiData: 40, compactData: 56, bytesSize: 16, bytesData: 32,
+		lineFormat: 311,
+	},
 	{3, 11}: {
 		interpHead: 40, gil: 360, gilSize: 208, gilHolder: 8,
 		threadsHead: 16, tstateNext: 8, threadID: 152, nativeID: 160, tstateFrame: 56, cframeFrame: 8,
@@ -113,7 +167,7 @@ func readPyRuntime(ef *elf.File, path string) (*pyRuntime, error) {
 	l, ok := pyLayouts[r.version]
 	r.layout, r.supported = l, ok
 	if !ok {
-		r.unsupError = fmt.Sprintf("CPython %d.%d: no layout known (supported: 3.11)", r.version[0], r.version[1])
+		r.unsupError = fmt.Sprintf("CPython %d.%d: no layout known (supported: 3.8 to 3.13)", r.version[0], r.version[1])
 	}
 	return r, nil
 }
@@ -222,4 +276,41 @@ func pyLine(table []byte, first int64, idx uint64) int64 {
 		at += length
 	}
 	return 0
+}
+
+// pyLineOld is the source line of the instruction at idx in a code object
+// of CPython 3.10 (co_linetable: pairs of a byte offset's delta and a
+// signed line delta, -128 for none) or up to 3.9 (co_lnotab: pairs of
+// byte offset and line increments); idx is f_lasti as the frame holds it
+// (instructions in 3.10, bytes before).
+func pyLineOld(table []byte, first int64, idx uint64, format int) int64 {
+	line := first
+	var addr uint64
+	if format == 310 {
+		off := 2 * idx
+		for i := 0; i+1 < len(table); i += 2 {
+			end := addr + uint64(table[i])
+			delta := int8(table[i+1])
+			valid := delta != -128
+			if valid {
+				line += int64(delta)
+			}
+			if off >= addr && off < end {
+				if !valid {
+					return 0
+				}
+				return line
+			}
+			addr = end
+		}
+		return 0
+	}
+	for i := 0; i+1 < len(table); i += 2 {
+		addr += uint64(table[i])
+		if addr > idx {
+			break
+		}
+		line += int64(int8(table[i+1]))
+	}
+	return line
 }

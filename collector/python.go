@@ -199,12 +199,15 @@ func (t *pyTracker) code(p *pyProc, addr uint64) *pyCode {
 
 // readPyCode reads a code object's names and line table.
 func readPyCode(mem *os.File, l pyLayout, addr uint64) *pyCode {
-	b := make([]byte, l.codeFirstInstr)
+	b := make([]byte, max(l.codeFile, l.codeName, l.codeQualname, l.codeFirstLine, l.codeLines)+8)
 	if _, err := mem.ReadAt(b, int64(addr)); err != nil {
 		return nil
 	}
 	ptr := func(off uint64) uint64 { return binary.LittleEndian.Uint64(b[off:]) }
-	name := readPyString(mem, l, ptr(l.codeQualname))
+	var name string
+	if l.codeQualname != 0 {
+		name = readPyString(mem, l, ptr(l.codeQualname))
+	}
 	if name == "" {
 		name = readPyString(mem, l, ptr(l.codeName))
 	}
@@ -296,8 +299,12 @@ func (t *pyTracker) Frames(pid uint32, addr uint64) ([]symtab.Frame, bool) {
 		return nil, false
 	}
 	f := symtab.Frame{Func: pyModule(c.file) + "." + c.name, File: c.file}
-	if idx := addr >> 47 & bpf.PyInstrNone; idx != bpf.PyInstrNone && p.l.lineFormat == 311 {
-		f.Line = pyLine(c.lines, c.first, idx)
+	if idx := addr >> 47 & bpf.PyInstrNone; idx != bpf.PyInstrNone {
+		if p.l.lineFormat == 311 {
+			f.Line = pyLine(c.lines, c.first, idx)
+		} else {
+			f.Line = pyLineOld(c.lines, c.first, idx, p.l.lineFormat)
+		}
 	}
 	return []symtab.Frame{f}, true
 }
