@@ -119,6 +119,9 @@ type Report struct {
 	// Chains: the blocked time followed along its wakers' own waits to
 	// its root causes, largest first (top entries).
 	Chains []RootCause `json:"chains,omitempty"`
+	// Intervals: with a continuous recording's directory, each
+	// interval's figures (the report merges them).
+	Intervals []IntervalFigures `json:"intervals,omitempty"`
 }
 
 // Count is a name with a count or a time.

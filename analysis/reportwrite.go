@@ -198,6 +198,9 @@ func (rep *Report) tables() []*table {
 		groups.add(g.Name, Secs(g.OffCPUNs), Secs(g.RunQueueNs), Secs(g.AppBlockedNs), Secs(g.CPUNs))
 	}
 	out := []*table{cats, groups}
+	if t := rep.intervalsTable(); t != nil {
+		out = append(out, t)
+	}
 	if len(rep.Chains) > 0 {
 		out = append(out, rep.chainsTable())
 	}

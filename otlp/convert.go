@@ -70,6 +70,9 @@ type Converter struct {
 	Rules     *analysis.Rules
 	Processes func(pid int64, comm string) Process
 	Version   string
+	// Resource: attributes every resource gets where offcpu set none of
+	// that name (OTEL_RESOURCE_ATTRIBUTES: the cluster, the environment).
+	Resource map[string]string
 
 	// Categories already decided, by a 128-bit hash of everything the
 	// rules read (the keys themselves, whole stacks, weighed megabytes):
@@ -337,6 +340,11 @@ func (b *builder) resource(pid int64, comm string) *resource {
 	}
 	if p.ContainerID != "" {
 		attrs.PutStr(AttrContainerID, p.ContainerID)
+	}
+	for k, v := range b.c.Resource {
+		if _, set := attrs.Get(k); !set {
+			attrs.PutStr(k, v)
+		}
 	}
 	sp := rp.ScopeProfiles().AppendEmpty()
 	sp.Scope().SetName(ScopeName)

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -25,6 +26,8 @@ type analyzeFlags struct {
 	explain    string
 	state      string
 	chains     bool
+	// from, to: the intervals of a continuous recording's directory.
+	from, to string
 	// With --explain: the waker's side.
 	wakerStack, waker, class string
 }
@@ -93,6 +96,8 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 	fl.BoolVar(&f.foldedNs, "folded-ns", false, "folded-stack values are nanoseconds (default: microseconds, as bcc writes)")
 	fl.StringVar(&f.explain, "explain", "", "tell how the rules read this stack (folded: THREAD;user frames;-;kernel frames, or one frame) and exit; with profiles, explain their recorded stacks that contain it, waker and all")
 	fl.StringVar(&f.state, "state", "sleeping", "with --explain: the thread state (sleeping, uninterruptible, preempted, other)")
+	fl.StringVar(&f.from, "from", "", "with a directory of intervals (record --continuous --output-dir): only those that started at or after this time (RFC 3339, or HH:MM[:SS] today, local time)")
+	fl.StringVar(&f.to, "to", "", "with a directory of intervals: only those that started before this time")
 	fl.BoolVar(&f.chains, "chains", false, "list only the root causes of the blocked time, followed along the wakers' own waits (JSON always has them: chains)")
 	fl.StringVar(&f.waker, "waker", "", "with --explain: who woke the thread ("+strings.Join(analysis.WakerRelations, ", ")+")")
 	fl.StringVar(&f.wakerStack, "waker-stack", "", "with --explain: the waker's stack (folded: user frames;-;kernel frames)")
@@ -163,7 +168,72 @@ func analyzeFiles(f *analyzeFlags, args []string) (*analysis.Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	return analysis.Analyze(data, rules, opts), nil
+	rep := analysis.Analyze(data, rules, opts)
+	ivs, err := intervalsOf(f, args)
+	if err != nil {
+		return nil, err
+	}
+	if len(ivs) > 1 {
+		if err := rep.AddIntervals(ivs, rules, opts); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+// intervalsOf lists the intervals of the arguments that are a continuous
+// recording's directories, within --from and --to.
+func intervalsOf(f *analyzeFlags, args []string) ([]analysis.IntervalFile, error) {
+	from, err := parseWhen(f.from, "--from")
+	if err != nil {
+		return nil, err
+	}
+	to, err := parseWhen(f.to, "--to")
+	if err != nil {
+		return nil, err
+	}
+	var out []analysis.IntervalFile
+	for _, a := range args {
+		if !analysis.IsIntervalDir(a) {
+			continue
+		}
+		ivs, err := analysis.IntervalFiles(a, from, to)
+		if err != nil {
+			return nil, err
+		}
+		if len(ivs) == 0 {
+			return nil, fmt.Errorf("%s: no interval started between %s and %s", a, orNone(f.from), orNone(f.to))
+		}
+		out = append(out, ivs...)
+	}
+	if (f.from != "" || f.to != "") && len(out) == 0 {
+		return nil, fmt.Errorf("--from and --to need a directory of intervals (offcpu record --continuous --output-dir DIR)")
+	}
+	return out, nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "any time"
+	}
+	return s
+}
+
+// parseWhen reads a time: RFC 3339, or a clock time today (local).
+func parseWhen(s, flag string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	for _, layout := range []string{"15:04:05", "15:04"} {
+		if c, err := time.ParseInLocation(layout, s, time.Local); err == nil {
+			y, m, d := time.Now().Date()
+			return time.Date(y, m, d, c.Hour(), c.Minute(), c.Second(), 0, time.Local), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%s %q: give a time as 2026-12-03T10:00:00Z or 10:00", flag, s)
 }
 
 // loadAnalysis reads the rules and the profiles the flags and arguments name.
@@ -179,7 +249,21 @@ func loadAnalysis(f *analyzeFlags, args []string) (*schema.Data, *analysis.Rules
 			return nil, nil, none, fmt.Errorf("--threads: %v", err)
 		}
 	}
-	files, metrics, err := analysis.RunFiles(args)
+	// A continuous recording's directory stands for its intervals.
+	ivs, err := intervalsOf(f, args)
+	if err != nil {
+		return nil, nil, none, err
+	}
+	var paths []string
+	for _, a := range args {
+		if !analysis.IsIntervalDir(a) {
+			paths = append(paths, a)
+		}
+	}
+	for _, iv := range ivs {
+		paths = append(paths, iv.Profiles...)
+	}
+	files, metrics, err := analysis.RunFiles(paths)
 	if err != nil {
 		return nil, nil, none, err
 	}

@@ -60,7 +60,7 @@ func (a *agentFlags) register(cmd interface {
 	cmd.IntVar(&a.keep, "keep", 360, "continuous: intervals kept in --output-dir, the oldest removed (0: all)")
 	cmd.StringVar(&a.config, "config", "", "continuous: YAML file with otlp:, output_dir:, keep:, rules:; re-read on SIGHUP")
 	cmd.StringVar(&a.rules, "rules", "", "continuous: rules file for the category and verdict attributes (default: the built-in rules)")
-	cmd.StringVar(&a.otlp.Endpoint, "otlp-endpoint", "", "continuous: send each interval to this OTLP collector (host:port, or a URL with --otlp-protocol http)")
+	cmd.StringVar(&a.otlp.Endpoint, "otlp-endpoint", "", "continuous: send each interval to this OTLP collector (host:port, or a URL with --otlp-protocol http); without it, OTEL_EXPORTER_OTLP_ENDPOINT and the other OTEL_EXPORTER_OTLP_* variables")
 	cmd.StringVar(&a.otlp.Protocol, "otlp-protocol", "grpc", "continuous: grpc or http")
 	cmd.StringSliceVar(&a.headers, "otlp-header", nil, "continuous: header KEY=VALUE sent with each export (repeatable)")
 	cmd.BoolVar(&a.otlp.Insecure, "otlp-insecure", false, "continuous: send without TLS")
@@ -74,7 +74,8 @@ func (a *agentFlags) register(cmd interface {
 
 // settings are what the flags and the --config file say, resolved.
 type settings struct {
-	otlp      *otlp.Config // nil: no export
+	otlp      *otlp.Config      // nil: no export
+	resource  map[string]string // OTEL_RESOURCE_ATTRIBUTES
 	outputDir string
 	keep      int
 	rules     *analysis.Rules
@@ -117,14 +118,30 @@ func (a *agentFlags) resolve() (*settings, error) {
 			rulesPath = *c.Rules
 		}
 	}
+	if cfg.Endpoint == "" {
+		// The OpenTelemetry environment, where no flag or --config says.
+		env, ok, err := otlp.FromEnv(os.Getenv)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			cfg = env
+		}
+	}
 	if cfg.Endpoint != "" {
 		if err := cfg.Check(); err != nil {
 			return nil, err
 		}
 		s.otlp = &cfg
 	}
+	if ra := os.Getenv("OTEL_RESOURCE_ATTRIBUTES"); ra != "" {
+		var err error
+		if s.resource, err = otlp.ParseKeyValues(ra); err != nil {
+			return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %v", err)
+		}
+	}
 	if s.otlp == nil && s.outputDir == "" {
-		return nil, errors.New("--continuous needs somewhere to send the profiles: --output-dir DIR and/or --otlp-endpoint HOST:PORT")
+		return nil, errors.New("--continuous needs somewhere to send the profiles: --output-dir DIR and/or --otlp-endpoint HOST:PORT (or OTEL_EXPORTER_OTLP_ENDPOINT)")
 	}
 	if s.keep < 0 {
 		return nil, fmt.Errorf("--keep %d: give 0 (keep all) or more", s.keep)
@@ -161,7 +178,7 @@ type agent struct {
 func newAgent(stderr io.Writer, quiet bool, set *settings) (*agent, error) {
 	host, _ := os.Hostname()
 	a := &agent{stderr: stderr, quiet: quiet, set: set, procs: otlp.NewProcessCache()}
-	a.conv = &otlp.Converter{Host: host, Rules: set.rules, Processes: a.procs.Get, Version: version}
+	a.conv = &otlp.Converter{Host: host, Rules: set.rules, Processes: a.procs.Get, Version: version, Resource: set.resource}
 	if set.otlp != nil {
 		e, err := otlp.NewExporter(*set.otlp)
 		if err != nil {
@@ -191,7 +208,7 @@ func (a *agent) reload(set *settings) error {
 		return errors.New("the new configuration has no OTLP endpoint: keeping the old one (restart to stop exporting)")
 	}
 	a.set = set
-	a.conv.Rules = set.rules
+	a.conv.Rules, a.conv.Resource = set.rules, set.resource
 	if set.otlp != nil {
 		a.conv.MaxBytes = set.otlp.MessageLimit()
 	}

@@ -252,6 +252,43 @@ func TestContinuousOTLP(t *testing.T) {
 	}
 }
 
+// Only OTEL_EXPORTER_OTLP_ENDPOINT (http/protobuf, the specification's
+// default) points the agent at the collector; OTEL_RESOURCE_ATTRIBUTES
+// reach every resource.
+func TestContinuousOTLPFromEnv(t *testing.T) {
+	requireRoot(t)
+	col := newTestCollector(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+col.http)
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=ci-env,k8s.cluster.name=lab%201")
+	args := append([]string{"record", "--continuous", "--interval", "1s", "-d", "2500ms", "--"}, workload...)
+	summary, err := run(t, args...)
+	if err != nil {
+		t.Fatalf("record: %v\n%s", err, summary)
+	}
+	col.stop(t)
+	if !strings.Contains(summary, "3 intervals exported") {
+		t.Errorf("summary does not report 3 intervals exported:\n%s", summary)
+	}
+	msgs := col.messages(t)
+	if len(msgs) != 3 {
+		t.Fatalf("the collector received %d messages, want 3:\n%s", len(msgs), summary)
+	}
+	resources := 0
+	for _, m := range msgs {
+		eachProfile(m, func(r pcommon.Resource, _ pprofile.Profile) {
+			resources++
+			env, _ := r.Attributes().Get("deployment.environment")
+			cluster, _ := r.Attributes().Get("k8s.cluster.name")
+			if env.Str() != "ci-env" || cluster.Str() != "lab 1" {
+				t.Errorf("resource without OTEL_RESOURCE_ATTRIBUTES: deployment.environment %q, k8s.cluster.name %q", env.Str(), cluster.Str())
+			}
+		})
+	}
+	if resources == 0 {
+		t.Fatal("no resource received")
+	}
+}
+
 // TestContinuousCollectorRestart stops the collector for a while: the
 // recording goes on, the exporter retries, and what it says it dropped is
 // exactly what the collector did not receive.
