@@ -50,6 +50,14 @@ struct go_gkey {
 	u64 g;
 };
 
+/* Where a goroutine was when its stack was last walked (registers, the
+ * return address, the caller's return address) and the stack: at the
+ * same place again it has the same stack, and the walk (a 2 KiB read and
+ * a hash) is skipped. */
+struct go_site {
+	u64 ip, sp, bp, ret, ret2, stack;
+};
+
 /* A goroutine between its park and its next run; after the run (run_ns
  * set) its last wait, which a goroutine it wakes next chains through. */
 struct go_park {
@@ -68,6 +76,8 @@ struct go_park {
 	u32 tid;       /* the thread it parked on */
 	u32 waker_tid; /* the thread that made it runnable */
 	u32 flags;     /* go_key.flags known at the park */
+	struct go_site at; /* where it parked */
+	struct go_site wk; /* where it last made a goroutine runnable, as a waker */
 };
 
 /* go_key.flags */
@@ -105,6 +115,7 @@ enum go_stat {
 	GO_STAT_LOST_STACKS, /* go_stacks full: counted without its stack */
 	GO_STAT_UNSEEN,      /* made runnable, its park not seen (before the probe): counted since the probe */
 	GO_STAT_MERGED,      /* go_waits full: counted without its goroutine ids */
+	GO_STAT_REUSED,      /* parks and wake-ups at a goroutine's last place: stack reused */
 	GO_STAT_MAX,
 };
 
@@ -296,6 +307,27 @@ static __always_inline u64 go_walk(u64 pc, u64 ret, u64 bp, u64 hi)
 	return h;
 }
 
+/* The stack walked from ip (ret: a return address not yet in a frame),
+ * or the one cached in c when the goroutine is at the same place. */
+static __always_inline u64 go_stack_at(struct go_site *c, u64 ip, u64 sp, u64 bp, u64 ret, u64 hi)
+{
+	u64 ret2 = bp ? go_u64(bp + 8) : 0;
+	if (c && c->stack && c->ip == ip && c->sp == sp && c->bp == bp && c->ret == ret && c->ret2 == ret2) {
+		go_count(GO_STAT_REUSED);
+		return c->stack;
+	}
+	u64 h = go_walk(ip, ret, bp, hi);
+	if (c) {
+		c->ip = ip;
+		c->sp = sp;
+		c->bp = bp;
+		c->ret = ret;
+		c->ret2 = ret2;
+		c->stack = h;
+	}
+	return h;
+}
+
 /* GO_MERGED stands for the goroutine ids of waits aggregated without
  * them: with more goroutines than go_waits holds, their time still counts. */
 #define GO_MERGED (~0ULL)
@@ -338,6 +370,15 @@ static __always_inline void go_aggregate(u32 tgid, struct go_park *p, u64 now)
 	__sync_fetch_and_add(&v->waker_wait_ns, ww);
 }
 
+/* A waker's cache of where it last made a goroutine runnable: in its own
+ * entry, if it has one (it parked before). */
+static __always_inline struct go_site *go_waker_site(u32 tgid, u64 waker_g, u64 waker_goid)
+{
+	struct go_gkey wk = { .tgid = tgid, .g = waker_g };
+	struct go_park *w = bpf_map_lookup_elem(&go_parked, &wk);
+	return w && w->goid == waker_goid ? &w->wk : 0;
+}
+
 /* The waker's own wait during p's: its last wait (park to run), if that
  * ended after p began; chains follow it to what the waker waited for. */
 static __always_inline void go_waker_wait(u32 tgid, u64 waker_g, u64 waker_goid, struct go_park *p)
@@ -377,10 +418,17 @@ static __always_inline int go_park_state(struct go_offsets *o, u64 gp, struct go
 		p->gopc = o->gopc ? go_u64(gp + o->gopc) : 0;
 		p->startpc = o->startpc ? go_u64(gp + o->startpc) : 0;
 	}
+	struct go_site site = {};
+	if (prev && prev->goid == p->goid)
+		site = prev->at;
 	if (ctx) /* changed its own state, not parked by mcall: sched is stale */
-		p->stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp, go_gword(g, G_STACK_HI));
+		p->stack = go_stack_at(&site, ctx->ip, ctx->sp, ctx->bp, go_u64(ctx->sp), go_gword(g, G_STACK_HI));
 	else
-		p->stack = go_walk(go_gword(g, o->sched_pc), 0, go_gword(g, o->sched_bp), go_gword(g, G_STACK_HI));
+		p->stack = go_stack_at(&site, go_gword(g, o->sched_pc), go_gword(g, o->sched_sp), go_gword(g, o->sched_bp), 0,
+				       go_gword(g, G_STACK_HI));
+	p->at = site;
+	if (prev && prev->goid == p->goid)
+		p->wk = prev->wk;
 	return 0;
 }
 
@@ -445,7 +493,8 @@ int go_casgstatus(struct go_regs *ctx)
 		u64 cur_goid = go_gword(g, o->goid);
 		if (cur && cur_goid) {
 			p->waker_goid = cur_goid;
-			p->waker_stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp, go_gword(g, G_STACK_HI));
+			p->waker_stack = go_stack_at(go_waker_site(tgid, cur, cur_goid), ctx->ip, ctx->sp, ctx->bp, go_u64(ctx->sp),
+						     go_gword(g, G_STACK_HI));
 			go_waker_wait(tgid, cur, cur_goid, p);
 		} else {
 			u64 curg = go_u64(go_gword(g, o->m) + o->m_curg);
@@ -453,7 +502,8 @@ int go_casgstatus(struct go_regs *ctx)
 			u64 curg_goid = cg ? go_gword(cg, o->goid) : 0;
 			if (curg_goid) {
 				p->waker_goid = curg_goid;
-				p->waker_stack = go_walk(go_gword(cg, o->sched_pc), 0, go_gword(cg, o->sched_bp), go_gword(cg, G_STACK_HI));
+				p->waker_stack = go_stack_at(go_waker_site(tgid, curg, curg_goid), go_gword(cg, o->sched_pc),
+							     go_gword(cg, o->sched_sp), go_gword(cg, o->sched_bp), 0, go_gword(cg, G_STACK_HI));
 				go_waker_wait(tgid, curg, curg_goid, p);
 			} else {
 				p->waker_goid = 0;

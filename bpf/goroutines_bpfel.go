@@ -76,6 +76,24 @@ type GoroutinesGoPark struct {
 	Tid            uint32
 	WakerTid       uint32
 	Flags          uint32
+	At             struct {
+		_     structs.HostLayout
+		Ip    uint64
+		Sp    uint64
+		Bp    uint64
+		Ret   uint64
+		Ret2  uint64
+		Stack uint64
+	}
+	Wk struct {
+		_     structs.HostLayout
+		Ip    uint64
+		Sp    uint64
+		Bp    uint64
+		Ret   uint64
+		Ret2  uint64
+		Stack uint64
+	}
 }
 
 type GoroutinesGoStack struct {
@@ -94,7 +112,8 @@ const (
 	GoroutinesGoStatGO_STAT_LOST_STACKS GoroutinesGoStat = 5
 	GoroutinesGoStatGO_STAT_UNSEEN      GoroutinesGoStat = 6
 	GoroutinesGoStatGO_STAT_MERGED      GoroutinesGoStat = 7
-	GoroutinesGoStatGO_STAT_MAX         GoroutinesGoStat = 8
+	GoroutinesGoStatGO_STAT_REUSED      GoroutinesGoStat = 8
+	GoroutinesGoStatGO_STAT_MAX         GoroutinesGoStat = 9
 )
 
 type GoroutinesGoVal struct {

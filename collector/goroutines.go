@@ -44,9 +44,12 @@ type GoroutineStats struct {
 	LostWaits uint64 `json:"lost_waits"` // aggregation map full
 	// Merged: waits counted without their goroutine ids (goid -1), the
 	// aggregation map being full of other goroutines'.
-	Merged    uint64   `json:"merged_waits"`
-	LostStack uint64   `json:"lost_stacks"` // stack map full: counted without a stack
-	Skipped   []string `json:"skipped,omitempty"`
+	Merged    uint64 `json:"merged_waits"`
+	LostStack uint64 `json:"lost_stacks"` // stack map full: counted without a stack
+	// ReusedStacks: parks and wake-ups at the place of the goroutine's previous one,
+	// whose stack was reused rather than walked again.
+	ReusedStacks uint64   `json:"reused_stacks"`
+	Skipped      []string `json:"skipped,omitempty"`
 }
 
 func newGoRecorder(maxGoroutines int) (*goRecorder, error) {
@@ -216,7 +219,8 @@ func (r *goRecorder) drain(start, end uint64) (waits []goWait, stacks map[uint64
 		bpf.GoroutinesGoStatGO_STAT_PARKS: &r.stats.Parks, bpf.GoroutinesGoStatGO_STAT_READIES: &r.stats.Readies,
 		bpf.GoroutinesGoStatGO_STAT_RUNS: &r.stats.Runs, bpf.GoroutinesGoStatGO_STAT_LOST_PARKS: &r.stats.LostParks,
 		bpf.GoroutinesGoStatGO_STAT_LOST_WAITS: &r.stats.LostWaits, bpf.GoroutinesGoStatGO_STAT_LOST_STACKS: &r.stats.LostStack,
-		bpf.GoroutinesGoStatGO_STAT_UNSEEN: &r.stats.Unseen, bpf.GoroutinesGoStatGO_STAT_MERGED: &r.stats.Merged} {
+		bpf.GoroutinesGoStatGO_STAT_UNSEEN: &r.stats.Unseen, bpf.GoroutinesGoStatGO_STAT_MERGED: &r.stats.Merged,
+		bpf.GoroutinesGoStatGO_STAT_REUSED: &r.stats.ReusedStacks} {
 		if err := r.objs.GoStats.Lookup(uint32(i), &per); err == nil {
 			*dst = 0
 			for _, n := range per {
@@ -314,8 +318,8 @@ func (r *goRecorder) profile(sym *symbolize.Symbolizer, waits []goWait, stacks m
 	p.Mapping = p.Mapping[1:] // no kernel frames: the executable's mapping comes first, as pprof's main file
 	p.TimeNanos, p.DurationNanos = start.UnixNano(), int64(dur)
 	st := r.stats
-	p.Comments = append(p.Comments, fmt.Sprintf("offcpu goroutines: processes=%d parks=%d readies=%d runs=%d open=%d unseen=%d lost_parks=%d lost_waits=%d lost_stacks=%d merged_waits=%d",
-		st.Processes, st.Parks, st.Readies, st.Runs, st.Open, st.Unseen, st.LostParks, st.LostWaits, st.LostStack, st.Merged))
+	p.Comments = append(p.Comments, fmt.Sprintf("offcpu goroutines: processes=%d parks=%d readies=%d runs=%d open=%d unseen=%d lost_parks=%d lost_waits=%d lost_stacks=%d merged_waits=%d reused_stacks=%d",
+		st.Processes, st.Parks, st.Readies, st.Runs, st.Open, st.Unseen, st.LostParks, st.LostWaits, st.LostStack, st.Merged, st.ReusedStacks))
 	for _, s := range st.Skipped {
 		p.Comments = append(p.Comments, "skipped: "+s)
 	}
