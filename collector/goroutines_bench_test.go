@@ -48,9 +48,11 @@ func BenchmarkGoroutineParks(b *testing.B) {
 		var err error
 		detach := func() {}
 		if mode == "empty probe" {
-			// The floor: the same uprobe with a program that does nothing.
-			detach = emptyUprobe(b, bin, "runtime.casgstatus")
-			err = cmd.Start()
+			// The floor: the same uprobe with a program that does nothing,
+			// put on the process alone as the recorder puts its own.
+			if err = cmd.Start(); err == nil {
+				detach = emptyUprobe(b, bin, "runtime.casgstatus", cmd.Process.Pid)
+			}
 		} else if mode != "unprofiled" {
 			if s, err = Start(context.Background(), Options{TargetsOnly: true, Goroutines: mode == "threads+goroutines"}); err != nil {
 				b.Fatal(err)
@@ -124,7 +126,7 @@ func BenchmarkGoroutineParks(b *testing.B) {
 
 // emptyUprobe attaches a program that returns at once to symbol in exe;
 // it returns the detach.
-func emptyUprobe(b *testing.B, exe, symbol string) func() {
+func emptyUprobe(b *testing.B, exe, symbol string, pid int) func() {
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.Kprobe, License: "GPL",
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
 	if err != nil {
@@ -134,7 +136,7 @@ func emptyUprobe(b *testing.B, exe, symbol string) func() {
 	if err != nil {
 		b.Fatal(err)
 	}
-	l, err := ex.Uprobe(symbol, prog, nil)
+	l, err := ex.Uprobe(symbol, prog, &link.UprobeOptions{PID: pid})
 	if err != nil {
 		b.Fatal(err)
 	}
