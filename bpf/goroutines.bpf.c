@@ -370,24 +370,22 @@ static __always_inline void go_aggregate(u32 tgid, struct go_park *p, u64 now)
 	__sync_fetch_and_add(&v->waker_wait_ns, ww);
 }
 
-/* A waker's cache of where it last made a goroutine runnable: in its own
- * entry, if it has one (it parked before). */
-static __always_inline struct go_site *go_waker_site(u32 tgid, u64 waker_g, u64 waker_goid)
+/* The waker's own entry, if it has one (it parked before): its last wait
+ * and where it last made a goroutine runnable. */
+static __always_inline struct go_park *go_waker_entry(u32 tgid, u64 waker_g, u64 waker_goid)
 {
 	struct go_gkey wk = { .tgid = tgid, .g = waker_g };
 	struct go_park *w = bpf_map_lookup_elem(&go_parked, &wk);
-	return w && w->goid == waker_goid ? &w->wk : 0;
+	return w && w->goid == waker_goid ? w : 0;
 }
 
 /* The waker's own wait during p's: its last wait (park to run), if that
  * ended after p began; chains follow it to what the waker waited for. */
-static __always_inline void go_waker_wait(u32 tgid, u64 waker_g, u64 waker_goid, struct go_park *p)
+static __always_inline void go_waker_wait(struct go_park *w, struct go_park *p)
 {
-	struct go_gkey wk = { .tgid = tgid, .g = waker_g };
-	struct go_park *w = bpf_map_lookup_elem(&go_parked, &wk);
 	p->waker_wait_stack = 0;
 	p->waker_wait_ns = 0;
-	if (!w || w->goid != waker_goid || !w->run_ns)
+	if (!w || !w->run_ns)
 		return;
 	u64 from = w->park_ns > p->park_ns ? w->park_ns : p->park_ns;
 	if (w->run_ns <= from)
@@ -493,18 +491,19 @@ int go_casgstatus(struct go_regs *ctx)
 		u64 cur_goid = go_gword(g, o->goid);
 		if (cur && cur_goid) {
 			p->waker_goid = cur_goid;
-			p->waker_stack = go_stack_at(go_waker_site(tgid, cur, cur_goid), ctx->ip, ctx->sp, ctx->bp, go_u64(ctx->sp),
-						     go_gword(g, G_STACK_HI));
-			go_waker_wait(tgid, cur, cur_goid, p);
+			struct go_park *w = go_waker_entry(tgid, cur, cur_goid);
+			p->waker_stack = go_stack_at(w ? &w->wk : 0, ctx->ip, ctx->sp, ctx->bp, go_u64(ctx->sp), go_gword(g, G_STACK_HI));
+			go_waker_wait(w, p);
 		} else {
 			u64 curg = go_u64(go_gword(g, o->m) + o->m_curg);
 			struct go_gwords *cg = go_gread(curg, 1);
 			u64 curg_goid = cg ? go_gword(cg, o->goid) : 0;
 			if (curg_goid) {
 				p->waker_goid = curg_goid;
-				p->waker_stack = go_stack_at(go_waker_site(tgid, curg, curg_goid), go_gword(cg, o->sched_pc),
-							     go_gword(cg, o->sched_sp), go_gword(cg, o->sched_bp), 0, go_gword(cg, G_STACK_HI));
-				go_waker_wait(tgid, curg, curg_goid, p);
+				struct go_park *w = go_waker_entry(tgid, curg, curg_goid);
+				p->waker_stack = go_stack_at(w ? &w->wk : 0, go_gword(cg, o->sched_pc), go_gword(cg, o->sched_sp),
+							     go_gword(cg, o->sched_bp), 0, go_gword(cg, G_STACK_HI));
+				go_waker_wait(w, p);
 			} else {
 				p->waker_goid = 0;
 				p->waker_stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp, go_gword(g, G_STACK_HI));
