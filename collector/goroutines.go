@@ -252,36 +252,18 @@ func (r *goRecorder) profile(sym *symbolize.Symbolizer, waits []goWait, stacks m
 	funcs := map[[2]uint64]symtab.Frame{}
 	funcAt := func(pid uint32, pc uint64) symtab.Frame {
 		k := [2]uint64{uint64(pid), pc}
-		fr, ok := funcs[k]
-		if !ok {
-			fr, _ = sym.User(pid, pc)
-			if fr.Wrapper { // a go statement's: the function it calls is what Go shows
-				if to, ok := sym.Wrapped(pid, pc); ok {
-					fr = to
-				}
-			}
-			funcs[k] = fr
+		if _, ok := funcs[k]; !ok {
+			funcs[k] = goFunc(sym, pid, pc)
 		}
-		return fr
+		return funcs[k]
 	}
-	// The creator as Go's "created by" names it: the innermost function at
-	// the go statement, inlined or not.
 	creators := map[[2]uint64]string{}
 	creatorAt := func(pid uint32, pc uint64) string {
 		k := [2]uint64{uint64(pid), pc}
-		c, ok := creators[k]
-		if !ok {
-			frames, _ := sym.UserFrames(pid, pc)
-			c = frames[len(frames)-1].Func
-			for _, fr := range frames {
-				if !fr.Wrapper {
-					c = fr.Func
-					break
-				}
-			}
-			creators[k] = c
+		if _, ok := creators[k]; !ok {
+			creators[k] = goCreator(sym, pid, pc)
 		}
-		return c
+		return creators[k]
 	}
 	for _, w := range waits {
 		pid := w.key.Tgid
@@ -317,16 +299,45 @@ func (r *goRecorder) profile(sym *symbolize.Symbolizer, waits []goWait, stacks m
 	p := b.p
 	p.Mapping = p.Mapping[1:] // no kernel frames: the executable's mapping comes first, as pprof's main file
 	p.TimeNanos, p.DurationNanos = start.UnixNano(), int64(dur)
-	st := r.stats
-	p.Comments = append(p.Comments, fmt.Sprintf("offcpu goroutines: processes=%d parks=%d readies=%d runs=%d open=%d unseen=%d lost_parks=%d lost_waits=%d lost_stacks=%d merged_waits=%d reused_stacks=%d",
-		st.Processes, st.Parks, st.Readies, st.Runs, st.Open, st.Unseen, st.LostParks, st.LostWaits, st.LostStack, st.Merged, st.ReusedStacks))
-	for _, s := range st.Skipped {
-		p.Comments = append(p.Comments, "skipped: "+s)
-	}
+	p.Comments = append(p.Comments, r.stats.comments()...)
 	if err := p.CheckValid(); err != nil {
 		return nil, fmt.Errorf("building the goroutine profile: %w", err)
 	}
 	return p, nil
+}
+
+// goFunc is the function at pc: for a go statement's wrapper, the
+// function it calls, as Go shows it.
+func goFunc(sym *symbolize.Symbolizer, pid uint32, pc uint64) symtab.Frame {
+	fr, _ := sym.User(pid, pc)
+	if fr.Wrapper {
+		if to, ok := sym.Wrapped(pid, pc); ok {
+			return to
+		}
+	}
+	return fr
+}
+
+// goCreator names a goroutine's creator as Go's "created by" does: the
+// innermost function at the go statement, inlined or not.
+func goCreator(sym *symbolize.Symbolizer, pid uint32, pc uint64) string {
+	frames, _ := sym.UserFrames(pid, pc)
+	for _, fr := range frames {
+		if !fr.Wrapper {
+			return fr.Func
+		}
+	}
+	return frames[len(frames)-1].Func
+}
+
+// comments are the profile's comments on what was recorded and lost.
+func (st *GoroutineStats) comments() []string {
+	out := []string{fmt.Sprintf("offcpu goroutines: processes=%d parks=%d readies=%d runs=%d open=%d unseen=%d lost_parks=%d lost_waits=%d lost_stacks=%d merged_waits=%d reused_stacks=%d",
+		st.Processes, st.Parks, st.Readies, st.Runs, st.Open, st.Unseen, st.LostParks, st.LostWaits, st.LostStack, st.Merged, st.ReusedStacks)}
+	for _, s := range st.Skipped {
+		out = append(out, "skipped: "+s)
+	}
+	return out
 }
 
 // goInterval labels a wait as the thread profile does: open at the end,
