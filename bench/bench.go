@@ -290,7 +290,7 @@ func (b *batch) run(pr plannedRun) {
 		name = fmt.Sprintf("%s-profiled-%d", side, pr.index)
 	}
 	if b.multi {
-		name = scenarioLabel(pr.scenario) + "-" + name
+		name = workload.ScenarioLabel(pr.scenario) + "-" + name
 	}
 	cool := cooldown(b.ctx, cfg)
 	b.prog.step(b.n, name, pr.profiled, b.start)
@@ -369,6 +369,3 @@ func setupLine(cfg *Config, runs []RunRecord) string {
 	}
 	return s + "; " + cfg.workload.Setup(ran)
 }
-
-// scenarioLabel names a scenario in run directory names.
-func scenarioLabel(name string) string { return workload.ScenarioLabel(name) }

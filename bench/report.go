@@ -13,6 +13,7 @@ import (
 
 	"github.com/offcpu/offcpu/analysis"
 	"github.com/offcpu/offcpu/schema"
+	"github.com/offcpu/offcpu/workload"
 	"github.com/offcpu/offcpu/workload/dispatcher"
 )
 
@@ -71,7 +72,7 @@ func finish(cfg *Config, res *Result) error {
 		if err != nil {
 			return err
 		}
-		sr := ScenarioResult{Name: scenarioLabel(sc), Diff: dr}
+		sr := ScenarioResult{Name: workload.ScenarioLabel(sc), Diff: dr}
 		if cfg.Goroutines && i == 0 {
 			if sr.Goroutines, err = diffGoroutines(cfg, res, sc, o); err != nil {
 				return err
@@ -493,7 +494,7 @@ func perApplication(res *Result, scenario string, cfg *Config) string {
 	vals := map[key][4][]float64{}
 	var apps []string
 	for _, r := range res.Runs {
-		if scenarioLabel(r.Scenario) != scenario || r.Failed || r.Profiled {
+		if workload.ScenarioLabel(r.Scenario) != scenario || r.Failed || r.Profiled {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(r.Dir, schema.MetricsFile))

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,6 +22,9 @@ type PythonStats struct {
 	Unsupported int `json:"unsupported"` // CPython processes of a version whose layout is not known
 	Codes       int `json:"codes"`       // code objects named
 	Unnamed     int `json:"unnamed"`     // code objects seen in stacks that could not be read
+	// Skipped: why processes were walked as native code only (a version
+	// whose layout is not known), once each.
+	Skipped []string `json:"skipped,omitempty"`
 }
 
 // pyTracker gives the walker each CPython process's layout and names the
@@ -102,6 +106,9 @@ func (t *pyTracker) attach(pid uint32, rt *pyRuntime, bias uint64) {
 	if !rt.supported {
 		t.byPID[pid] = &pyProc{rt: rt, dead: true}
 		t.stats.Unsupported++
+		if !slices.Contains(t.stats.Skipped, rt.unsupError) {
+			t.stats.Skipped = append(t.stats.Skipped, rt.unsupError)
+		}
 		return
 	}
 	l := rt.layout
@@ -320,7 +327,9 @@ func (t *pyTracker) Name(pid uint32, addr uint64) (string, bool) {
 func (t *pyTracker) snapshotStats() PythonStats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.stats
+	st := t.stats
+	st.Skipped = slices.Clone(st.Skipped)
+	return st
 }
 
 // runtimeNames names the code of the runtimes offcpu reads from their own

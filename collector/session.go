@@ -432,8 +432,11 @@ func (s *Session) halt() {
 	}
 	if s.unw != nil && s.unw.pys != nil {
 		s.unw.pys.final()
-		if st := s.unw.pys.snapshotStats(); st != (PythonStats{}) {
+		if st := s.unw.pys.snapshotStats(); st.Processes+st.Unsupported > 0 {
 			s.stats.Python = &st
+			for _, why := range st.Skipped {
+				s.stats.Warnings = append(s.stats.Warnings, "Python frames not read: "+why)
+			}
 		}
 	}
 	s.stats.SwitchMissed = s.p.switchMisses()

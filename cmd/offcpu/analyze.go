@@ -132,7 +132,7 @@ func explainWaker(st *schema.Stack, f *analyzeFlags) error {
 // f.explain (as their folded form reads), largest first, each with what
 // the recording says of it: its waker, its creator, its chain.
 func explainRecorded(w io.Writer, f *analyzeFlags, args []string) error {
-	data, rules, opts, err := loadAnalysis(f, args)
+	data, rules, opts, _, err := loadAnalysis(f, args)
 	if err != nil {
 		return err
 	}
@@ -164,15 +164,11 @@ func explainRecorded(w io.Writer, f *analyzeFlags, args []string) error {
 }
 
 func analyzeFiles(f *analyzeFlags, args []string) (*analysis.Report, error) {
-	data, rules, opts, err := loadAnalysis(f, args)
+	data, rules, opts, ivs, err := loadAnalysis(f, args)
 	if err != nil {
 		return nil, err
 	}
 	rep := analysis.Analyze(data, rules, opts)
-	ivs, err := intervalsOf(f, args)
-	if err != nil {
-		return nil, err
-	}
 	if len(ivs) > 1 {
 		if err := rep.AddIntervals(ivs, rules, opts); err != nil {
 			return nil, err
@@ -236,23 +232,24 @@ func parseWhen(s, flag string) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%s %q: give a time as 2026-12-03T10:00:00Z or 10:00", flag, s)
 }
 
-// loadAnalysis reads the rules and the profiles the flags and arguments name.
-func loadAnalysis(f *analyzeFlags, args []string) (*schema.Data, *analysis.Rules, analysis.Options, error) {
+// loadAnalysis reads the rules and the profiles the flags and arguments
+// name; ivs are the intervals of the continuous recordings among them.
+func loadAnalysis(f *analyzeFlags, args []string) (*schema.Data, *analysis.Rules, analysis.Options, []analysis.IntervalFile, error) {
 	var none analysis.Options
 	rules, err := analysis.LoadRules(f.rules)
 	if err != nil {
-		return nil, nil, none, err
+		return nil, nil, none, nil, err
 	}
 	var re *regexp.Regexp
 	if f.threads != "" {
 		if re, err = regexp.Compile(f.threads); err != nil {
-			return nil, nil, none, fmt.Errorf("--threads: %v", err)
+			return nil, nil, none, nil, fmt.Errorf("--threads: %v", err)
 		}
 	}
 	// A continuous recording's directory stands for its intervals.
 	ivs, err := intervalsOf(f, args)
 	if err != nil {
-		return nil, nil, none, err
+		return nil, nil, none, nil, err
 	}
 	var paths []string
 	for _, a := range args {
@@ -265,7 +262,7 @@ func loadAnalysis(f *analyzeFlags, args []string) (*schema.Data, *analysis.Rules
 	}
 	files, metrics, err := analysis.RunFiles(paths)
 	if err != nil {
-		return nil, nil, none, err
+		return nil, nil, none, nil, err
 	}
 	if f.metrics != "" {
 		metrics = append(metrics, f.metrics)
@@ -280,7 +277,7 @@ func loadAnalysis(f *analyzeFlags, args []string) (*schema.Data, *analysis.Rules
 	}
 	data, err := analysis.Load(unit, files...)
 	if err != nil {
-		return nil, nil, none, err
+		return nil, nil, none, nil, err
 	}
-	return data, rules, analysis.Options{Threads: re, Messages: messages, Top: f.top}, nil
+	return data, rules, analysis.Options{Threads: re, Messages: messages, Top: f.top}, ivs, nil
 }
