@@ -364,10 +364,19 @@ static __always_inline void go_aggregate(u32 tgid, struct go_park *p, u64 now)
 			return;
 	}
 	u64 ww = p->waker_wait_ns < ready - park ? p->waker_wait_ns : ready - park;
-	__sync_fetch_and_add(&v->count, 1);
-	__sync_fetch_and_add(&v->blocked_ns, ready - park);
-	__sync_fetch_and_add(&v->runq_ns, now - ready);
-	__sync_fetch_and_add(&v->waker_wait_ns, ww);
+	if (k.goid == GO_MERGED) {
+		__sync_fetch_and_add(&v->count, 1);
+		__sync_fetch_and_add(&v->blocked_ns, ready - park);
+		__sync_fetch_and_add(&v->runq_ns, now - ready);
+		__sync_fetch_and_add(&v->waker_wait_ns, ww);
+		return;
+	}
+	/* One writer: the key holds the goroutine, which runs on one thread
+	 * at a time (the runtime's CAS on its status orders the runs). */
+	v->count++;
+	v->blocked_ns += ready - park;
+	v->runq_ns += now - ready;
+	v->waker_wait_ns += ww;
 }
 
 /* The waker's own entry, if it has one (it parked before): its last wait
