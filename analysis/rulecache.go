@@ -88,7 +88,7 @@ type matchKey struct {
 	name string
 }
 
-const maxMatchCache = 1 << 20
+const maxMatchCache = 1 << 17 // ~10 MB: an agent runs for months
 
 var (
 	matchMu    sync.RWMutex

@@ -11,11 +11,13 @@
 #
 #   sudo DURATION=30m bash bench/soak.sh
 #   sudo IDLE=1 DURATION=5m bash bench/soak.sh   # the agent alone
+#   sudo AGENT_FLAGS="--memory-limit 0" bash bench/soak.sh   # more record flags
 set -euo pipefail
 DURATION=${DURATION:-30m}
 INTERVAL=${INTERVAL:-10s}
 CHURN=${CHURN:-200}
 IDLE=${IDLE:-0} # 1: no load, for the agent's cost on an idle machine
+AGENT_FLAGS=${AGENT_FLAGS:-}
 OUT=${OUT:-$(mktemp -d /tmp/offcpu-soak.XXXXXX)}
 cd "$(dirname "$0")/.."
 
@@ -50,7 +52,7 @@ colpid=$!
 sleep 3
 
 "$OUT/offcpu" record --continuous --interval "$INTERVAL" --output-dir "$OUT/profiles" --keep 1000 \
-	--otlp-endpoint "$grpc" --otlp-insecure --debug-addr "$debug" 2>"$OUT/agent.log" &
+	--otlp-endpoint "$grpc" --otlp-insecure --debug-addr "$debug" $AGENT_FLAGS 2>"$OUT/agent.log" &
 agent=$!
 sleep 5
 

@@ -59,6 +59,7 @@ const volatile bool filter_tgid = false;   /* only tgids in target_tgids */
 const volatile bool filter_tid = false;    /* only tids in target_tids */
 const volatile u64 filter_cgroup = 0;      /* cgroup v2 id, 0 = any */
 const volatile bool follow_forks = false;  /* children of targets become targets */
+const volatile u32 exclude_tgid = 0;       /* not recorded: the agent itself (0: none) */
 const volatile u64 min_block_ns = 0;
 const volatile u64 max_block_ns = ~0ULL;
 const volatile u32 state_mask = 0xf;       /* 1 << enum offcpu_state */

@@ -425,6 +425,7 @@ const (
 	OffcpuProgOffcpuWaking      = "offcpu_waking"
 	OffcpuProgOffcpuWakingTp    = "offcpu_waking_tp"
 	OffcpuVarDeferredWalks      = "deferred_walks"
+	OffcpuVarExcludeTgid        = "exclude_tgid"
 	OffcpuVarFilterCgroup       = "filter_cgroup"
 	OffcpuVarFilterTgid         = "filter_tgid"
 	OffcpuVarFilterTid          = "filter_tid"
@@ -560,6 +561,7 @@ type OffcpuMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuVariableSpecs struct {
 	DeferredWalks     *ebpf.VariableSpec `ebpf:"deferred_walks"`
+	ExcludeTgid       *ebpf.VariableSpec `ebpf:"exclude_tgid"`
 	FilterCgroup      *ebpf.VariableSpec `ebpf:"filter_cgroup"`
 	FilterTgid        *ebpf.VariableSpec `ebpf:"filter_tgid"`
 	FilterTid         *ebpf.VariableSpec `ebpf:"filter_tid"`
@@ -691,6 +693,7 @@ func (m *OffcpuMaps) Close() error {
 // It can be passed to LoadOffcpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuVariables struct {
 	DeferredWalks     *ebpf.Variable `ebpf:"deferred_walks"`
+	ExcludeTgid       *ebpf.Variable `ebpf:"exclude_tgid"`
 	FilterCgroup      *ebpf.Variable `ebpf:"filter_cgroup"`
 	FilterTgid        *ebpf.Variable `ebpf:"filter_tgid"`
 	FilterTid         *ebpf.Variable `ebpf:"filter_tid"`

@@ -101,6 +101,8 @@ struct {
 
 static __always_inline bool is_target(u32 tgid, u32 tid)
 {
+	if (exclude_tgid && tgid == exclude_tgid)
+		return false;
 	if (!filter_tgid && !filter_tid)
 		return true;
 	if (filter_tgid && bpf_map_lookup_elem(&target_tgids, &tgid))

@@ -2,10 +2,11 @@ package collector
 
 import (
 	"cmp"
+	"hash/maphash"
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
+	"time"
 
 	"github.com/google/pprof/profile"
 
@@ -17,6 +18,14 @@ import (
 // every process seen (three profiles, ~15 KB a process), and merged per
 // command they cost what one process does.
 const DefaultExitedDetail = 1000
+
+// DefaultContinuousWalkThreshold is the walk threshold of an agent that
+// records all the time: every wait of 100 µs or more keeps its stacks,
+// shorter ones are drawn with probability length/100 µs and weighted
+// (each stack's time unbiased, each thread's exact); on a ping-pong of
+// microsecond switches it brings the programs' cost near the floor of two
+// empty programs (docs/overhead.md).
+const DefaultContinuousWalkThreshold = 100 * time.Microsecond
 
 // exitedProcs is the name of each process whose main thread exited.
 func (d *recording) exitedProcs() map[uint32]string {
@@ -68,17 +77,21 @@ func (d *recording) folds(tgid uint32, w waker) bool {
 // sampleMerger adds samples to a profile, merging a folded one into an
 // earlier folded sample with the same locations and labels. Samples with
 // equal labels share one label map (two maps were most of a sample's
-// memory; nothing changes a built sample's labels one sample at a time).
+// memory; nothing changes a built sample's labels one sample at a time);
+// the maps are found by a 128-bit hash of their contents, so that the
+// pools hold no copy of them.
 type sampleMerger struct {
 	p      *profile.Profile
 	at     map[string]*profile.Sample
-	key    strings.Builder
-	labels map[string]map[string][]string
-	nums   map[string]map[string][]int64
+	key    []byte
+	seeds  [2]maphash.Seed
+	labels map[[2]uint64]map[string][]string
+	nums   map[[2]uint64]map[string][]int64
 }
 
 func newSampleMerger(p *profile.Profile) *sampleMerger {
-	return &sampleMerger{p: p, at: map[string]*profile.Sample{}, labels: map[string]map[string][]string{}, nums: map[string]map[string][]int64{}}
+	return &sampleMerger{p: p, at: map[string]*profile.Sample{}, seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
+		labels: map[[2]uint64]map[string][]string{}, nums: map[[2]uint64]map[string][]int64{}}
 }
 
 // add appends smp, or with fold drops its numeric labels (pids and tids),
@@ -106,17 +119,17 @@ func (m *sampleMerger) add(smp *profile.Sample, fold bool) {
 // share replaces smp's label maps by equal ones already in the profile.
 func (m *sampleMerger) share(smp *profile.Sample) {
 	if smp.Label != nil {
-		smp.Label = shared(m.labels, &m.key, smp.Label, writeStrings)
+		smp.Label = shared(m, m.labels, smp.Label, appendStrings)
 	}
 	if smp.NumLabel != nil && len(smp.NumUnit) == 0 {
-		smp.NumLabel = shared(m.nums, &m.key, smp.NumLabel, writeInts)
+		smp.NumLabel = shared(m, m.nums, smp.NumLabel, appendInts)
 	}
 }
 
 // shared returns the map in pool equal to l, adding l when there is none.
-func shared[V any](pool map[string]map[string]V, b *strings.Builder, l map[string]V, values func(*strings.Builder, V)) map[string]V {
-	b.Reset()
-	k := labelKey(b, l, values)
+func shared[V any](m *sampleMerger, pool map[[2]uint64]map[string]V, l map[string]V, values func([]byte, V) []byte) map[string]V {
+	m.key = appendLabels(m.key[:0], l, values)
+	k := [2]uint64{maphash.Bytes(m.seeds[0], m.key), maphash.Bytes(m.seeds[1], m.key)}
 	if s, ok := pool[k]; ok {
 		return s
 	}
@@ -124,37 +137,39 @@ func shared[V any](pool map[string]map[string]V, b *strings.Builder, l map[strin
 	return l
 }
 
-// labelKey appends a label map's keys and values, keys in order, to b.
-func labelKey[V any](b *strings.Builder, l map[string]V, values func(*strings.Builder, V)) string {
+// appendLabels appends a label map's keys and values, keys in order, to b.
+func appendLabels[V any](b []byte, l map[string]V, values func([]byte, V) []byte) []byte {
 	for _, k := range slices.Sorted(maps.Keys(l)) {
-		b.WriteString(k)
-		values(b, l[k])
-		b.WriteByte(1)
+		b = append(b, k...)
+		b = values(b, l[k])
+		b = append(b, 1)
 	}
-	return b.String()
+	return b
 }
 
 // sampleKey is a sample's locations and string labels.
 func (m *sampleMerger) sampleKey(smp *profile.Sample) string {
-	b := &m.key
-	b.Reset()
+	b := m.key[:0]
 	for _, l := range smp.Location {
-		b.WriteString(strconv.FormatUint(l.ID, 36))
-		b.WriteByte(',')
+		b = strconv.AppendUint(b, l.ID, 36)
+		b = append(b, ',')
 	}
-	return labelKey(b, smp.Label, writeStrings)
+	m.key = appendLabels(b, smp.Label, appendStrings)
+	return string(m.key)
 }
 
-func writeStrings(b *strings.Builder, v []string) {
+func appendStrings(b []byte, v []string) []byte {
 	for _, s := range v {
-		b.WriteByte(0)
-		b.WriteString(s)
+		b = append(b, 0)
+		b = append(b, s...)
 	}
+	return b
 }
 
-func writeInts(b *strings.Builder, v []int64) {
+func appendInts(b []byte, v []int64) []byte {
 	for _, n := range v {
-		b.WriteByte(0)
-		b.WriteString(strconv.FormatInt(n, 36))
+		b = append(b, 0)
+		b = strconv.AppendInt(b, n, 36)
 	}
+	return b
 }

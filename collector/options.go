@@ -127,6 +127,10 @@ type Options struct {
 	// runnable (default 131072); beyond it parks are counted as lost.
 	MaxGoroutines int
 
+	// ExcludeSelf leaves this process out of the recording (an agent's
+	// cuts would otherwise record the work of cutting, each cut adding to
+	// the next).
+	ExcludeSelf bool
 	// Continuous keeps the maps across Session.Snapshot calls: each one
 	// returns what ended since the previous one, and the entries of
 	// threads and processes that exited are evicted so that memory stays

@@ -11,6 +11,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 )
 
 // The cost of recording off-CPU stacks system-wide, side by side: a C
@@ -20,7 +24,9 @@ import (
 // libbpf-tools offcputime and wakeuptime, and under offcpu without
 // wake-ups (tables, --frame-pointers-only, every switch walked with and
 // without tables) and with them, and with stacks walked at the switch-in
-// (--walk-threshold, --budget). Reports the ping-pong's wall time and
+// (--walk-threshold, --budget), and with the floor: two empty tp_btf
+// programs, on sched_switch and sched_waking, the least any recorder of
+// switches and wake-ups costs. Reports the ping-pong's wall time and
 // slowdown, and from the kernel's bpf_stats the ns of BPF time per switch:
 // for offcpu, every program that runs per switch or wake-up (sched_switch,
 // sched_exit_tp, sched_waking) over the switches; medians of
@@ -96,6 +102,44 @@ func BenchmarkRecorderOverhead(b *testing.B) {
 		all = rt / time.Duration(max(switches, 1))
 		return
 	}
+	// floor runs the workload under two empty tp_btf programs; cost: their
+	// time over the switches, counted as for ours.
+	floor := func() (time.Duration, time.Duration) {
+		var ls []link.Link
+		var progs []*ebpf.Program
+		for _, tp := range []string{"sched_switch", "sched_waking"} {
+			prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.Tracing, AttachType: ebpf.AttachTraceRawTp, AttachTo: tp, License: "GPL",
+				Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
+			if err != nil {
+				b.Fatalf("an empty tp_btf program on %s: %v", tp, err)
+			}
+			l, err := link.AttachTracing(link.TracingOptions{Program: prog})
+			if err != nil {
+				b.Fatalf("attaching an empty tp_btf program on %s: %v", tp, err)
+			}
+			ls, progs = append(ls, l), append(progs, prog)
+		}
+		time.Sleep(time.Second)
+		before := map[*ebpf.Program]progRun{}
+		for _, p := range progs {
+			before[p] = runOf(b, p)
+		}
+		wall := workload()
+		var rt time.Duration
+		var switches uint64
+		for i, p := range progs {
+			r := runOf(b, p)
+			rt += r.runtime - before[p].runtime
+			if i == 0 {
+				switches = r.runs - before[p].runs
+			}
+		}
+		for i := range ls {
+			ls[i].Close()
+			progs[i].Close()
+		}
+		return wall, rt / time.Duration(max(switches, 1))
+	}
 	type row struct {
 		label, unit string
 		wall, cost  []time.Duration
@@ -119,7 +163,9 @@ func BenchmarkRecorderOverhead(b *testing.B) {
 		rWTool = add("libbpf-tools wakeuptime", "wake-up")
 	}
 	rWake := add("offcpu record (wake-ups)", "sched_waking")
+	rFloor := add("floor: two empty tp_btf programs (sched_switch, sched_waking)", "switch")
 	rTotal := add("offcpu record, every feature (wake-ups), every interval walked", "switch")
+	rAgent := add("… --walk-threshold 100µs (--continuous's default)", "switch")
 	rThr := add("… --walk-threshold 1ms", "switch")
 	rBudget := add("… --budget 1%", "switch")
 	for b.Loop() {
@@ -141,6 +187,10 @@ func BenchmarkRecorderOverhead(b *testing.B) {
 				w, c := under(wakeuptime, "wakeup")
 				rWTool.wall, rWTool.cost = append(rWTool.wall, w), append(rWTool.cost, c)
 			}
+			w, c := floor()
+			rFloor.wall, rFloor.cost = append(rFloor.wall, w), append(rFloor.cost, c)
+			w, all, _ := ours(Options{WalkThreshold: DefaultContinuousWalkThreshold})
+			rAgent.wall, rAgent.cost = append(rAgent.wall, w), append(rAgent.cost, all)
 			w, all, wk := ours(Options{})
 			rWake.cost = append(rWake.cost, wk)
 			rTotal.wall, rTotal.cost = append(rTotal.wall, w), append(rTotal.cost, all)
@@ -181,9 +231,27 @@ func BenchmarkRecorderOverhead(b *testing.B) {
 		fmt.Printf("| %s | %s | %s | %s |\n", r.label, wall, slow, cost)
 	}
 	b.ReportMetric(float64(median(rTotal.cost).Nanoseconds()), "ns/switch")
+	fl := float64(median(rFloor.cost))
+	fmt.Printf("\nagainst the floor (%d ns per switch): %.2fx every interval walked, %.2fx --walk-threshold %v (--continuous's default), %.2fx --walk-threshold 1ms, %.2fx --budget 1%%\n",
+		median(rFloor.cost).Nanoseconds(), float64(median(rTotal.cost))/fl, float64(median(rAgent.cost))/fl, DefaultContinuousWalkThreshold,
+		float64(median(rThr.cost))/fl, float64(median(rBudget.cost))/fl)
 	b.ReportMetric(float64(median(rBudget.cost).Nanoseconds()), "ns/switch-budget")
 	if rTool != nil {
 		fmt.Printf("\nevery feature, per switch, against offcputime: %.2fx every interval walked, %.2fx --walk-threshold 1ms, %.2fx --budget 1%%\n",
 			float64(median(rTotal.cost))/float64(median(rTool.cost)), float64(median(rThr.cost))/float64(median(rTool.cost)), float64(median(rBudget.cost))/float64(median(rTool.cost)))
 	}
+}
+
+type progRun struct {
+	runtime time.Duration
+	runs    uint64
+}
+
+// runOf is a program's run time and count so far (bpf_stats).
+func runOf(b *testing.B, p *ebpf.Program) progRun {
+	st, err := p.Stats()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return progRun{st.Runtime, st.RunCount}
 }

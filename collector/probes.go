@@ -201,6 +201,7 @@ func (p *probes) spec(cgroupID uint64, btfMode bool) (*ebpf.CollectionSpec, erro
 		bpf.OffcpuVarFilterTid:         len(o.TIDs) > 0,
 		bpf.OffcpuVarFilterCgroup:      cgroupID,
 		bpf.OffcpuVarFollowForks:       o.FollowForks,
+		bpf.OffcpuVarExcludeTgid:       excludeTgid(&o),
 		bpf.OffcpuVarMinBlockNs:        uint64(o.MinBlock),
 		bpf.OffcpuVarMaxBlockNs:        maxNs,
 		bpf.OffcpuVarStateMask:         o.StateMask,
@@ -511,4 +512,12 @@ func (p *probes) setWindow(start bool, ns uint64) error {
 		return nil
 	}
 	return v.Set(ns)
+}
+
+// excludeTgid is the process not recorded: this one, with ExcludeSelf.
+func excludeTgid(o *Options) uint32 {
+	if o.ExcludeSelf {
+		return uint32(os.Getpid())
+	}
+	return 0
 }

@@ -146,7 +146,9 @@ type Counts struct {
 // (with on-CPU samples) and its wake-up profile (may be nil): per process
 // a resource, per sample type a profile, one sample per stack and state.
 // One message, or with MaxBytes set and exceeded, several, each with the
-// dictionary of its own samples (a process may span two).
+// dictionary of its own samples (a process may span two). The profiles
+// are read a sample at a time: what an interval holds at once is the
+// pprof profiles, the messages and a few words per sample.
 func (c *Converter) Convert(start time.Time, dur time.Duration, off, wake *profile.Profile) ([]pprofile.Profiles, Counts, error) {
 	es, err := c.entries(off, wake)
 	if err != nil {
@@ -154,8 +156,8 @@ func (c *Converter) Convert(start time.Time, dur time.Duration, off, wake *profi
 	}
 	build := func(es []entry) *builder {
 		b := newBuilder(c, start, dur)
-		for _, e := range es {
-			b.add(e.typ, e.st, e.extra)
+		for i := range es {
+			b.add(&es[i])
 		}
 		return b
 	}
@@ -165,6 +167,8 @@ func (c *Converter) Convert(start time.Time, dur time.Duration, off, wake *profi
 	if c.MaxBytes <= 0 || size <= c.MaxBytes {
 		return []pprofile.Profiles{whole.out}, whole.counts, nil
 	}
+	counts := whole.counts
+	whole = nil // not kept while the parts are built
 	// Samples of a process together, cut into k runs of equal length.
 	sort.SliceStable(es, func(i, j int) bool { return es[i].pid < es[j].pid })
 	for k := size/c.MaxBytes + 1; ; k *= 2 {
@@ -176,7 +180,7 @@ func (c *Converter) Convert(start time.Time, dur time.Duration, off, wake *profi
 			parts = append(parts, p)
 		}
 		if fits || k == len(es) {
-			return parts, whole.counts, nil
+			return parts, counts, nil
 		}
 	}
 }
@@ -190,53 +194,76 @@ func samplePID(typ string, st *schema.Stack) int64 {
 	return st.PID
 }
 
-// entry is one sample to add: its type, stack and extra attributes.
+// entry is one sample to add: its type, pprof sample, value and state
+// (an off-CPU sample's wait for a CPU is a sample of its own), category
+// and verdict; the rest is read from the pprof sample's labels.
 type entry struct {
-	typ   string
-	st    *schema.Stack
-	extra []kv
-	pid   int64
+	typ               string
+	s                 *profile.Sample
+	value             int64
+	state             string
+	category, verdict string
+	pid               int64
 }
 
-// entries reads the profiles into the samples to add.
+// entries reads the profiles into the samples to add, one pprof sample
+// at a time (the off-CPU profile twice: which waits are inside a request
+// depends on the thread's other waits).
 func (c *Converter) entries(off, wake *profile.Profile) ([]entry, error) {
 	var es []entry
+	var buf []schema.Stack
 	if off != nil {
-		d, err := schema.FromProfile(off)
+		r, err := schema.NewSampleReader(off)
 		if err != nil {
 			return nil, fmt.Errorf("reading the off-CPU profile: %w", err)
 		}
-		for i := range d.Stacks {
-			st := &d.Stacks[i]
-			switch {
-			case st.Kind == schema.KindCPU:
-				es = append(es, entry{TypeCPU, st, nil, st.PID})
-			case st.Kind == schema.KindOffCPU && st.WaitsForCPU():
-				es = append(es, entry{TypeRunQueue, st, []kv{{AttrVerdict, verdictWaitsForCPU}}, st.PID})
-			case st.Kind == schema.KindOffCPU:
-				extra := []kv{}
-				if c.Rules != nil {
-					cat, verdict := c.categorize(st)
-					extra = append(extra, kv{AttrCategory, cat}, kv{AttrVerdict, verdict})
+		r.Reuse()
+		x := schema.NewRequestIndex()
+		for _, s := range off.Sample {
+			buf = r.Stacks(buf[:0], s)
+			for i := range buf {
+				x.Observe(&buf[i])
+			}
+		}
+		for _, s := range off.Sample {
+			buf = r.Stacks(buf[:0], s)
+			for i := range buf {
+				st := &buf[i]
+				e := entry{s: s, value: st.Value, state: st.State, pid: st.PID}
+				switch {
+				case st.Kind == schema.KindCPU:
+					e.typ, e.state = TypeCPU, ""
+				case st.Kind == schema.KindOffCPU && st.WaitsForCPU():
+					e.typ, e.verdict = TypeRunQueue, verdictWaitsForCPU
+				case st.Kind == schema.KindOffCPU:
+					e.typ = TypeOffCPU
+					if c.Rules != nil {
+						x.Mark(st)
+						e.category, e.verdict = c.categorize(st)
+					}
+				default:
+					continue
 				}
-				es = append(es, entry{TypeOffCPU, st, extra, st.PID})
+				es = append(es, e)
 			}
 		}
 	}
 	if wake != nil {
-		d, err := schema.FromProfile(wake)
+		r, err := schema.NewSampleReader(wake)
 		if err != nil {
 			return nil, fmt.Errorf("reading the wake-up profile: %w", err)
 		}
-		for i := range d.Stacks {
-			st := &d.Stacks[i]
-			es = append(es, entry{TypeWakeups, st, nil, samplePID(TypeWakeups, st)})
+		r.Reuse()
+		for _, s := range wake.Sample {
+			buf = r.Stacks(buf[:0], s)
+			for i := range buf {
+				st := &buf[i]
+				es = append(es, entry{typ: TypeWakeups, s: s, value: st.Value, pid: samplePID(TypeWakeups, st)})
+			}
 		}
 	}
 	return es, nil
 }
-
-type kv struct{ k, v string }
 
 // builder fills one Profiles message and its shared dictionary.
 type builder struct {
@@ -379,27 +406,22 @@ func (b *builder) profile(r *resource, typ string) pprofile.Profile {
 	return p
 }
 
-// add appends one stack's sample to the profile of typ of its process.
-func (b *builder) add(typ string, st *schema.Stack, extra []kv) {
-	if st.Value == 0 || st.Sample == nil {
+// add appends one entry's sample to the profile of its type of its
+// process. The pid and thread of a wake-up are the waker's: the pprof
+// sample's own labels, as for the other types.
+func (b *builder) add(e *entry) {
+	if e.value == 0 || e.s == nil {
 		return
 	}
-	s := st.Sample
-	pid := samplePID(typ, st)
-	proc := st.Process
-	thread, tid := st.Thread, st.TID
-	if typ == TypeWakeups {
-		// The wake-up profile's pid and thread are the waker's.
-		proc = label(s, schema.LabelProcess)
-		thread, tid = label(s, schema.LabelThread), first(s.NumLabel[schema.LabelTID])
-	}
+	s, typ := e.s, e.typ
+	proc, thread, tid := label(s, schema.LabelProcess), label(s, schema.LabelThread), first(s.NumLabel[schema.LabelTID])
 	if proc == "" {
 		proc = thread
 	}
-	r := b.resource(pid, proc)
+	r := b.resource(e.pid, proc)
 	p := b.profile(r, typ)
 	smp := p.Samples().AppendEmpty()
-	smp.Values().Append(st.Value)
+	smp.Values().Append(e.value)
 	smp.SetStackIndex(b.stack(s.Location))
 	ai := smp.AttributeIndices()
 	if thread != "" {
@@ -408,35 +430,39 @@ func (b *builder) add(typ string, st *schema.Stack, extra []kv) {
 	if tid != 0 {
 		ai.Append(b.intAttr(AttrThreadID, tid))
 	}
-	if st.State != "" && typ != TypeCPU {
-		ai.Append(b.attr(AttrState, st.State))
+	if e.state != "" && typ != TypeCPU {
+		ai.Append(b.attr(AttrState, e.state))
 	}
-	for _, e := range extra {
-		ai.Append(b.attr(e.k, e.v))
+	if e.category != "" {
+		ai.Append(b.attr(AttrCategory, e.category))
 	}
+	if e.verdict != "" {
+		ai.Append(b.attr(AttrVerdict, e.verdict))
+	}
+	class := label(s, schema.LabelWakeupClass)
 	switch typ {
 	case TypeOffCPU, TypeRunQueue:
-		if st.Waker != "" {
-			ai.Append(b.attr(AttrWaker, st.Waker))
+		if w := label(s, schema.LabelWaker); w != "" {
+			ai.Append(b.attr(AttrWaker, w))
 		}
-		if st.WakerPID != 0 {
-			ai.Append(b.intAttr(AttrWakerPID, st.WakerPID))
+		if pid := first(s.NumLabel[schema.LabelWakerPID]); pid != 0 {
+			ai.Append(b.intAttr(AttrWakerPID, pid))
 		}
-		if st.Class != "" {
-			ai.Append(b.attr(AttrWakeupClass, st.Class))
+		if class != "" {
+			ai.Append(b.attr(AttrWakeupClass, class))
 		}
 	case TypeWakeups:
-		if st.Target != "" {
-			ai.Append(b.attr(AttrTargetThread, st.Target))
+		if t := label(s, schema.LabelTarget); t != "" {
+			ai.Append(b.attr(AttrTargetThread, t))
 		}
-		if st.TargetPID != 0 {
-			ai.Append(b.intAttr(AttrTargetPID, st.TargetPID))
+		if pid := first(s.NumLabel[schema.LabelTargetPID]); pid != 0 {
+			ai.Append(b.intAttr(AttrTargetPID, pid))
 		}
-		if st.Class != "" {
-			ai.Append(b.attr(AttrWakeupClass, st.Class))
+		if class != "" {
+			ai.Append(b.attr(AttrWakeupClass, class))
 		}
 	}
-	b.counts.Values[typ] += st.Value
+	b.counts.Values[typ] += e.value
 	b.counts.Samples++
 }
 

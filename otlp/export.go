@@ -45,6 +45,10 @@ type Config struct {
 	// RetryFor is how long an interval is retried before it is dropped
 	// (default 5m); retries back off from 1s to 30s.
 	RetryFor time.Duration `yaml:"retry_for"`
+	// QueueBytes bounds the encoded size of what waits (default 32 MiB):
+	// with the collector away, the queue is what grows. An interval that
+	// would pass it is dropped, and counted.
+	QueueBytes int `yaml:"queue_bytes"`
 	// MaxMessageBytes: an interval larger than this is sent in several
 	// messages (default 4,000,000: a gRPC receiver refuses more than
 	// 4 MiB unless configured otherwise).
@@ -53,6 +57,9 @@ type Config struct {
 
 // DefaultMaxMessageBytes keeps a message under gRPC's default 4 MiB limit.
 const DefaultMaxMessageBytes = 4_000_000
+
+// DefaultQueueBytes bounds the export queue's memory.
+const DefaultQueueBytes = 32 << 20
 
 // HTTPPath is where an OTLP receiver takes profiles over HTTP.
 const HTTPPath = "/v1development/profiles"
@@ -69,6 +76,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryFor == 0 {
 		c.RetryFor = 5 * time.Minute
+	}
+	if c.QueueBytes == 0 {
+		c.QueueBytes = DefaultQueueBytes
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
@@ -110,19 +120,23 @@ type Stats struct {
 	SentSamples, DroppedSample uint64
 	Retries                    uint64
 	Pending                    int    // in the queue or being sent now
+	PendingBytes               int    // their encoded size
 	LastError                  string // the last failed attempt's error
 }
 
+// item is one interval's messages, encoded: the queue holds a tenth of
+// what the messages' objects take.
 type item struct {
-	parts   []pprofile.Profiles
+	parts   [][]byte
+	bytes   int
 	samples int
 	since   time.Time
 }
 
-// sender sends one message; retry says whether a failure is worth
-// another attempt.
+// sender sends one encoded ExportProfilesServiceRequest; retry says
+// whether a failure is worth another attempt.
 type sender interface {
-	send(ctx context.Context, req pprofileotlp.ExportRequest) (retry bool, err error)
+	send(ctx context.Context, body []byte) (retry bool, err error)
 	close()
 }
 
@@ -173,22 +187,48 @@ func (e *Exporter) Reconfigure(cfg Config) error {
 	return nil
 }
 
-// Enqueue queues one interval, in one or more messages; it returns false,
-// and counts the drop, when the queue is full.
+// Enqueue encodes one interval's messages and queues them; it returns
+// false, and counts the drop, when the queue is full (in intervals or in
+// bytes) or a message cannot be encoded.
 func (e *Exporter) Enqueue(parts []pprofile.Profiles, samples int) bool {
+	it := item{samples: samples, since: time.Now()}
+	for _, p := range parts {
+		b, err := pprofileotlp.NewExportRequestFromProfiles(p).MarshalProto()
+		if err != nil {
+			return e.drop(samples, "encoding the profiles: "+err.Error())
+		}
+		it.parts = append(it.parts, b)
+		it.bytes += len(b)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	select {
-	case e.queue <- item{parts: parts, samples: samples, since: time.Now()}:
-		e.stats.Queued++
-		e.stats.Pending++
-		return true
-	default:
-		e.stats.Dropped++
-		e.stats.DroppedSample += uint64(samples)
-		e.stats.LastError = "queue full"
+	if e.stats.Pending > 0 && e.stats.PendingBytes+it.bytes > e.cfg.QueueBytes {
+		e.dropLocked(samples, fmt.Sprintf("queue full: %d bytes waiting, %d more would pass the queue's %d", e.stats.PendingBytes, it.bytes, e.cfg.QueueBytes))
 		return false
 	}
+	select {
+	case e.queue <- it:
+		e.stats.Queued++
+		e.stats.Pending++
+		e.stats.PendingBytes += it.bytes
+		return true
+	default:
+		e.dropLocked(samples, "queue full")
+		return false
+	}
+}
+
+func (e *Exporter) drop(samples int, why string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.dropLocked(samples, why)
+	return false
+}
+
+func (e *Exporter) dropLocked(samples int, why string) {
+	e.stats.Dropped++
+	e.stats.DroppedSample += uint64(samples)
+	e.stats.LastError = why
 }
 
 // Stats returns the counts so far.
@@ -220,6 +260,7 @@ func (e *Exporter) run() {
 		ok := e.deliver(it)
 		e.mu.Lock()
 		e.stats.Pending--
+		e.stats.PendingBytes -= it.bytes
 		if ok {
 			e.stats.Sent++
 			e.stats.SentSamples += uint64(it.samples)
@@ -235,7 +276,7 @@ func (e *Exporter) run() {
 // messages could not be sent counts as dropped.
 func (e *Exporter) deliver(it item) bool {
 	for _, p := range it.parts {
-		if !e.deliverOne(pprofileotlp.NewExportRequestFromProfiles(p), it.since) {
+		if !e.deliverOne(p, it.since) {
 			return false
 		}
 		e.mu.Lock()
@@ -247,14 +288,14 @@ func (e *Exporter) deliver(it item) bool {
 
 // deliverOne tries until the message is taken, a failure is permanent,
 // its interval's retry time is spent or the exporter is stopped.
-func (e *Exporter) deliverOne(req pprofileotlp.ExportRequest, since time.Time) bool {
+func (e *Exporter) deliverOne(body []byte, since time.Time) bool {
 	backoff := time.Second
 	for {
 		e.mu.Lock()
 		s, cfg := e.sender, e.cfg
 		e.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
-		retry, err := s.send(ctx, req)
+		retry, err := s.send(ctx, body)
 		cancel()
 		if err == nil {
 			return true
@@ -308,26 +349,46 @@ func newSender(cfg Config) (sender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("OTLP gRPC endpoint %s: %w", cfg.Endpoint, err)
 	}
-	return &grpcSender{conn: conn, client: pprofileotlp.NewGRPCClient(conn), md: metadata.New(cfg.Headers)}, nil
+	return &grpcSender{conn: conn, md: metadata.New(cfg.Headers)}, nil
 }
 
 type grpcSender struct {
-	conn   *grpc.ClientConn
-	client pprofileotlp.GRPCClient
-	md     metadata.MD
+	conn *grpc.ClientConn
+	md   metadata.MD
 }
 
-func (g *grpcSender) send(ctx context.Context, req pprofileotlp.ExportRequest) (bool, error) {
+// exportMethod is the OTLP profiles service's one method.
+const exportMethod = "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export"
+
+// rawCodec passes messages already encoded (and the reply undecoded):
+// protobuf on the wire either way.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) { return *v.(*[]byte), nil }
+
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	*v.(*[]byte) = append([]byte(nil), data...)
+	return nil
+}
+
+func (rawCodec) Name() string { return "proto" }
+
+func (g *grpcSender) send(ctx context.Context, body []byte) (bool, error) {
 	if len(g.md) > 0 {
 		ctx = metadata.NewOutgoingContext(ctx, g.md)
 	}
-	resp, err := g.client.Export(ctx, req)
+	var reply []byte
+	err := g.conn.Invoke(ctx, exportMethod, &body, &reply, grpc.ForceCodec(rawCodec{}))
 	if err != nil {
 		switch status.Code(err) {
 		case codes.Canceled, codes.DeadlineExceeded, codes.Aborted, codes.OutOfRange, codes.Unavailable, codes.DataLoss, codes.ResourceExhausted:
 			return true, err
 		}
 		return false, err
+	}
+	resp := pprofileotlp.NewExportResponse()
+	if err := resp.UnmarshalProto(reply); err != nil {
+		return false, fmt.Errorf("reading the collector's reply: %w", err)
 	}
 	if ps := resp.PartialSuccess(); ps.RejectedProfiles() > 0 {
 		return false, fmt.Errorf("collector rejected %d profiles: %s", ps.RejectedProfiles(), ps.ErrorMessage())
@@ -365,11 +426,7 @@ func newHTTPSender(cfg Config, tlsCfg *tls.Config) *httpSender {
 	return &httpSender{url: url, client: &http.Client{Transport: tr}, headers: cfg.Headers}
 }
 
-func (h *httpSender) send(ctx context.Context, req pprofileotlp.ExportRequest) (bool, error) {
-	body, err := req.MarshalProto()
-	if err != nil {
-		return false, fmt.Errorf("encoding the profiles: %w", err)
-	}
+func (h *httpSender) send(ctx context.Context, body []byte) (bool, error) {
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
 	if err != nil {
 		return false, err

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -190,6 +191,38 @@ func TestExporterRetryAndDrop(t *testing.T) {
 	st = e.Close(context.Background())
 	if st.Sent+st.Dropped != 3 || st.Dropped == 0 || st.DroppedSample != 5*st.Dropped {
 		t.Errorf("a permanent error and a full queue: %+v, want every interval sent or counted dropped", st)
+	}
+}
+
+// The queue holds encoded messages and is bounded in bytes: with the
+// collector not answering, an interval that would pass QueueBytes is
+// dropped and counted, whatever QueueSize allows.
+func TestExporterQueueBytes(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		<-release
+	}))
+	defer srv.Close()
+	p := pprofile.NewProfiles()
+	p.Dictionary().StringTable().Append(strings.Repeat("x", 40_000))
+	e, err := NewExporter(Config{Endpoint: srv.URL, Protocol: "http", Insecure: true, QueueSize: 60, QueueBytes: 100_000, RetryFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queued int
+	for range 5 {
+		if e.Enqueue([]pprofile.Profiles{p}, 1) {
+			queued++
+		}
+	}
+	st := e.Stats()
+	if queued != 2 || st.Dropped != 3 || !strings.Contains(st.LastError, "queue full") || st.PendingBytes > 100_000 {
+		t.Errorf("40 kB messages in a 100 kB queue: %d queued, %+v", queued, st)
+	}
+	close(release)
+	if st = e.Close(context.Background()); st.Sent != 2 || st.Dropped != 3 || st.PendingBytes != 0 {
+		t.Errorf("after the collector answers: %+v", st)
 	}
 }
 

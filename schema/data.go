@@ -2,6 +2,7 @@ package schema
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -169,65 +170,126 @@ func (d *Data) addProfile(path string, p *profile.Profile) error {
 		d.addGoroutines(p, gIdx)
 		return nil
 	}
-	wakeIdx, offIdx, cntIdx := typeIndex(p, Wakeups, Count), typeIndex(p, OffCPU, Nanoseconds), typeIndex(p, Switches, Count)
-	cpuIdx, runqIdx := typeIndex(p, CPU, Nanoseconds), typeIndex(p, RunQueue, Nanoseconds)
-	chainIdx := typeIndex(p, WakerWaiting, Nanoseconds)
-	if wakeIdx >= 0 {
-		for _, s := range p.Sample {
-			st := Stack{Kind: KindWakeup, Thread: sampleLabel(s, LabelThread), Frames: frames(s), Value: s.Value[wakeIdx], Sample: s,
-				Class: sampleLabel(s, LabelWakeupClass), Target: sampleLabel(s, LabelTarget),
-				TargetProcess: sampleLabel(s, LabelTargetProcess), TargetPID: numLabel(s, LabelTargetPID), PID: numLabel(s, LabelPID), Process: sampleLabel(s, LabelProcess)}
-			if offIdx >= 0 {
-				st.Ended = s.Value[offIdx]
-			}
-			d.Stacks = append(d.Stacks, st)
-		}
-		return nil
-	}
-	if offIdx < 0 {
-		// Any pprof with a time sample type: Go block and mutex profiles
-		// ("delay"), or the first nanoseconds type.
-		offIdx = typeIndex(p, "delay", "nanoseconds")
-		for i, st := range p.SampleType {
-			if offIdx < 0 && st.Unit == "nanoseconds" {
-				offIdx = i
-			}
-		}
-		cntIdx = typeIndex(p, "contentions", "count")
-		cpuIdx, runqIdx = -1, -1
-	}
-	if offIdx < 0 {
-		return fmt.Errorf("%s has no time sample type (off_cpu/nanoseconds, delay/nanoseconds): not an off-CPU profile", path)
+	r, err := NewSampleReader(p)
+	if err != nil {
+		return fmt.Errorf("%s %v", path, err)
 	}
 	first := len(d.Stacks)
-	defer func() { MarkInRequest(d.Stacks[first:]) }()
 	for _, s := range p.Sample {
-		fr := frames(s)
-		th := sampleLabel(s, LabelThread)
-		if v := s.Value[offIdx]; v != 0 {
-			st := Stack{Kind: KindOffCPU, Thread: th, Frames: fr, Value: v, Sample: s, State: sampleLabel(s, LabelState), Waker: sampleLabel(s, LabelWaker),
-				Class: sampleLabel(s, LabelWakeupClass), Process: sampleLabel(s, LabelProcess), WakerProcess: sampleLabel(s, LabelWakerProcess),
-				PID: numLabel(s, LabelPID), TID: numLabel(s, LabelTID), WakerPID: numLabel(s, LabelWakerPID),
-				WakerTID: numLabel(s, LabelWakerTID), WakerFrames: ParseWakerStack(sampleLabel(s, LabelWakerStack))}
-			if cntIdx >= 0 {
-				st.Count = s.Value[cntIdx]
-			}
-			if chainIdx >= 0 && s.Value[chainIdx] > 0 {
-				st.WakerWaitNs = s.Value[chainIdx]
-				st.WakerWaitFrames = ParseWakerStack(sampleLabel(s, LabelWakerWaitStack))
-			}
-			if sampleLabel(s, LabelGIL) != "" {
-				st.Reason, st.GILHolder = ReasonGIL, sampleLabel(s, LabelGILHolder)
-				st.GILHolderFrames = ParseWakerStack(sampleLabel(s, LabelGILHolderStack))
-			}
-			d.addOffCPU(st, runqIdx, s)
-		}
-		if cpuIdx >= 0 && s.Value[cpuIdx] != 0 {
-			d.Stacks = append(d.Stacks, Stack{Kind: KindCPU, Thread: th, Frames: fr, Value: s.Value[cpuIdx], Sample: s,
-				Process: sampleLabel(s, LabelProcess), PID: numLabel(s, LabelPID), TID: numLabel(s, LabelTID)})
-		}
+		d.Stacks = r.Stacks(d.Stacks, s)
+	}
+	if !r.Wakeups() {
+		MarkInRequest(d.Stacks[first:])
 	}
 	return nil
+}
+
+// SampleReader reads the stacks of a thread profile (off-CPU or wake-ups)
+// one sample at a time, for readers that keep none of them: what
+// FromProfile holds, but for MarkInRequest (see RequestIndex).
+type SampleReader struct {
+	wakeIdx, offIdx, cntIdx, cpuIdx, runqIdx, chainIdx int
+	// With Reuse: one buffer for a sample's frames, and folded stacks
+	// (waker labels) read once each.
+	reuse  bool
+	frames []Frame
+	parsed map[string][]Frame
+}
+
+// Reuse makes the frames of the stacks Stacks returns valid until its
+// next call only (and shared between stacks): most of what reading a
+// profile allocates, for readers that keep no stack.
+func (r *SampleReader) Reuse() {
+	r.reuse, r.parsed = true, map[string][]Frame{}
+}
+
+func (r *SampleReader) framesOf(s *profile.Sample) []Frame {
+	if !r.reuse {
+		return frames(s)
+	}
+	r.frames = AppendFrames(r.frames[:0], s.Location)
+	return r.frames
+}
+
+// parse is ParseWakerStack, each label read once with Reuse.
+func (r *SampleReader) parse(folded string) []Frame {
+	if !r.reuse || folded == "" {
+		return ParseWakerStack(folded)
+	}
+	f, ok := r.parsed[folded]
+	if !ok {
+		f = ParseWakerStack(folded)
+		r.parsed[folded] = f
+	}
+	return f
+}
+
+// NewSampleReader reads p's sample types; goroutine profiles are refused.
+func NewSampleReader(p *profile.Profile) (*SampleReader, error) {
+	if typeIndex(p, GoroutineBlocked, Nanoseconds) >= 0 {
+		return nil, errors.New("is a goroutine profile: read it with FromProfile")
+	}
+	r := &SampleReader{wakeIdx: typeIndex(p, Wakeups, Count), offIdx: typeIndex(p, OffCPU, Nanoseconds), cntIdx: typeIndex(p, Switches, Count),
+		cpuIdx: typeIndex(p, CPU, Nanoseconds), runqIdx: typeIndex(p, RunQueue, Nanoseconds), chainIdx: typeIndex(p, WakerWaiting, Nanoseconds)}
+	if r.wakeIdx >= 0 || r.offIdx >= 0 {
+		return r, nil
+	}
+	// Any pprof with a time sample type: Go block and mutex profiles
+	// ("delay"), or the first nanoseconds type.
+	r.offIdx = typeIndex(p, "delay", "nanoseconds")
+	for i, st := range p.SampleType {
+		if r.offIdx < 0 && st.Unit == "nanoseconds" {
+			r.offIdx = i
+		}
+	}
+	r.cntIdx = typeIndex(p, "contentions", "count")
+	r.cpuIdx, r.runqIdx = -1, -1
+	if r.offIdx < 0 {
+		return nil, errors.New("has no time sample type (off_cpu/nanoseconds, delay/nanoseconds): not an off-CPU profile")
+	}
+	return r, nil
+}
+
+// Wakeups tells whether the profile is a wake-up profile.
+func (r *SampleReader) Wakeups() bool { return r.wakeIdx >= 0 }
+
+// Stacks appends to dst the stacks sample s holds: a wake-up; or its
+// blocked time, its wait for a CPU (appendOffCPU) and its on-CPU time.
+func (r *SampleReader) Stacks(dst []Stack, s *profile.Sample) []Stack {
+	if r.wakeIdx >= 0 {
+		st := Stack{Kind: KindWakeup, Thread: sampleLabel(s, LabelThread), Frames: r.framesOf(s), Value: s.Value[r.wakeIdx], Sample: s,
+			Class: sampleLabel(s, LabelWakeupClass), Target: sampleLabel(s, LabelTarget),
+			TargetProcess: sampleLabel(s, LabelTargetProcess), TargetPID: numLabel(s, LabelTargetPID), PID: numLabel(s, LabelPID), Process: sampleLabel(s, LabelProcess)}
+		if r.offIdx >= 0 {
+			st.Ended = s.Value[r.offIdx]
+		}
+		return append(dst, st)
+	}
+	fr := r.framesOf(s)
+	th := sampleLabel(s, LabelThread)
+	if v := s.Value[r.offIdx]; v != 0 {
+		st := Stack{Kind: KindOffCPU, Thread: th, Frames: fr, Value: v, Sample: s, State: sampleLabel(s, LabelState), Waker: sampleLabel(s, LabelWaker),
+			Class: sampleLabel(s, LabelWakeupClass), Process: sampleLabel(s, LabelProcess), WakerProcess: sampleLabel(s, LabelWakerProcess),
+			PID: numLabel(s, LabelPID), TID: numLabel(s, LabelTID), WakerPID: numLabel(s, LabelWakerPID),
+			WakerTID: numLabel(s, LabelWakerTID), WakerFrames: r.parse(sampleLabel(s, LabelWakerStack))}
+		if r.cntIdx >= 0 {
+			st.Count = s.Value[r.cntIdx]
+		}
+		if r.chainIdx >= 0 && s.Value[r.chainIdx] > 0 {
+			st.WakerWaitNs = s.Value[r.chainIdx]
+			st.WakerWaitFrames = r.parse(sampleLabel(s, LabelWakerWaitStack))
+		}
+		if sampleLabel(s, LabelGIL) != "" {
+			st.Reason, st.GILHolder = ReasonGIL, sampleLabel(s, LabelGILHolder)
+			st.GILHolderFrames = r.parse(sampleLabel(s, LabelGILHolderStack))
+		}
+		dst = appendOffCPU(dst, st, r.runqIdx, s)
+	}
+	if r.cpuIdx >= 0 && s.Value[r.cpuIdx] != 0 {
+		dst = append(dst, Stack{Kind: KindCPU, Thread: th, Frames: fr, Value: s.Value[r.cpuIdx], Sample: s,
+			Process: sampleLabel(s, LabelProcess), PID: numLabel(s, LabelPID), TID: numLabel(s, LabelTID)})
+	}
+	return dst
 }
 
 // addGoroutines adds a goroutine profile's waits: the blocked part (from
@@ -379,38 +441,59 @@ func sampleLabel(s *profile.Sample, k string) string {
 // client's next request is its top of loop, woken by the client; any other
 // wait it makes (a row lock, a group commit, a latch) is inside a request.
 func MarkInRequest(stacks []Stack) {
-	type thread struct {
-		inputAt map[string]bool // user stacks of input waits
-		inputs  [][]string      // the same, root first
-	}
-	// Threads, or goroutines (whose network waits are their input waits).
-	threads := map[[3]int64]*thread{}
-	key := func(s *Stack) [3]int64 { return [3]int64{s.PID, s.TID, s.Goid} }
+	x := NewRequestIndex()
 	for i := range stacks {
-		s := &stacks[i]
-		if s.Kind != KindOffCPU || s.WaitsForCPU() || (s.TID == 0 && s.Goid == 0) {
-			continue
-		}
-		t := threads[key(s)]
-		if t == nil {
-			t = &thread{inputAt: map[string]bool{}}
-			threads[key(s)] = t
-		}
-		if rel := s.WakerRelation(); (rel == "other-program" || s.Class == "net-rx" || s.Reason == goNetworkWait) && !t.inputAt[userFolded(s)] {
-			t.inputAt[userFolded(s)] = true
+		x.Observe(&stacks[i])
+	}
+	for i := range stacks {
+		x.Mark(&stacks[i])
+	}
+}
+
+// RequestIndex is MarkInRequest in two passes for readers that keep no
+// stacks (SampleReader): Observe every stack of a profile, then Mark each.
+type RequestIndex struct {
+	threads map[[3]int64]*requestThread
+}
+
+// requestThread is a thread's, or a goroutine's (whose network waits are
+// its input waits), input waits.
+type requestThread struct {
+	inputAt map[string]bool // user stacks of input waits
+	inputs  [][]string      // the same, root first
+}
+
+func NewRequestIndex() *RequestIndex { return &RequestIndex{threads: map[[3]int64]*requestThread{}} }
+
+func requestKey(s *Stack) [3]int64 { return [3]int64{s.PID, s.TID, s.Goid} }
+
+// Observe notes s's thread and, if s is an input wait, where it waits.
+func (x *RequestIndex) Observe(s *Stack) {
+	if s.Kind != KindOffCPU || s.WaitsForCPU() || (s.TID == 0 && s.Goid == 0) {
+		return
+	}
+	t := x.threads[requestKey(s)]
+	if t == nil {
+		t = &requestThread{inputAt: map[string]bool{}}
+		x.threads[requestKey(s)] = t
+	}
+	if rel := s.WakerRelation(); rel == "other-program" || s.Class == "net-rx" || s.Reason == goNetworkWait {
+		if at := userFolded(s); !t.inputAt[at] {
+			t.inputAt[at] = true
 			t.inputs = append(t.inputs, userFrames(s.Frames))
 		}
 	}
-	for i := range stacks {
-		s := &stacks[i]
-		t := threads[key(s)]
-		if s.Kind != KindOffCPU || s.WaitsForCPU() || t == nil || len(t.inputAt) == 0 {
-			continue
-		}
-		s.InRequest = !t.inputAt[userFolded(s)]
-		if w := threads[[3]int64{s.WakerPID, s.WakerTID, s.WakerGoid}]; s.InRequest && w != nil {
-			s.WakerDispatching = nearInput(userFrames(s.WakerFrames), w.inputs)
-		}
+}
+
+// Mark sets s.InRequest and s.WakerDispatching from what was observed.
+func (x *RequestIndex) Mark(s *Stack) {
+	t := x.threads[requestKey(s)]
+	if s.Kind != KindOffCPU || s.WaitsForCPU() || t == nil || len(t.inputAt) == 0 {
+		return
+	}
+	s.InRequest = !t.inputAt[userFolded(s)]
+	if w := x.threads[[3]int64{s.WakerPID, s.WakerTID, s.WakerGoid}]; s.InRequest && w != nil {
+		s.WakerDispatching = nearInput(userFrames(s.WakerFrames), w.inputs)
 	}
 }
 
@@ -460,11 +543,11 @@ func userFolded(s *Stack) string {
 	return b.String()
 }
 
-// addOffCPU adds an off-CPU stack; where the profile splits off-CPU time
-// at the wake-up (RunQueue), the wait for a CPU after it becomes a
-// stack of its own in state StateRunQueue, so that only the blocked part
-// counts as blocked.
-func (d *Data) addOffCPU(st Stack, runqIdx int, s *profile.Sample) {
+// appendOffCPU appends an off-CPU stack; where the profile splits
+// off-CPU time at the wake-up (RunQueue), the wait for a CPU after it
+// becomes a stack of its own in state StateRunQueue, so that only the
+// blocked part counts as blocked.
+func appendOffCPU(dst []Stack, st Stack, runqIdx int, s *profile.Sample) []Stack {
 	var runq int64
 	if runqIdx >= 0 && st.State != "preempted" {
 		runq = min(s.Value[runqIdx], st.Value)
@@ -475,11 +558,12 @@ func (d *Data) addOffCPU(st Stack, runqIdx int, s *profile.Sample) {
 		rq.WakerWaitNs, rq.WakerWaitFrames = 0, nil
 		st.Value -= runq
 		st.WakerWaitNs = min(st.WakerWaitNs, st.Value)
-		d.Stacks = append(d.Stacks, rq)
+		dst = append(dst, rq)
 	}
 	if st.Value > 0 {
-		d.Stacks = append(d.Stacks, st)
+		dst = append(dst, st)
 	}
+	return dst
 }
 
 func numLabel(s *profile.Sample, k string) int64 {

@@ -17,8 +17,10 @@ const KernelMapping = "[kernel.kallsyms]"
 
 // Frames returns the frames of locs (leaf first, as pprof keeps them) root
 // first, inlined ones expanded.
-func Frames(locs []*profile.Location) []Frame {
-	var out []Frame
+func Frames(locs []*profile.Location) []Frame { return AppendFrames(nil, locs) }
+
+// AppendFrames appends the frames of locs to out, as Frames.
+func AppendFrames(out []Frame, locs []*profile.Location) []Frame {
 	for i := len(locs) - 1; i >= 0; i-- {
 		l := locs[i]
 		kernel := l.Mapping != nil && l.Mapping.File == KernelMapping

@@ -11,11 +11,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
+	"runtime/metrics"
 	"sort"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/goccy/go-yaml"
 	"github.com/google/pprof/profile"
 
@@ -36,6 +39,8 @@ type agentFlags struct {
 	otlp       otlp.Config
 	shutdown   time.Duration
 	debugAddr  string
+	memLimit   string
+	queueBytes string
 }
 
 // agentConfig is the --config file, read at the start and on SIGHUP; what
@@ -69,6 +74,8 @@ func (a *agentFlags) register(cmd interface {
 	cmd.IntVar(&a.otlp.MaxMessageBytes, "otlp-max-message", otlp.DefaultMaxMessageBytes, "continuous: an interval larger than this many bytes is sent in several messages (a gRPC receiver takes 4 MiB unless told otherwise)")
 	cmd.DurationVar(&a.otlp.RetryFor, "otlp-retry", 5*time.Minute, "continuous: how long an interval is retried before it is dropped (counted)")
 	cmd.StringVar(&a.debugAddr, "debug-addr", "", "continuous: serve the agent's own Go profiles (/debug/pprof/) on this address, e.g. 127.0.0.1:6060")
+	cmd.StringVar(&a.memLimit, "memory-limit", "256MiB", "continuous: the agent's Go memory limit (as GOMEMLIMIT, which wins when set; 0: none): garbage is collected sooner near it")
+	cmd.StringVar(&a.queueBytes, "otlp-queue-bytes", "32MiB", "continuous: bytes of encoded intervals waiting to be sent; one that would pass it is dropped (counted)")
 	cmd.DurationVar(&a.shutdown, "shutdown-timeout", 10*time.Second, "continuous: on SIGTERM or Ctrl-C, how long queued intervals may still be sent")
 }
 
@@ -92,6 +99,10 @@ func (a *agentFlags) resolve() (*settings, error) {
 		cfg.Headers[k] = v
 	}
 	s := &settings{outputDir: a.outputDir, keep: a.keep}
+	qb, err := parseBytes("--otlp-queue-bytes", a.queueBytes)
+	if err != nil {
+		return nil, err
+	}
 	rulesPath := a.rules
 	if a.config != "" {
 		b, err := os.ReadFile(a.config)
@@ -129,6 +140,9 @@ func (a *agentFlags) resolve() (*settings, error) {
 		}
 	}
 	if cfg.Endpoint != "" {
+		if cfg.QueueBytes == 0 {
+			cfg.QueueBytes = int(min(qb, 1<<40))
+		}
 		if err := cfg.Check(); err != nil {
 			return nil, err
 		}
@@ -154,12 +168,42 @@ func (a *agentFlags) resolve() (*settings, error) {
 			return nil, err
 		}
 	}
-	r, err := analysis.LoadRules(rulesPath)
-	if err != nil {
+	if s.rules, err = analysis.LoadRules(rulesPath); err != nil {
 		return nil, err
 	}
-	s.rules = r
 	return s, nil
+}
+
+// parseBytes reads a size as GOMEMLIMIT writes it ("160MiB") or in SI
+// units ("200MB"); a plain number is bytes.
+func parseBytes(flag, v string) (uint64, error) {
+	n, err := humanize.ParseBytes(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s %q: give a size such as 160MiB", flag, v)
+	}
+	return n, nil
+}
+
+// agentGCPercent: an interval's objects are garbage by the next, so the
+// heap may grow half its live size before a collection (GOGC=50), not its
+// whole size, unless GOGC says otherwise.
+const agentGCPercent = 50
+
+// setMemoryLimit applies --memory-limit unless GOMEMLIMIT is set, and the
+// agent's GOGC unless GOGC is; it returns the limit in force (0: none).
+func setMemoryLimit(v string) (uint64, error) {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(agentGCPercent)
+	}
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return uint64(max(debug.SetMemoryLimit(-1), 0)), nil
+	}
+	n, err := parseBytes("--memory-limit", v)
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	debug.SetMemoryLimit(int64(min(n, 1<<62)))
+	return n, nil
 }
 
 // agent handles each interval of a continuous recording.
@@ -172,7 +216,8 @@ type agent struct {
 	procs     *otlp.ProcessCache
 	intervals int
 	written   int
-	failed    int // intervals not written to --output-dir
+	failed    int    // intervals not written to --output-dir
+	memLimit  uint64 // the Go memory limit in force (0: none)
 }
 
 func newAgent(stderr io.Writer, quiet bool, set *settings) (*agent, error) {
@@ -218,6 +263,12 @@ func (a *agent) reload(set *settings) error {
 func (a *agent) handle(iv *collector.Interval) {
 	a.intervals++
 	var notes []string
+	// Exported first: the messages are encoded and their objects freed
+	// before the pprof files are written, which adds the encoder's tables
+	// to the profile in memory.
+	if a.exporter != nil {
+		notes = append(notes, a.export(iv)...)
+	}
 	if a.set.outputDir != "" {
 		if err := a.writeInterval(iv); err != nil {
 			a.failed++
@@ -226,24 +277,28 @@ func (a *agent) handle(iv *collector.Interval) {
 			a.written++
 		}
 	}
-	if a.exporter != nil {
-		parts, counts, err := a.conv.Convert(iv.Start, iv.Duration, iv.Profile, iv.Wakeups)
-		switch {
-		case err != nil:
-			notes = append(notes, "not exported: "+err.Error())
-		case !a.exporter.Enqueue(parts, counts.Samples):
-			notes = append(notes, "dropped: the export queue is full")
-		}
-		st := a.exporter.Stats()
-		notes = append(notes, fmt.Sprintf("exported %d (%d messages), pending %d, dropped %d", st.Sent, st.Messages, st.Pending, st.Dropped))
-		if st.Pending > 0 && st.LastError != "" {
-			notes = append(notes, "last error: "+st.LastError)
-		}
-		a.procs.Prune()
-	}
 	if !a.quiet {
 		fmt.Fprintf(a.stderr, "offcpu: %s; %s\n", iv, strings.Join(notes, "; "))
 	}
+}
+
+// export converts and queues an interval; it returns what to say of it.
+func (a *agent) export(iv *collector.Interval) []string {
+	var notes []string
+	parts, counts, err := a.conv.Convert(iv.Start, iv.Duration, iv.Profile, iv.Wakeups)
+	switch {
+	case err != nil:
+		notes = append(notes, "not exported: "+err.Error())
+	case !a.exporter.Enqueue(parts, counts.Samples):
+		notes = append(notes, "dropped: "+a.exporter.Stats().LastError)
+	}
+	st := a.exporter.Stats()
+	notes = append(notes, fmt.Sprintf("exported %d (%d messages), pending %d, dropped %d", st.Sent, st.Messages, st.Pending, st.Dropped))
+	if st.Pending > 0 && st.LastError != "" {
+		notes = append(notes, "last error: "+st.LastError)
+	}
+	a.procs.Prune()
+	return notes
 }
 
 // writeInterval writes an interval's profiles to the output directory and
@@ -310,10 +365,15 @@ func runContinuous(stderr io.Writer, f *recordFlags, opts collector.Options, com
 	if err != nil {
 		return err
 	}
+	limit, err := setMemoryLimit(af.memLimit)
+	if err != nil {
+		return err
+	}
 	ag, err := newAgent(stderr, f.quiet, set)
 	if err != nil {
 		return err
 	}
+	ag.memLimit = limit
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	hup := make(chan os.Signal, 1)
@@ -327,6 +387,7 @@ func runContinuous(stderr io.Writer, f *recordFlags, opts collector.Options, com
 		}
 	}
 	opts.Continuous = true
+	opts.ExcludeSelf = true // its cuts would record themselves
 	sess, err := collector.Start(ctx, opts)
 	if err != nil {
 		ag.close(0)
@@ -382,6 +443,12 @@ func (a *agent) cutEvery(sess *collector.Session, af *agentFlags, hup <-chan os.
 				return false, err
 			}
 			a.handle(iv)
+			// What the interval took is garbage now: given back to the
+			// system, so that the agent's footprint between cuts is what
+			// it keeps (a collection of the live heap, ~1% of a CPU at
+			// 10 s intervals on a busy node).
+			iv = nil
+			debug.FreeOSMemory()
 		case <-hup:
 			set, err := af.resolve()
 			if err == nil {
@@ -416,6 +483,45 @@ func printAgentSummary(w io.Writer, st collector.Stats, ag *agent) {
 			fmt.Fprintf(w, "offcpu: OTLP: last error: %s\n", es.LastError)
 		}
 	}
+	fmt.Fprintf(w, "offcpu: memory: %s\n", memorySummary(ag.memLimit))
+}
+
+// memorySummary is the agent's own memory and collection: its peak RSS,
+// the Go memory limit and the share of its CPU time the collector took.
+func memorySummary(limit uint64) string {
+	samples := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/cpu/classes/total:cpu-seconds"}, {Name: "/cpu/classes/idle:cpu-seconds"}}
+	metrics.Read(samples)
+	out := "peak RSS " + peakRSS()
+	if limit > 0 {
+		out += fmt.Sprintf(", Go memory limit %s", humanize.IBytes(limit))
+	}
+	f := func(i int) float64 {
+		if samples[i].Value.Kind() == metrics.KindFloat64 {
+			return samples[i].Value.Float64()
+		}
+		return 0
+	}
+	if used := f(1) - f(2); used > 0 {
+		out += fmt.Sprintf(", garbage collection %.0f%% of the agent's CPU", 100*f(0)/used)
+	}
+	return out
+}
+
+// peakRSS is VmHWM from /proc/self/status.
+func peakRSS() string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return "unknown"
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			var kb uint64
+			if _, err := fmt.Sscan(v, &kb); err == nil {
+				return humanize.IBytes(kb << 10)
+			}
+		}
+	}
+	return "unknown"
 }
 
 // version is the scope version of exported profiles.

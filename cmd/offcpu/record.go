@@ -105,7 +105,7 @@ re-reads --config (otlp:, output_dir:, keep:, rules:).`,
 	fl.BoolVar(&f.kernelOnly, "kernel-only", false, "record kernel threads only")
 	fl.BoolVar(&f.noUserStacks, "no-user-stacks", false, "do not capture user stacks")
 	fl.BoolVar(&f.noKernelStacks, "no-kernel-stacks", false, "do not capture kernel stacks")
-	fl.DurationVar(&f.walkThreshold, "walk-threshold", 0, "walk stacks at the switch-in: intervals at least this long always, shorter ones with probability length/threshold, weighted so each stack's time is an unbiased estimate; every thread's time stays exact (at most 1ms; 0: walk every interval)")
+	fl.DurationVar(&f.walkThreshold, "walk-threshold", 0, "walk stacks at the switch-in: intervals at least this long always, shorter ones with probability length/threshold, weighted so each stack's time is an unbiased estimate; every thread's time stays exact (at most 1ms; 0: walk every interval; --continuous: 100µs unless given)")
 	fl.StringVar(&f.budget, "budget", "", "adapt --walk-threshold so the recorder's BPF programs use about this share of one CPU, e.g. 1% or 0.01 (measured with kernel.bpf_stats_enabled)")
 	fl.BoolVar(&f.noStackReuse, "no-stack-reuse", false, "walk both stacks at every switch-out (by default a thread sleeping again in the same syscall from the same place reuses its previous stacks)")
 	fl.IntVar(&f.cpuHz, "cpu-hz", 99, "also sample on-CPU stacks this often per CPU (sample type cpu/nanoseconds; 0: off)")
@@ -200,9 +200,14 @@ func (f *recordFlags) run(cmd *cobra.Command, args []string) error {
 		if err != nil {
 			return err
 		}
+		if !cmd.Flags().Changed("walk-threshold") && opts.Budget == 0 {
+			// An agent records all the time: short intervals' stacks
+			// are drawn, their time still exact (docs/overhead.md).
+			opts.WalkThreshold = collector.DefaultContinuousWalkThreshold
+		}
 		return runContinuous(cmd.ErrOrStderr(), f, opts, args)
 	}
-	for _, name := range []string{"interval", "output-dir", "keep", "config", "rules", "otlp-endpoint", "otlp-protocol", "otlp-header", "otlp-insecure", "otlp-ca", "otlp-queue", "otlp-retry", "shutdown-timeout"} {
+	for _, name := range []string{"interval", "output-dir", "keep", "config", "rules", "otlp-endpoint", "otlp-protocol", "otlp-header", "otlp-insecure", "otlp-ca", "otlp-queue", "otlp-queue-bytes", "otlp-retry", "shutdown-timeout", "memory-limit"} {
 		if cmd.Flags().Changed(name) {
 			return fmt.Errorf("--%s needs --continuous", name)
 		}
