@@ -3,9 +3,11 @@
 # whole machine, a profile every INTERVAL, to a local Collector and to an
 # output directory, for DURATION, under process churn (CHURN processes a
 # second, each sleeping 1 ms) and the bundled dispatch core run in a loop.
-# Every 10 s it samples the agent's RSS and the memory of its BPF maps; at
-# the end it prints their slope after the first two minutes, the agent's
-# CPU share, and whether every interval was exported or counted as dropped.
+# Every second it samples the agent's RSS (a cut takes seconds: sampling
+# once an interval would see one phase of it), every 10 s the memory of
+# its BPF maps; at the end it prints the RSS median and maximum after the
+# first two minutes, the slopes, the agent's CPU share, and whether every
+# interval was exported or counted as dropped.
 # The agent's Go heap profiles are saved at two minutes and at the end, and
 # a 30-second CPU profile from two minutes on.
 #
@@ -18,6 +20,7 @@ INTERVAL=${INTERVAL:-10s}
 CHURN=${CHURN:-200}
 IDLE=${IDLE:-0} # 1: no load, for the agent's cost on an idle machine
 AGENT_FLAGS=${AGENT_FLAGS:-}
+AGENT_ENV=${AGENT_ENV:-} # e.g. GOGC=25, for the agent alone
 OUT=${OUT:-$(mktemp -d /tmp/offcpu-soak.XXXXXX)}
 cd "$(dirname "$0")/.."
 
@@ -51,7 +54,7 @@ EOF
 colpid=$!
 sleep 3
 
-"$OUT/offcpu" record --continuous --interval "$INTERVAL" --output-dir "$OUT/profiles" --keep 1000 \
+env $AGENT_ENV "$OUT/offcpu" record --continuous --interval "$INTERVAL" --output-dir "$OUT/profiles" --keep 1000 \
 	--otlp-endpoint "$grpc" --otlp-insecure --debug-addr "$debug" $AGENT_FLAGS 2>"$OUT/agent.log" &
 agent=$!
 sleep 5
@@ -68,9 +71,13 @@ fi
 mapmem() { grep -h '^memlock' $(grep -l '^map_type' /proc/$agent/fdinfo/* 2>/dev/null) 2>/dev/null | awk '{s+=$2} END {print s+0}'; }
 cpu0=$(awk '{print $14+$15}' /proc/$agent/stat)
 echo "t_s rss_kb bpf_map_bytes" > "$OUT/memory.tsv"
+echo "t_s rss_kb" > "$OUT/rss.tsv"
 start=$(date +%s)
 while (( $(date +%s) - start < total )); do
-	sleep 10
+	for _ in 1 2 3 4 5 6 7 8 9 10; do
+		sleep 1
+		echo "$(( $(date +%s) - start )) $(awk '/VmRSS/ {print $2}' /proc/$agent/status)" >> "$OUT/rss.tsv"
+	done
 	t=$(( $(date +%s) - start ))
 	echo "$t $(awk '/VmRSS/ {print $2}' /proc/$agent/status) $(mapmem)" >> "$OUT/memory.tsv"
 	# The agent's Go heap after two minutes and at the end: compare them
@@ -93,7 +100,7 @@ wait "$colpid" || true
 
 intervals=$(grep -c '^offcpu: interval ' "$OUT/agent.log" || true)
 received=$(ls "$OUT/received" | wc -l)
-python3 - "$OUT/memory.tsv" <<EOF
+python3 - "$OUT/memory.tsv" "$OUT/rss.tsv" <<EOF
 import sys
 rows = [list(map(float, l.split())) for l in open(sys.argv[1]).read().split('\n')[1:] if l.strip()]
 late = [r for r in rows if r[0] >= 120] or rows
@@ -102,6 +109,9 @@ def slope(i):
     den = sum((r[0]-mx)**2 for r in late) or 1
     return sum((r[0]-mx)*(r[i]-my) for r in late)/den
 print(f"soak: {rows[-1][0]:.0f} s; RSS {late[0][1]/1024:.1f} MB after 2 min, {rows[-1][1]/1024:.1f} MB at the end, peak {max(r[1] for r in rows)/1024:.1f} MB; slope {slope(1)*3600/1024:+.2f} MB/h")
+per_s = sorted(float(l.split()[1]) for l in open(sys.argv[2]).read().split('\n')[1:] if l.strip() and float(l.split()[0]) >= 120)
+if per_s:
+    print(f"soak: RSS sampled every second after 2 min: median {per_s[len(per_s)//2]/1024:.1f} MB, max {per_s[-1]/1024:.1f} MB ({len(per_s)} samples)")
 print(f"soak: BPF map memory {late[0][2]/2**20:.1f} MB after 2 min, {rows[-1][2]/2**20:.1f} MB at the end; slope {slope(2)*3600/2**20:+.3f} MB/h")
 EOF
 [[ -n ${cpu120:-} ]] && echo "soak: agent CPU after two minutes: $(python3 -c "print(f'{($cpu1-$cpu120)/(($total-$t120)*100)*100:.2f}')")% of a CPU"

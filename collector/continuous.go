@@ -40,6 +40,10 @@ var ErrStopped = errors.New("the recording has stopped")
 type continuous struct {
 	mu    sync.Mutex // one snapshot at a time
 	mapMu sync.Mutex // the maps' entries and the totals read from them
+	// aggMu: the aggregation maps' swap and what was moved out of them
+	// (agg, folded, aggRemoved, aggMoved). Apart from mapMu, so that the
+	// map is moved to memory while a slow cut reads the others.
+	aggMu sync.Mutex
 	recs  map[any]aggVals
 	wakes map[bpf.OffcpuWakeKey]uint64
 	cpu   map[bpf.OffcpuCpuKey]uint64
@@ -68,6 +72,7 @@ type continuous struct {
 	folded     []foldedEntry
 	aggRemoved uint64
 	aggMoved   uint64
+	movedAtCut uint64 // aggMoved as the cut took the entries
 }
 
 type grave struct {
@@ -220,7 +225,7 @@ func (c *continuous) delta(d *recording, read Stats) Stats {
 
 	st.Keys, st.Stacks, st.StacksMoved, st.Unwind, st.JVM, st.Programs = read.Keys, read.Stacks, read.StacksMoved, read.Unwind, read.JVM, read.Programs
 	st.StacksMissing = read.StacksMissing
-	st.AggMoved, c.aggMoved = c.aggMoved, 0
+	st.AggMoved, c.movedAtCut = c.movedAtCut, 0
 	st.Budget, c.budget = read.Budget.since(c.budget), read.Budget
 	st.addCounters(&read, 1)
 	st.addCounters(&c.counters, -1)

@@ -91,8 +91,8 @@ func (s *Session) maybeFold() float64 {
 	if err != nil {
 		return 0
 	}
-	c.mapMu.Lock()
-	defer c.mapMu.Unlock()
+	c.aggMu.Lock()
+	defer c.aggMu.Unlock()
 	fill := float64(stored-min(stored, c.aggRemoved)) / float64(c.agg.cur.MaxEntries())
 	if fill < 0.5 {
 		return fill
@@ -108,11 +108,15 @@ func (s *Session) maybeFold() float64 {
 // takeAgg swaps the aggregation maps and calls fn with every entry moved
 // to memory since the last cut, then forgets them.
 func (c *continuous) takeAgg(fn func(*bpf.OffcpuOffcpuKey, *bpf.OffcpuOffcpuVal)) error {
+	c.aggMu.Lock()
 	err := c.swapAgg()
-	for i := range c.folded {
-		fn(&c.folded[i].key, &c.folded[i].val)
-	}
+	folded := c.folded
 	c.folded = nil
+	c.movedAtCut, c.aggMoved = c.aggMoved, 0
+	c.aggMu.Unlock()
+	for i := range folded {
+		fn(&folded[i].key, &folded[i].val)
+	}
 	return err
 }
 

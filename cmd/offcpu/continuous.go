@@ -185,9 +185,9 @@ func parseBytes(flag, v string) (uint64, error) {
 }
 
 // agentGCPercent: an interval's objects are garbage by the next, so the
-// heap may grow half its live size before a collection (GOGC=50), not its
-// whole size, unless GOGC says otherwise.
-const agentGCPercent = 50
+// heap may grow a quarter of its live size before a collection (GOGC=25),
+// not its whole size, unless GOGC says otherwise.
+const agentGCPercent = 25
 
 // setMemoryLimit applies --memory-limit unless GOMEMLIMIT is set, and the
 // agent's GOGC unless GOGC is; it returns the limit in force (0: none).
