@@ -105,28 +105,8 @@ func (a *agentFlags) resolve() (*settings, error) {
 	}
 	rulesPath := a.rules
 	if a.config != "" {
-		b, err := os.ReadFile(a.config)
-		if err != nil {
-			return nil, fmt.Errorf("reading --config: %w", err)
-		}
-		var c agentConfig
-		if err := yaml.UnmarshalWithOptions(b, &c, yaml.Strict()); err != nil {
-			return nil, fmt.Errorf("%s: %s", a.config, yaml.FormatError(err, false, true))
-		}
-		if c.OTLP != nil {
-			if c.OTLP.Protocol == "" {
-				c.OTLP.Protocol = cfg.Protocol
-			}
-			cfg = *c.OTLP
-		}
-		if c.OutputDir != nil {
-			s.outputDir = *c.OutputDir
-		}
-		if c.Keep != nil {
-			s.keep = *c.Keep
-		}
-		if c.Rules != nil {
-			rulesPath = *c.Rules
+		if err := a.applyConfig(&cfg, s, &rulesPath); err != nil {
+			return nil, err
 		}
 	}
 	if cfg.Endpoint == "" {
@@ -172,6 +152,34 @@ func (a *agentFlags) resolve() (*settings, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// applyConfig reads the --config file over what the flags say.
+func (a *agentFlags) applyConfig(cfg *otlp.Config, s *settings, rulesPath *string) error {
+	b, err := os.ReadFile(a.config)
+	if err != nil {
+		return fmt.Errorf("reading --config: %w", err)
+	}
+	var c agentConfig
+	if err := yaml.UnmarshalWithOptions(b, &c, yaml.Strict()); err != nil {
+		return fmt.Errorf("%s: %s", a.config, yaml.FormatError(err, false, true))
+	}
+	if c.OTLP != nil {
+		if c.OTLP.Protocol == "" {
+			c.OTLP.Protocol = cfg.Protocol
+		}
+		*cfg = *c.OTLP
+	}
+	if c.OutputDir != nil {
+		s.outputDir = *c.OutputDir
+	}
+	if c.Keep != nil {
+		s.keep = *c.Keep
+	}
+	if c.Rules != nil {
+		*rulesPath = *c.Rules
+	}
+	return nil
 }
 
 // parseBytes reads a size as GOMEMLIMIT writes it ("160MiB") or in SI
