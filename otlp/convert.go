@@ -218,13 +218,7 @@ func (c *Converter) entries(off, wake *profile.Profile) ([]entry, error) {
 			return nil, fmt.Errorf("reading the off-CPU profile: %w", err)
 		}
 		r.Reuse()
-		x := schema.NewRequestIndex()
-		for _, s := range off.Sample {
-			buf = r.Stacks(buf[:0], s)
-			for i := range buf {
-				x.Observe(&buf[i])
-			}
-		}
+		x := r.RequestIndex(off.Sample)
 		for _, s := range off.Sample {
 			buf = r.Stacks(buf[:0], s)
 			for i := range buf {

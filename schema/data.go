@@ -485,6 +485,20 @@ func (x *RequestIndex) Observe(s *Stack) {
 	}
 }
 
+// RequestIndex observes every stack of samples, read by r: the first of
+// the two passes.
+func (r *SampleReader) RequestIndex(samples []*profile.Sample) *RequestIndex {
+	x := NewRequestIndex()
+	var buf []Stack
+	for _, s := range samples {
+		buf = r.Stacks(buf[:0], s)
+		for i := range buf {
+			x.Observe(&buf[i])
+		}
+	}
+	return x
+}
+
 // Mark sets s.InRequest and s.WakerDispatching from what was observed.
 func (x *RequestIndex) Mark(s *Stack) {
 	t := x.threads[requestKey(s)]

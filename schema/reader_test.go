@@ -35,14 +35,8 @@ func TestSampleReaderMatchesFromProfile(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.Reuse()
-		x := NewRequestIndex()
+		x := r.RequestIndex(p.Sample)
 		var buf, got []Stack
-		for _, s := range p.Sample {
-			buf = r.Stacks(buf[:0], s)
-			for i := range buf {
-				x.Observe(&buf[i])
-			}
-		}
 		for _, s := range p.Sample {
 			buf = r.Stacks(buf[:0], s)
 			for _, st := range buf {
