@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"hash/maphash"
 	"regexp"
 	"strings"
 	"sync"
@@ -17,7 +18,7 @@ import (
 // thread's release, is blocked; a socket read woken by another program is
 // idle.
 func (r *Rules) Categorize(s *Stack) []string {
-	k := ruleInput(s)
+	k := hash128(ruleInput(s))
 	r.catMu.RLock()
 	out, ok := r.cats[k]
 	r.catMu.RUnlock()
@@ -27,7 +28,7 @@ func (r *Rules) Categorize(s *Stack) []string {
 	out = r.categorize(s)
 	r.catMu.Lock()
 	if r.cats == nil || len(r.cats) >= maxMatchCache {
-		r.cats = map[string][]string{} // bounded, as matchCache
+		r.cats = map[[2]uint64][]string{} // bounded, as matchCache
 	}
 	r.cats[k] = out
 	r.catMu.Unlock()
@@ -65,7 +66,7 @@ func ruleInput(s *Stack) string {
 // are cached: the same few thousand names meet the same rules in every
 // stack, and running the regexps was most of an analysis's time.
 func frameMatches(re *regexp.Regexp, name string) bool {
-	k := matchKey{re, name}
+	k := matchKey{re, hash128(name)}
 	matchMu.RLock()
 	v, ok := matchCache[k]
 	matchMu.RUnlock()
@@ -83,14 +84,22 @@ func frameMatches(re *regexp.Regexp, name string) bool {
 	return m
 }
 
+// matchKey holds a hash of the name, not the name: a cache that pinned
+// every name it saw grew by megabytes an hour in an agent.
 type matchKey struct {
 	re   *regexp.Regexp
-	name string
+	name [2]uint64
 }
 
-const maxMatchCache = 1 << 17 // ~10 MB: an agent runs for months
+const maxMatchCache = 1 << 17 // a few MB: an agent runs for months
 
 var (
 	matchMu    sync.RWMutex
 	matchCache = map[matchKey]bool{}
+	hashSeeds  = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
 )
+
+// hash128 is s's 128-bit hash: a cache key that keeps no copy of s.
+func hash128(s string) [2]uint64 {
+	return [2]uint64{maphash.String(hashSeeds[0], s), maphash.String(hashSeeds[1], s)}
+}

@@ -91,7 +91,7 @@ type Rules struct {
 	// Categories by what the rules read of a stack: goroutine profiles
 	// hold many rows that differ by goroutine alone.
 	catMu sync.RWMutex
-	cats  map[string][]string
+	cats  map[[2]uint64][]string // by a 128-bit hash of ruleInput: no copy of the stacks kept
 }
 
 type rule struct {
