@@ -166,6 +166,7 @@ func BenchmarkRecorderOverhead(b *testing.B) {
 	rFloor := add("floor: two empty tp_btf programs (sched_switch, sched_waking)", "switch")
 	rTotal := add("offcpu record, every feature (wake-ups), every interval walked", "switch")
 	rAgent := add("… --walk-threshold 100µs (--continuous's default)", "switch")
+	rAgentNW := add("… --walk-threshold 100µs --no-wakeups (the switch's side alone: two programs)", "switch")
 	rThr := add("… --walk-threshold 1ms", "switch")
 	rBudget := add("… --budget 1%", "switch")
 	for b.Loop() {
@@ -191,6 +192,8 @@ func BenchmarkRecorderOverhead(b *testing.B) {
 			rFloor.wall, rFloor.cost = append(rFloor.wall, w), append(rFloor.cost, c)
 			w, all, _ := ours(Options{WalkThreshold: DefaultContinuousWalkThreshold})
 			rAgent.wall, rAgent.cost = append(rAgent.wall, w), append(rAgent.cost, all)
+			w, all, _ = ours(Options{WalkThreshold: DefaultContinuousWalkThreshold, NoWakeups: true})
+			rAgentNW.wall, rAgentNW.cost = append(rAgentNW.wall, w), append(rAgentNW.cost, all)
 			w, all, wk := ours(Options{})
 			rWake.cost = append(rWake.cost, wk)
 			rTotal.wall, rTotal.cost = append(rTotal.wall, w), append(rTotal.cost, all)
@@ -232,9 +235,9 @@ func BenchmarkRecorderOverhead(b *testing.B) {
 	}
 	b.ReportMetric(float64(median(rTotal.cost).Nanoseconds()), "ns/switch")
 	fl := float64(median(rFloor.cost))
-	fmt.Printf("\nagainst the floor (%d ns per switch): %.2fx every interval walked, %.2fx --walk-threshold %v (--continuous's default), %.2fx --walk-threshold 1ms, %.2fx --budget 1%%\n",
+	fmt.Printf("\nagainst the floor (%d ns per switch): %.2fx every interval walked, %.2fx --walk-threshold %v (--continuous's default; %.2fx without wake-ups), %.2fx --walk-threshold 1ms, %.2fx --budget 1%%\n",
 		median(rFloor.cost).Nanoseconds(), float64(median(rTotal.cost))/fl, float64(median(rAgent.cost))/fl, DefaultContinuousWalkThreshold,
-		float64(median(rThr.cost))/fl, float64(median(rBudget.cost))/fl)
+		float64(median(rAgentNW.cost))/fl, float64(median(rThr.cost))/fl, float64(median(rBudget.cost))/fl)
 	b.ReportMetric(float64(median(rBudget.cost).Nanoseconds()), "ns/switch-budget")
 	if rTool != nil {
 		fmt.Printf("\nevery feature, per switch, against offcputime: %.2fx every interval walked, %.2fx --walk-threshold 1ms, %.2fx --budget 1%%\n",
