@@ -111,9 +111,8 @@ func BenchmarkBudgetAccuracy(b *testing.B) {
 		p := paced[0].Budget
 		fmt.Printf("--budget %d%% alone, paced at 50,000 rounds/s: %.0f switches/s, the programs used %.2f%% of a CPU, threshold %v to %v\n",
 			pct, float64(p.Below)/wall.Seconds(), 100*p.Cost, p.ThresholdMin, p.ThresholdMax)
-		// Where the budget holds with wake-ups: the programs' floor (two
-		// runs per switch and one per wake-up before any walk) is about
-		// 1% of a CPU at some 30,000 switches a second here.
+		// A fifth of the rate: the programs' cost per switch before any
+		// walk (two runs per switch and one per wake-up) against 1%.
 		pace = 10000
 		_, slow, wall := run(Options{Budget: share})
 		sl := slow[0].Budget

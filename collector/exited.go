@@ -23,8 +23,8 @@ const DefaultExitedDetail = 1000
 // records all the time: every wait of 100 µs or more keeps its stacks,
 // shorter ones are drawn with probability length/100 µs and weighted
 // (each stack's time unbiased, each thread's exact); on a ping-pong of
-// microsecond switches it brings the programs' cost near the floor of two
-// empty programs (docs/overhead.md).
+// microsecond switches the programs cost 301 ns a switch against 1,005
+// with every interval walked (docs/overhead.md).
 const DefaultContinuousWalkThreshold = 100 * time.Microsecond
 
 // exitedProcs is the name of each process whose main thread exited.
