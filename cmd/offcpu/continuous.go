@@ -197,9 +197,9 @@ func parseBytes(flag, v string) (uint64, error) {
 // not its whole size, unless GOGC says otherwise.
 const agentGCPercent = 25
 
-// setMemoryLimit applies --memory-limit unless GOMEMLIMIT is set, and the
+// tuneMemory applies --memory-limit unless GOMEMLIMIT is set, and the
 // agent's GOGC unless GOGC is; it returns the limit in force (0: none).
-func setMemoryLimit(v string) (uint64, error) {
+func tuneMemory(v string) (uint64, error) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(agentGCPercent)
 	}
@@ -373,7 +373,7 @@ func runContinuous(stderr io.Writer, f *recordFlags, opts collector.Options, com
 	if err != nil {
 		return err
 	}
-	limit, err := setMemoryLimit(af.memLimit)
+	limit, err := tuneMemory(af.memLimit)
 	if err != nil {
 		return err
 	}
