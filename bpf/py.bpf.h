@@ -52,46 +52,77 @@ struct {
 	__type(value, u8);
 } py_codes SEC(".maps");
 
-static __always_inline u64 py_read_u64(u64 addr)
+/* Reads user memory of the current task, or (remote: sleepable programs
+ * only) of task. */
+static __always_inline long py_read(void *dst, u32 size, u64 addr, struct task_struct *task, bool remote)
+{
+	if (remote)
+		return bpf_copy_from_user_task(dst, size, (void *)addr, task, 0);
+	return bpf_probe_read_user(dst, size, (void *)addr);
+}
+
+static __always_inline u64 py_read_u64_of(u64 addr, struct task_struct *task, bool remote)
 {
 	u64 v = 0;
-	if (bpf_probe_read_user(&v, sizeof(v), (void *)addr))
+	if (py_read(&v, sizeof(v), addr, task, remote))
 		return 0;
 	return v;
 }
 
+static __always_inline u64 py_read_u64(u64 addr)
+{
+	return py_read_u64_of(addr, 0, false);
+}
+
 struct py_search {
 	struct py_proc *pp;
+	struct task_struct *task; /* remote: whose memory is read */
 	u64 self, ts, found;
 };
 
-static long py_search_step(u64 i, struct py_search *s)
+static __always_inline long py_search_at(struct py_search *s, bool remote)
 {
 	if (!s->ts)
 		return 1;
-	if (py_read_u64(s->ts + s->pp->tstate_thread_id) == s->self) {
+	if (py_read_u64_of(s->ts + s->pp->tstate_thread_id, s->task, remote) == s->self) {
 		s->found = s->ts;
 		return 1;
 	}
-	s->ts = py_read_u64(s->ts + s->pp->tstate_next);
+	s->ts = py_read_u64_of(s->ts + s->pp->tstate_next, s->task, remote);
 	return 0;
 }
 
-/* The current thread's PyThreadState: the one whose thread_id is its
- * pthread_self (the thread pointer, fsbase on x86-64). */
-static __always_inline u64 py_tstate(struct py_proc *pp, struct task_struct *t, u32 tid)
+/* bpf_loop callbacks: the remote one for the sleepable iterator only. */
+static long py_search_step(u64 i, struct py_search *s)
+{
+	return py_search_at(s, false);
+}
+
+static long py_search_step_remote(u64 i, struct py_search *s)
+{
+	return py_search_at(s, true);
+}
+
+/* A thread's PyThreadState: the one whose thread_id is its pthread_self
+ * (the thread pointer, fsbase on x86-64, saved in the task when it is
+ * off a CPU). remote: t is not the current task (sleepable programs). */
+static __always_inline u64 py_tstate(struct py_proc *pp, struct task_struct *t, u32 tid, bool remote)
 {
 	u64 self = BPF_CORE_READ(t, thread.fsbase);
 	if (!self)
 		return 0;
 	struct py_thread *cached = bpf_map_lookup_elem(&py_tstates, &tid);
-	if (cached && cached->tstate && py_read_u64(cached->tstate + pp->tstate_thread_id) == self)
+	if (cached && cached->tstate && py_read_u64_of(cached->tstate + pp->tstate_thread_id, t, remote) == self)
 		return cached->tstate;
-	u64 interp = py_read_u64(pp->interp_head);
+	u64 interp = py_read_u64_of(pp->interp_head, t, remote);
 	if (!interp)
 		return 0;
-	struct py_search s = { .pp = pp, .self = self, .ts = py_read_u64(interp + pp->threads_head) };
-	bpf_loop(PY_MAX_THREADS, py_search_step, &s, 0);
+	struct py_search s = { .pp = pp, .task = t, .self = self,
+			       .ts = py_read_u64_of(interp + pp->threads_head, t, remote) };
+	if (remote)
+		bpf_loop(PY_MAX_THREADS, py_search_step_remote, &s, 0);
+	else
+		bpf_loop(PY_MAX_THREADS, py_search_step, &s, 0);
 	if (s.found) {
 		struct py_thread th = { .tstate = s.found, .tgid = BPF_CORE_READ(t, tgid) };
 		bpf_map_update_elem(&py_tstates, &tid, &th, BPF_ANY);
@@ -100,14 +131,19 @@ static __always_inline u64 py_tstate(struct py_proc *pp, struct task_struct *t, 
 }
 
 /* A thread state's current frame (0: none, or not running Python). */
-static __always_inline u64 py_frame_of(struct py_proc *pp, u64 tstate)
+static __always_inline u64 py_frame_at(struct py_proc *pp, u64 tstate, struct task_struct *task, bool remote)
 {
 	if (!tstate)
 		return 0;
-	u64 f = py_read_u64(tstate + pp->tstate_frame);
+	u64 f = py_read_u64_of(tstate + pp->tstate_frame, task, remote);
 	if (f && (pp->flags & PY_CFRAME))
-		f = py_read_u64(f + pp->cframe_frame);
+		f = py_read_u64_of(f + pp->cframe_frame, task, remote);
 	return f;
+}
+
+static __always_inline u64 py_frame_of(struct py_proc *pp, u64 tstate)
+{
+	return py_frame_at(pp, tstate, 0, false);
 }
 
 /* One Python frame read: its entry (0 for a shim, not shown), the frame
@@ -117,10 +153,11 @@ struct py_step {
 	bool last;
 };
 
-static __always_inline bool py_read_frame(struct py_proc *pp, u64 frame, struct py_step *st)
+static __always_inline bool py_read_frame_of(struct py_proc *pp, u64 frame, struct py_step *st,
+					     struct task_struct *task, bool remote)
 {
 	u8 fr[PY_FRAME_READ];
-	if (bpf_probe_read_user(fr, sizeof(fr), (void *)frame))
+	if (py_read(fr, sizeof(fr), frame, task, remote))
 		return false;
 	u32 oc = pp->frame_code, ob = pp->frame_back, oi = pp->frame_instr, oe = pp->frame_entry;
 	if (oc > PY_FRAME_READ - 8 || ob > PY_FRAME_READ - 8 || oi > PY_FRAME_READ - 8 || oe > PY_FRAME_READ - 1)
@@ -143,6 +180,11 @@ static __always_inline bool py_read_frame(struct py_proc *pp, u64 frame, struct 
 	}
 	st->entry = PY_FRAME_TAG | (idx << 47) | code;
 	return true;
+}
+
+static __always_inline bool py_read_frame(struct py_proc *pp, u64 frame, struct py_step *st)
+{
+	return py_read_frame_of(pp, frame, st, 0, false);
 }
 
 /* Notes a code object for user space to name. */

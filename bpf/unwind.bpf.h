@@ -281,7 +281,7 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 	if ((kind & UNWIND_PY_EVAL) && c->py && u->py_frame && !u->py_skip) {
 		/* One Python frame of this activation per step, in its place. */
 		struct py_step st;
-		if (!py_read_frame(c->py, u->py_frame, &st)) {
+		if (!py_read_frame_of(c->py, u->py_frame, &st, c->task, remote)) {
 			u->py_frame = 0;
 			u->py_skip = u->py_emitted > 0;
 			return 0;
@@ -427,12 +427,15 @@ static __always_inline s64 walk_user(u32 slot, struct unwind_proc *p, struct tas
 	u->py_skip = 0;
 	struct unwind_ctx c = { .u = u, .proc = p, .buf = b, .task = task,
 				.tgid = task ? BPF_CORE_READ(task, tgid) : bpf_get_current_pid_tgid() >> 32 };
-	if (p && !remote && py_active) {
-		/* The current thread's Python frames (not another task's: its
-		 * thread state is found through this thread's registers). */
+	if (p && py_active) {
+		/* The thread's Python frames: its thread state is found by its
+		 * thread pointer (another task's, from the sleepable iterator,
+		 * is read from its memory). */
 		c.py = bpf_map_lookup_elem(&py_procs, &c.tgid);
-		if (c.py)
-			u->py_frame = py_frame_of(c.py, py_tstate(c.py, bpf_get_current_task_btf(), (u32)bpf_get_current_pid_tgid()));
+		if (c.py && remote)
+			u->py_frame = py_frame_at(c.py, py_tstate(c.py, task, BPF_CORE_READ(task, pid), true), task, true);
+		else if (c.py)
+			u->py_frame = py_frame_of(c.py, py_tstate(c.py, bpf_get_current_task_btf(), (u32)bpf_get_current_pid_tgid(), false));
 	}
 	if (remote)
 		bpf_loop(PERF_MAX_STACK_DEPTH, unwind_step_remote, &c, 0);

@@ -1,6 +1,8 @@
 package collector
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -8,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/pprof/profile"
 
@@ -146,6 +149,55 @@ func pyFrame(smp *profile.Sample, prefix string) (string, int64) {
 		}
 	}
 	return "", 0
+}
+
+// A Python thread blocked since before the recording started (a server's
+// idle master, a worker waiting for work): its stack, walked from the
+// sleepable iterator at the start through another task's memory, has its
+// Python frames too.
+func TestPythonBlockedBeforeStart(t *testing.T) {
+	requireBPF(t)
+	python := requireServer(t, "/usr/bin/python3", "python3")
+	cmd := exec.Command(python, "testdata/python/parked.py")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		t.Fatalf("parked.py: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond) // in its sleep
+	s, err := Start(context.Background(), Options{PIDs: []int{cmd.Process.Pid}})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	time.Sleep(time.Second)
+	p, err := s.Stop()
+	if err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	sleepLine := sourceLine(t, "testdata/python/parked.py", "time.sleep(600)")
+	var whole, named int64
+	for _, smp := range p.Sample {
+		if smp.NumLabel[schema.LabelTID][0] != int64(cmd.Process.Pid) || len(smp.Label[schema.LabelInterval]) == 0 {
+			continue
+		}
+		whole += smp.Value[0]
+		if fn, line := pyFrame(smp, "parked."); fn == "parked.parked" && line == sleepLine {
+			named += smp.Value[0]
+		}
+	}
+	t.Logf("blocked since before the start: %v, %v of it under parked.parked at line %d", time.Duration(whole), time.Duration(named), sleepLine)
+	if whole < int64(900*time.Millisecond) {
+		t.Fatalf("the parked thread: %v recorded as blocked since before the start, want the whole second", time.Duration(whole))
+	}
+	if named < whole*99/100 {
+		t.Errorf("the parked thread: %v of %v under parked.parked at its sleep, want all of it", time.Duration(named), time.Duration(whole))
+	}
 }
 
 // sourceLine is the line number of the first line of path holding text.
