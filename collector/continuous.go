@@ -44,10 +44,14 @@ type continuous struct {
 	// (agg, folded, aggRemoved, aggMoved). Apart from mapMu, so that the
 	// map is moved to memory while a slow cut reads the others.
 	aggMu sync.Mutex
-	recs  map[any]aggVals
-	wakes map[bpf.OffcpuWakeKey]uint64
-	cpu   map[bpf.OffcpuCpuKey]uint64
-	oncpu map[[2]uint32]cpuTotal
+	// recs: the running totals of the keys read as totals (prestart).
+	recs map[any]aggVals
+	// aggUses: what the last cut's aggregation records held (their
+	// stacks), so that a stack no record used since is deleted.
+	aggUses map[aggUse]struct{}
+	wakes   map[bpf.OffcpuWakeKey]uint64
+	cpu     map[bpf.OffcpuCpuKey]uint64
+	oncpu   map[[2]uint32]cpuTotal
 	// budget: the deferred walks' running counters at the last cut.
 	budget *BudgetStats
 	// counters: the kernel's running loss counters at the last snapshot.
@@ -72,6 +76,7 @@ type continuous struct {
 	folded     []foldedEntry
 	aggRemoved uint64
 	aggMoved   uint64
+	folds      int    // swaps between cuts since the last
 	movedAtCut uint64 // aggMoved as the cut took the entries
 }
 
@@ -82,6 +87,24 @@ type grave struct {
 
 type aggVals struct{ ns, count, runq, chain uint64 }
 
+// aggUse is what an aggregation key holds of the maps: its stacks, and
+// the threads whose exit releases them. A record keeps no key of its own
+// (boxed, it was ~150 bytes a record at every cut).
+type aggUse struct {
+	tid, gen uint32
+	wakerTid uint32 // 0: none, or an interrupt
+	stacks   [7]int64
+}
+
+func aggUseOf(k *bpf.OffcpuOffcpuKey) aggUse {
+	u := aggUse{tid: k.Tid, gen: k.Gen, stacks: [7]int64{k.Ustack, k.Kstack, k.GilHolderStack,
+		k.Waker.Ustack, k.Waker.Kstack, k.Waker.WaitUstack, k.Waker.WaitKstack}}
+	if k.Waker.Valid != 0 && k.Waker.Irq == 0 {
+		u.wakerTid = k.Waker.Tid
+	}
+	return u
+}
+
 // prestartKey identifies a blocked-since-before-the-start record.
 type prestartKey struct {
 	tid, gen uint32
@@ -89,7 +112,7 @@ type prestartKey struct {
 }
 
 func newContinuous() *continuous {
-	return &continuous{recs: map[any]aggVals{}, wakes: map[bpf.OffcpuWakeKey]uint64{}, cpu: map[bpf.OffcpuCpuKey]uint64{},
+	return &continuous{recs: map[any]aggVals{}, aggUses: map[aggUse]struct{}{}, wakes: map[bpf.OffcpuWakeKey]uint64{}, cpu: map[bpf.OffcpuCpuKey]uint64{},
 		oncpu: map[[2]uint32]cpuTotal{}, graveyard: map[int64]grave{}}
 }
 
@@ -234,17 +257,15 @@ func (c *continuous) delta(d *recording, read Stats) Stats {
 }
 
 // deltaRecords turns the records' totals into their change since the
-// last cut and counts them in st. The aggregation map's records are moved
-// out of it at each swap, so they are that change already; the keys of
-// the last cut not seen again are idle.
+// last cut and counts them in st. The aggregation map's records (no id)
+// are moved out of it at each swap, so they are that change already;
+// what the last cut's held and this one's does not is idle.
 func (c *continuous) deltaRecords(d *recording, st *Stats) {
-	recs := make(map[any]aggVals, len(d.records))
+	recs := make(map[any]aggVals)
 	out := d.records[:0]
-	var taken []record
 	for _, r := range d.records {
-		if _, ok := r.id.(bpf.OffcpuOffcpuKey); ok {
-			recs[r.id] = aggVals{}
-			taken = append(taken, r)
+		if r.id == nil {
+			out = append(out, r)
 			continue
 		}
 		cur := aggVals{r.ns, r.count, r.runq, r.chain}
@@ -260,15 +281,15 @@ func (c *continuous) deltaRecords(d *recording, st *Stats) {
 		}
 		out = append(out, r)
 	}
-	for k := range c.recs {
-		if _, ok := k.(bpf.OffcpuOffcpuKey); ok {
-			if _, seen := recs[k]; !seen {
-				recs[k] = aggVals{}
-				c.idle[k] = true
-			}
+	if d.aggUses == nil {
+		d.aggUses = map[aggUse]struct{}{}
+	}
+	for u := range c.aggUses {
+		if _, seen := d.aggUses[u]; !seen {
+			d.aggUses[u] = struct{}{}
+			c.idle[u] = true
 		}
 	}
-	out = mergeByKey(out, taken)
 	for _, r := range out {
 		st.Intervals += r.count
 		st.OffCPU += durationNs(r.ns)
@@ -278,30 +299,8 @@ func (c *continuous) deltaRecords(d *recording, st *Stats) {
 			st.OpenTime += durationNs(r.ns)
 		}
 	}
-	d.records, c.recs = out, recs
-}
-
-// mergeByKey adds the records of more to out, each into the record of the
-// same key where there is one (a key moved out at a fold and stored again).
-func mergeByKey(out, more []record) []record {
-	if len(more) == 0 {
-		return out
-	}
-	at := make(map[any]int, len(out))
-	for i, r := range out {
-		at[r.id] = i
-	}
-	for _, r := range more {
-		i, ok := at[r.id]
-		if !ok {
-			at[r.id] = len(out)
-			out = append(out, r)
-			continue
-		}
-		o := &out[i]
-		o.ns, o.count, o.runq, o.chain = o.ns+r.ns, o.count+r.count, o.runq+r.runq, o.chain+r.chain
-	}
-	return out
+	d.records, c.recs, c.aggUses = out, recs, d.aggUses
+	d.aggUses = nil
 }
 
 // deltaCounts turns running counts into their change since prev, keeping
@@ -427,15 +426,17 @@ func (c *continuous) selectEvicted(deadThreads map[[2]uint32]thread) *evicted {
 	}
 	deadWaker := func(w bpf.OffcpuWakerRec) bool { return w.Valid != 0 && w.Irq == 0 && deadTIDs[w.Tid] }
 	ev := &evicted{live: map[int64]bool{}, gone: map[int64]bool{}}
+	// The aggregation map's records are moved out of it already: only
+	// their stacks may go.
+	for u := range c.aggUses {
+		out := dead(u.tid, u.gen) || deadTIDs[u.wakerTid] || c.idle[u]
+		if out {
+			delete(c.aggUses, u)
+		}
+		ev.mark(out, u.stacks[:]...)
+	}
 	for k := range c.recs {
 		switch k := k.(type) {
-		case bpf.OffcpuOffcpuKey:
-			// Moved out of the map already: only their stacks may go.
-			out := dead(k.Tid, k.Gen) || deadWaker(k.Waker) || c.idle[k]
-			if out {
-				delete(c.recs, k)
-			}
-			ev.mark(out, append([]int64{k.Ustack, k.Kstack, k.GilHolderStack}, wakerIDs(k.Waker)...)...)
 		case prestartKey:
 			out := dead(k.tid, k.gen) || c.idle[k]
 			if out {

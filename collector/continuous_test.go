@@ -85,7 +85,7 @@ func TestContinuousChurn(t *testing.T) {
 				t.Fatal(err)
 			}
 			ivs = append(ivs, iv)
-			maxKeys = max(maxKeys, len(s.cont.recs))
+			maxKeys = max(maxKeys, len(s.cont.recs)+len(s.cont.aggUses))
 			maxProcs = max(maxProcs, s.procs.Len())
 			s.spill.mu.Lock()
 			maxSpill = max(maxSpill, len(s.spill.stacks))

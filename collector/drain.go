@@ -85,6 +85,8 @@ type recording struct {
 	oncpu   map[[2]uint32]cpuTotal
 	threads map[uint32]thread
 	stacks  map[int64][]uint64 // every stack read, by id
+	// aggUses: what the aggregation records hold (continuous mode).
+	aggUses map[aggUse]struct{}
 	// exited: threads that exited while recording, by tid and incarnation.
 	exited map[[2]uint32]thread
 
@@ -157,8 +159,8 @@ func (s *drainer) drain(final bool) (*recording, error) {
 
 	take := func(key *bpf.OffcpuOffcpuKey, val *bpf.OffcpuOffcpuVal) {
 		r := aggRecord(*key, *val, getStack)
-		if s.cont != nil { // boxed, ~150 bytes a record: for the cuts' merging only
-			r.id = *key
+		if d.aggUses != nil {
+			d.aggUses[aggUseOf(key)] = struct{}{}
 		}
 		if r.open {
 			s.stats.OpenIntervals += val.Count
@@ -171,7 +173,8 @@ func (s *drainer) drain(final bool) (*recording, error) {
 	}
 	var err error
 	if s.cont != nil {
-		err = s.cont.takeAgg(take)
+		d.aggUses = map[aggUse]struct{}{}
+		err = s.cont.takeAgg(func(n int) { d.records = make([]record, 0, n+n/16+64) }, take)
 	} else {
 		// Sized once: keys are only added while recording, and the
 		// records are most of what a recording holds at the end.

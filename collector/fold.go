@@ -102,22 +102,50 @@ func (s *Session) maybeFold() float64 {
 		return fill
 	}
 	c.aggMoved += uint64(len(c.folded) - n)
+	c.folds++
 	return 0
 }
 
-// takeAgg swaps the aggregation maps and calls fn with every entry moved
-// to memory since the last cut, then forgets them.
-func (c *continuous) takeAgg(fn func(*bpf.OffcpuOffcpuKey, *bpf.OffcpuOffcpuVal)) error {
+// takeAgg swaps the aggregation maps, calls size with how many entries
+// were moved to memory since the last cut and fn with each (one per key:
+// a key moved out at a fold and stored again is summed), then forgets
+// them.
+func (c *continuous) takeAgg(size func(int), fn func(*bpf.OffcpuOffcpuKey, *bpf.OffcpuOffcpuVal)) error {
 	c.aggMu.Lock()
 	err := c.swapAgg()
-	folded := c.folded
-	c.folded = nil
+	folded, folds := c.folded, c.folds
+	c.folded, c.folds = nil, 0
 	c.movedAtCut, c.aggMoved = c.aggMoved, 0
 	c.aggMu.Unlock()
+	if folds > 0 {
+		folded = mergeFolded(folded)
+	}
+	size(len(folded))
 	for i := range folded {
 		fn(&folded[i].key, &folded[i].val)
 	}
 	return err
+}
+
+// mergeFolded sums the entries of the same key, keeping the first of
+// each in place.
+func mergeFolded(fs []foldedEntry) []foldedEntry {
+	at := make(map[bpf.OffcpuOffcpuKey]int, len(fs))
+	out := fs[:0]
+	for _, f := range fs {
+		i, ok := at[f.key]
+		if !ok {
+			at[f.key] = len(out)
+			out = append(out, f)
+			continue
+		}
+		v := &out[i].val
+		v.Ns += f.val.Ns
+		v.Count += f.val.Count
+		v.RunqNs += f.val.RunqNs
+		v.ChainNs += f.val.ChainNs
+	}
+	return out
 }
 
 // statSum is one of the programs' counters summed over the CPUs.
