@@ -192,6 +192,28 @@ func parseBytes(flag, v string) (uint64, error) {
 	return n, nil
 }
 
+// giveBackAfter: what the cuts allocate before the agent gives its free
+// heap back to the system (a collection of the live heap: ~1% of a CPU
+// at 10 s intervals on a busy node, where every cut passes it; an idle
+// node's cuts take several to).
+const giveBackAfter = 32 << 20
+
+// giveBack returns the heap the last cuts used to the system once they
+// have allocated giveBackAfter, so that the agent's footprint between
+// cuts is what it keeps.
+func (a *agent) giveBack() {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		debug.FreeOSMemory()
+		return
+	}
+	if n := s[0].Value.Uint64(); n-a.allocsAtGiveBack >= giveBackAfter {
+		a.allocsAtGiveBack = n
+		debug.FreeOSMemory()
+	}
+}
+
 // agentGCPercent: an interval's objects are garbage by the next, so the
 // heap may grow a quarter of its live size before a collection (GOGC=25),
 // not its whole size, unless GOGC says otherwise.
@@ -226,6 +248,8 @@ type agent struct {
 	written   int
 	failed    int    // intervals not written to --output-dir
 	memLimit  uint64 // the Go memory limit in force (0: none)
+	// allocsAtGiveBack: the heap's allocations at the last giveBack.
+	allocsAtGiveBack uint64
 }
 
 func newAgent(stderr io.Writer, quiet bool, set *settings) (*agent, error) {
@@ -451,12 +475,8 @@ func (a *agent) cutEvery(sess *collector.Session, af *agentFlags, hup <-chan os.
 				return false, err
 			}
 			a.handle(iv)
-			// What the interval took is garbage now: given back to the
-			// system, so that the agent's footprint between cuts is what
-			// it keeps (a collection of the live heap, ~1% of a CPU at
-			// 10 s intervals on a busy node).
 			iv = nil
-			debug.FreeOSMemory()
+			a.giveBack()
 		case <-hup:
 			set, err := af.resolve()
 			if err == nil {
