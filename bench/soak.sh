@@ -67,8 +67,25 @@ if [[ $IDLE != 1 ]]; then
 	corepid=$!
 fi
 
-# BPF map memory: the memlock of every map the agent holds.
-mapmem() { grep -h '^memlock' $(grep -l '^map_type' /proc/$agent/fdinfo/* 2>/dev/null) 2>/dev/null | awk '{s+=$2} END {print s+0}'; }
+# BPF map memory in $mapmem: the memlock of every map the agent holds,
+# with builtins only (as rss_now below).
+map_mem() {
+	local f l memlock ismap
+	mapmem=0
+	for f in /proc/$agent/fdinfo/*; do
+		memlock=0 ismap=0
+		while read -r l; do
+			case $l in
+			map_type:*) ismap=1 ;;
+			memlock:*) memlock=${l#memlock:} ;;
+			esac
+		done < "$f" 2>/dev/null || true
+		(( ismap )) && mapmem=$(( mapmem + memlock ))
+	done
+}
+# The profiles are fetched with curl: once now, so that its first run
+# (its libraries' unwind tables read by the agent) is not in the figures.
+curl -sf -o /dev/null "http://$debug/debug/pprof/heap" || true
 cpu0=$(awk '{print $14+$15}' /proc/$agent/stat)
 # The agent's RSS in $rss, with builtins only; $tick is a pipe nobody
 # writes, for a one-second wait that starts no process.
@@ -87,8 +104,8 @@ rss_now() {
 exec {tick}<> <(:)
 echo "t_s rss_kb bpf_map_bytes" > "$OUT/memory.tsv"
 echo "t_s rss_kb" > "$OUT/rss.tsv"
-start=$(date +%s)
-while (( $(date +%s) - start < total )); do
+start=$EPOCHSECONDS
+while (( EPOCHSECONDS - start < total )); do
 	for _ in 1 2 3 4 5 6 7 8 9 10; do
 		# No process started per sample: each one would be work for the
 		# agent, which records the machine.
@@ -96,8 +113,10 @@ while (( $(date +%s) - start < total )); do
 		rss_now
 		echo "$(( EPOCHSECONDS - start )) $rss" >> "$OUT/rss.tsv"
 	done
-	t=$(( $(date +%s) - start ))
-	echo "$t $(awk '/VmRSS/ {print $2}' /proc/$agent/status) $(mapmem)" >> "$OUT/memory.tsv"
+	t=$(( EPOCHSECONDS - start ))
+	rss_now
+	map_mem
+	echo "$t $rss $mapmem" >> "$OUT/memory.tsv"
 	# The agent's Go heap after two minutes and at the end: compare them
 	# with go tool pprof -base heap-120s.pb.gz heap-end.pb.gz.
 	if (( t >= 120 )) && [[ ! -e $OUT/heap-120s.pb.gz ]]; then
