@@ -15,6 +15,7 @@
 #   sudo IDLE=1 DURATION=5m bash bench/soak.sh   # the agent alone
 #   sudo AGENT_FLAGS="--memory-limit 0" bash bench/soak.sh   # more record flags
 set -euo pipefail
+trap 'echo "soak: failed at line $LINENO" >&2' ERR
 DURATION=${DURATION:-30m}
 INTERVAL=${INTERVAL:-10s}
 CHURN=${CHURN:-200}
@@ -80,8 +81,11 @@ map_mem() {
 			memlock:*) memlock=${l#memlock:} ;;
 			esac
 		done < "$f" 2>/dev/null || true
-		(( ismap )) && mapmem=$(( mapmem + memlock ))
+		if (( ismap )); then
+			mapmem=$(( mapmem + memlock ))
+		fi
 	done
+	return 0 # set -e: a function's status is its last command's
 }
 # The profiles are fetched with curl: once now, so that its first run
 # (its libraries' unwind tables read by the agent) is not in the figures.
