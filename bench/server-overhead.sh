@@ -3,12 +3,14 @@
 # redis-server on loopback driven by redis-benchmark (GET and SET, 50
 # clients), with no recorder, offcpu record (every interval walked), offcpu
 # record --budget 1%, offcpu record --no-wakeups (what offcputime records:
-# no waker stacks), the agent at its defaults (record --continuous, cut
-# every 2 s so that cuts fall within the load) and libbpf-tools offcputime, each system-wide with
-# user and kernel stacks. Prints requests per second per round, the
-# medians, and the median of each recorder's ratio to the same round's
-# unprofiled run with its range. ROUNDS (default 5), REQUESTS (default
-# 300000). As root.
+# no waker stacks), the agent at its defaults (record --continuous, 10 s
+# intervals: give it REQUESTS=1000000 so that cuts fall within the load)
+# and libbpf-tools offcputime, each system-wide with user and kernel
+# stacks. Prints requests per second per round, the medians, and the
+# median of each recorder's ratio to the same round's unprofiled run with
+# its range. ROUNDS (default 5), REQUESTS (default 300000), RECORDERS
+# (default: none offcpu offcpu-budget offcpu-no-wakeups offcpu-continuous
+# offcputime). As root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
@@ -37,7 +39,7 @@ under() {
 }
 
 declare -A all
-names=(none offcpu offcpu-budget offcpu-no-wakeups offcpu-continuous offcputime)
+read -ra names <<< "${RECORDERS:-none offcpu offcpu-budget offcpu-no-wakeups offcpu-continuous offcputime}"
 for r in $(seq "$ROUNDS"); do
 	for n in "${names[@]}"; do
 		case $n in
@@ -45,7 +47,7 @@ for r in $(seq "$ROUNDS"); do
 		offcpu) v=$(under "$OUT/offcpu" record -q -o "$OUT/o.pb.gz") ;;
 		offcpu-budget) v=$(under "$OUT/offcpu" record -q --budget 1% -o "$OUT/o.pb.gz") ;;
 		offcpu-no-wakeups) v=$(under "$OUT/offcpu" record -q --no-wakeups -o "$OUT/o.pb.gz") ;;
-		offcpu-continuous) v=$(under "$OUT/offcpu" record -q --continuous --interval 2s --output-dir "$OUT/intervals" --keep 5) ;;
+		offcpu-continuous) v=$(under "$OUT/offcpu" record -q --continuous --output-dir "$OUT/intervals" --keep 5) ;;
 		offcputime) command -v offcputime > /dev/null || continue; v=$(under offcputime 600) ;;
 		esac
 		all[$n]+="$v "
