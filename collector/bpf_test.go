@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -75,6 +76,24 @@ func runWorkload(t *testing.T, opts Options, args ...string) (*profile.Profile, 
 		t.Fatalf("workload output %q: %v", out.String(), err)
 	}
 	return p, res, s.Stats()
+}
+
+// startReady starts cmd and returns once it has printed its first line
+// (it is ready); it is killed when the test ends.
+func startReady(t *testing.T, cmd *exec.Cmd) *exec.Cmd {
+	t.Helper()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		t.Fatalf("%s did not start: %v", filepath.Base(cmd.Path), err)
+	}
+	return cmd
 }
 
 // recordCommand records cmd, started under a new session, until it exits;

@@ -574,18 +574,7 @@ func TestGoroutineWaitsInsideWindow(t *testing.T) {
 	requireBPF(t)
 	bin := filepath.Join(t.TempDir(), "gosleepers")
 	runBuild(t, "go", "build", "-o", bin, "./testdata/gosleepers")
-	cmd := exec.Command(bin, "4")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
-		t.Fatalf("the program did not start: %v", err)
-	}
+	cmd := startReady(t, exec.Command(bin, "4"))
 	s, err := Start(context.Background(), Options{PIDs: []int{cmd.Process.Pid}, NoWakeups: true, Goroutines: true})
 	if err != nil {
 		t.Fatalf("Start: %v", err)

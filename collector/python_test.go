@@ -1,7 +1,6 @@
 package collector
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -158,18 +157,7 @@ func pyFrame(smp *profile.Sample, prefix string) (string, int64) {
 func TestPythonBlockedBeforeStart(t *testing.T) {
 	requireBPF(t)
 	python := requireServer(t, "/usr/bin/python3", "python3")
-	cmd := exec.Command(python, "testdata/python/parked.py")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
-		t.Fatalf("parked.py: %v", err)
-	}
+	cmd := startReady(t, exec.Command(python, "testdata/python/parked.py"))
 	time.Sleep(200 * time.Millisecond) // in its sleep
 	s, err := Start(context.Background(), Options{PIDs: []int{cmd.Process.Pid}})
 	if err != nil {
