@@ -138,4 +138,13 @@ static __always_inline void count_one(void *map, void *key, u32 stat)
 	}
 }
 
+/* Reads user memory of the current task, or (remote, sleepable programs
+ * only) of task. */
+static __always_inline long read_user(void *dst, u32 size, u64 addr, struct task_struct *task, bool remote)
+{
+	if (remote)
+		return bpf_copy_from_user_task(dst, size, (void *)addr, task, 0);
+	return bpf_probe_read_user(dst, size, (void *)addr);
+}
+
 #endif /* OFFCPU_COMMON_H */

@@ -52,19 +52,10 @@ struct {
 	__type(value, u8);
 } py_codes SEC(".maps");
 
-/* Reads user memory of the current task, or (remote: sleepable programs
- * only) of task. */
-static __always_inline long py_read(void *dst, u32 size, u64 addr, struct task_struct *task, bool remote)
-{
-	if (remote)
-		return bpf_copy_from_user_task(dst, size, (void *)addr, task, 0);
-	return bpf_probe_read_user(dst, size, (void *)addr);
-}
-
 static __always_inline u64 py_read_u64_of(u64 addr, struct task_struct *task, bool remote)
 {
 	u64 v = 0;
-	if (py_read(&v, sizeof(v), addr, task, remote))
+	if (read_user(&v, sizeof(v), addr, task, remote))
 		return 0;
 	return v;
 }
@@ -157,7 +148,7 @@ static __always_inline bool py_read_frame_of(struct py_proc *pp, u64 frame, stru
 					     struct task_struct *task, bool remote)
 {
 	u8 fr[PY_FRAME_READ];
-	if (py_read(fr, sizeof(fr), frame, task, remote))
+	if (read_user(fr, sizeof(fr), frame, task, remote))
 		return false;
 	u32 oc = pp->frame_code, ob = pp->frame_back, oi = pp->frame_instr, oe = pp->frame_entry;
 	if (oc > PY_FRAME_READ - 8 || ob > PY_FRAME_READ - 8 || oi > PY_FRAME_READ - 8 || oe > PY_FRAME_READ - 1)
@@ -182,11 +173,6 @@ static __always_inline bool py_read_frame_of(struct py_proc *pp, u64 frame, stru
 	return true;
 }
 
-static __always_inline bool py_read_frame(struct py_proc *pp, u64 frame, struct py_step *st)
-{
-	return py_read_frame_of(pp, frame, st, 0, false);
-}
-
 /* Notes a code object for user space to name. */
 static __always_inline void py_seen(u32 tgid, u64 entry)
 {
@@ -205,7 +191,7 @@ struct py_holder_walk {
 static long py_holder_step(u64 i, struct py_holder_walk *w)
 {
 	struct py_step st;
-	if (!w->f || !py_read_frame(w->pp, w->f, &st))
+	if (!w->f || !py_read_frame_of(w->pp, w->f, &st, 0, false))
 		return 1;
 	if (st.entry) {
 		w->b->ips[w->n & (PY_HOLDER_FRAMES - 1)] = st.entry;

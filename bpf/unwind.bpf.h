@@ -242,15 +242,6 @@ static __always_inline struct unwind_row *find_row(struct unwind_proc *p, struct
 	return bpf_map_lookup_elem(&unwind_rows, &idx);
 }
 
-/* Reads user memory of the current task, or (remote, sleepable programs
- * only) of task. */
-static __always_inline long read_user(void *dst, u32 size, u64 addr, struct task_struct *task, bool remote)
-{
-	if (remote)
-		return bpf_copy_from_user_task(dst, size, (void *)addr, task, 0);
-	return bpf_probe_read_user(dst, size, (void *)addr);
-}
-
 /* The bytecode index an interpreter frame is at: its bcp less the start
  * of its method's bytecodes, which follow the ConstMethod. JAVA_BCI_NONE
  * when the process's layout is not known or the bcp is not in range. */

@@ -281,9 +281,6 @@ func (c *continuous) deltaRecords(d *recording, st *Stats) {
 		}
 		out = append(out, r)
 	}
-	if d.aggUses == nil {
-		d.aggUses = map[aggUse]struct{}{}
-	}
 	for u := range c.aggUses {
 		if _, seen := d.aggUses[u]; !seen {
 			d.aggUses[u] = struct{}{}

@@ -204,10 +204,6 @@ const giveBackAfter = 32 << 20
 func (a *agent) giveBack() {
 	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
 	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		debug.FreeOSMemory()
-		return
-	}
 	if n := s[0].Value.Uint64(); n-a.allocsAtGiveBack >= giveBackAfter {
 		a.allocsAtGiveBack = n
 		debug.FreeOSMemory()
