@@ -69,10 +69,23 @@ struct {
 /* proc_event per newly seen process, exec, fork and exit, and map_event per
  * code mapping. Sized for bursts of short-lived processes (each exec maps
  * three to six code files, 1 KiB each). */
+#define PROC_EVENTS_SIZE (4 * 1024 * 1024)
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 4 * 1024 * 1024);
+	__uint(max_entries, PROC_EVENTS_SIZE);
 } proc_events SEC(".maps");
+
+/* A record sent without waking the reader wakes it when it takes the ring
+ * past a quarter full (before: the bytes queued before it): the reader's
+ * own timer (a second in continuous mode) lets a burst of process churn
+ * overflow the ring when it is slow. */
+static __always_inline u64 ring_wake(u64 flags, u64 before, u64 size)
+{
+	const u64 mark = PROC_EVENTS_SIZE / 4;
+	if (flags == BPF_RB_NO_WAKEUP && before < mark && before + size + 8 >= mark)
+		return BPF_RB_FORCE_WAKEUP;
+	return flags;
+}
 
 /* Key: tgid / tid. Value: unused. The -p / --tid sets; with follow_forks,
  * children of a target tgid are added by sched_process_fork. */
@@ -157,7 +170,9 @@ static __always_inline u32 task_gen(struct task_struct *t)
 static __always_inline void proc_event(u32 kind, u32 tgid, u32 tid, u32 parent)
 {
 	struct proc_event ev = { .kind = kind, .tgid = tgid, .tid = tid, .parent = parent };
-	if (bpf_ringbuf_output(&proc_events, &ev, sizeof(ev), kind == EV_SEEN || kind == EV_REREAD ? 0 : BPF_RB_NO_WAKEUP))
+	u64 flags = ring_wake(kind == EV_SEEN || kind == EV_REREAD ? 0 : BPF_RB_NO_WAKEUP,
+			      bpf_ringbuf_query(&proc_events, BPF_RB_AVAIL_DATA), sizeof(ev));
+	if (bpf_ringbuf_output(&proc_events, &ev, sizeof(ev), flags))
 		stat_add(STAT_EVENTS_LOST, 1);
 }
 
@@ -186,7 +201,8 @@ static __always_inline void thread_exit(u32 tgid, u32 tid)
 		__builtin_memcpy(ev.comm, ti->comm, sizeof(ev.comm));
 	else
 		bpf_get_current_comm(&ev.comm, sizeof(ev.comm));
-	if (bpf_ringbuf_output(&proc_events, &ev, sizeof(ev), BPF_RB_NO_WAKEUP)) {
+	u64 flags = ring_wake(BPF_RB_NO_WAKEUP, bpf_ringbuf_query(&proc_events, BPF_RB_AVAIL_DATA), sizeof(ev));
+	if (bpf_ringbuf_output(&proc_events, &ev, sizeof(ev), flags)) {
 		stat_add(STAT_EVENTS_LOST, 1);
 		return; /* the name stays in the map */
 	}
@@ -244,6 +260,7 @@ static long path_step(u64 i, struct path_walk *w)
  * functions take at most five arguments). */
 static __noinline void emit_map(u64 tgid_wake, u64 start, u64 end, u64 pgoff, struct file *f)
 {
+	u64 before = bpf_ringbuf_query(&proc_events, BPF_RB_AVAIL_DATA);
 	struct map_event *ev = bpf_ringbuf_reserve(&proc_events, sizeof(*ev), 0);
 	if (!ev) {
 		stat_add(STAT_EVENTS_LOST, 1);
@@ -269,7 +286,7 @@ static __noinline void emit_map(u64 tgid_wake, u64 start, u64 end, u64 pgoff, st
 	};
 	bpf_loop(MAP_PATH_DEPTH + 8, path_step, &w, 0);
 	ev->depth = w.n;
-	bpf_ringbuf_submit(ev, tgid_wake >> 32);
+	bpf_ringbuf_submit(ev, ring_wake(tgid_wake >> 32, before, sizeof(*ev)));
 }
 
 static long copy_vma(struct task_struct *task, struct vm_area_struct *vma, struct vma_copy *c)

@@ -95,9 +95,13 @@ func TestContinuousChurn(t *testing.T) {
 	}
 	tick.Stop()
 	ivs, wp := stopPair(t, whole, s, ivs)
-	var wholeSlept int64
+	var wholeSlept, wholeTotal int64
 	for _, smp := range wp.Sample {
-		if smp.Label[schema.LabelThread][0] == "nap" && (stackHas(smp, "nap_here") || stackHas(smp, "clock_nanosleep")) {
+		if smp.Label[schema.LabelThread][0] != "nap" {
+			continue
+		}
+		wholeTotal += smp.Value[0]
+		if stackHas(smp, "nap_here") || stackHas(smp, "clock_nanosleep") {
 			wholeSlept += smp.Value[0]
 		}
 	}
@@ -131,13 +135,17 @@ func TestContinuousChurn(t *testing.T) {
 		ns, _ := strconv.ParseInt(l, 10, 64)
 		truth += time.Duration(ns)
 	}
-	t.Logf("%d processes, %d intervals: %v in nanosleep recorded (one-shot recording: %v), %v by their own clocks; %.1f%% named; at most %d keys, %d processes, %d stacks in memory; %d stacks missing",
-		started, len(ivs), time.Duration(slept), time.Duration(wholeSlept), truth, 100*float64(named)/float64(max(total, 1)), maxKeys, maxProcs, maxSpill, missing)
+	// The threads' whole off-CPU time tells a wait lost from a wait
+	// whose stack differs, should the nanosleep time differ.
+	t.Logf("%d processes, %d intervals: %v in nanosleep recorded (one-shot recording: %v), %v by their own clocks; %v off-CPU in all (one-shot: %v); %.1f%% named; at most %d keys, %d processes, %d stacks in memory; %d stacks missing",
+		started, len(ivs), time.Duration(slept), time.Duration(wholeSlept), truth, time.Duration(total), time.Duration(wholeTotal),
+		100*float64(named)/float64(max(total, 1)), maxKeys, maxProcs, maxSpill, missing)
 	// The intervals add up to the one-shot recording of the same switches;
 	// both are within the processes' own clocks (which also count the
 	// syscall's way in and out) as TestProcessChurn checks.
 	if diff := slept - wholeSlept; diff < -wholeSlept/100 || diff > wholeSlept/100 {
 		t.Errorf("%v recorded in the processes' nanosleeps over the intervals, %v in one recording of the same window: want within 1%%", time.Duration(slept), time.Duration(wholeSlept))
+		logOutsideSleep(t, wp, ivs)
 	}
 	if diff := time.Duration(slept) - truth; diff < -truth/10 || diff > truth/10 {
 		t.Errorf("%v recorded in the processes' nanosleeps over the intervals, their own clocks say %v: want within 10%%", time.Duration(slept), truth)
@@ -220,5 +228,42 @@ func TestContinuousFold(t *testing.T) {
 	// the window (microseconds; deleting under the programs lost 0.6-2.5%).
 	if diff := slept - wholeSlept; wholeSlept == 0 || diff < -wholeSlept/1000 || diff > wholeSlept/1000 {
 		t.Errorf("%v over the intervals, %v in one recording of the same window: want within 0.1%%", time.Duration(slept), time.Duration(wholeSlept))
+	}
+}
+
+// logOutsideSleep logs where the short-lived processes' time without the
+// sleep's frames went in each recording, by state and leaf user frame.
+func logOutsideSleep(t *testing.T, whole *profile.Profile, ivs []*Interval) {
+	by := func(ps ...*profile.Profile) map[string]int64 {
+		m := map[string]int64{}
+		for _, p := range ps {
+			for _, smp := range p.Sample {
+				if smp.Label[schema.LabelThread][0] != "nap" || stackHas(smp, "nap_here") || stackHas(smp, "clock_nanosleep") {
+					continue
+				}
+				leaf := "[no user frame]"
+				for _, l := range smp.Location {
+					if l.Mapping != nil && l.Mapping.File != schema.KernelMapping && len(l.Line) > 0 {
+						leaf = l.Line[0].Function.Name
+						break
+					}
+				}
+				m[fmt.Sprint(smp.Label[schema.LabelState], " ", leaf)] += smp.Value[0]
+			}
+		}
+		return m
+	}
+	var parts []*profile.Profile
+	for _, iv := range ivs {
+		parts = append(parts, iv.Profile)
+	}
+	w, c := by(whole), by(parts...)
+	for k := range c {
+		w[k] += 0
+	}
+	for k, v := range w {
+		if d := c[k] - v; d > v/100+int64(time.Millisecond) || -d > v/100+int64(time.Millisecond) {
+			t.Logf("outside the sleep, %s: %v over the intervals, %v in one recording", k, time.Duration(c[k]), time.Duration(v))
+		}
 	}
 }
