@@ -7,6 +7,7 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unique"
 
@@ -35,6 +36,7 @@ type eventReader struct {
 	// all that the ring held (ringbuf.ErrFlushed).
 	settleMu sync.Mutex
 	settled  []chan struct{}
+	handled  atomic.Uint64 // records read
 
 	mu sync.Mutex
 	// exited: names of threads that exited during the recording, moved
@@ -57,6 +59,12 @@ const (
 	evReread     = bpf.EvReread
 )
 
+// continuousEvery is how often a continuous recording hands the reader
+// what is queued: an agent's wake-ups count more than its latency, the
+// events the unwinder needs at once wake it, and so does a record that
+// takes the ring past a quarter full (procs.bpf.h).
+var continuousEvery = time.Second
+
 func newEventReader(coll *ebpf.Collection, procs *symbolize.Procs, continuous bool) (*eventReader, error) {
 	rd, err := ringbuf.NewReader(coll.Maps[bpf.OffcpuMapProcEvents])
 	if err != nil {
@@ -64,9 +72,7 @@ func newEventReader(coll *ebpf.Collection, procs *symbolize.Procs, continuous bo
 	}
 	e := &eventReader{rd: rd, done: make(chan struct{}), procs: procs, exited: map[[2]uint32]thread{}, every: 50 * time.Millisecond}
 	if continuous {
-		// An agent's wake-ups count more than its latency; the events the
-		// unwinder needs at once wake the reader themselves.
-		e.every = time.Second
+		e.every = continuousEvery
 		e.deadProcs = map[uint32]bool{}
 	}
 	return e, nil
@@ -137,6 +143,7 @@ func (e *eventReader) run() {
 		if err != nil {
 			return // closed
 		}
+		e.handled.Add(1)
 		e.handle(rec.RawSample)
 	}
 }

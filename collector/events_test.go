@@ -1,8 +1,11 @@
 package collector
 
 import (
+	"context"
 	"encoding/binary"
+	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/offcpu/offcpu/bpf"
 	"github.com/offcpu/offcpu/collector/symbolize"
@@ -36,5 +39,45 @@ func TestEventReaderExits(t *testing.T) {
 	e.forget(x.threads, x.procs)
 	if x = e.exits(); len(x.threads) != 0 || len(x.procs) != 0 {
 		t.Errorf("after forget: %v %v, want nothing", x.threads, x.procs)
+	}
+}
+
+// A burst of processes wakes the event reader once the ring is a quarter
+// full, long before its timer (here an hour): a continuous recording's
+// reader, handed the ring once a second, let a slow reader's ring
+// overflow under churn and the processes' frames went unnamed.
+func TestEventRingWakesReader(t *testing.T) {
+	requireBPF(t)
+	old := continuousEvery
+	continuousEvery = time.Hour
+	defer func() { continuousEvery = old }()
+	s, err := Start(context.Background(), Options{Continuous: true})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { s.Stop() })
+	// Each exec sends its code mappings (1 KiB each): ~3 MiB in all, the
+	// ring is 4 MiB.
+	before := s.events.handled.Load()
+	for range 1000 {
+		if err := exec.Command("/bin/true").Run(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.events.handled.Load()-before < 500 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	got := s.events.handled.Load() - before
+	if _, err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	t.Logf("%d events read during the burst, %d lost", got, st.EventsLost)
+	if got < 500 {
+		t.Errorf("%d events read after 1000 processes with the reader's timer an hour away: want the ring to wake it", got)
+	}
+	if st.EventsLost > 0 {
+		t.Errorf("%d events lost", st.EventsLost)
 	}
 }
