@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 	"unique"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
@@ -128,8 +130,9 @@ func (e *eventReader) flushEvery(stop <-chan struct{}) {
 // run handles the events until the ring is closed.
 func (e *eventReader) run() {
 	defer close(e.done)
+	var rec ringbuf.Record // its buffer reused: handle keeps nothing of it
 	for {
-		rec, err := e.rd.Read()
+		err := e.rd.ReadInto(&rec)
 		if errors.Is(err, ringbuf.ErrFlushed) {
 			// The ring was empty and every record before handled.
 			e.settleMu.Lock()
@@ -154,11 +157,11 @@ func (e *eventReader) handle(raw []byte) {
 	}
 	switch binary.NativeEndian.Uint32(raw) {
 	case evMap:
-		var ev bpf.OffcpuMapEvent
-		if _, err := binary.Decode(raw, binary.NativeEndian, &ev); err != nil {
+		ev, names, ok := decodeMapEvent(raw)
+		if !ok {
 			return
 		}
-		e.procs.AddMapping(ev.Tgid, kernelMapping(&ev, e.procs))
+		e.procs.AddMapping(ev.Tgid, kernelMapping(&ev, names, e.procs))
 		return
 	}
 	var ev bpf.OffcpuProcEvent
@@ -204,15 +207,38 @@ func (e *eventReader) handle(raw []byte) {
 	}
 }
 
-// kernelMapping turns a map event into a mapping, opening its file.
-func kernelMapping(ev *bpf.OffcpuMapEvent, procs *symbolize.Procs) symbolize.Mapping {
-	names := make([]string, 0, ev.Depth)
+// decodeMapEvent reads a map_event's fixed fields by their offsets and
+// leaves its path components in raw (names): binary.Decode's reflection
+// over the 1 KiB of names was most of the reader's time under churn, and
+// under the race detector the ring overflowed.
+func decodeMapEvent(raw []byte) (ev bpf.OffcpuMapEvent, names []byte, ok bool) {
+	if len(raw) < int(unsafe.Sizeof(ev)) {
+		return ev, nil, false
+	}
+	u32 := func(off uintptr) uint32 { return binary.NativeEndian.Uint32(raw[off:]) }
+	u64 := func(off uintptr) uint64 { return binary.NativeEndian.Uint64(raw[off:]) }
+	ev.Kind, ev.Tgid = u32(unsafe.Offsetof(ev.Kind)), u32(unsafe.Offsetof(ev.Tgid))
+	ev.Start, ev.End = u64(unsafe.Offsetof(ev.Start)), u64(unsafe.Offsetof(ev.End))
+	ev.Offset, ev.Ino = u64(unsafe.Offsetof(ev.Offset)), u64(unsafe.Offsetof(ev.Ino))
+	ev.Dev, ev.Depth = u32(unsafe.Offsetof(ev.Dev)), u32(unsafe.Offsetof(ev.Depth))
+	return ev, raw[unsafe.Offsetof(ev.Names):unsafe.Sizeof(ev)], true
+}
+
+// kernelMapping turns a map event into a mapping, opening its file;
+// names: the event's path components, leaf first.
+func kernelMapping(ev *bpf.OffcpuMapEvent, names []byte, procs *symbolize.Procs) symbolize.Mapping {
+	n := len(ev.Names[0])
+	parts := make([]string, 0, ev.Depth)
 	for i := int(min(ev.Depth, uint32(len(ev.Names)))) - 1; i >= 0; i-- {
-		names = append(names, cString(ev.Names[i][:]))
+		c := names[i*n : (i+1)*n]
+		if end := bytes.IndexByte(c, 0); end >= 0 {
+			c = c[:end]
+		}
+		parts = append(parts, string(c))
 	}
 	// One copy of each path however many processes map it (a churn of
 	// short-lived processes maps the same few files thousands of times).
-	path := unique.Make("/" + strings.Join(names, "/")).Value()
+	path := unique.Make("/" + strings.Join(parts, "/")).Value()
 	dev := unix.Mkdev(ev.Dev>>20, ev.Dev&0xfffff)
 	m := symbolize.Mapping{Start: ev.Start, End: ev.End, Offset: ev.Offset, Path: path}
 	m.File = procs.KernelFile(ev.Tgid, dev, ev.Ino, path)

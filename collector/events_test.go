@@ -81,3 +81,34 @@ func TestEventRingWakesReader(t *testing.T) {
 		t.Errorf("%d events lost", st.EventsLost)
 	}
 }
+
+// A map event read by offsets gives what binary.Decode gave, and its
+// path is joined root first from the leaf-first components.
+func TestDecodeMapEvent(t *testing.T) {
+	want := bpf.OffcpuMapEvent{Kind: evMap, Tgid: 7, Start: 0x1000, End: 0x5000, Offset: 0x2000, Ino: 42, Dev: 8<<20 | 1, Depth: 3}
+	for i, name := range []string{"libc.so.6", "lib", "usr"} {
+		for j, c := range name {
+			want.Names[i][j] = int8(c)
+		}
+	}
+	raw, err := binary.Append(nil, binary.NativeEndian, &want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var viaDecode bpf.OffcpuMapEvent
+	if _, err := binary.Decode(raw, binary.NativeEndian, &viaDecode); err != nil {
+		t.Fatal(err)
+	}
+	got, names, ok := decodeMapEvent(raw)
+	got.Names = viaDecode.Names // left in names
+	if !ok || got != viaDecode {
+		t.Fatalf("decoded %+v, want %+v", got, viaDecode)
+	}
+	m := kernelMapping(&got, names, symbolize.NewProcs())
+	if m.Path != "/usr/lib/libc.so.6" || m.Start != 0x1000 || m.End != 0x5000 || m.Offset != 0x2000 {
+		t.Errorf("mapping %+v, want /usr/lib/libc.so.6 at 0x1000-0x5000 offset 0x2000", m)
+	}
+	if _, _, ok := decodeMapEvent(raw[:len(raw)-1]); ok {
+		t.Errorf("a short event decoded")
+	}
+}
