@@ -208,9 +208,22 @@ func TestContinuousFold(t *testing.T) {
 		}
 		return sum
 	}
-	var slept, moved, keys int64
+	// Time under threads named by their tid alone tells names lost (with
+	// their exit events) from time lost, should the sums differ.
+	unnamed := func(p *profile.Profile) (sum int64) {
+		for _, smp := range p.Sample {
+			if strings.HasPrefix(smp.Label[schema.LabelThread][0], "tid-") {
+				sum += smp.Value[0]
+			}
+		}
+		return sum
+	}
+	var slept, moved, keys, noName int64
+	var lost uint64
 	for _, iv := range ivs {
 		slept += napTime(iv.Profile)
+		noName += unnamed(iv.Profile)
+		lost += iv.Stats.Lost()
 		moved += int64(iv.Stats.AggMoved)
 		keys = max(keys, int64(iv.Stats.Keys))
 		if iv.Stats.AggFull > 0 {
@@ -218,8 +231,8 @@ func TestContinuousFold(t *testing.T) {
 		}
 	}
 	wholeSlept := napTime(wp)
-	t.Logf("%d intervals: %v off-CPU in the short-lived processes (one-shot: %v); %d entries moved to memory, at most %d keys in the map at a cut (of %d)",
-		len(ivs), time.Duration(slept), time.Duration(wholeSlept), moved, keys, entries)
+	t.Logf("%d intervals: %v off-CPU in the short-lived processes (one-shot: %v); %d entries moved to memory, at most %d keys in the map at a cut (of %d); %v under unnamed threads (one-shot: %v), %d lost",
+		len(ivs), time.Duration(slept), time.Duration(wholeSlept), moved, keys, entries, time.Duration(noName), time.Duration(unnamed(wp)), lost)
 	if moved == 0 {
 		t.Errorf("no entry moved: the churn did not fill half the map between cuts")
 	}
