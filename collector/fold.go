@@ -72,38 +72,58 @@ func (c *continuous) swapAgg() error {
 	return nil
 }
 
-// foldEvery checks the aggregation map's fill every second, every tenth
-// of one once it is a quarter full, until stop.
+// foldEvery checks the aggregation map's fill and moves it to memory once
+// half full (maybeFold). The next check comes before the keys, at the rate
+// they came since the last one, could fill half of what is left: checks a
+// second apart (a tenth once a quarter full) let a churn under load take
+// the map from under a quarter to full between two of them.
 func (s *Session) foldEvery(stop <-chan struct{}) {
-	sleepLoop(time.Second, nil, stop, func(time.Time) time.Duration {
-		if s.maybeFold() >= 0.25 {
-			return 100 * time.Millisecond
+	var last, rate float64 // fill after the last check; share of the map filled a second
+	lastAt := time.Now()
+	sleepLoop(100*time.Millisecond, nil, stop, func(now time.Time) time.Duration {
+		before, after := s.maybeFold()
+		// A cut in between empties the map: the last rate stands.
+		if g := before - last; g >= 0 {
+			rate = g / max(now.Sub(lastAt).Seconds(), 1e-3)
 		}
-		return time.Second
+		last, lastAt = after, now
+		return nextFoldCheck(after, rate)
 	})
 }
 
+// nextFoldCheck is how long until a map fill full, filling at rate (its
+// share a second), has filled half of what is left before the fold at
+// one half; between 20 ms and a second.
+func nextFoldCheck(fill, rate float64) time.Duration {
+	const lo, hi = 20 * time.Millisecond, time.Second
+	if rate <= 0 {
+		return hi
+	}
+	d := time.Duration((0.5 - fill) / rate / 2 * float64(time.Second)).Round(time.Millisecond)
+	return min(max(d, lo), hi)
+}
+
 // maybeFold moves the aggregation map to memory once it is half full; it
-// returns the share of the map in use after.
-func (s *Session) maybeFold() float64 {
+// returns the share of the map in use before and after.
+func (s *Session) maybeFold() (before, after float64) {
 	c := s.cont
 	stored, err := statSum(s.p.coll.Maps[bpf.OffcpuMapStats], bpf.OffcpuOffcpuStatSTAT_AGG_STORED)
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	c.aggMu.Lock()
 	defer c.aggMu.Unlock()
 	fill := float64(stored-min(stored, c.aggRemoved)) / float64(c.agg.cur.MaxEntries())
 	if fill < 0.5 {
-		return fill
+		return fill, fill
 	}
 	n := len(c.folded)
 	if err := c.swapAgg(); err != nil {
-		return fill
+		return fill, fill
 	}
 	c.aggMoved += uint64(len(c.folded) - n)
 	c.folds++
-	return 0
+	return fill, 0
 }
 
 // takeAgg swaps the aggregation maps, calls size with how many entries
