@@ -279,4 +279,28 @@ func logOutsideSleep(t *testing.T, whole *profile.Profile, ivs []*Interval) {
 			t.Logf("outside the sleep, %s: %v over the intervals, %v in one recording", k, time.Duration(c[k]), time.Duration(v))
 		}
 	}
+	// By thread name: names lost move time from nap to tid-N or the
+	// launcher's name.
+	byName := func(ps ...*profile.Profile) map[string]int64 {
+		m := map[string]int64{}
+		for _, p := range ps {
+			for _, smp := range p.Sample {
+				name := smp.Label[schema.LabelThread][0]
+				if strings.HasPrefix(name, "tid-") {
+					name = "tid-N"
+				}
+				m[name] += smp.Value[0]
+			}
+		}
+		return m
+	}
+	wn, cn := byName(whole), byName(parts...)
+	for k := range cn {
+		wn[k] += 0
+	}
+	for k, v := range wn {
+		if d := cn[k] - v; d > v/100+int64(10*time.Millisecond) || -d > v/100+int64(10*time.Millisecond) {
+			t.Logf("thread %s: %v over the intervals, %v in one recording", k, time.Duration(cn[k]), time.Duration(v))
+		}
+	}
 }
