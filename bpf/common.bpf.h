@@ -119,23 +119,27 @@ static __always_inline void stat_add(u32 idx, u64 n)
 		*v += n;
 }
 
-/* Adds one to a u64 counter map entry, creating it; a full map is
- * counted under stat. */
-static __always_inline void count_one(void *map, void *key, u32 stat)
+/* Adds n to a u64 counter map entry, creating it; a full map is counted
+ * under stat. */
+static __always_inline void count_add(void *map, void *key, u64 n, u32 stat)
 {
-	u64 *n = bpf_map_lookup_elem(map, key);
-	if (n) {
-		__sync_fetch_and_add(n, 1);
+	u64 *v = bpf_map_lookup_elem(map, key);
+	if (v) {
+		__sync_fetch_and_add(v, n);
 		return;
 	}
-	u64 one = 1;
-	if (bpf_map_update_elem(map, key, &one, BPF_NOEXIST)) {
-		n = bpf_map_lookup_elem(map, key); /* lost a race on insert */
-		if (n)
-			__sync_fetch_and_add(n, 1);
+	if (bpf_map_update_elem(map, key, &n, BPF_NOEXIST)) {
+		v = bpf_map_lookup_elem(map, key); /* lost a race on insert */
+		if (v)
+			__sync_fetch_and_add(v, n);
 		else
-			stat_add(stat, 1);
+			stat_add(stat, n);
 	}
+}
+
+static __always_inline void count_one(void *map, void *key, u32 stat)
+{
+	count_add(map, key, 1, stat);
 }
 
 /* Reads user memory of the current task, or (remote, sleepable programs

@@ -36,6 +36,8 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 	if (recorded(ptgid, ptid, kthread)) {
 		struct start_rec *s = bpf_task_storage_get(&task_starts, prev, 0,
 							   BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (s && (prev_state & TASK_DEAD))
+			nd_flush(prev, s);
 		if (s)
 			switch_out(ctx, s, prev, prev_state, state, kthread, now);
 		else
@@ -182,6 +184,8 @@ int offcpu_flush_open(struct bpf_iter__task *ctx)
 		return 0;
 	u64 end = window_now();
 	struct start_rec *s = bpf_task_storage_get(&task_starts, task, 0, 0);
+	if (s)
+		nd_flush(task, s);
 	if (s && s->walk)
 		walk_missed(task->pid, s);
 	if (s && s->pending) {
@@ -231,6 +235,8 @@ int offcpu_snap_oncpu(struct bpf_iter__task *ctx)
 	if (!task || !task->pid)
 		return 0;
 	struct start_rec *s = bpf_task_storage_get(&task_starts, task, 0, 0);
+	if (s)
+		nd_flush(task, s);
 	if (!s || !s->counting)
 		return 0;
 	u64 oncpu = s->oncpu, ran = task->se.sum_exec_runtime;

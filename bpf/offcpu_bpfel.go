@@ -278,6 +278,11 @@ type OffcpuStartRec struct {
 	_         [4]byte
 	BelowNs   [4]uint64
 	BelowN    [4]uint64
+	NdN       uint64
+	NdTid     uint32
+	NdTgid    uint32
+	NdIrq     uint32
+	_         [4]byte
 }
 
 type OffcpuThreadCpu struct {

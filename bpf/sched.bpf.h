@@ -45,6 +45,10 @@ struct start_rec {
 	u32 d_sampled;
 	/* Its intervals below the threshold, exact, by state (thread_cpu). */
 	u64 below_ns[4], below_n[4];
+	/* Deferred walks: its wake-ups not drawn, from one waker in a row
+	 * (wakeup.bpf.h, nd_count), not yet added to wakeups. */
+	u64 nd_n;
+	u32 nd_tid, nd_tgid, nd_irq;
 };
 
 /* Deferred walks: the thread whose stacks sched_exit_tp is to walk on

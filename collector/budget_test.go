@@ -292,3 +292,105 @@ func stackIn(folded, fn string) bool {
 	}
 	return false
 }
+
+// With deferred walks the wake-ups not drawn are counted on the woken
+// thread and moved to the wake-up map at a waker change, the thread's exit,
+// a cut and the end: each thread's wake-ups, and each waker's, are the same
+// number as in a recording of the same window that counts every one as it
+// happens. The ping-pong's main thread is still blocked when the
+// recordings stop (its counts move at the end or at the cut).
+func TestWalkThresholdWakeCounts(t *testing.T) {
+	requireBPF(t)
+	bin := filepath.Join(t.TempDir(), "mix")
+	runBuild(t, "gcc", "-O2", "-g", "-pthread", "-o", bin, "testdata/budget/mix.c")
+	cmd := exec.Command("taskset", "-c", "0", bin, "20000", "20", "0", "1")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	var ss []*Session
+	for _, o := range []Options{{}, {WalkThreshold: 100 * time.Microsecond}, {Continuous: true, WalkThreshold: DefaultContinuousWalkThreshold}} {
+		o.PIDs = []int{cmd.Process.Pid}
+		s, err := Start(context.Background(), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Stop()
+		ss = append(ss, s)
+	}
+	in.Write([]byte{1})
+	if _, err := out.Read(make([]byte, 5)); err != nil { // "done": blocked now
+		t.Fatal(err)
+	}
+	type pair struct{ target, waker string }
+	add := func(m map[pair]int64, p *profile.Profile) {
+		for _, smp := range p.Sample {
+			k := pair{fmt.Sprint(smp.NumLabel[schema.LabelTargetTID]), fmt.Sprint(smp.Label[schema.LabelThread], smp.NumLabel[schema.LabelTID])}
+			m[k] += smp.Value[0]
+		}
+	}
+	counts := make([]map[pair]int64, len(ss))
+	for i, s := range ss {
+		counts[i] = map[pair]int64{}
+		if s.cont != nil {
+			iv, err := s.Snapshot() // the cut moves the blocked main thread's count
+			if err != nil {
+				t.Fatal(err)
+			}
+			add(counts[i], iv.Wakeups)
+		}
+		if _, err := s.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if s.cont != nil {
+			// Every wake-up came before the cut: it has them all.
+			final := map[pair]int64{}
+			add(final, s.FinalInterval().Wakeups)
+			for k, n := range final {
+				t.Errorf("continuous: thread %s woken by %s %d times after the cut, while blocked", k.target, k.waker, n)
+			}
+		} else {
+			add(counts[i], s.Profiles().Wakeups)
+		}
+	}
+	in.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	every := counts[0]
+	var total int64
+	for _, n := range every {
+		total += n
+	}
+	for i, name := range []string{1: "deferred walks", 2: "continuous (deferred walks, a cut)"} {
+		if i == 0 {
+			continue
+		}
+		for k, n := range every {
+			if counts[i][k] != n {
+				t.Errorf("%s: thread %s woken by %s %d times, %d counted as they happened", name, k.target, k.waker, counts[i][k], n)
+			}
+		}
+		for k, n := range counts[i] {
+			if _, ok := every[k]; !ok {
+				t.Errorf("%s: thread %s woken by %s %d times, never as they happened", name, k.target, k.waker, n)
+			}
+		}
+	}
+	var skipped int64
+	if b := ss[1].Stats().Budget; b != nil {
+		skipped = int64(b.WakersSkipped)
+	}
+	t.Logf("%d wake-ups in %d pairs; %d not drawn", total, len(every), skipped)
+	if total < 20000 || skipped < total/2 {
+		t.Errorf("%d wake-ups, %d of them not drawn: want one a round of the ping-pong's 20,000 at least, most not drawn", total, skipped)
+	}
+}

@@ -1,9 +1,11 @@
 // Short and long waits side by side: two threads bounce a byte over pipes
 // (waits of a few µs, in two places) while a third sleeps 2 ms at a time
-// in a function of its own. Usage: mix ROUNDS NAPS [PACE]; it starts once
-// a byte arrives on its standard input (recorders attach in between).
-// PACE: at most this many rounds a second (two switches each), held by
-// sleeping to a deadline every millisecond; 0 or none: as fast as it can.
+// in a function of its own. Usage: mix ROUNDS NAPS [PACE [LINGER]]; it
+// starts once a byte arrives on its standard input (recorders attach in
+// between). PACE: at most this many rounds a second (two switches each),
+// held by sleeping to a deadline every millisecond; 0 or none: as fast as
+// it can. LINGER 1: when done, prints "done" and waits for its standard
+// input to close (recorders stop while it is blocked).
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
@@ -33,6 +35,7 @@ int main(int argc, char **argv) {
 	rounds = argc > 1 ? atol(argv[1]) : 100000;
 	naps = argc > 2 ? atol(argv[2]) : 200;
 	pace = argc > 3 ? atol(argv[3]) : 0;
+	int linger = argc > 4 && atoi(argv[4]) == 1;
 	long per_ms = pace >= 1000 ? pace / 1000 : 0;
 	char go;
 	if (read(0, &go, 1) != 1) return 1;
@@ -53,5 +56,10 @@ int main(int argc, char **argv) {
 	}
 	pthread_join(p, NULL);
 	pthread_join(n, NULL);
+	if (linger) {
+		write(1, "done\n", 5);
+		while (read(0, &go, 1) > 0)
+			;
+	}
 	return 0;
 }
