@@ -1,7 +1,6 @@
 package collector
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"os/exec"
@@ -44,15 +43,7 @@ func BenchmarkBudgetAccuracy(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer cmd.Process.Kill()
-		var ss []*Session
-		for _, o := range opts {
-			o.PIDs, o.FollowForks = []int{cmd.Process.Pid}, true
-			s, err := Start(context.Background(), o)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ss = append(ss, s)
-		}
+		ss := startOn(b, cmd.Process.Pid, opts...)
 		start := time.Now()
 		in.Write([]byte{1})
 		if err := cmd.Wait(); err != nil {

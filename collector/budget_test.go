@@ -316,15 +316,10 @@ func TestWalkThresholdWakeCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-	var ss []*Session
-	for _, o := range []Options{{}, {WalkThreshold: 100 * time.Microsecond}, {Continuous: true, WalkThreshold: DefaultContinuousWalkThreshold}} {
-		o.PIDs = []int{cmd.Process.Pid}
-		s, err := Start(context.Background(), o)
-		if err != nil {
-			t.Fatal(err)
-		}
+	ss := startOn(t, cmd.Process.Pid, Options{}, Options{WalkThreshold: 100 * time.Microsecond},
+		Options{Continuous: true, WalkThreshold: DefaultContinuousWalkThreshold})
+	for _, s := range ss {
 		defer s.Stop()
-		ss = append(ss, s)
 	}
 	in.Write([]byte{1})
 	if _, err := out.Read(make([]byte, 5)); err != nil { // "done": blocked now
@@ -393,4 +388,20 @@ func TestWalkThresholdWakeCounts(t *testing.T) {
 	if total < 20000 || skipped < total/2 {
 		t.Errorf("%d wake-ups, %d of them not drawn: want one a round of the ping-pong's 20,000 at least, most not drawn", total, skipped)
 	}
+}
+
+// startOn starts a session for each of opts on process pid and its
+// children, at once, so that they record the same window.
+func startOn(tb testing.TB, pid int, opts ...Options) []*Session {
+	tb.Helper()
+	var ss []*Session
+	for _, o := range opts {
+		o.PIDs, o.FollowForks = []int{pid}, true
+		s, err := Start(context.Background(), o)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ss = append(ss, s)
+	}
+	return ss
 }
