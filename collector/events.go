@@ -1,7 +1,6 @@
 package collector
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -157,11 +156,11 @@ func (e *eventReader) handle(raw []byte) {
 	}
 	switch binary.NativeEndian.Uint32(raw) {
 	case evMap:
-		ev, names, ok := decodeMapEvent(raw)
+		ev, ok := decodeMapEvent(raw)
 		if !ok {
 			return
 		}
-		e.procs.AddMapping(ev.Tgid, kernelMapping(&ev, names, e.procs))
+		e.procs.AddMapping(ev.Tgid, kernelMapping(&ev, e.procs))
 		return
 	}
 	var ev bpf.OffcpuProcEvent
@@ -207,13 +206,13 @@ func (e *eventReader) handle(raw []byte) {
 	}
 }
 
-// decodeMapEvent reads a map_event's fixed fields by their offsets and
-// leaves its path components in raw (names): binary.Decode's reflection
-// over the 1 KiB of names was most of the reader's time under churn, and
-// under the race detector the ring overflowed.
-func decodeMapEvent(raw []byte) (ev bpf.OffcpuMapEvent, names []byte, ok bool) {
+// decodeMapEvent reads a map_event by its fields' offsets, its names as
+// bytes: binary.Decode's reflection over the 1 KiB of names was most of
+// the reader's time under churn, and under the race detector the ring
+// overflowed.
+func decodeMapEvent(raw []byte) (ev bpf.OffcpuMapEvent, ok bool) {
 	if len(raw) < int(unsafe.Sizeof(ev)) {
-		return ev, nil, false
+		return ev, false
 	}
 	u32 := func(off uintptr) uint32 { return binary.NativeEndian.Uint32(raw[off:]) }
 	u64 := func(off uintptr) uint64 { return binary.NativeEndian.Uint64(raw[off:]) }
@@ -221,24 +220,20 @@ func decodeMapEvent(raw []byte) (ev bpf.OffcpuMapEvent, names []byte, ok bool) {
 	ev.Start, ev.End = u64(unsafe.Offsetof(ev.Start)), u64(unsafe.Offsetof(ev.End))
 	ev.Offset, ev.Ino = u64(unsafe.Offsetof(ev.Offset)), u64(unsafe.Offsetof(ev.Ino))
 	ev.Dev, ev.Depth = u32(unsafe.Offsetof(ev.Dev)), u32(unsafe.Offsetof(ev.Depth))
-	return ev, raw[unsafe.Offsetof(ev.Names):unsafe.Sizeof(ev)], true
+	names := unsafe.Slice((*byte)(unsafe.Pointer(&ev.Names)), unsafe.Sizeof(ev.Names))
+	copy(names, raw[unsafe.Offsetof(ev.Names):])
+	return ev, true
 }
 
-// kernelMapping turns a map event into a mapping, opening its file;
-// names: the event's path components, leaf first.
-func kernelMapping(ev *bpf.OffcpuMapEvent, names []byte, procs *symbolize.Procs) symbolize.Mapping {
-	n := len(ev.Names[0])
-	parts := make([]string, 0, ev.Depth)
+// kernelMapping turns a map event into a mapping, opening its file.
+func kernelMapping(ev *bpf.OffcpuMapEvent, procs *symbolize.Procs) symbolize.Mapping {
+	names := make([]string, 0, ev.Depth)
 	for i := int(min(ev.Depth, uint32(len(ev.Names)))) - 1; i >= 0; i-- {
-		c := names[i*n : (i+1)*n]
-		if end := bytes.IndexByte(c, 0); end >= 0 {
-			c = c[:end]
-		}
-		parts = append(parts, string(c))
+		names = append(names, cString(ev.Names[i][:]))
 	}
 	// One copy of each path however many processes map it (a churn of
 	// short-lived processes maps the same few files thousands of times).
-	path := unique.Make("/" + strings.Join(parts, "/")).Value()
+	path := unique.Make("/" + strings.Join(names, "/")).Value()
 	dev := unix.Mkdev(ev.Dev>>20, ev.Dev&0xfffff)
 	m := symbolize.Mapping{Start: ev.Start, End: ev.End, Offset: ev.Offset, Path: path}
 	m.File = procs.KernelFile(ev.Tgid, dev, ev.Ino, path)

@@ -99,16 +99,15 @@ func TestDecodeMapEvent(t *testing.T) {
 	if _, err := binary.Decode(raw, binary.NativeEndian, &viaDecode); err != nil {
 		t.Fatal(err)
 	}
-	got, names, ok := decodeMapEvent(raw)
-	got.Names = viaDecode.Names // left in names
+	got, ok := decodeMapEvent(raw)
 	if !ok || got != viaDecode {
 		t.Fatalf("decoded %+v, want %+v", got, viaDecode)
 	}
-	m := kernelMapping(&got, names, symbolize.NewProcs())
+	m := kernelMapping(&got, symbolize.NewProcs())
 	if m.Path != "/usr/lib/libc.so.6" || m.Start != 0x1000 || m.End != 0x5000 || m.Offset != 0x2000 {
 		t.Errorf("mapping %+v, want /usr/lib/libc.so.6 at 0x1000-0x5000 offset 0x2000", m)
 	}
-	if _, _, ok := decodeMapEvent(raw[:len(raw)-1]); ok {
+	if _, ok := decodeMapEvent(raw[:len(raw)-1]); ok {
 		t.Errorf("a short event decoded")
 	}
 }
