@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -194,6 +195,21 @@ func sleeping(tid int32) bool {
 	return i > 0 && i+2 < len(b) && b[i+2] == 'S'
 }
 
+// sleepingIn is sleeping inside system call nr: a Go thread also sleeps
+// in the runtime's futex (a P taken during its syscall), where a write
+// would find it and its read would not block.
+func sleepingIn(tid int32, nr uintptr) bool {
+	if !sleeping(tid) {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/syscall", tid))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b))
+	return len(f) > 0 && f[0] == strconv.FormatUint(uint64(nr), 10) && sleeping(tid)
+}
+
 //go:noinline
 func waitLoop(word *atomic.Uint32, n int) {
 	for i := 0; i < n; i++ {
@@ -268,7 +284,7 @@ func tcpReader(ln, n int) {
 	}
 }
 
-// tcpWriter writes a byte whenever the reader sleeps, so each write
+// tcpWriter writes a byte whenever the reader sleeps in read, so each write
 // wakes it from the receive path.
 //
 //go:noinline
@@ -282,7 +298,7 @@ func tcpWriter(port, n int, reader *atomic.Int32) {
 		panic(err)
 	}
 	for i := 0; i < n; i++ {
-		for !sleeping(reader.Load()) {
+		for !sleepingIn(reader.Load(), unix.SYS_READ) {
 			time.Sleep(200 * time.Microsecond)
 		}
 		unix.Write(c, []byte{1})
