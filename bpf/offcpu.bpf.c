@@ -25,9 +25,10 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 	     struct task_struct *next, unsigned int prev_state)
 {
-	u64 now = bpf_ktime_get_ns();
 	if (rec_stop_ns)
 		return 0; /* the window closed: open intervals are flushed to its end */
+	/* Both threads' run queue: this CPU's. */
+	u64 now_rq = rq_clock_of(prev), now = switch_now(now_rq);
 	u32 ptid = prev->pid, ptgid = prev->tgid;
 	u8 state = classify(preempt, prev_state);
 	bool kthread = prev->flags & PF_KTHREAD;
@@ -39,7 +40,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 		if (s && (prev_state & TASK_DEAD))
 			nd_flush(prev, s);
 		if (s)
-			switch_out(ctx, s, prev, prev_state, state, kthread, now);
+			switch_out(ctx, s, prev, prev_state, state, kthread, now, now_rq);
 		else
 			stat_add(STAT_START_FULL, 1);
 	}
@@ -51,19 +52,19 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 	if (s) {
 		if (s->pending && deferred_walks) {
 			s->pending = 0;
-			if (account_deferred(ntid, next, s, now, rq_clock_of(next))) {
+			if (account_deferred(ntid, next, s, now, now_rq)) {
 				u32 zero = 0;
 				u32 *due = bpf_map_lookup_elem(&walk_due, &zero);
 				if (due)
 					*due = ntid;
 			} else {
-				remember_wait(next, s, now);
+				remember_wait(s, now);
 				s->waker.valid = 0;
 			}
 		} else if (s->pending) {
 			s->pending = 0;
-			account(ntid, next, s, &s->waker, now, rq_clock_of(next));
-			remember_wait(next, s, now);
+			account(ntid, next, s, &s->waker, now, now_rq);
+			remember_wait(s, now);
 			s->waker.valid = 0;
 		} else if (!s->counting && target_task(next)) {
 			/* No switch seen, blocked since before the start (the record
@@ -105,7 +106,7 @@ int BPF_PROG(offcpu_switched_in, bool is_switch)
 	s->walk = 0;
 	walk_stacks(ctx, s, t, t->flags & PF_KTHREAD, s->ts);
 	aggregate(tid, s, &s->waker, 0, s->d_ns, s->d_runq, s->d_chain, s->d_sampled);
-	remember_wait(t, s, s->d_end);
+	remember_wait(s, s->d_end);
 	s->waker.valid = 0;
 	return 0;
 }
@@ -271,12 +272,10 @@ int offcpu_live_stacks(struct bpf_iter__task *ctx)
 	ids[8] = s->wake_cache.ustack;
 	ids[9] = s->wake_cache.kstack;
 	ids[10 + 2 * PAST_WAITS] = s->gil_holder_stack;
-	struct past_waits *p = bpf_task_storage_get(&task_waits, task, 0, 0);
-	if (p) {
-		for (int i = 0; i < PAST_WAITS; i++) {
-			ids[10 + i] = p->ustack[i];
-			ids[10 + PAST_WAITS + i] = p->kstack[i];
-		}
+	struct past_waits *p = waits_of(s);
+	for (int i = 0; i < PAST_WAITS; i++) {
+		ids[10 + i] = p->ustack[i];
+		ids[10 + PAST_WAITS + i] = p->kstack[i];
 	}
 	bpf_seq_write(ctx->meta->seq, ids, sizeof(ids));
 	return 0;

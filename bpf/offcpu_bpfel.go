@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type OffcpuClockSync struct {
+	_   structs.HostLayout
+	Off uint64
+	At  uint64
+}
+
 type OffcpuCpuKey struct {
 	_      structs.HostLayout
 	Tgid   uint32
@@ -138,16 +144,6 @@ type OffcpuOffcpuVal struct {
 	Count   uint64
 	RunqNs  uint64
 	ChainNs uint64
-}
-
-type OffcpuPastWaits struct {
-	_      structs.HostLayout
-	From   [16]uint64
-	To     [16]uint64
-	Ustack [16]int64
-	Kstack [16]int64
-	Next   uint32
-	_      [4]byte
 }
 
 type OffcpuPrestartVal struct {
@@ -285,6 +281,20 @@ type OffcpuStartRec struct {
 	_         [4]byte
 }
 
+type OffcpuTaskRec struct {
+	_ structs.HostLayout
+	S OffcpuStartRec
+	W struct {
+		_      structs.HostLayout
+		From   [16]uint64
+		To     [16]uint64
+		Ustack [16]int64
+		Kstack [16]int64
+		Next   uint32
+		_      [4]byte
+	}
+}
+
 type OffcpuThreadCpu struct {
 	_       structs.HostLayout
 	Tgid    uint32
@@ -376,6 +386,7 @@ type OffcpuWakerRec struct {
 const (
 	OffcpuMapBlockedRd          = "blocked_rd"
 	OffcpuMapBlockedUstacks     = "blocked_ustacks"
+	OffcpuMapClockSync          = "clock_sync"
 	OffcpuMapCpuSamples         = "cpu_samples"
 	OffcpuMapExecMmaps          = "exec_mmaps"
 	OffcpuMapIrqWakers          = "irq_wakers"
@@ -400,7 +411,6 @@ const (
 	OffcpuMapTargetTgids        = "target_tgids"
 	OffcpuMapTargetTids         = "target_tids"
 	OffcpuMapTaskStarts         = "task_starts"
-	OffcpuMapTaskWaits          = "task_waits"
 	OffcpuMapThreadCpus         = "thread_cpus"
 	OffcpuMapThreads            = "threads"
 	OffcpuMapUnwindFiles        = "unwind_files"
@@ -524,6 +534,7 @@ type OffcpuProgramSpecs struct {
 type OffcpuMapSpecs struct {
 	BlockedRd       *ebpf.MapSpec `ebpf:"blocked_rd"`
 	BlockedUstacks  *ebpf.MapSpec `ebpf:"blocked_ustacks"`
+	ClockSync       *ebpf.MapSpec `ebpf:"clock_sync"`
 	CpuSamples      *ebpf.MapSpec `ebpf:"cpu_samples"`
 	ExecMmaps       *ebpf.MapSpec `ebpf:"exec_mmaps"`
 	IrqWakers       *ebpf.MapSpec `ebpf:"irq_wakers"`
@@ -548,7 +559,6 @@ type OffcpuMapSpecs struct {
 	TargetTgids     *ebpf.MapSpec `ebpf:"target_tgids"`
 	TargetTids      *ebpf.MapSpec `ebpf:"target_tids"`
 	TaskStarts      *ebpf.MapSpec `ebpf:"task_starts"`
-	TaskWaits       *ebpf.MapSpec `ebpf:"task_waits"`
 	ThreadCpus      *ebpf.MapSpec `ebpf:"thread_cpus"`
 	Threads         *ebpf.MapSpec `ebpf:"threads"`
 	UnwindFiles     *ebpf.MapSpec `ebpf:"unwind_files"`
@@ -614,6 +624,7 @@ func (o *OffcpuObjects) Close() error {
 type OffcpuMaps struct {
 	BlockedRd       *ebpf.Map `ebpf:"blocked_rd"`
 	BlockedUstacks  *ebpf.Map `ebpf:"blocked_ustacks"`
+	ClockSync       *ebpf.Map `ebpf:"clock_sync"`
 	CpuSamples      *ebpf.Map `ebpf:"cpu_samples"`
 	ExecMmaps       *ebpf.Map `ebpf:"exec_mmaps"`
 	IrqWakers       *ebpf.Map `ebpf:"irq_wakers"`
@@ -638,7 +649,6 @@ type OffcpuMaps struct {
 	TargetTgids     *ebpf.Map `ebpf:"target_tgids"`
 	TargetTids      *ebpf.Map `ebpf:"target_tids"`
 	TaskStarts      *ebpf.Map `ebpf:"task_starts"`
-	TaskWaits       *ebpf.Map `ebpf:"task_waits"`
 	ThreadCpus      *ebpf.Map `ebpf:"thread_cpus"`
 	Threads         *ebpf.Map `ebpf:"threads"`
 	UnwindFiles     *ebpf.Map `ebpf:"unwind_files"`
@@ -655,6 +665,7 @@ func (m *OffcpuMaps) Close() error {
 	return _OffcpuClose(
 		m.BlockedRd,
 		m.BlockedUstacks,
+		m.ClockSync,
 		m.CpuSamples,
 		m.ExecMmaps,
 		m.IrqWakers,
@@ -679,7 +690,6 @@ func (m *OffcpuMaps) Close() error {
 		m.TargetTgids,
 		m.TargetTids,
 		m.TaskStarts,
-		m.TaskWaits,
 		m.ThreadCpus,
 		m.Threads,
 		m.UnwindFiles,

@@ -89,23 +89,26 @@ struct {
 } start_scratch SEC(".maps");
 
 /* Same record kept on the task itself by the tp_btf program: no capacity
- * limit and no hash lookup. Freed by the kernel when the task exits. */
+ * limit and no hash lookup. Freed by the kernel when the task exits. With
+ * it, the thread's last waits, written at each switch-in and read by
+ * sched_waking when the thread wakes another: one storage lookup per
+ * switch-in, not two (a second one cost ~25 ns a switch). */
+struct task_rec {
+	struct start_rec s; /* first: a task_starts value is used as a start_rec */
+	struct past_waits w;
+};
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
-	__type(value, struct start_rec);
+	__type(value, struct task_rec);
 } task_starts SEC(".maps");
 
-/* A recorded thread's last waits (past_waits), kept on the task by the
- * tp_btf switch program at each switch-in, read by sched_waking when the
- * thread wakes another. */
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct past_waits);
-} task_waits SEC(".maps");
+/* The past waits of a record from task_starts. */
+static __always_inline struct past_waits *waits_of(struct start_rec *s)
+{
+	return &((struct task_rec *)s)->w;
+}
 
 /* Key: offcpu_key. Value: offcpu_val (ns and count). Written at switch-in,
  * drained by user space at the end. Size: --agg-entries. */
@@ -221,6 +224,41 @@ static __always_inline u64 rq_clock_of(struct task_struct *t)
 	if (!bpf_core_field_exists(t->se.cfs_rq))
 		return 0;
 	return t->se.cfs_rq->rq->clock; /* BTF pointers: plain loads, no helper calls */
+}
+
+/* The ktime clock at a switch, derived from the run queue's clock that
+ * __schedule updated just before sched_switch (rq_now): a
+ * bpf_ktime_get_ns call costs ~75 ns on a VM, as much as the rest of the
+ * switch-out, while rq->clock is a load. The offset between the clocks is
+ * read again per CPU every CLOCK_RESYNC_NS of the run queue's clock, so
+ * the slew of CLOCK_MONOTONIC (at most 500 ppm) moves it by under 0.5 µs;
+ * interval lengths use the run queue's clock at both ends anyway. */
+#define CLOCK_RESYNC_NS 1000000ULL
+struct clock_sync {
+	u64 off; /* ktime - rq clock at the last read */
+	u64 at;  /* the run queue's clock then; 0: never */
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct clock_sync);
+} clock_sync SEC(".maps");
+
+/* A global function: verified once on its own, so its two outcomes do
+ * not double the states the verifier follows through the stack walks. */
+__noinline u64 switch_now(u64 rq_now)
+{
+	u32 zero = 0;
+	struct clock_sync *c = rq_now ? bpf_map_lookup_elem(&clock_sync, &zero) : 0;
+	if (!c)
+		return bpf_ktime_get_ns();
+	if (c->at && rq_now >= c->at && rq_now - c->at < CLOCK_RESYNC_NS)
+		return rq_now + c->off;
+	u64 now = bpf_ktime_get_ns();
+	c->off = now - rq_now;
+	c->at = rq_now;
+	return now;
 }
 
 /* The part of the interval from start to end spent waiting for a CPU
@@ -341,14 +379,12 @@ static __always_inline u64 chain_part(struct start_rec *s, u64 now)
 }
 
 /* Remembers a wait that ended now, for the chains of the threads this
- * thread wakes next. */
-static __always_inline void remember_wait(struct task_struct *t, struct start_rec *s, u64 now)
+ * thread wakes next (s: from task_starts). */
+static __always_inline void remember_wait(struct start_rec *s, u64 now)
 {
 	if (!want_wakeups)
 		return;
-	struct past_waits *p = bpf_task_storage_get(&task_waits, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!p)
-		return;
+	struct past_waits *p = waits_of(s);
 	u32 i = p->next % PAST_WAITS;
 	p->from[i] = s->ts;
 	p->to[i] = now;
@@ -613,7 +649,7 @@ static __always_inline void account_prestart(struct task_struct *t, u32 state, u
  * dying or its state is filtered out, its interval starts with its
  * stacks. */
 static __always_inline void switch_out(void *ctx, struct start_rec *s, struct task_struct *prev,
-				       unsigned int prev_state, u8 state, bool kthread, u64 now)
+				       unsigned int prev_state, u8 state, bool kthread, u64 now, u64 now_rq)
 {
 	u32 ptid = prev->pid, ptgid = prev->tgid;
 	u64 ran = prev->se.sum_exec_runtime;
@@ -639,7 +675,7 @@ static __always_inline void switch_out(void *ctx, struct start_rec *s, struct ta
 	s->tgen = task_gen(prev);
 	s->state = state;
 	s->rd = prev->sched_info.run_delay;
-	s->ts_rq = rq_clock_of(prev);
+	s->ts_rq = now_rq;
 	if (deferred_walks) {
 		/* Walked at the switch-in, if at all. */
 		s->ustack = -EAGAIN;

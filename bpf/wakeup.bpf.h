@@ -253,9 +253,9 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 	/* The waker's own waits since the waiter's began: the waiter waited on
 	 * a thread that was itself waiting (a chain). */
 	ts->waker_wait_ns = 0;
-	struct past_waits *me = irq ? 0 : bpf_task_storage_get(&task_waits, bpf_get_current_task_btf(), 0, 0);
+	struct start_rec *me = irq ? 0 : bpf_task_storage_get(&task_starts, bpf_get_current_task_btf(), 0, 0);
 	if (me)
-		ts->waker_wait_ns = waits_since(me, ts->ts, bpf_ktime_get_ns(), &w);
+		ts->waker_wait_ns = waits_since(waits_of(me), ts->ts, bpf_ktime_get_ns(), &w);
 	ts->waker = w;
 	return 0;
 }

@@ -249,7 +249,6 @@ func (p *probes) spec(cgroupID uint64, btfMode bool) (*ebpf.CollectionSpec, erro
 		delete(spec.Programs, bpf.OffcpuProgOffcpuLiveStacks)
 		delete(spec.Maps, bpf.OffcpuMapTaskStarts)
 		delete(spec.Maps, bpf.OffcpuMapThreadCpus)
-		delete(spec.Maps, bpf.OffcpuMapTaskWaits)
 		p.attach = "tracepoint"
 	}
 	return spec, nil
