@@ -28,7 +28,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 	if (rec_stop_ns)
 		return 0; /* the window closed: open intervals are flushed to its end */
 	/* Both threads' run queue: this CPU's. */
-	u64 now_rq = rq_clock_of(prev), now = switch_now(now_rq);
+	u64 now_rq = rq_clock_of(prev), now = bpf_ktime_get_ns();
 	u32 ptid = prev->pid, ptgid = prev->tgid;
 	u8 state = classify(preempt, prev_state);
 	bool kthread = prev->flags & PF_KTHREAD;

@@ -13,12 +13,6 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type OffcpuClockSync struct {
-	_   structs.HostLayout
-	Off uint64
-	At  uint64
-}
-
 type OffcpuCpuKey struct {
 	_      structs.HostLayout
 	Tgid   uint32
@@ -386,7 +380,6 @@ type OffcpuWakerRec struct {
 const (
 	OffcpuMapBlockedRd          = "blocked_rd"
 	OffcpuMapBlockedUstacks     = "blocked_ustacks"
-	OffcpuMapClockSync          = "clock_sync"
 	OffcpuMapCpuSamples         = "cpu_samples"
 	OffcpuMapExecMmaps          = "exec_mmaps"
 	OffcpuMapIrqWakers          = "irq_wakers"
@@ -534,7 +527,6 @@ type OffcpuProgramSpecs struct {
 type OffcpuMapSpecs struct {
 	BlockedRd       *ebpf.MapSpec `ebpf:"blocked_rd"`
 	BlockedUstacks  *ebpf.MapSpec `ebpf:"blocked_ustacks"`
-	ClockSync       *ebpf.MapSpec `ebpf:"clock_sync"`
 	CpuSamples      *ebpf.MapSpec `ebpf:"cpu_samples"`
 	ExecMmaps       *ebpf.MapSpec `ebpf:"exec_mmaps"`
 	IrqWakers       *ebpf.MapSpec `ebpf:"irq_wakers"`
@@ -624,7 +616,6 @@ func (o *OffcpuObjects) Close() error {
 type OffcpuMaps struct {
 	BlockedRd       *ebpf.Map `ebpf:"blocked_rd"`
 	BlockedUstacks  *ebpf.Map `ebpf:"blocked_ustacks"`
-	ClockSync       *ebpf.Map `ebpf:"clock_sync"`
 	CpuSamples      *ebpf.Map `ebpf:"cpu_samples"`
 	ExecMmaps       *ebpf.Map `ebpf:"exec_mmaps"`
 	IrqWakers       *ebpf.Map `ebpf:"irq_wakers"`
@@ -665,7 +656,6 @@ func (m *OffcpuMaps) Close() error {
 	return _OffcpuClose(
 		m.BlockedRd,
 		m.BlockedUstacks,
-		m.ClockSync,
 		m.CpuSamples,
 		m.ExecMmaps,
 		m.IrqWakers,

@@ -226,41 +226,6 @@ static __always_inline u64 rq_clock_of(struct task_struct *t)
 	return t->se.cfs_rq->rq->clock; /* BTF pointers: plain loads, no helper calls */
 }
 
-/* The ktime clock at a switch, derived from the run queue's clock that
- * __schedule updated just before sched_switch (rq_now): a
- * bpf_ktime_get_ns call costs ~75 ns on a VM, as much as the rest of the
- * switch-out, while rq->clock is a load. The offset between the clocks is
- * read again per CPU every CLOCK_RESYNC_NS of the run queue's clock, so
- * the slew of CLOCK_MONOTONIC (at most 500 ppm) moves it by under 0.5 µs;
- * interval lengths use the run queue's clock at both ends anyway. */
-#define CLOCK_RESYNC_NS 1000000ULL
-struct clock_sync {
-	u64 off; /* ktime - rq clock at the last read */
-	u64 at;  /* the run queue's clock then; 0: never */
-};
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, u32);
-	__type(value, struct clock_sync);
-} clock_sync SEC(".maps");
-
-/* A global function: verified once on its own, so its two outcomes do
- * not double the states the verifier follows through the stack walks. */
-__noinline u64 switch_now(u64 rq_now)
-{
-	u32 zero = 0;
-	struct clock_sync *c = rq_now ? bpf_map_lookup_elem(&clock_sync, &zero) : 0;
-	if (!c)
-		return bpf_ktime_get_ns();
-	if (c->at && rq_now >= c->at && rq_now - c->at < CLOCK_RESYNC_NS)
-		return rq_now + c->off;
-	u64 now = bpf_ktime_get_ns();
-	c->off = now - rq_now;
-	c->at = rq_now;
-	return now;
-}
-
 /* The part of the interval from start to end spent waiting for a CPU
  * where only its ends are known (classic tracepoints): all of a preempted
  * one, none of a sleep. */
