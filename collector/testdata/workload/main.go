@@ -199,13 +199,12 @@ func sleeping(tid int32) bool {
 // in the runtime's futex (a P taken during its syscall), where a write
 // would find it and its read would not block.
 func sleepingIn(tid int32, nr uintptr) bool {
-	if !sleeping(tid) {
-		return false
-	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/syscall", tid))
 	if err != nil {
 		return false
 	}
+	// The file says "running" when the thread is; state S read after it
+	// means it still sleeps in that call.
 	f := strings.Fields(string(b))
 	return len(f) > 0 && f[0] == strconv.FormatUint(uint64(nr), 10) && sleeping(tid)
 }
