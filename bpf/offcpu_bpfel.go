@@ -39,6 +39,11 @@ type OffcpuFileUnwind struct {
 	Count    uint32
 }
 
+type OffcpuFrameBuf struct {
+	_ structs.HostLayout
+	B [136]uint8
+}
+
 type OffcpuIrqWaker struct {
 	_      structs.HostLayout
 	Ctx    uint64
@@ -382,6 +387,7 @@ const (
 	OffcpuMapBlockedUstacks     = "blocked_ustacks"
 	OffcpuMapCpuSamples         = "cpu_samples"
 	OffcpuMapExecMmaps          = "exec_mmaps"
+	OffcpuMapFrameScratch       = "frame_scratch"
 	OffcpuMapIrqWakers          = "irq_wakers"
 	OffcpuMapJavaMethods        = "java_methods"
 	OffcpuMapJavaProcs          = "java_procs"
@@ -529,6 +535,7 @@ type OffcpuMapSpecs struct {
 	BlockedUstacks  *ebpf.MapSpec `ebpf:"blocked_ustacks"`
 	CpuSamples      *ebpf.MapSpec `ebpf:"cpu_samples"`
 	ExecMmaps       *ebpf.MapSpec `ebpf:"exec_mmaps"`
+	FrameScratch    *ebpf.MapSpec `ebpf:"frame_scratch"`
 	IrqWakers       *ebpf.MapSpec `ebpf:"irq_wakers"`
 	JavaMethods     *ebpf.MapSpec `ebpf:"java_methods"`
 	JavaProcs       *ebpf.MapSpec `ebpf:"java_procs"`
@@ -618,6 +625,7 @@ type OffcpuMaps struct {
 	BlockedUstacks  *ebpf.Map `ebpf:"blocked_ustacks"`
 	CpuSamples      *ebpf.Map `ebpf:"cpu_samples"`
 	ExecMmaps       *ebpf.Map `ebpf:"exec_mmaps"`
+	FrameScratch    *ebpf.Map `ebpf:"frame_scratch"`
 	IrqWakers       *ebpf.Map `ebpf:"irq_wakers"`
 	JavaMethods     *ebpf.Map `ebpf:"java_methods"`
 	JavaProcs       *ebpf.Map `ebpf:"java_procs"`
@@ -658,6 +666,7 @@ func (m *OffcpuMaps) Close() error {
 		m.BlockedUstacks,
 		m.CpuSamples,
 		m.ExecMmaps,
+		m.FrameScratch,
 		m.IrqWakers,
 		m.JavaMethods,
 		m.JavaProcs,

@@ -13,6 +13,26 @@
 #define PY_MAX_THREADS 64   /* thread states searched for a thread's */
 #define PY_HOLDER_FRAMES 32 /* Python frames kept of a GIL holder's stack */
 #define PY_FRAME_READ 112   /* bytes read of a frame: every offset used is below */
+/* A frame read's buffer (Python and Java), in a per-CPU map rather than on
+ * the BPF stack (512 bytes across a call chain on kernels without private
+ * stacks). Offsets into it are masked by FRAME_MASK, and an 8-byte read at
+ * the largest stays inside: some verifiers (6.1) lose a checked offset's
+ * bounds. */
+#define FRAME_MASK 127
+#define FRAME_BUF (FRAME_MASK + 1 + 8)
+
+struct frame_buf {
+	u8 b[FRAME_BUF];
+};
+
+/* Entry 0 for the tracepoint and perf-event programs, 1 for the sleepable
+ * iterator, as stack_scratch. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, u32);
+	__type(value, struct frame_buf);
+} frame_scratch SEC(".maps");
 
 /* Set by user space while py_procs holds a process: nothing is looked up
  * for Python before (a switch's cost is unchanged without Python). */
@@ -144,19 +164,19 @@ struct py_step {
 	bool last;
 };
 
+/* fr: a frame_buf's bytes. */
 static __always_inline bool py_read_frame_of(struct py_proc *pp, u64 frame, struct py_step *st,
-					     struct task_struct *task, bool remote)
+					     struct task_struct *task, bool remote, u8 *fr)
 {
-	u8 fr[PY_FRAME_READ];
-	if (read_user(fr, sizeof(fr), frame, task, remote))
+	if (read_user(fr, PY_FRAME_READ, frame, task, remote))
 		return false;
 	u32 oc = pp->frame_code, ob = pp->frame_back, oi = pp->frame_instr, oe = pp->frame_entry;
 	if (oc > PY_FRAME_READ - 8 || ob > PY_FRAME_READ - 8 || oi > PY_FRAME_READ - 8 || oe > PY_FRAME_READ - 1)
 		return false;
-	u64 code = *(u64 *)&fr[oc];
-	u64 instr = *(u64 *)&fr[oi];
-	bool entry = fr[oe] == pp->entry_val;
-	st->back = *(u64 *)&fr[ob];
+	u64 code = *(u64 *)&fr[oc & FRAME_MASK];
+	u64 instr = *(u64 *)&fr[oi & FRAME_MASK];
+	bool entry = fr[oe & FRAME_MASK] == pp->entry_val;
+	st->back = *(u64 *)&fr[ob & FRAME_MASK];
 	st->last = (pp->flags & PY_ONE_PER_EVAL) || entry || !st->back;
 	st->entry = 0;
 	if (!code || code > JAVA_METHOD_MASK || (entry && (pp->flags & PY_ENTRY_SHIM)))
@@ -184,6 +204,7 @@ static __always_inline void py_seen(u32 tgid, u64 entry)
 struct py_holder_walk {
 	struct py_proc *pp;
 	struct stack_buf *b;
+	u8 *fr;
 	u64 f;
 	u32 n, tgid;
 };
@@ -191,7 +212,7 @@ struct py_holder_walk {
 static long py_holder_step(u64 i, struct py_holder_walk *w)
 {
 	struct py_step st;
-	if (!w->f || !py_read_frame_of(w->pp, w->f, &st, 0, false))
+	if (!w->f || !py_read_frame_of(w->pp, w->f, &st, 0, false, w->fr))
 		return 1;
 	if (st.entry) {
 		w->b->ips[w->n & (PY_HOLDER_FRAMES - 1)] = st.entry;
@@ -253,9 +274,10 @@ static __always_inline void py_gil_wait(struct task_struct *t, u32 tgid, u32 *gi
 	*holder = (u32)tid;
 	u32 slot = 0;
 	struct stack_buf *b = bpf_map_lookup_elem(&stack_scratch, &slot);
-	if (!b)
+	struct frame_buf *fb = bpf_map_lookup_elem(&frame_scratch, &slot);
+	if (!b || !fb)
 		return;
-	struct py_holder_walk w = { .pp = pp, .b = b, .f = py_frame_of(pp, hts), .tgid = tgid };
+	struct py_holder_walk w = { .pp = pp, .b = b, .fr = fb->b, .f = py_frame_of(pp, hts), .tgid = tgid };
 	bpf_loop(PY_HOLDER_FRAMES, py_holder_step, &w, 0);
 	u32 n = w.n;
 	if (!n)

@@ -38,6 +38,7 @@ struct unwind_ctx {
 	struct task_struct *task; /* walked from another task (iterator) */
 	u32 tgid;                 /* whose stack it is */
 	struct py_proc *py;       /* a CPython process's layout, or 0 */
+	u8 *fr;                   /* a frame_buf's bytes: interpreter frames are read there */
 };
 
 /* Index: row number. Value: unwind_row. The rows of every file loaded so
@@ -272,7 +273,7 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 	if ((kind & UNWIND_PY_EVAL) && c->py && u->py_frame && !u->py_skip) {
 		/* One Python frame of this activation per step, in its place. */
 		struct py_step st;
-		if (!py_read_frame_of(c->py, u->py_frame, &st, c->task, remote)) {
+		if (!py_read_frame_of(c->py, u->py_frame, &st, c->task, remote, c->fr)) {
 			u->py_frame = 0;
 			u->py_skip = u->py_emitted > 0;
 			return 0;
@@ -330,9 +331,9 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 	case UNWIND_JAVA_INTERP: {
 		/* rbp - 64 .. rbp + 8: bcp, locals, cache, mdp, mirror, method,
 		 * last sp, sender sp, rbp, ra */
-		u64 fr[10];
-		if (!bp || bp < sp || read_user(fr, sizeof(fr), bp - 64, c->task, remote)) {
-			__builtin_memset(fr, 0, sizeof(fr));
+		u64 *fr = (u64 *)c->fr;
+		if (!bp || bp < sp || read_user(fr, 10 * sizeof(u64), bp - 64, c->task, remote)) {
+			__builtin_memset(fr, 0, 10 * sizeof(u64));
 			if (!bp || bp < sp || read_user(&fr[5], 5 * sizeof(u64), bp - 24, c->task, remote))
 				return 1;
 		}
@@ -402,7 +403,8 @@ static __always_inline s64 walk_user(u32 slot, struct unwind_proc *p, struct tas
 {
 	struct stack_buf *b = bpf_map_lookup_elem(&stack_scratch, &slot);
 	struct unwind_state *u = bpf_map_lookup_elem(&unwind_scratch, &slot);
-	if (!b || !u)
+	struct frame_buf *fb = bpf_map_lookup_elem(&frame_scratch, &slot);
+	if (!b || !u || !fb)
 		return -1;
 	if (!regs)
 		return -ENODATA;
@@ -416,7 +418,7 @@ static __always_inline s64 walk_user(u32 slot, struct unwind_proc *p, struct tas
 	u->py_frame = 0;
 	u->py_emitted = 0;
 	u->py_skip = 0;
-	struct unwind_ctx c = { .u = u, .proc = p, .buf = b, .task = task,
+	struct unwind_ctx c = { .u = u, .proc = p, .buf = b, .task = task, .fr = fb->b,
 				.tgid = task ? BPF_CORE_READ(task, tgid) : bpf_get_current_pid_tgid() >> 32 };
 	if (p && py_active) {
 		/* The thread's Python frames: its thread state is found by its
