@@ -144,6 +144,16 @@ static __always_inline void count_one(void *map, void *key, u32 stat)
 
 /* Reads user memory of the current task, or (remote, sleepable programs
  * only) of task. */
+/* An index into an array of n entries, checked where it is used: i, or 0
+ * if i >= n. The test and the use are one register, so every verifier
+ * knows the bound (6.1's lost one checked earlier on a copy that went
+ * through the stack: "unbounded memory access"). n: a constant. */
+#define IDX(i, n) ({                                                   \
+	u64 __i = (i);                                                 \
+	asm volatile("if %0 < %1 goto +1; %0 = 0" : "+r"(__i) : "i"(n)); \
+	__i;                                                           \
+})
+
 static __always_inline long read_user(void *dst, u32 size, u64 addr, struct task_struct *task, bool remote)
 {
 	if (remote)

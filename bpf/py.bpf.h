@@ -283,7 +283,7 @@ static __always_inline void py_gil_wait(struct task_struct *t, u32 tgid, u32 *gi
 	if (!n)
 		return;
 	if (n < PERF_MAX_STACK_DEPTH)
-		b->ips[n & 127] = 0;
+		b->ips[IDX(n, PERF_MAX_STACK_DEPTH)] = 0;
 	*holder_stack = store_stack(b, STAT_USTACK_LOST);
 }
 

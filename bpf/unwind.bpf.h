@@ -279,7 +279,7 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 			return 0;
 		}
 		if (st.entry) {
-			c->buf->ips[n] = st.entry;
+			c->buf->ips[IDX(n, PERF_MAX_STACK_DEPTH)] = st.entry;
 			u->n = n + 1;
 			u->py_emitted++;
 			py_seen(c->tgid, st.entry);
@@ -298,7 +298,7 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 	if (u->py_skip) {
 		u->py_skip = 0;
 	} else {
-		c->buf->ips[n] = pc;
+		c->buf->ips[IDX(n, PERF_MAX_STACK_DEPTH)] = pc;
 		u->n = n + 1;
 	}
 	u64 cfa = 0;
@@ -340,7 +340,7 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 		u64 method = fr[5];
 		if (method && method <= JAVA_METHOD_MASK && !(method & 7)) {
 			u64 bci = java_bci(c, method, fr[0], remote);
-			c->buf->ips[n] = JAVA_METHOD_TAG | ((bci >> 3) << 47) | method | (bci & 7);
+			c->buf->ips[IDX(n, PERF_MAX_STACK_DEPTH)] = JAVA_METHOD_TAG | ((bci >> 3) << 47) | method | (bci & 7);
 			struct java_method_key k = { .tgid = c->tgid, .method = method };
 			u8 one = 1;
 			bpf_map_update_elem(&java_methods, &k, &one, BPF_NOEXIST);
@@ -438,7 +438,7 @@ static __always_inline s64 walk_user(u32 slot, struct unwind_proc *p, struct tas
 	if (n == 0)
 		return -ENODATA;
 	if (n < PERF_MAX_STACK_DEPTH)
-		b->ips[n] = 0;
+		b->ips[IDX(n, PERF_MAX_STACK_DEPTH)] = 0;
 	if (p) {
 		stat_add(STAT_DWARF_STACKS, 1);
 		stat_add(STAT_DWARF_FRAMES, u->dwarf);

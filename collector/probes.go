@@ -47,24 +47,41 @@ var (
 	tpProgs  = []string{bpf.OffcpuProgOffcpuSwitchTp, bpf.OffcpuProgOffcpuForkTp, bpf.OffcpuProgOffcpuRenameTp, bpf.OffcpuProgOffcpuWakingTp}
 )
 
+// optionalProgs are the programs a recording does without, with what
+// that costs.
+var optionalProgs = map[string]string{
+	bpf.OffcpuProgOffcpuSnapBlocked: "user stacks of threads blocked at the start not walked",
+	bpf.OffcpuProgOffcpuDlState:     "libraries mapped while recording read from /proc",
+	bpf.OffcpuProgOffcpuExec:        "programs started while recording read from /proc",
+	bpf.OffcpuProgOffcpuRename:      "thread names changed while recording read from /proc",
+	bpf.OffcpuProgOffcpuMmapEnter:   "libraries mapped while recording read from /proc",
+	bpf.OffcpuProgOffcpuMmapExit:    "libraries mapped while recording read from /proc",
+}
+
 // loadProbes loads and attaches the tp_btf programs, or the classic
 // tracepoint ones where those fail or are asked for. prepare runs between
 // loading and attaching, with the maps created.
 func loadProbes(opts Options, cgroupID uint64, prepare func(*probes) error) (*probes, error) {
+	var warnings []string
+	if opts.deferred() && !opts.ForceTracepoint && !kernelHasRawTracepoint("sched_exit_tp") {
+		warnings = append(warnings, noDeferral("the kernel has no sched_exit_tp tracepoint (Linux 6.16+), where a thread's stacks are walked after its switch-in"))
+		opts.WalkThreshold, opts.Budget = 0, 0
+	}
 	var btfErr error
 	if !opts.ForceTracepoint {
-		p := &probes{opts: opts}
+		p := &probes{opts: opts, warnings: warnings}
 		if btfErr = p.load(cgroupID, true, prepare); btfErr == nil {
 			return p, nil
 		}
 		p.close()
 	}
-	if opts.deferred() {
-		return nil, fmt.Errorf("--budget and --walk-threshold need the tp_btf programs and the sched_exit_tp tracepoint (Linux 6.16+): %w", btfErr)
-	}
-	p := &probes{opts: opts}
+	p := &probes{opts: opts, warnings: warnings}
 	if btfErr != nil {
 		p.warnings = append(p.warnings, fmt.Sprintf("tp_btf programs not loaded, using classic tracepoints: %v", btfErr))
+	}
+	if p.opts.deferred() {
+		p.warnings = append(p.warnings, noDeferral("the tp_btf programs were not loaded"))
+		p.opts.WalkThreshold, p.opts.Budget = 0, 0
 	}
 	if err := p.load(cgroupID, false, prepare); err != nil {
 		p.close()
@@ -74,6 +91,22 @@ func loadProbes(opts Options, cgroupID uint64, prepare func(*probes) error) (*pr
 		return nil, err
 	}
 	return p, nil
+}
+
+// noDeferral is the warning for --walk-threshold and --budget dropped.
+func noDeferral(why string) string {
+	return "--walk-threshold and --budget not used: " + why + "; every interval's stacks are walked at its switch-out, which costs more a switch (docs/overhead.md)"
+}
+
+// kernelHasRawTracepoint says whether the kernel's BTF declares the
+// tracepoint's typedef (btf_trace_NAME), which tp_btf programs attach by.
+func kernelHasRawTracepoint(name string) bool {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return false
+	}
+	var td *btf.Typedef
+	return spec.TypeByName("btf_trace_"+name, &td) == nil
 }
 
 // attachCPUSampling opens a CPU-clock perf event per online CPU at
@@ -277,6 +310,18 @@ func sizeMaps(spec *ebpf.CollectionSpec, o Options) {
 // refusals into errors that say what to do.
 func (p *probes) newCollection(spec *ebpf.CollectionSpec) error {
 	coll, err := ebpf.NewCollection(spec)
+	for err != nil {
+		// A program with a fallback is left out rather than the mode.
+		name := failedProgram(err, spec)
+		why, ok := optionalProgs[name]
+		var ve *ebpf.VerifierError
+		if !ok || !errors.As(err, &ve) {
+			break
+		}
+		p.warnings = append(p.warnings, fmt.Sprintf("%s: the kernel rejected %s (%s)", why, name, verifierReason(ve.Log)))
+		delete(spec.Programs, name)
+		coll, err = ebpf.NewCollection(spec)
+	}
 	if err != nil {
 		// The verifier answers EACCES too: look at its log first.
 		var ve *ebpf.VerifierError

@@ -107,6 +107,7 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 		s.close()
 		return nil, err
 	}
+	s.opts = s.p.opts // without deferred walks where the kernel cannot defer them
 	if s.p.kernelMaps && s.unw != nil {
 		s.unw.rescan = false // every code mapping is reported as it is made
 	}

@@ -2,7 +2,6 @@ package collector
 
 import (
 	"bytes"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -11,14 +10,6 @@ import (
 	"github.com/offcpu/offcpu/internal/testenv"
 	"github.com/offcpu/offcpu/schema"
 )
-
-func runBuild(t testing.TB, name string, args ...string) {
-	t.Helper()
-	cmd := exec.Command(name, args...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
-	}
-}
 
 // fixtureProfile is a small recorder-shaped profile.
 func fixtureProfile() *profile.Profile {
