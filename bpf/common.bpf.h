@@ -46,9 +46,6 @@ _Static_assert((1ULL << ROW_SEARCH_STEPS) >= (unsigned long long)UNWIND_MAX_ROWS
 #define bpf_ksym_exists(sym) (!!(sym))
 #endif
 
-#define TRACE_FLAG_HARDIRQ 0x08
-#define TRACE_FLAG_SOFTIRQ 0x10
-#define TRACE_FLAG_NMI 0x40
 #define PROT_EXEC 0x4
 
 /* Exposes the enum to bpf2go so Go and C share one list. */

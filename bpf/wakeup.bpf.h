@@ -260,17 +260,43 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 	return 0;
 }
 
+/* in_interrupt_ctx for classic tracepoints: their record's first 8 bytes
+ * hold, for BPF programs, the tracepoint caller's registers (not the
+ * trace_entry header, whose flags are written after the programs run),
+ * whose sp says which stack the event was raised on. */
+static __always_inline bool tp_in_interrupt(void *ctx)
+{
+	struct pt_regs *regs = 0;
+	u64 sp = 0;
+	if (bpf_probe_read_kernel(&regs, sizeof(regs), ctx) || !regs ||
+	    bpf_probe_read_kernel(&sp, sizeof(sp), &regs->sp))
+		return false;
+	struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
+	u64 base = (u64)BPF_CORE_READ(cur, stack);
+	return sp < base || sp >= base + thread_size;
+}
+
 SEC("tracepoint/sched/sched_waking")
 int offcpu_waking_tp(struct trace_event_raw_sched_wakeup_template *ctx)
 {
-	u32 ttid = BPF_CORE_READ(ctx, pid);
-	if (!want_wakeups || ttid == 0 || !is_target(0, ttid) || filter_tgid)
+	u32 ttid = BPF_CORE_READ(ctx, pid), ttgid = 0;
+	if (!want_wakeups || ttid == 0)
 		return 0;
-	u8 flags = BPF_CORE_READ(ctx, ent.flags);
-	bool irq = flags & (TRACE_FLAG_HARDIRQ | TRACE_FLAG_SOFTIRQ | TRACE_FLAG_NMI);
+	if (filter_tgid) {
+		/* The record has the woken thread's tid only: its process is the
+		 * one its pending interval was started for. A wake-up that ends
+		 * no interval of a recorded thread is not counted. */
+		struct start_rec *s = bpf_map_lookup_elem(&starts, &ttid);
+		if (!s)
+			return 0;
+		ttgid = s->tgid;
+	}
+	if (!is_target(ttgid, ttid))
+		return 0;
+	bool irq = tp_in_interrupt(ctx);
 	struct waker_rec w = {};
 	waker_context(ctx, &w, irq, false, ttid);
-	count_wakeup(0, ttid, 0, &w);
+	count_wakeup(ttgid, ttid, 0, &w);
 	bpf_map_update_elem(&last_waker, &ttid, &w, BPF_ANY);
 	return 0;
 }

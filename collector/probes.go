@@ -37,6 +37,8 @@ type probes struct {
 	codeMaps string
 	// warnings: partial failures while loading (a tp_btf fallback).
 	warnings []string
+	// loadTime: spent loading programs, failed attach modes included.
+	loadTime time.Duration
 }
 
 // The programs of each attach mode.
@@ -68,14 +70,16 @@ func loadProbes(opts Options, cgroupID uint64, prepare func(*probes) error) (*pr
 		opts.WalkThreshold, opts.Budget = 0, 0
 	}
 	var btfErr error
+	var spent time.Duration
 	if !opts.ForceTracepoint {
 		p := &probes{opts: opts, warnings: warnings}
 		if btfErr = p.load(cgroupID, true, prepare); btfErr == nil {
 			return p, nil
 		}
+		spent = p.loadTime
 		p.close()
 	}
-	p := &probes{opts: opts, warnings: warnings}
+	p := &probes{opts: opts, warnings: warnings, loadTime: spent}
 	if btfErr != nil {
 		p.warnings = append(p.warnings, fmt.Sprintf("tp_btf programs not loaded, using classic tracepoints: %v", btfErr))
 	}
@@ -309,6 +313,8 @@ func sizeMaps(spec *ebpf.CollectionSpec, o Options) {
 // newCollection loads the maps and programs, turning the kernel's
 // refusals into errors that say what to do.
 func (p *probes) newCollection(spec *ebpf.CollectionSpec) error {
+	start := time.Now()
+	defer func() { p.loadTime += time.Since(start) }()
 	coll, err := ebpf.NewCollection(spec)
 	for err != nil {
 		// A program with a fallback is left out rather than the mode.

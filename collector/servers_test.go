@@ -237,6 +237,27 @@ func TestSchedstatTruth(t *testing.T) {
 	}
 }
 
+// TestSchedstatWorkload is the same check on a small C program beside two
+// CPU hogs: it needs no server, so kernels booted under qemu run it too
+// (tools/kmatrix).
+func TestSchedstatWorkload(t *testing.T) {
+	requireBPF(t)
+	bin := filepath.Join(t.TempDir(), "split")
+	runBuild(t, "gcc", "-O2", "-pthread", "-o", bin, "testdata/split/split.c")
+	cmd := exec.Command(bin, "1", "3")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	startReady(t, cmd)
+	cpuHogs(t, 2)
+	// It works 1 s of the load's 1.5 s and idles around the reads.
+	checkAgainstSchedstat(t, []int{cmd.Process.Pid}, func(stop <-chan struct{}) {
+		in.Write([]byte{'g'})
+		<-stop
+	})
+}
+
 func schedstatTruth(t *testing.T, hogs int) {
 	t.Run("memcached", func(t *testing.T) {
 		cmd, port := startMemcached(t)

@@ -89,6 +89,7 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	began := time.Now()
 	opts := o.withDefaults()
 	cgroupID, err := checkTargets(opts)
 	if err != nil {
@@ -116,6 +117,7 @@ func Start(ctx context.Context, o Options) (*Session, error) {
 		return nil, err
 	}
 	s.startWorkers()
+	s.stats.StartUp, s.stats.Load = time.Since(began), s.p.loadTime
 	return s, nil
 }
 
@@ -464,6 +466,7 @@ func (s *Session) stopContinuous() {
 	kept := s.stats
 	s.stats = s.cont.total
 	s.stats.Attach, s.stats.CodeMaps, s.stats.Warnings, s.stats.Programs = kept.Attach, kept.CodeMaps, kept.Warnings, kept.Programs
+	s.stats.StartUp, s.stats.Load = kept.StartUp, kept.Load
 	s.stats.Duration = kept.Duration
 }
 

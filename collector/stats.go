@@ -5,6 +5,11 @@ import "time"
 // Stats describes a finished recording, losses included.
 type Stats struct {
 	Attach string `json:"attach"` // "tp_btf" or "tracepoint"
+	// StartUp: from Start to the programs attached and the recording
+	// running; Load: of it, loading the programs (the verifier's time,
+	// failed attach modes included).
+	StartUp time.Duration `json:"start_up_ns"`
+	Load    time.Duration `json:"load_ns"`
 	// CodeMaps: how libraries mapped while recording become known:
 	// "loader" (a uprobe on the dynamic loader's hook), "mmap" (the mmap
 	// syscall tracepoints: every syscall then takes the slow path), or ""

@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/offcpu/offcpu/collector"
+	"github.com/offcpu/offcpu/internal/testenv"
 	"github.com/offcpu/offcpu/otlp"
 	"github.com/offcpu/offcpu/schema"
 )
@@ -61,10 +62,8 @@ var collectorBinary = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, "offcpu-otelcol")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Dir = filepath.Join("..", "..", "tools", "otelcol")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building the test collector: %v\n%s", err, out)
+	if err := testenv.BuildIn(filepath.Join("..", "..", "tools", "otelcol"), "go", "build", "-o", bin, "."); err != nil {
+		return "", fmt.Errorf("building the test collector: %v", err)
 	}
 	return bin, nil
 })

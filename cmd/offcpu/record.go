@@ -429,6 +429,9 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 	fmt.Fprintf(w, "offcpu: %v recorded (%s): %d off-CPU intervals, %v off-CPU (%v blocked, %v waiting for a CPU), %d stacks\n",
 		st.Duration.Round(time.Millisecond), st.Attach, st.Intervals, st.OffCPU.Round(time.Microsecond),
 		(st.OffCPU - st.RunQueue).Round(time.Microsecond), st.RunQueue.Round(time.Microsecond), st.Stacks)
+	if st.StartUp > 0 {
+		fmt.Fprintf(w, "started in %v (programs loaded and verified in %v)\n", st.StartUp.Round(time.Millisecond), st.Load.Round(time.Millisecond))
+	}
 	if st.ExactOnCPU {
 		fmt.Fprintf(w, "on-CPU: %v, exact per thread (the scheduler's own count between switches)\n", st.OnCPU.Round(time.Microsecond))
 	}

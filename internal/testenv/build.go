@@ -1,0 +1,96 @@
+package testenv
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Programs the tests build (gcc, go build) can come prebuilt, for a
+// kernel booted under qemu with no compiler (tools/kmatrix):
+// OFFCPU_PREBUILD_OUT=DIR keeps a copy of each program built,
+// OFFCPU_PREBUILT=DIR takes it from there. A program is named by a hash
+// of its build command, the output path left out.
+const (
+	EnvPrebuilt    = "OFFCPU_PREBUILT"
+	EnvPrebuildOut = "OFFCPU_PREBUILD_OUT"
+)
+
+// Build runs a build command (name args..., with "-o OUT") or takes OUT
+// prebuilt; the test fails if it cannot.
+func Build(t testing.TB, name string, args ...string) {
+	t.Helper()
+	if err := BuildIn("", name, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BuildIn is Build run in dir ("" for the current one).
+func BuildIn(dir, name string, args ...string) error {
+	out, key := buildOutput(dir, name, args)
+	if pre := os.Getenv(EnvPrebuilt); pre != "" && out != "" {
+		if err := copyExec(filepath.Join(pre, key), absIn(dir, out)); err != nil {
+			return fmt.Errorf("prebuilt %s %v: %v (build it on the host with %s set)", name, args, err, EnvPrebuildOut)
+		}
+		return nil
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %v: %v\n%s", name, args, err, b)
+	}
+	if keep := os.Getenv(EnvPrebuildOut); keep != "" && out != "" {
+		if err := os.MkdirAll(keep, 0o755); err != nil {
+			return err
+		}
+		if err := copyExec(absIn(dir, out), filepath.Join(keep, key)); err != nil {
+			return fmt.Errorf("keeping %s: %v", out, err)
+		}
+	}
+	return nil
+}
+
+func absIn(dir, path string) string {
+	if filepath.IsAbs(path) || dir == "" {
+		return path
+	}
+	return filepath.Join(dir, path)
+}
+
+// buildOutput is the -o argument and the command's key.
+func buildOutput(dir, name string, args []string) (out, key string) {
+	rest := []string{filepath.Base(name), dir}
+	for i := 0; i < len(args); i++ {
+		if args[i] == "-o" && i+1 < len(args) {
+			out = args[i+1]
+			i++
+			continue
+		}
+		rest = append(rest, args[i])
+	}
+	h := sha256.Sum256([]byte(strings.Join(rest, "\x00")))
+	return out, filepath.Base(name) + "-" + hex.EncodeToString(h[:6])
+}
+
+func copyExec(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	o, err := os.OpenFile(to, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(o, in); err != nil {
+		o.Close()
+		return err
+	}
+	return o.Close()
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The kernel matrix: the recorder's kernel-side tests (suite.sh) on this
+# machine's kernel and on each of Debian's kernels that kmatrix.sh fetches
+# (the newest 6.1 and 6.12 cloud images), booted under qemu; then one
+# table, check by kernel, with each program's verifier figures. Exit
+# status 1 if a test failed on any kernel. Usage: matrix.sh [OUT.md]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+src=$PWD
+K=tools/kmatrix/kmatrix.sh
+out=${1:-kmatrix.md}
+W=$(mktemp -d /tmp/offcpu-matrix.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+
+bash "$K" fetch >/dev/null
+mkdir -p "$W/bin"
+# Static, so that it runs in a guest as it is; the test binaries find
+# their libraries through kmatrix.sh.
+CGO_ENABLED=0 go build -o "$W/bin/offcpu" ./cmd/offcpu
+go test -c -o "$W/bin/collector.test" ./collector
+go test -c -o "$W/bin/offcpu.test" ./cmd/offcpu
+cp tools/kmatrix/suite.sh "$W/bin/"
+
+status=0
+echo "kmatrix: $(uname -r) (this machine)" >&2
+# The host's run builds the test programs, kept in prebuilt/ for the guests.
+{ echo "KMATRIX-BEGIN $(uname -r) (host)"; sh "$W/bin/suite.sh" "$W/bin" "$src"; echo "KMATRIX-EXIT $?"; } >"$W/host.out" 2>&1 || true
+grep -q '^KMATRIX-EXIT 0$' "$W/host.out" || status=1
+runs=("$W/host.out")
+for rel in $(bash "$K" list); do
+	echo "kmatrix: $rel (qemu)" >&2
+	KMATRIX_CMD='sh ./bin/suite.sh /work/bin' KMATRIX_TIMEOUT=${KMATRIX_TIMEOUT:-1200} KMATRIX_MEM=3G \
+		bash "$K" run "$rel" "$W/$rel.out" -- "$W/bin" || status=1
+	runs+=("$W/$rel.out")
+done
+go run ./tools/kmatrix/table "${runs[@]}" | tee "$out"
+if ((status)); then
+	for r in "${runs[@]}"; do
+		grep -q '^KMATRIX-EXIT 0$' "$r" && continue
+		echo "kmatrix: failures in $(basename "$r"):" >&2
+		grep -aE -- '--- FAIL|^\s+\S+_test.go:[0-9]+:' "$r" | head -60 >&2 || tail -40 "$r" >&2
+	done
+fi
+exit $status

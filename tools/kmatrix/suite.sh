@@ -1,0 +1,22 @@
+#!/bin/sh
+# What the kernel matrix runs on each kernel (busybox sh in the guests):
+# the kernel report and the recorder's kernel-side tests. DIR holds offcpu,
+# collector.test, offcpu.test and prebuilt/; SRC (host only) is the
+# repository, whose package directories the tests build from.
+D=$1
+SRC=${2:-}
+COLLECTOR_TESTS='^(TestRecordWorkload|TestWakeups|TestSchedstatWorkload|TestUnwindWithoutFramePointers|TestRecordTracepointFallback|TestBlockedBeforeStart)$'
+CMD_TESTS='^(TestContinuousOTLP)$'
+export OFFCPU_REQUIRE_BPF=1
+if [ -n "$SRC" ]; then
+	export OFFCPU_PREBUILD_OUT="$D/prebuilt"
+else
+	export OFFCPU_PREBUILT="$D/prebuilt"
+fi
+echo KMATRIX-JSON-BEGIN
+"$D/offcpu" kernel --json
+echo KMATRIX-JSON-END
+rc=0
+(cd "${SRC:-.}/${SRC:+collector}" && "$D/collector.test" -test.run "$COLLECTOR_TESTS" -test.v -test.count=1 -test.timeout 30m) || rc=1
+(cd "${SRC:-.}/${SRC:+cmd/offcpu}" && "$D/offcpu.test" -test.run "$CMD_TESTS" -test.v -test.count=1 -test.timeout 10m) || rc=1
+exit $rc
