@@ -27,6 +27,7 @@ type pyThreadsResult struct {
 // stacks, the CPU threads' waits are GIL waits held by each other, the
 // lock waiter's time is under its function and agrees with its own
 // clock, and the queue waiter is idle.
+// Both attach modes: GIL waits are read at the switch-out in each.
 func TestPythonThreads(t *testing.T) {
 	requireBPF(t)
 	// OFFCPU_PYTHON: another interpreter to check (CI runs Debian's).
@@ -34,10 +35,15 @@ func TestPythonThreads(t *testing.T) {
 	if python == "" {
 		python = requireServer(t, "/usr/bin/python3", "python3")
 	}
+	t.Run("tp_btf", func(t *testing.T) { pythonThreads(t, python, Options{}) })
+	t.Run("tracepoint", func(t *testing.T) { pythonThreads(t, python, Options{ForceTracepoint: true}) })
+}
+
+func pythonThreads(t *testing.T, python string, opts Options) {
 	out := filepath.Join(t.TempDir(), "threads.json")
 	cmd := exec.Command(python, "testdata/python/threads.py", "4", out)
 	cmd.Stderr = os.Stderr
-	p, s := recordCommand(t, Options{}, cmd)
+	p, s := recordCommand(t, opts, cmd)
 	var res pyThreadsResult
 	b, err := os.ReadFile(out)
 	if err != nil {
