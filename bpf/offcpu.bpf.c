@@ -150,6 +150,7 @@ int offcpu_switch_tp(struct trace_event_raw_sched_switch *ctx)
 		s->pending = 1;
 		s->ran = ran;
 		s->rd = BPF_CORE_READ(cur, sched_info.run_delay);
+		s->task = (u64)cur;
 		announce(ptgid, ptid);
 		capture(ctx, s, kthread, now);
 		if (!kthread)

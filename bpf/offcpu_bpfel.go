@@ -278,6 +278,7 @@ type OffcpuStartRec struct {
 	NdTgid    uint32
 	NdIrq     uint32
 	_         [4]byte
+	Task      uint64
 }
 
 type OffcpuTaskRec struct {

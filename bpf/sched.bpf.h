@@ -49,6 +49,9 @@ struct start_rec {
 	 * (wakeup.bpf.h, nd_count), not yet added to wakeups. */
 	u64 nd_n;
 	u32 nd_tid, nd_tgid, nd_irq;
+	/* Classic tracepoints: the task, whose run-queue counts are read at
+	 * its switch-in (the record names it by tid only). */
+	u64 task;
 };
 
 /* Deferred walks: the thread whose stacks sched_exit_tp is to walk on
@@ -255,6 +258,19 @@ static __always_inline u64 queued_since(struct task_struct *t, struct start_rec 
 	return (rd > s->rd ? rd - s->rd : 0) + queued_now(t, now_rq);
 }
 
+/* queued_since for classic tracepoints, through the task kept at the
+ * switch-out: a task being switched in cannot be freed meanwhile. */
+static __always_inline u64 queued_since_tp(struct start_rec *s, u64 now)
+{
+	struct task_struct *t = (struct task_struct *)s->task;
+	if (!t)
+		return runq_part(s, s->ts, now);
+	u64 rd = BPF_CORE_READ(t, sched_info.run_delay);
+	u64 q = BPF_CORE_READ(t, sched_info.last_queued);
+	u64 clock = bpf_core_field_exists(t->se.cfs_rq) ? BPF_CORE_READ(t, se.cfs_rq, rq, clock) : 0;
+	return (rd > s->rd ? rd - s->rd : 0) + (q && clock > q ? clock - q : 0);
+}
+
 /* Adds an interval's values (delta ns, of which runq waiting for a CPU
  * and chain the waker itself off a CPU) to its key; sampled: a
  * below-threshold interval walked by lot, its values weighted. */
@@ -408,7 +424,7 @@ static __always_inline void capture_sleep(void *ctx, struct start_rec *s, struct
  * run_delay's. */
 static __always_inline u64 measure(struct start_rec *s, struct task_struct *t, u64 now, u64 now_rq, u64 *runq)
 {
-	*runq = t ? queued_since(t, s, now_rq) : runq_part(s, s->ts, now);
+	*runq = t ? queued_since(t, s, now_rq) : queued_since_tp(s, now);
 	if (now_rq > s->ts_rq && s->ts_rq)
 		return now_rq - s->ts_rq;
 	return now - s->ts;

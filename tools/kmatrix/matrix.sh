@@ -20,6 +20,9 @@ CGO_ENABLED=0 go build -o "$W/bin/offcpu" ./cmd/offcpu
 go test -c -o "$W/bin/collector.test" ./collector
 go test -c -o "$W/bin/offcpu.test" ./cmd/offcpu
 cp tools/kmatrix/suite.sh "$W/bin/"
+# Debian's sleep (glibc, dynamic) rather than busybox's in the guests: the
+# tests read its glibc frames.
+cp "$(command -v sleep)" "$W/bin/sleep"
 
 status=0
 echo "kmatrix: $(uname -r) (this machine)" >&2

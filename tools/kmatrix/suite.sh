@@ -5,13 +5,13 @@
 # repository, whose package directories the tests build from.
 D=$1
 SRC=${2:-}
-COLLECTOR_TESTS='^(TestRecordWorkload|TestWakeups|TestSchedstatWorkload|TestUnwindWithoutFramePointers|TestRecordTracepointFallback|TestBlockedBeforeStart)$'
+COLLECTOR_TESTS='^(TestRecordWorkload|TestWakeups|TestTracepointWakeupsOfCommand|TestSchedstatWorkload|TestUnwindWithoutFramePointers|TestRecordTracepointFallback|TestBlockedBeforeStart)$'
 CMD_TESTS='^(TestContinuousOTLP)$'
 export OFFCPU_REQUIRE_BPF=1
 if [ -n "$SRC" ]; then
 	export OFFCPU_PREBUILD_OUT="$D/prebuilt"
 else
-	export OFFCPU_PREBUILT="$D/prebuilt"
+	export OFFCPU_PREBUILT="$D/prebuilt" PATH="$D:$PATH"
 fi
 echo KMATRIX-JSON-BEGIN
 "$D/offcpu" kernel --json
