@@ -33,17 +33,17 @@ type aggMaps struct {
 }
 
 // newAggMaps makes the spare aggregation map, like the loaded one.
-func newAggMaps(coll *ebpf.Collection) (*aggMaps, error) {
+// spec: the aggregation map's own, BTF types included: a map to swap in
+// must be made as the first was (6.1 compares what BTF gives a map, such
+// as the offset of a timer, and refuses one made without).
+func newAggMaps(coll *ebpf.Collection, spec *ebpf.MapSpec) (*aggMaps, error) {
 	cur, slot := coll.Maps[bpf.OffcpuMapOffcpu], coll.Maps[bpf.OffcpuMapOffcpuMaps]
-	if cur == nil || slot == nil {
+	if cur == nil || slot == nil || spec == nil {
 		return nil, fmt.Errorf("the aggregation maps are missing from the BPF object")
 	}
-	info, err := cur.Info()
-	if err != nil {
-		return nil, fmt.Errorf("reading the aggregation map: %w", err)
-	}
-	spare, err := ebpf.NewMap(&ebpf.MapSpec{Name: "offcpu_spare", Type: cur.Type(), KeySize: cur.KeySize(),
-		ValueSize: cur.ValueSize(), MaxEntries: cur.MaxEntries(), Flags: info.Flags})
+	spec = spec.Copy()
+	spec.Name = "offcpu_spare"
+	spare, err := ebpf.NewMap(spec)
 	if err != nil {
 		return nil, fmt.Errorf("making the second aggregation map: %w", err)
 	}

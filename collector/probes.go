@@ -39,6 +39,9 @@ type probes struct {
 	warnings []string
 	// loadTime: spent loading programs, failed attach modes included.
 	loadTime time.Duration
+	// aggSpec: the aggregation map's spec as loaded (continuous mode
+	// makes a second one like it).
+	aggSpec *ebpf.MapSpec
 }
 
 // The programs of each attach mode.
@@ -258,6 +261,7 @@ func (p *probes) spec(cgroupID uint64, btfMode bool) (*ebpf.CollectionSpec, erro
 		}
 	}
 	sizeMaps(spec, o)
+	p.aggSpec = spec.Maps[bpf.OffcpuMapOffcpu].Copy()
 	// The exec program reports the new program's mappings only where the
 	// kernel has the VMA iterator (Linux 6.7+); elsewhere execs are read
 	// from /proc.

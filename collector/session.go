@@ -131,7 +131,7 @@ func (s *Session) afterAttach(ctx context.Context) error {
 	coll := s.p.coll
 	var err error
 	if s.cont != nil {
-		if s.cont.agg, err = newAggMaps(coll); err != nil {
+		if s.cont.agg, err = newAggMaps(coll, s.p.aggSpec); err != nil {
 			return err
 		}
 	}
