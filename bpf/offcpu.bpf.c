@@ -105,7 +105,7 @@ int BPF_PROG(offcpu_switched_in, bool is_switch)
 		return 0;
 	s->walk = 0;
 	walk_stacks(ctx, s, t, t->flags & PF_KTHREAD, s->ts);
-	aggregate(tid, s, &s->waker, 0, s->d_ns, s->d_runq, s->d_chain, s->d_sampled);
+	aggregate(tid, s, &s->waker, 0, s->d_ns, s->d_runq, s->d_chain, s->d_sampled, AGG_SCHED);
 	remember_wait(s, s->d_end);
 	s->waker.valid = 0;
 	return 0;
@@ -191,7 +191,7 @@ int offcpu_flush_open(struct bpf_iter__task *ctx)
 	if (s)
 		nd_flush(task, s);
 	if (s && s->walk)
-		walk_missed(task->pid, s);
+		walk_missed(task->pid, s, AGG_ITER);
 	if (s && s->pending) {
 		s->pending = 0;
 		if (deferred_walks && end > s->ts) {
@@ -203,7 +203,7 @@ int offcpu_flush_open(struct bpf_iter__task *ctx)
 			s->kstack = want_kernel_stacks ? task_kernel_stack_id(task) : -1;
 		}
 		if (end > s->ts)
-			account_interval(task->pid, s, 0, 1, end, end - s->ts, queued_since(task, s, rq_clock_of(task)), 0);
+			account_interval(task->pid, s, 0, 1, end, end - s->ts, queued_since(task, s, rq_clock_of(task)), 0, AGG_ITER);
 	}
 	if (s && task->pid && target_task(task)) {
 		/* On a CPU at the end: its run so far, by the clock (the

@@ -384,6 +384,7 @@ type OffcpuWakerRec struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	OffcpuMapAggKeys            = "agg_keys"
 	OffcpuMapBlockedRd          = "blocked_rd"
 	OffcpuMapBlockedUstacks     = "blocked_ustacks"
 	OffcpuMapCpuSamples         = "cpu_samples"
@@ -532,6 +533,7 @@ type OffcpuProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuMapSpecs struct {
+	AggKeys         *ebpf.MapSpec `ebpf:"agg_keys"`
 	BlockedRd       *ebpf.MapSpec `ebpf:"blocked_rd"`
 	BlockedUstacks  *ebpf.MapSpec `ebpf:"blocked_ustacks"`
 	CpuSamples      *ebpf.MapSpec `ebpf:"cpu_samples"`
@@ -622,6 +624,7 @@ func (o *OffcpuObjects) Close() error {
 //
 // It can be passed to LoadOffcpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuMaps struct {
+	AggKeys         *ebpf.Map `ebpf:"agg_keys"`
 	BlockedRd       *ebpf.Map `ebpf:"blocked_rd"`
 	BlockedUstacks  *ebpf.Map `ebpf:"blocked_ustacks"`
 	CpuSamples      *ebpf.Map `ebpf:"cpu_samples"`
@@ -663,6 +666,7 @@ type OffcpuMaps struct {
 
 func (m *OffcpuMaps) Close() error {
 	return _OffcpuClose(
+		m.AggKeys,
 		m.BlockedRd,
 		m.BlockedUstacks,
 		m.CpuSamples,

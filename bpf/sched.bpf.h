@@ -274,42 +274,58 @@ static __always_inline u64 queued_since_tp(struct start_rec *s, u64 now)
 /* Adds an interval's values (delta ns, of which runq waiting for a CPU
  * and chain the waker itself off a CPU) to its key; sampled: a
  * below-threshold interval walked by lot, its values weighted. */
+/* Aggregation keys are built in a per-CPU map value, not on the BPF stack
+ * (512 bytes across a call chain). By context: AGG_SCHED the scheduler's
+ * programs (switch, switch-in's end: never nested on a CPU), AGG_ITER the
+ * end-of-window iterator, which a switch may preempt. */
+#define AGG_SCHED 0
+#define AGG_ITER 1
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, u32);
+	__type(value, struct offcpu_key);
+} agg_keys SEC(".maps");
+
 static __always_inline void aggregate(u32 tid, struct start_rec *s, struct waker_rec *w, u32 open, u64 delta,
-				      u64 runq, u64 chain, u32 sampled)
+				      u64 runq, u64 chain, u32 sampled, u32 ks)
 {
-	struct offcpu_key key = {
-		.tgid = s->tgid,
-		.tid = tid,
-		.ustack = s->ustack,
-		.kstack = s->kstack,
-		.state = s->state,
-		.open = open,
-		.gen = s->tgen,
-		.sampled = sampled,
-		.gil = s->gil,
-		.gil_holder = s->gil_holder,
-		.gil_holder_stack = s->gil_holder_stack,
-	};
+	struct offcpu_key *kp = bpf_map_lookup_elem(&agg_keys, &ks);
+	if (!kp)
+		return;
+	struct offcpu_key *key = kp;
+	__builtin_memset(key, 0, sizeof(*key)); /* padding too: the key is hashed whole */
+	key->tgid = s->tgid;
+	key->tid = tid;
+	key->ustack = s->ustack;
+	key->kstack = s->kstack;
+	key->state = s->state;
+	key->open = open;
+	key->gen = s->tgen;
+	key->sampled = sampled;
+	key->gil = s->gil;
+	key->gil_holder = s->gil_holder;
+	key->gil_holder_stack = s->gil_holder_stack;
 	if (w && w->valid) {
-		key.waker = *w;
+		key->waker = *w;
 		if (!chain) {
-			key.waker.wait_ustack = 0;
-			key.waker.wait_kstack = 0;
+			key->waker.wait_ustack = 0;
+			key->waker.wait_kstack = 0;
 		}
 	}
 	u32 slot = 0;
 	void *agg = bpf_map_lookup_elem(&offcpu_maps, &slot);
 	if (!agg)
 		return;
-	struct offcpu_val *v = bpf_map_lookup_elem(agg, &key);
+	struct offcpu_val *v = bpf_map_lookup_elem(agg, key);
 	if (!v) {
 		struct offcpu_val init = { .ns = delta, .count = 1, .runq_ns = runq, .chain_ns = chain };
-		long err = bpf_map_update_elem(agg, &key, &init, BPF_NOEXIST);
+		long err = bpf_map_update_elem(agg, key, &init, BPF_NOEXIST);
 		if (err == 0) {
 			stat_add(STAT_AGG_STORED, 1);
 			return;
 		}
-		v = bpf_map_lookup_elem(agg, &key); /* lost a race on insert */
+		v = bpf_map_lookup_elem(agg, key); /* lost a race on insert */
 		if (!v) {
 			stat_add(STAT_AGG_FULL, 1);
 			stat_add(STAT_AGG_FULL_NS, delta);
@@ -345,12 +361,12 @@ static __always_inline bool kept(u64 len, u64 *runq, u64 *chain)
  * CPU; open marks one still running when recording stops. len: its
  * length, by the run queue's clock where both ends have it. */
 static __always_inline void account_interval(u32 tid, struct start_rec *s, struct waker_rec *w, u32 open, u64 end,
-					     u64 len, u64 runq, u64 chain)
+					     u64 len, u64 runq, u64 chain, u32 ks)
 {
 	if (end <= s->ts)
 		return; /* started as the window closed */
 	if (kept(len, &runq, &chain))
-		aggregate(tid, s, w, open, len, runq, chain, 0);
+		aggregate(tid, s, w, open, len, runq, chain, 0, ks);
 }
 
 /* How long, of the waiter's wait, its waker was itself off a CPU. */
@@ -435,7 +451,7 @@ static __always_inline void account(u32 tid, struct task_struct *t, struct start
 				    u64 now, u64 now_rq)
 {
 	u64 runq, len = measure(s, t, now, now_rq, &runq);
-	account_interval(tid, s, w, 0, now, len, runq, chain_part(s, now));
+	account_interval(tid, s, w, 0, now, len, runq, chain_part(s, now), AGG_SCHED);
 }
 
 /* A random number below n (0 < n < 2^32: the threshold is at most 1 ms). */
@@ -500,13 +516,13 @@ static __always_inline void walk_stacks(void *ctx, struct start_rec *s, struct t
 
 /* A chosen interval whose walk never ran (no program at its switch-in's
  * end): counted, without stacks. */
-static __always_inline void walk_missed(u32 tid, struct start_rec *s)
+static __always_inline void walk_missed(u32 tid, struct start_rec *s, u32 ks)
 {
 	s->walk = 0;
 	s->ustack = -EAGAIN;
 	s->kstack = -EAGAIN;
 	stat_add(STAT_WALK_MISSED, 1);
-	aggregate(tid, s, &s->waker, 0, s->d_ns, s->d_runq, s->d_chain, s->d_sampled);
+	aggregate(tid, s, &s->waker, 0, s->d_ns, s->d_runq, s->d_chain, s->d_sampled, ks);
 }
 
 /* The CPU time of the run a switch-out ends (ran: se.sum_exec_runtime
@@ -567,7 +583,7 @@ static __always_inline void recover_missed_in(u32 tid, struct start_rec *s, u64 
 		 * (rd: run_delay now) already. */
 		u64 runq = rd > s->rd ? rd - s->rd : 0;
 		s->ts += oncpu;
-		account_interval(tid, s, &s->waker, 0, now, now - s->ts, runq, 0);
+		account_interval(tid, s, &s->waker, 0, now, now - s->ts, runq, 0, AGG_SCHED);
 	}
 	/* Its run since the missed switch-in is counted by add_run. */
 	s->running = 1;
@@ -635,7 +651,7 @@ static __always_inline void switch_out(void *ctx, struct start_rec *s, struct ta
 	u32 ptid = prev->pid, ptgid = prev->tgid;
 	u64 ran = prev->se.sum_exec_runtime;
 	if (s->walk)
-		walk_missed(ptid, s);
+		walk_missed(ptid, s, AGG_SCHED);
 	if (s->pending)
 		recover_missed_in(ptid, s, ran, prev->sched_info.run_delay, now);
 	add_run(s, prev, ran, now);

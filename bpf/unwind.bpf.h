@@ -471,16 +471,28 @@ static __always_inline bool stack_where_of(struct task_struct *t, u32 tgid, u32 
 /* The current thread's user stack id. Processes with unwind tables are
  * walked here through .eh_frame rows (code built without frame pointers);
  * the others by the kernel's frame-pointer walker. */
-static __always_inline s64 user_stack_id(void *ctx, u32 lost)
+#define NO_TABLES (-18) /* EXDEV */
+
+/* The current thread's user stack walked by its process's unwind tables,
+ * or NO_TABLES. A global function: the verifier checks it once, not at
+ * each call in every program (inlined, it took most of the switch
+ * program's budget on 6.18). */
+__noinline s64 walk_current(u32 lost)
 {
 	u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	if (!p || !p->n)
+		return NO_TABLES;
 	struct task_struct *task = bpf_get_current_task_btf();
-	s64 id;
-	if (!p || !p->n) /* no mapping needs tables: the kernel's walker */
+	return walk_user(0, p, 0, (struct pt_regs *)bpf_task_pt_regs(task), false, lost);
+}
+
+static __always_inline s64 user_stack_id(void *ctx, u32 lost)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	s64 id = walk_current(lost);
+	if (id == NO_TABLES) /* no mapping needs tables: the kernel's walker */
 		id = get_stack_id(ctx, BPF_F_USER_STACK, lost);
-	else
-		id = walk_user(0, p, 0, (struct pt_regs *)bpf_task_pt_regs(task), false, lost);
 	if (id != -ENODATA || !(task->flags & PF_EXITING))
 		return id;
 	/* An exiting process whose memory is gone (do_exit after exit_mm):
