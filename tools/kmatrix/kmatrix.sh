@@ -96,6 +96,18 @@ cmd_list() {
 		xargs -r -n1 basename | sort -V
 }
 
+# copy_debug ROOT LIB: the host's detached debug file of LIB (by build id,
+# as libc6-dbg installs glibc's), so the guest names what the host names.
+copy_debug() {
+	local root=$1 bid dbg
+	bid=$(readelf -n "$2" 2>/dev/null | awk '/Build ID/ { print $3 }')
+	[[ -n $bid ]] || return 0
+	dbg=/usr/lib/debug/.build-id/${bid:0:2}/${bid:2}.debug
+	[[ -f $dbg && ! -e $root$dbg ]] || return 0
+	mkdir -p "$root${dbg%/*}"
+	cp -L "$dbg" "$root$dbg"
+}
+
 # copy_libs ROOT: copy loader + shared libs of every dynamic ELF under
 # ROOT/work to the same absolute paths in ROOT, so the guest can run them.
 copy_libs() {
@@ -108,6 +120,7 @@ copy_libs() {
 			[[ -e $root$p ]] && continue
 			mkdir -p "$root${p%/*}"
 			cp -L "$p" "$root$p"
+			copy_debug "$root" "$p"
 		done < <(ldd "$f" 2>/dev/null | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^\//) print $i }')
 		if ldd "$f" 2>/dev/null | grep -q 'not found'; then
 			log "warning: $f: unresolved libraries: $(ldd "$f" | grep 'not found' | tr -s ' \t\n' ' ')"
