@@ -16,6 +16,8 @@ fi
 echo KMATRIX-JSON-BEGIN
 "$D/offcpu" kernel --json
 echo KMATRIX-JSON-END
+# Start-up, and the verifier's share of it, with the defaults.
+"$D/offcpu" record -d 1s -o /tmp/kmatrix-start.pb.gz -- sleep 0.3 2>&1 | grep '^started in'
 rc=0
 (cd "${SRC:-.}/${SRC:+collector}" && "$D/collector.test" -test.run "$COLLECTOR_TESTS" -test.v -test.count=1 -test.timeout 30m) || rc=1
 (cd "${SRC:-.}/${SRC:+cmd/offcpu}" && "$D/offcpu.test" -test.run "$CMD_TESTS" -test.v -test.count=1 -test.timeout 10m) || rc=1

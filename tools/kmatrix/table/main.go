@@ -24,6 +24,7 @@ type run struct {
 	tests  map[string]string // name: PASS, FAIL or SKIP with its time
 	order  []string
 	exit   string
+	start  string // record's start-up line
 }
 
 var testLine = regexp.MustCompile(`^\s*--- (PASS|FAIL|SKIP): (\S+) \(([0-9.]+)s\)`)
@@ -48,6 +49,8 @@ func parse(r io.Reader) (*run, error) {
 			}
 		case inJSON:
 			js.WriteString(line + "\n")
+		case strings.HasPrefix(line, "started in "):
+			out.start = strings.TrimPrefix(line, "started in ")
 		case strings.HasPrefix(line, "KMATRIX-EXIT "):
 			out.exit = strings.TrimPrefix(line, "KMATRIX-EXIT ")
 		default:
@@ -97,6 +100,7 @@ func write(w io.Writer, runs []*run) {
 	row("---", func(*run) string { return "---" })
 	row("attach mode", func(r *run) string { return r.report.Attach })
 	row("walks at the switch-in (`--walk-threshold`, `--budget`)", func(r *run) string { return yesNo(r.report.Deferred) })
+	row("`record` start-up (programs loaded and verified in)", func(r *run) string { return r.start })
 	var features []string
 	seen := map[string]bool{}
 	for _, r := range runs {
