@@ -3,6 +3,7 @@ package testenv
 
 import (
 	"os"
+	"strconv"
 	"testing"
 )
 
@@ -37,4 +38,14 @@ func JDKHomes(t testing.TB) map[string]string {
 		t.Skip("no JDK 17 at /usr/lib/jvm/java-17-openjdk-amd64")
 	}
 	return homes
+}
+
+// Scale is OFFCPU_TEST_SCALE (default 1): how much longer a test should
+// record where the machine is slow, as a kernel emulated by qemu is
+// (tools/kmatrix sets it there).
+func Scale() int {
+	if n, err := strconv.Atoi(os.Getenv("OFFCPU_TEST_SCALE")); err == nil && n > 1 {
+		return n
+	}
+	return 1
 }

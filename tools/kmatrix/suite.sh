@@ -11,7 +11,8 @@ export OFFCPU_REQUIRE_BPF=1
 if [ -n "$SRC" ]; then
 	export OFFCPU_PREBUILD_OUT="$D/prebuilt"
 else
-	export OFFCPU_PREBUILT="$D/prebuilt" PATH="$D:$PATH"
+	# Emulated: records that need several cuts run longer.
+	export OFFCPU_PREBUILT="$D/prebuilt" PATH="$D:$PATH" OFFCPU_TEST_SCALE=4
 fi
 echo KMATRIX-JSON-BEGIN
 "$D/offcpu" kernel --json
