@@ -491,6 +491,11 @@ func (s *Session) markWindowStart(p *probes) error {
 // Stats returns, after Stop, what the recording counted and lost.
 func (s *Session) Stats() Stats { return s.stats }
 
+// LoadWarnings are what loading the programs could not give (a mode or a
+// program the kernel refused, walks at the switch-in it cannot make),
+// known from the start; Stats repeats them at the end.
+func (s *Session) LoadWarnings() []string { return append([]string(nil), s.p.warnings...) }
+
 // monotonicNow is CLOCK_MONOTONIC in ns, the clock of bpf_ktime_get_ns.
 func monotonicNow() uint64 {
 	var ts unix.Timespec

@@ -430,6 +430,9 @@ func runContinuous(stderr io.Writer, f *recordFlags, opts collector.Options, com
 		fmt.Fprintf(stderr, "offcpu: recording %s continuously, a profile every %v; Ctrl-C or SIGTERM to stop, SIGHUP to re-read the configuration\n",
 			describeTargets(f, command), af.interval)
 	}
+	for _, w := range sess.LoadWarnings() {
+		fmt.Fprintf(stderr, "offcpu: warning: %s\n", w)
+	}
 	// The recording ends as a one-shot one does: Ctrl-C, SIGTERM,
 	// --duration, the -p processes' exit or the command's.
 	ended := make(chan bool, 1)

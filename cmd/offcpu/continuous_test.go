@@ -213,6 +213,14 @@ func TestContinuousOTLP(t *testing.T) {
 	if !strings.Contains(summary, "(tp_btf)") {
 		t.Errorf("recorded without tp_btf:\n%s", summary)
 	}
+	// The agent's default walks at the switch-in; a kernel that cannot
+	// says so from the start.
+	for _, f := range collector.KernelFeatures() {
+		warned := strings.Contains(summary, "warning: --walk-threshold and --budget not used")
+		if f.Name == "sched_exit_tp tracepoint" && f.Have == warned {
+			t.Errorf("sched_exit_tp present: %v, warned of walks at the switch-out: %v:\n%s", f.Have, warned, summary)
+		}
+	}
 	col.stop(t) // flushes its exporter
 	files := intervalFiles(t, outDir)
 	// 4 whole seconds and the rest, where a cut takes less than the
