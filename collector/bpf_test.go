@@ -415,15 +415,21 @@ func TestWakeups(t *testing.T) {
 		// Each write wakes the reader from the loopback's receive softirq
 		// (plus the accept). Their kernel stacks are reused between walks:
 		// the class, read from the stack, must hold for every one.
+		// A receive softirq the kernel left to ksoftirqd (seen once in
+		// 101 on a one-CPU 6.1 under qemu) runs in that thread and is
+		// charged to it, its class still read from the frames.
 		got, samples := wakeupsOf(wp, tids["wl-tcp-reader"], "net-rx")
 		var irq int64
 		for _, s := range samples {
-			if th := s.Label[schema.LabelThread][0]; th == "[softirq]" || th == "[interrupt]" {
+			th := s.Label[schema.LabelThread][0]
+			if th == "[softirq]" || th == "[interrupt]" || strings.HasPrefix(th, "ksoftirqd/") {
 				irq += s.Value[0]
+			} else {
+				t.Logf("net-rx wake-up by %s: %s (%d)", th, schema.FoldedSample(s), s.Value[0])
 			}
 		}
 		if got < n-2 || got > n+3 || irq != got {
-			t.Errorf("reader's net-rx wake-ups: %d (%d from interrupt context), want %d to %d, all from interrupt context", got, irq, n-2, n+3)
+			t.Errorf("reader's net-rx wake-ups: %d (%d from interrupt context or ksoftirqd), want %d to %d, all from there", got, irq, n-2, n+3)
 		}
 		t.Logf("net-rx %d, irq %d, reused %d", got, irq, st.IRQWakesReused)
 		if st.Attach == "tp_btf" && st.IRQWakesReused < n/2 {
