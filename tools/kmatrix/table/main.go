@@ -89,13 +89,7 @@ func main() {
 
 func write(w io.Writer, runs []*run) {
 	fmt.Fprintf(w, "Kernel matrix, %s (tools/kmatrix/matrix.sh)\n\n", time.Now().UTC().Format("2006-01-02"))
-	row := func(name string, cell func(*run) string) {
-		fmt.Fprintf(w, "| %s |", name)
-		for _, r := range runs {
-			fmt.Fprintf(w, " %s |", cell(r))
-		}
-		fmt.Fprintln(w)
-	}
+	row := func(name string, cell func(*run) string) { tableRow(w, runs, name, cell) }
 	row("check", func(r *run) string { return r.kernel })
 	row("---", func(*run) string { return "---" })
 	row("attach mode", func(r *run) string { return r.report.Attach })
@@ -141,8 +135,23 @@ func write(w io.Writer, runs []*run) {
 	}
 	row("suite exit status", func(r *run) string { return r.exit })
 	fmt.Fprintln(w)
-	// Programs: instructions the verifier processed, the share of its
-	// budget left, and the stack depth per function.
+	writePrograms(w, runs)
+}
+
+// tableRow writes one row: a name and a cell per kernel.
+func tableRow(w io.Writer, runs []*run, name string, cell func(*run) string) {
+	fmt.Fprintf(w, "| %s |", name)
+	for _, r := range runs {
+		fmt.Fprintf(w, " %s |", cell(r))
+	}
+	fmt.Fprintln(w)
+}
+
+// writePrograms: per program and mode, the instructions the verifier
+// processed, the share of its budget left and the stack depth per
+// function.
+func writePrograms(w io.Writer, runs []*run) {
+	row := func(name string, cell func(*run) string) { tableRow(w, runs, name, cell) }
 	type key struct{ mode, name string }
 	var progs []key
 	have := map[key]bool{}
