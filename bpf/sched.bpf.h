@@ -290,10 +290,9 @@ struct {
 static __always_inline void aggregate(u32 tid, struct start_rec *s, struct waker_rec *w, u32 open, u64 delta,
 				      u64 runq, u64 chain, u32 sampled, u32 ks)
 {
-	struct offcpu_key *kp = bpf_map_lookup_elem(&agg_keys, &ks);
-	if (!kp)
+	struct offcpu_key *key = bpf_map_lookup_elem(&agg_keys, &ks);
+	if (!key)
 		return;
-	struct offcpu_key *key = kp;
 	__builtin_memset(key, 0, sizeof(*key)); /* padding too: the key is hashed whole */
 	key->tgid = s->tgid;
 	key->tid = tid;
