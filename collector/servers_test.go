@@ -207,8 +207,18 @@ func checkAgainstSchedstat(t *testing.T, pids []int, load func(stop <-chan struc
 		if runDelay >= 20*time.Millisecond {
 			runqChecked++
 		}
-		if d := got.RunQueue - runDelay; d < -runDelay/20-time.Millisecond-steal || d > runDelay/20+time.Millisecond {
-			t.Errorf("%s: recorded %v waiting for a CPU, schedstat run_delay %v (want within 5%% and 1ms, %v of steal below)", name, got.RunQueue, runDelay, steal)
+		// Classic mode misses the wait for a CPU that ends a wait begun
+		// before the start (a few ms a thread): at most run_delay, and at
+		// least 80% of it where it is 20ms or more.
+		below := runDelay/20 + time.Millisecond + steal
+		if !exact {
+			below = runDelay + 1
+			if runDelay >= 20*time.Millisecond {
+				below = runDelay/5 + steal
+			}
+		}
+		if d := got.RunQueue - runDelay; d < -below || d > runDelay/20+time.Millisecond {
+			t.Errorf("%s: recorded %v waiting for a CPU, schedstat run_delay %v (want within 5%% and 1ms, %v of steal below; classic mode: 80%% to 105%%)", name, got.RunQueue, runDelay, steal)
 		}
 		sum := got.OnCPU + got.RunQueue + got.Blocked
 		if d := sum - window; exact && (d < -window/100-steal || d > window/100) {
