@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -27,14 +26,13 @@ type KernelFeature struct {
 
 // ProgramCheck is one program as the kernel's verifier judged it.
 type ProgramCheck struct {
-	Mode    string        `json:"mode"` // "tp_btf", "tp_btf deferred" or "tracepoint"
-	Name    string        `json:"name"`
-	Loaded  bool          `json:"loaded"`
-	Insns   int           `json:"insns"` // instructions the verifier processed
-	Limit   int           `json:"limit"`
-	Stack   string        `json:"stack,omitempty"` // stack depth per function
-	Error   string        `json:"error,omitempty"`
-	Elapsed time.Duration `json:"elapsed_ns"` // the mode's whole load, on each of its programs
+	Mode   string `json:"mode"` // "tp_btf", "tp_btf deferred" or "tracepoint"
+	Name   string `json:"name"`
+	Loaded bool   `json:"loaded"`
+	Insns  int    `json:"insns"` // instructions the verifier processed
+	Limit  int    `json:"limit"`
+	Stack  string `json:"stack,omitempty"` // stack depth per function
+	Error  string `json:"error,omitempty"`
 }
 
 // Margin is the share of the verifier's budget left.
@@ -126,12 +124,10 @@ func checkMode(r *KernelReport, o Options, mode string, btfMode bool) bool {
 	}
 	all := true
 	for len(spec.Programs) > 0 {
-		start := time.Now()
 		coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}})
-		elapsed := time.Since(start)
 		if err == nil {
 			for name, prog := range coll.Programs {
-				c := ProgramCheck{Mode: mode, Name: name, Loaded: true, Elapsed: elapsed}
+				c := ProgramCheck{Mode: mode, Name: name, Loaded: true}
 				c.Insns, c.Limit, c.Stack = verifierFigures(prog.VerifierLog)
 				r.Programs = append(r.Programs, c)
 			}
@@ -140,7 +136,7 @@ func checkMode(r *KernelReport, o Options, mode string, btfMode bool) bool {
 		}
 		all = false
 		name := failedProgram(err, spec)
-		c := ProgramCheck{Mode: mode, Name: name, Error: err.Error(), Elapsed: elapsed}
+		c := ProgramCheck{Mode: mode, Name: name, Error: err.Error()}
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			c.Insns, c.Limit, c.Stack = verifierFigures(fmt.Sprintf("%+v", ve))
@@ -166,11 +162,12 @@ func verifierFigures(log string) (insns, limit int, stack string) {
 	return insns, limit, stack
 }
 
-// failedProgram names the program a collection's error is about.
+// failedProgram names the program a collection's error is about
+// (cilium/ebpf says "program NAME: ...").
 func failedProgram(err error, spec *ebpf.CollectionSpec) string {
 	msg := err.Error()
 	for name := range spec.Programs {
-		if regexp.MustCompile(`\bprogram ` + regexp.QuoteMeta(name) + `\b`).MatchString(msg) {
+		if strings.Contains(msg, "program "+name+":") {
 			return name
 		}
 	}

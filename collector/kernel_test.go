@@ -1,8 +1,11 @@
 package collector
 
 import (
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/cilium/ebpf"
 )
 
 func TestVerifierFigures(t *testing.T) {
@@ -15,6 +18,13 @@ func TestVerifierFigures(t *testing.T) {
 		"verification time 52501 usec", "stack depth 176+0+72", "processed 2634 insns (limit 1000000)"})
 	if reason != "R1 unbounded memory access, make sure to bounds check any such access" {
 		t.Errorf("reason = %q", reason)
+	}
+	spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{"offcpu_switch": {}, "offcpu_switch_tp": {}}}
+	if got := failedProgram(errors.New("program offcpu_switch_tp: load program: permission denied"), spec); got != "offcpu_switch_tp" {
+		t.Errorf("failed program = %q, want offcpu_switch_tp", got)
+	}
+	if got := failedProgram(errors.New("map offcpu: creating map: invalid argument"), spec); got != "" {
+		t.Errorf("failed program = %q for a map's error", got)
 	}
 	if m := (ProgramCheck{Insns: 250000, Limit: 1000000}).Margin(); m != 0.75 {
 		t.Errorf("margin = %v", m)

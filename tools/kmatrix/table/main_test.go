@@ -8,8 +8,8 @@ import (
 
 const sample = "\x1bc\x1b[?7lSeaBIOS\nKMATRIX-BEGIN 6.1.0-57-cloud-amd64\nKMATRIX-JSON-BEGIN\n" +
 	`{"release":"6.1.0-57-cloud-amd64","btf":true,"features":[{"name":"BTF","since":"5.4","have":true,"for":"x"},{"name":"sched_exit_tp tracepoint","since":"6.16","have":false,"for":"y"}],` +
-	`"attach":"tp_btf","deferred":false,"programs":[{"mode":"tp_btf","name":"offcpu_switch","loaded":true,"insns":32723,"limit":1000000,"stack":"280+24","elapsed_ns":1},` +
-	`{"mode":"tp_btf","name":"offcpu_snap_blocked","loaded":false,"insns":2634,"limit":1000000,"error":"R1 unbounded memory access","elapsed_ns":1}]}` +
+	`"attach":"tp_btf","deferred":false,"programs":[{"mode":"tp_btf","name":"offcpu_switch","loaded":true,"insns":32723,"limit":1000000,"stack":"280+24"},` +
+	`{"mode":"tp_btf","name":"offcpu_snap_blocked","loaded":false,"insns":2634,"limit":1000000,"error":"R1 unbounded memory access"}]}` +
 	"\nKMATRIX-JSON-END\nstarted in 9.1s (programs loaded and verified in 7.2s)\n=== RUN   TestWakeups\n--- PASS: TestWakeups (14.57s)\n    --- FAIL: TestWakeups/net-rx (0.00s)\n--- SKIP: TestX (0.00s)\nKMATRIX-EXIT 1\n"
 
 func TestParseAndWrite(t *testing.T) {
