@@ -24,6 +24,10 @@ const (
 	UnwindJavaInterp     = 5                  // UNWIND_JAVA_INTERP
 	UnwindJavaCompiled   = 6                  // UNWIND_JAVA_COMPILED
 	UnwindJavaGap        = 7                  // UNWIND_JAVA_GAP
+	FrameNative          = 0                  // FRAME_NATIVE
+	FrameV8              = 4                  // FRAME_V8
+	FrameJava            = 5                  // FRAME_JAVA
+	FramePython          = 6                  // FRAME_PYTHON
 	PerfMaxStackDepth    = 127                // PERF_MAX_STACK_DEPTH
 	UnwindMaxRows        = 0x1000000          // UNWIND_MAX_ROWS
 	MapPathDepth         = 16                 // MAP_PATH_DEPTH
@@ -39,6 +43,13 @@ const (
 	PyOnePerEval         = 2                  // PY_ONE_PER_EVAL
 	PyEntryShim          = 4                  // PY_ENTRY_SHIM
 	PyCframe             = 8                  // PY_CFRAME
+	FrameKindShift       = 61                 // FRAME_KIND_SHIFT
+	V8FrameTag           = 0x8000000000000000 // V8_FRAME_TAG
+	V8SfiMask            = 0x7fffffffffff     // V8_SFI_MASK
+	V8OffsetNone         = 16383              // V8_OFFSET_NONE
+	V8TagMask            = 3                  // V8_TAG_MASK
+	V8HeapTag            = 1                  // V8_HEAP_TAG
+	V8FrameWords         = 7                  // V8_FRAME_WORDS
 	UnwindMaxMaps        = 64                 // UNWIND_MAX_MAPS
 	PrestartDepth        = 40                 // PRESTART_DEPTH
 )

@@ -359,6 +359,21 @@ type OffcpuUnwindState struct {
 	PySkip    uint32
 }
 
+type OffcpuV8Proc struct {
+	_              structs.HostLayout
+	InterpLo       uint64
+	InterpHi       uint64
+	FunctionShared uint32
+	SmiShift       uint32
+}
+
+type OffcpuV8SfiKey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Pad  uint32
+	Sfi  uint64
+}
+
 type OffcpuWakeKey struct {
 	_          structs.HostLayout
 	TargetTgid uint32
@@ -420,6 +435,8 @@ const (
 	OffcpuMapUnwindRows         = "unwind_rows"
 	OffcpuMapUnwindScratch      = "unwind_scratch"
 	OffcpuMapUnwindZero         = "unwind_zero"
+	OffcpuMapV8Procs            = "v8_procs"
+	OffcpuMapV8Sfis             = "v8_sfis"
 	OffcpuMapWakeups            = "wakeups"
 	OffcpuMapWalkDue            = "walk_due"
 	OffcpuProgOffcpuCpuSample   = "offcpu_cpu_sample"
@@ -459,6 +476,7 @@ const (
 	OffcpuVarUnusedMapEvent     = "unused_map_event"
 	OffcpuVarUnusedProcEvent    = "unused_proc_event"
 	OffcpuVarUserThreadsOnly    = "user_threads_only"
+	OffcpuVarV8Active           = "v8_active"
 	OffcpuVarWalkThresholdNs    = "walk_threshold_ns"
 	OffcpuVarWantKernelStacks   = "want_kernel_stacks"
 	OffcpuVarWantMaps           = "want_maps"
@@ -569,6 +587,8 @@ type OffcpuMapSpecs struct {
 	UnwindRows      *ebpf.MapSpec `ebpf:"unwind_rows"`
 	UnwindScratch   *ebpf.MapSpec `ebpf:"unwind_scratch"`
 	UnwindZero      *ebpf.MapSpec `ebpf:"unwind_zero"`
+	V8Procs         *ebpf.MapSpec `ebpf:"v8_procs"`
+	V8Sfis          *ebpf.MapSpec `ebpf:"v8_sfis"`
 	Wakeups         *ebpf.MapSpec `ebpf:"wakeups"`
 	WalkDue         *ebpf.MapSpec `ebpf:"walk_due"`
 }
@@ -596,6 +616,7 @@ type OffcpuVariableSpecs struct {
 	UnusedMapEvent    *ebpf.VariableSpec `ebpf:"unused_map_event"`
 	UnusedProcEvent   *ebpf.VariableSpec `ebpf:"unused_proc_event"`
 	UserThreadsOnly   *ebpf.VariableSpec `ebpf:"user_threads_only"`
+	V8Active          *ebpf.VariableSpec `ebpf:"v8_active"`
 	WalkThresholdNs   *ebpf.VariableSpec `ebpf:"walk_threshold_ns"`
 	WantKernelStacks  *ebpf.VariableSpec `ebpf:"want_kernel_stacks"`
 	WantMaps          *ebpf.VariableSpec `ebpf:"want_maps"`
@@ -660,6 +681,8 @@ type OffcpuMaps struct {
 	UnwindRows      *ebpf.Map `ebpf:"unwind_rows"`
 	UnwindScratch   *ebpf.Map `ebpf:"unwind_scratch"`
 	UnwindZero      *ebpf.Map `ebpf:"unwind_zero"`
+	V8Procs         *ebpf.Map `ebpf:"v8_procs"`
+	V8Sfis          *ebpf.Map `ebpf:"v8_sfis"`
 	Wakeups         *ebpf.Map `ebpf:"wakeups"`
 	WalkDue         *ebpf.Map `ebpf:"walk_due"`
 }
@@ -702,6 +725,8 @@ func (m *OffcpuMaps) Close() error {
 		m.UnwindRows,
 		m.UnwindScratch,
 		m.UnwindZero,
+		m.V8Procs,
+		m.V8Sfis,
 		m.Wakeups,
 		m.WalkDue,
 	)
@@ -730,6 +755,7 @@ type OffcpuVariables struct {
 	UnusedMapEvent    *ebpf.Variable `ebpf:"unused_map_event"`
 	UnusedProcEvent   *ebpf.Variable `ebpf:"unused_proc_event"`
 	UserThreadsOnly   *ebpf.Variable `ebpf:"user_threads_only"`
+	V8Active          *ebpf.Variable `ebpf:"v8_active"`
 	WalkThresholdNs   *ebpf.Variable `ebpf:"walk_threshold_ns"`
 	WantKernelStacks  *ebpf.Variable `ebpf:"want_kernel_stacks"`
 	WantMaps          *ebpf.Variable `ebpf:"want_maps"`

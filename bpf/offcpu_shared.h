@@ -260,6 +260,46 @@ struct py_code_key {
 	u64 code;
 };
 
+/* What a user stack entry is, by its top three bits (user addresses are
+ * below 1 << 47): native code, or a runtime's frame named by user space
+ * from the runtime's own structures (collector.FrameKindOf). */
+enum frame_kind {
+	FRAME_NATIVE = 0,
+	FRAME_V8 = 4,     /* V8_FRAME_TAG */
+	FRAME_JAVA = 5,   /* JAVA_METHOD_TAG */
+	FRAME_PYTHON = 6, /* PY_FRAME_TAG */
+};
+#define FRAME_KIND_SHIFT 61
+
+/* V8 (Node.js). A JavaScript frame's entry in a stack is its function's
+ * SharedFunctionInfo (a tagged pointer) with V8_FRAME_TAG in the top bits
+ * and, for an interpreted frame, its bytecode offset slot's value in bits
+ * 47-60 (V8_OFFSET_NONE: not known). */
+#define V8_FRAME_TAG 0x8000000000000000ULL
+#define V8_SFI_MASK 0x00007fffffffffffULL
+#define V8_OFFSET_NONE 0x3fffULL
+#define V8_TAG_MASK 3ULL  /* kHeapObjectTagMask */
+#define V8_HEAP_TAG 1ULL  /* kHeapObjectTag */
+/* A frame's words read, from bp - 40 (an interpreted frame's bytecode
+ * offset) to bp + 8 (the return address). */
+#define V8_FRAME_WORDS 7
+
+/* A V8 process's layout (from its binary's v8dbg_* constants) and the
+ * interpreter's entry trampoline, whose frames are interpreted ones. */
+struct v8_proc {
+	u64 interp_lo, interp_hi;
+	u32 function_shared; /* JSFunction: its SharedFunctionInfo */
+	u32 smi_shift;       /* a Smi's value: the word shifted right by this */
+};
+
+/* A SharedFunctionInfo seen in a stack, for user space to name while the
+ * process lives. */
+struct v8_sfi_key {
+	u32 tgid;
+	u32 pad;
+	u64 sfi;
+};
+
 /* One row of a file's unwind table, valid up to the next row's pc. The
  * return address is at CFA - 8. */
 struct unwind_row {

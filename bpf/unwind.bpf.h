@@ -6,6 +6,7 @@
 #include "common.bpf.h"
 #include "stacks.bpf.h"
 #include "py.bpf.h"
+#include "v8.bpf.h"
 
 struct insert_ctx {
 	struct unwind_proc *p;
@@ -38,6 +39,7 @@ struct unwind_ctx {
 	struct task_struct *task; /* walked from another task (iterator) */
 	u32 tgid;                 /* whose stack it is */
 	struct py_proc *py;       /* a CPython process's layout, or 0 */
+	struct v8_proc *v8;       /* a V8 process's layout, or 0 */
 	u8 *fr;                   /* a frame_buf's bytes: interpreter frames are read there */
 };
 
@@ -355,9 +357,18 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 	default:
 	frame_pointer: {
 		/* Frame pointer: [bp] is the caller's bp, [bp + 8] the return address. */
-		u64 frame[2];
-		if (!bp || bp < sp || read_user(frame, sizeof(frame), bp, c->task, remote))
+		u64 *frame = (u64 *)c->fr;
+		if (!bp || bp < sp)
 			return 1;
+		if (c->v8 && !read_user(frame, V8_FRAME_WORDS * sizeof(u64), bp - (V8_FRAME_WORDS - 2) * 8, c->task, remote)) {
+			/* A JavaScript frame is named in place of its pc. */
+			u64 e = v8_frame(c->v8, c->tgid, pc, frame, c->task, remote);
+			if (e && u->n == n + 1)
+				c->buf->ips[IDX(n, PERF_MAX_STACK_DEPTH)] = e;
+			frame += V8_FRAME_WORDS - 2;
+		} else if (read_user(frame, 2 * sizeof(u64), bp, c->task, remote)) {
+			return 1;
+		}
 		u->callers++;
 		u->pc = frame[1];
 		u->sp = bp + 16;
@@ -430,6 +441,8 @@ static __always_inline s64 walk_user(u32 slot, struct unwind_proc *p, struct tas
 		else if (c.py)
 			u->py_frame = py_frame_of(c.py, py_tstate(c.py, bpf_get_current_task_btf(), (u32)bpf_get_current_pid_tgid(), false));
 	}
+	if (p && v8_active)
+		c.v8 = bpf_map_lookup_elem(&v8_procs, &c.tgid);
 	if (remote)
 		bpf_loop(PERF_MAX_STACK_DEPTH, unwind_step_remote, &c, 0);
 	else

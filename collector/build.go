@@ -19,7 +19,7 @@ func (s *Session) build(d *recording) (Profiles, error) {
 	s.snapshotLive(d)
 	sym := symbolize.NewSymbolizer(s.procs)
 	if s.unw != nil {
-		sym.JIT = runtimeNames{jvm: s.unw.jvms, py: s.unw.pys}
+		sym.JIT = runtimeNames(s.unw.rts)
 	}
 	// The profiles of a long or busy recording are most of the agent's
 	// memory, built once: collect their garbage sooner (a recording of

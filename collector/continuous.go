@@ -156,7 +156,7 @@ func (s *Session) cut(final bool) (*Interval, error) {
 	s.snapshotLive(d)
 	sym := &symbolize.Symbolizer{Procs: s.procs, PerfMaps: map[uint32]*symtab.PerfMap{}, Kern: c.kern.Get(), Reread: true}
 	if s.unw != nil {
-		sym.JIT = runtimeNames{jvm: s.unw.jvms, py: s.unw.pys}
+		sym.JIT = runtimeNames(s.unw.rts)
 	}
 	ps, err := build(d, sym, s.buildOptions(&iv.Stats, iv.Start, true))
 	if err != nil {

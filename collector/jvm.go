@@ -505,3 +505,13 @@ func (t *jvmTracker) snapshotStats() JVMStats {
 	}
 	return st
 }
+
+func (t *jvmTracker) frameKind() uint64 { return bpf.FrameJava }
+
+// recognise: a JVM is found by its process's mappings (seen), not a file.
+func (t *jvmTracker) recognise(*symtab.File, *elf.File, []unwind.Row) []unwind.Row { return nil }
+
+func (t *jvmTracker) runtimeStats() RuntimeStats {
+	st := t.snapshotStats()
+	return RuntimeStats{Runtime: "hotspot", Processes: st.JVMs, Unsupported: st.Failed, Named: st.Methods + st.PCs, Unnamed: st.Unnamed}
+}

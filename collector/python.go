@@ -14,6 +14,7 @@ import (
 	"github.com/offcpu/offcpu/bpf"
 	"github.com/offcpu/offcpu/collector/symbolize"
 	"github.com/offcpu/offcpu/collector/symtab"
+	"github.com/offcpu/offcpu/collector/unwind"
 )
 
 // PythonStats describes the CPython processes recorded.
@@ -332,35 +333,19 @@ func (t *pyTracker) snapshotStats() PythonStats {
 	return st
 }
 
-// runtimeNames names the code of the runtimes offcpu reads from their own
-// structures: HotSpot's (JVM) and CPython's.
-type runtimeNames struct {
-	jvm *jvmTracker
-	py  *pyTracker
+func (t *pyTracker) frameKind() uint64 { return bpf.FramePython }
+
+// recognise marks the interpreter loop's rows of a CPython binary: every
+// row, so that the loop's are there to mark.
+func (t *pyTracker) recognise(f *symtab.File, ef *elf.File, rows []unwind.Row) []unwind.Row {
+	if rt := t.runtimeOf(f, ef); rt != nil && rt.supported {
+		return markPyEval(rows, rt.evalLo, rt.evalHi)
+	}
+	return nil
 }
 
-func (r runtimeNames) Frames(pid uint32, addr uint64) ([]symtab.Frame, bool) {
-	if isPythonFrame(addr) {
-		if r.py == nil {
-			return nil, false
-		}
-		return r.py.Frames(pid, addr)
-	}
-	if r.jvm == nil {
-		return nil, false
-	}
-	return r.jvm.Frames(pid, addr)
-}
-
-func (r runtimeNames) Name(pid uint32, addr uint64) (string, bool) {
-	if isPythonFrame(addr) {
-		if r.py == nil {
-			return "", false
-		}
-		return r.py.Name(pid, addr)
-	}
-	if r.jvm == nil {
-		return "", false
-	}
-	return r.jvm.Name(pid, addr)
+func (t *pyTracker) runtimeStats() RuntimeStats {
+	st := t.snapshotStats()
+	return RuntimeStats{Runtime: "cpython", Processes: st.Processes, Unsupported: st.Unsupported,
+		Named: st.Codes, Unnamed: st.Unnamed, Skipped: st.Skipped}
 }

@@ -198,11 +198,14 @@ func (s *Session) startWorkers() {
 	}
 	if s.unw != nil {
 		s.unwinding = goWorker(func(stop <-chan struct{}) {
-			jvms := goWorker(s.unw.jvms.run)
-			pys := goWorker(s.unw.pys.run)
+			var ws []*worker
+			for _, rt := range s.unw.rts {
+				ws = append(ws, goWorker(rt.run))
+			}
 			s.unw.run(s.procs, stop)
-			pys.halt()
-			jvms.halt()
+			for _, w := range ws {
+				w.halt()
+			}
 		})
 	}
 }
@@ -260,8 +263,8 @@ func (s *Session) prepare(p *probes) error {
 	pids := o.PIDs
 	if !o.FramePointersOnly {
 		s.unw = newUnwinder(coll, uint32(o.UnwindRows))
-		s.unw.jvms = newJVMTracker(s.unw, coll.Maps[bpf.OffcpuMapJavaMethods], coll.Maps[bpf.OffcpuMapJavaProcs])
-		s.unw.pys = newPyTracker(coll)
+		s.unw.rts = newRuntimes(s.unw, coll)
+		s.unw.jvms = s.unw.rts[0].(*jvmTracker)
 		s.procs.OnChange = s.unw.update
 		pids = append([]int{os.Getpid()}, o.PIDs...)
 		if len(o.PIDs) == 0 && len(o.TIDs) == 0 && !o.TargetsOnly {
@@ -429,18 +432,8 @@ func (s *Session) halt() {
 	if s.gor != nil {
 		s.gor.detach()
 	}
-	if s.unw != nil && s.unw.jvms != nil {
-		s.unw.jvms.final()
-		s.stats.JVM = s.unw.jvms.snapshotStats()
-	}
-	if s.unw != nil && s.unw.pys != nil {
-		s.unw.pys.final()
-		if st := s.unw.pys.snapshotStats(); st.Processes+st.Unsupported > 0 {
-			s.stats.Python = &st
-			for _, why := range st.Skipped {
-				s.stats.Warnings = append(s.stats.Warnings, "Python frames not read: "+why)
-			}
-		}
+	if s.unw != nil {
+		s.finalRuntimes()
 	}
 	s.stats.SwitchMissed = s.p.switchMisses()
 	if s.opts.Stats {
@@ -502,3 +495,32 @@ func monotonicNow() uint64 {
 	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return uint64(ts.Nano())
 }
+
+// finalRuntimes names what the walker found last and keeps each runtime's
+// figures: the same for every runtime (Stats.Runtimes), and the JVM's and
+// CPython's own.
+func (s *Session) finalRuntimes() {
+	s.stats.Runtimes = nil
+	for _, rt := range s.unw.rts {
+		rt.final()
+		st := rt.runtimeStats()
+		switch t := rt.(type) {
+		case *jvmTracker:
+			s.stats.JVM = t.snapshotStats()
+		case *pyTracker:
+			if py := t.snapshotStats(); py.Processes+py.Unsupported > 0 {
+				s.stats.Python = &py
+			}
+		}
+		if st.Processes+st.Unsupported == 0 {
+			continue
+		}
+		s.stats.Runtimes = append(s.stats.Runtimes, st)
+		for _, why := range st.Skipped {
+			s.stats.Warnings = append(s.stats.Warnings, runtimeTitle[st.Runtime]+" frames not read: "+why)
+		}
+	}
+}
+
+// runtimeTitle: how messages name each runtime.
+var runtimeTitle = map[string]string{"hotspot": "JVM", "cpython": "Python", "v8": "JavaScript"}

@@ -82,6 +82,9 @@ type Stats struct {
 	JVM    JVMStats     `json:"jvm"` // HotSpot JVMs walked and named through their VMStructs
 	// Python: CPython processes walked; nil without any.
 	Python *PythonStats `json:"python,omitempty"`
+	// Runtimes: each runtime whose processes were recorded, the same
+	// figures for each (hotspot, cpython, v8).
+	Runtimes []RuntimeStats `json:"runtimes,omitempty"`
 	// Goroutine waits of Go programs (Options.Goroutines); nil without.
 	Goroutines *GoroutineStats `json:"goroutines,omitempty"`
 	// User stacks of the off-CPU profile that reach a thread-start frame

@@ -44,7 +44,7 @@ type unwinder struct {
 	// regions of unwind_rows of their own, and the mapping to add to the
 	// process's entry.
 	jvms    *jvmTracker
-	pys     *pyTracker // CPython processes: the interpreter loop's rows are marked
+	rts     []runtimeReader // every runtime read (jvms among them)
 	extra   map[uint32]bpf.OffcpuUnwindMap
 	regions map[uint32]*rowRegions
 	last    map[uint32][]symbolize.Mapping // the mapping list each entry was made from
@@ -178,10 +178,9 @@ func (u *unwinder) table(f *symtab.File) *fileRows {
 		return fr
 	}
 	rows := t.Needed()
-	if u.pys != nil {
-		if rt := u.pys.runtimeOf(f, ef); rt != nil && rt.supported {
-			// Every row, so that the loop's are there to mark.
-			rows = markPyEval(t.Rows, rt.evalLo, rt.evalHi)
+	for _, rt := range u.rts {
+		if marked := rt.recognise(f, ef, t.Rows); marked != nil {
+			rows = marked
 		}
 	}
 	if len(rows) == 0 {
@@ -268,16 +267,13 @@ func (u *unwinder) writeRows(keys []uint32, vals []bpf.OffcpuUnwindRow) error {
 // update writes the process's entry from its executable mappings: the
 // ones whose code needs tables. A process needing none is removed.
 func (u *unwinder) update(pid uint32, ms []symbolize.Mapping) {
-	if u.jvms != nil {
-		u.jvms.seen(pid, ms)
-	}
 	for _, m := range ms {
 		if m.File != nil {
 			u.table(m.File)
 		}
 	}
-	if u.pys != nil {
-		u.pys.seen(pid, ms) // after table: it recognises the interpreter
+	for _, rt := range u.rts {
+		rt.seen(pid, ms) // after table: it recognises the runtime's files
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -423,11 +419,8 @@ func (u *unwinder) forget(pid uint32) {
 	delete(u.extra, pid)
 	delete(u.last, pid)
 	delete(u.regions, pid) // its rows are not reused
-	if u.pys != nil {
-		u.pys.forget(pid)
-	}
-	if u.jvms != nil {
-		u.jvms.forget(pid)
+	for _, rt := range u.rts {
+		rt.forget(pid)
 	}
 	u.procs.Delete(pid) // the kernel's too: it may not have seen the exit
 }

@@ -484,6 +484,7 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 	}
 	printGoroutines(w, st.Goroutines, f)
 	printWalkers(w, st)
+	printRuntimes(w, st)
 	if st.NoStart > 0 {
 		fmt.Fprintf(w, "blocked since before the start: %d threads (counted from the start; label interval=before-start or whole)\n", st.NoStart)
 	}
@@ -522,6 +523,18 @@ func printWalkers(w io.Writer, st collector.Stats) {
 		if j.Failed > 0 {
 			fmt.Fprintf(w, "offcpu: warning: %d JVMs could not be read: their Java frames are named from perf maps only\n", j.Failed)
 		}
+	}
+}
+
+// printRuntimes describes each runtime read from its own structures, the
+// same line for each.
+func printRuntimes(w io.Writer, st collector.Stats) {
+	for _, r := range st.Runtimes {
+		fmt.Fprintf(w, "%s frames: %d processes read", r.Runtime, r.Processes)
+		if r.Unsupported > 0 {
+			fmt.Fprintf(w, ", %d of a build not read", r.Unsupported)
+		}
+		fmt.Fprintf(w, "; %d functions named, %d unreadable\n", r.Named, r.Unnamed)
 	}
 }
 
