@@ -62,6 +62,11 @@ type fileRule struct {
 	// passed on input from its top of loop (Stack.WakerDispatching).
 	InRequest        bool `yaml:"in_request"`
 	WakerDispatching bool `yaml:"waker_dispatching"`
+	// CalledFromApp false: the frame frames matched has no application
+	// frame of a language runtime (JavaScript, Python, Java) among its
+	// callers: a loop at the top of its thread, not a synchronous wait
+	// that code made.
+	CalledFromApp *bool `yaml:"called_from_app"`
 }
 
 // WakerRelations are who can end an off-CPU interval, relative to the
@@ -111,6 +116,8 @@ type rule struct {
 	waker        map[string]bool
 	inRequest    bool
 	dispatching  bool
+	fromApp      *bool
+	isApp        func(Frame) bool
 }
 
 // LoadRules reads a rules file; "" means the built-in rules. A file
@@ -220,6 +227,12 @@ func (p *ruleParser) build(f *rulesFile, base *Rules) (*Rules, error) {
 		r.notApp = append(r.notApp, base.notApp...)
 		r.notModules = append(r.notModules, base.notModules...)
 	}
+	for i := range r.rules {
+		r.rules[i].isApp = r.IsApp
+	}
+	for i := range r.verdicts {
+		r.verdicts[i].isApp = r.IsApp
+	}
 	return r, nil
 }
 
@@ -280,7 +293,11 @@ func (p *ruleParser) rule(base string, fr fileRule, known map[string]bool) (rule
 	if !known[fr.Category] {
 		return rule{}, fmt.Errorf("%s: unknown category %q: declare it under categories", p.at(base+".category"), fr.Category)
 	}
-	ru := rule{at: p.at(base), hits: new(atomic.Int64), category: fr.Category, kernel: fr.Kernel, kinds: map[string]bool{}, inRequest: fr.InRequest, dispatching: fr.WakerDispatching}
+	ru := rule{at: p.at(base), hits: new(atomic.Int64), category: fr.Category, kernel: fr.Kernel, kinds: map[string]bool{}, inRequest: fr.InRequest, dispatching: fr.WakerDispatching,
+		fromApp: fr.CalledFromApp}
+	if ru.fromApp != nil && len(fr.Frames) == 0 {
+		return rule{}, fmt.Errorf("%s: called_from_app needs frames: it tests the callers of the frame they match", p.at(base))
+	}
 	var err error
 	if ru.frames, err = p.compileAll(base+".frames", fr.Frames); err != nil {
 		return rule{}, err
@@ -459,8 +476,18 @@ func (ru *rule) matches(s *Stack, inner string) bool {
 	if len(ru.wakerFrames) > 0 && matchFrame(s.WakerFrames, ru.wakerFrames, false) == nil {
 		return false
 	}
-	if len(ru.frames) > 0 && matchFrame(s.Frames, ru.frames, ru.kernel) == nil {
-		return false
+	if len(ru.frames) > 0 {
+		f := matchFrame(s.Frames, ru.frames, ru.kernel)
+		if f != nil && ru.fromApp != nil && ru.isApp != nil {
+			// The innermost match: a loop nested in code is the wait.
+			f = matchLastFrame(s.Frames, ru.frames, ru.kernel)
+			if *ru.fromApp != appCaller(s.Frames, f, ru.isApp) {
+				return false
+			}
+		}
+		if f == nil {
+			return false
+		}
 	}
 	for _, re := range ru.allFrames {
 		if matchFrame(s.Frames, []*regexp.Regexp{re}, ru.kernel) == nil {
@@ -485,6 +512,30 @@ func matchFrame(frames []Frame, res []*regexp.Regexp, kernel bool) *Frame {
 		}
 	}
 	return nil
+}
+
+// matchLastFrame is matchFrame from the leaf.
+func matchLastFrame(frames []Frame, res []*regexp.Regexp, kernel bool) *Frame {
+	for i := len(frames) - 1; i >= 0; i-- {
+		if f := matchFrame(frames[i:i+1], res, kernel); f != nil {
+			return f
+		}
+	}
+	return nil
+}
+
+// appCaller: some caller of f (a frame of frames, root first) is an
+// application frame a language runtime named.
+func appCaller(frames []Frame, f *Frame, isApp func(Frame) bool) bool {
+	for i := range frames {
+		if &frames[i] == f {
+			return false
+		}
+		if frames[i].Runtime != "" && isApp(frames[i]) {
+			return true
+		}
+	}
+	return false
 }
 
 // Kernel functions renamed across releases: the name rules are written

@@ -143,7 +143,11 @@ func (b *profBuilder) userLoc(pid uint32, addr uint64, leaf bool) *profile.Locat
 		// Java code: an interpreter frame, or a pc in compiled code with the
 		// methods inlined there, innermost first.
 		if frames, ok := b.sym.JIT.Frames(pid, addr); ok && len(frames) > 0 {
-			l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Address: addr, Mapping: b.mapping(pid, m)}
+			pm := b.mapping(pid, m)
+			if rt, ok := b.sym.JIT.(interface{ MappingOf(addr uint64) string }); ok {
+				pm = b.runtimeMapping(rt.MappingOf(addr))
+			}
+			l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Address: addr, Mapping: pm}
 			b.setLines(l, frames)
 			b.p.Location = append(b.p.Location, l)
 			b.locs[key] = l
@@ -205,6 +209,19 @@ type fileOff struct {
 	seg  fileSeg
 	off  uint64 // from the segment's start
 	leaf bool
+}
+
+// runtimeMapping is the mapping of the frames a language runtime names
+// (schema.RuntimeMappings), one per runtime.
+func (b *profBuilder) runtimeMapping(file string) *profile.Mapping {
+	for _, pm := range b.p.Mapping {
+		if pm.File == file {
+			return pm
+		}
+	}
+	pm := &profile.Mapping{ID: uint64(len(b.p.Mapping) + 1), File: file, HasFunctions: true}
+	b.p.Mapping = append(b.p.Mapping, pm)
+	return pm
 }
 
 func (b *profBuilder) mapping(pid uint32, m *symbolize.Mapping) *profile.Mapping {

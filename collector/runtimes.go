@@ -95,3 +95,15 @@ func (r runtimeNames) Name(pid uint32, addr uint64) (string, bool) {
 	}
 	return "", false
 }
+
+// runtimeFiles: the pprof mapping of each frame kind's frames.
+var runtimeFiles = map[uint64]string{bpf.FrameV8: "[javascript]", bpf.FrameJava: "[java]", bpf.FramePython: "[python]"}
+
+// MappingOf is the pprof mapping file of a frame a runtime named: its
+// kind's, or a JVM's for a pc in compiled code.
+func (r runtimeNames) MappingOf(addr uint64) string {
+	if f, ok := runtimeFiles[FrameKindOf(addr)]; ok {
+		return f
+	}
+	return runtimeFiles[bpf.FrameJava]
+}

@@ -23,7 +23,15 @@ type Frame struct {
 	Name   string
 	Kernel bool
 	Module string // base name of the mapped file, when the profile says
+	// Runtime: the language runtime whose own structures named the frame
+	// (RuntimeMappings), "" for native code.
+	Runtime string
 }
+
+// RuntimeMappings: the pprof mapping file of the frames each language
+// runtime names, and the runtime's name (as OTLP's profile.frame.type
+// names it).
+var RuntimeMappings = map[string]string{"[javascript]": "v8js", "[java]": "jvm", "[python]": "cpython"}
 
 // Stack is one aggregated stack of a profile.
 type Stack struct {
@@ -505,7 +513,7 @@ func (x *RequestIndex) Mark(s *Stack) {
 	if s.Kind != KindOffCPU || s.WaitsForCPU() || t == nil || len(t.inputAt) == 0 {
 		return
 	}
-	s.InRequest = !t.inputAt[userFolded(s)]
+	s.InRequest = !t.inputAt[userFolded(s)] || nestedIn(userFrames(s.Frames), t.inputs)
 	if w := x.threads[[3]int64{s.WakerPID, s.WakerTID, s.WakerGoid}]; s.InRequest && w != nil {
 		s.WakerDispatching = nearInput(userFrames(s.WakerFrames), w.inputs)
 	}
@@ -529,6 +537,24 @@ func nearInput(stack []string, inputs [][]string) bool {
 			c++
 		}
 		if c > 0 && len(stack)-c <= dispatchDepth {
+			return true
+		}
+	}
+	return false
+}
+
+// nestedIn: stack passes through one of the thread's input waits at its
+// wait (a loop's poll, within dispatchDepth frames of it) and goes on
+// deeper: a wait made while handling what that loop dispatched (a
+// handler's synchronous read, a child it runs), inside a request though
+// another program ends it.
+func nestedIn(stack []string, inputs [][]string) bool {
+	for _, in := range inputs {
+		c := 0
+		for c < len(stack) && c < len(in) && stack[c] == in[c] {
+			c++
+		}
+		if c > 0 && len(in)-c <= dispatchDepth && len(stack)-c > dispatchDepth {
 			return true
 		}
 	}

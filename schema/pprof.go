@@ -24,19 +24,20 @@ func AppendFrames(out []Frame, locs []*profile.Location) []Frame {
 	for i := len(locs) - 1; i >= 0; i-- {
 		l := locs[i]
 		kernel := l.Mapping != nil && l.Mapping.File == KernelMapping
-		module := ""
+		module, runtime := "", ""
 		if l.Mapping != nil && !kernel {
 			module = filepath.Base(l.Mapping.File)
+			runtime = RuntimeMappings[l.Mapping.File]
 		}
 		for j := len(l.Line) - 1; j >= 0; j-- {
 			name := "[unknown]"
 			if l.Line[j].Function != nil {
 				name = l.Line[j].Function.Name
 			}
-			out = append(out, Frame{Name: name, Kernel: kernel, Module: module})
+			out = append(out, Frame{Name: name, Kernel: kernel, Module: module, Runtime: runtime})
 		}
 		if len(l.Line) == 0 {
-			out = append(out, Frame{Name: fmt.Sprintf("0x%x", l.Address), Kernel: kernel, Module: module})
+			out = append(out, Frame{Name: fmt.Sprintf("0x%x", l.Address), Kernel: kernel, Module: module, Runtime: runtime})
 		}
 	}
 	return out
