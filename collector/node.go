@@ -39,6 +39,7 @@ type v8Runtime struct {
 
 type v8Proc struct {
 	r     *v8.Reader
+	cap   *v8.Capture // OFFCPU_V8_CAPTURE: the reads kept for a test fixture
 	mem   *os.File
 	funcs map[uint64]*v8.Function // by SharedFunctionInfo
 	dead  bool
@@ -118,6 +119,10 @@ func (t *v8Tracker) attach(pid uint32, rt *v8Runtime, bias uint64) {
 		return
 	}
 	p := &v8Proc{r: &v8.Reader{Mem: mem, L: rt.l}, mem: mem, funcs: map[uint64]*v8.Function{}}
+	if keep := os.Getenv("OFFCPU_V8_CAPTURE_SCRIPT"); keep != "" {
+		p.cap = &v8.Capture{Mem: mem, Keep: keep}
+		p.r.Mem = p.cap
+	}
 	t.byPID[pid] = p
 	v := bpf.OffcpuV8Proc{FunctionShared: uint32(rt.l.JSFunctionShared), SmiShift: uint32(rt.l.SmiShift)}
 	if rt.interp.Hi > rt.interp.Lo {
@@ -160,7 +165,21 @@ func (t *v8Tracker) run(stop <-chan struct{}) {
 	}, func(time.Time) { t.nameFunctions() })
 }
 
-func (t *v8Tracker) final() { t.nameFunctions() }
+// final names what the walker found last; OFFCPU_V8_CAPTURE (a path)
+// saves what was read of the functions of OFFCPU_V8_CAPTURE_SCRIPT, for
+// collector/v8's tests.
+func (t *v8Tracker) final() {
+	t.nameFunctions()
+	if path := os.Getenv("OFFCPU_V8_CAPTURE"); path != "" {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		for _, p := range t.byPID {
+			if p.cap != nil {
+				p.cap.Save(path, p.r.L)
+			}
+		}
+	}
+}
 
 func (t *v8Tracker) nameFunctions() {
 	var k bpf.OffcpuV8SfiKey
@@ -187,7 +206,12 @@ func (t *v8Tracker) function(p *v8Proc, sfi uint64) *v8.Function {
 	if ok || p.dead {
 		return f
 	}
-	f, err := p.r.Function(sfi)
+	var err error
+	if p.cap != nil {
+		f, err = p.cap.Function(p.r, sfi)
+	} else {
+		f, err = p.r.Function(sfi)
+	}
 	if err != nil {
 		f = nil
 		t.stats.Unnamed++
