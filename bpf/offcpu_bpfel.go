@@ -357,6 +357,8 @@ type OffcpuUnwindState struct {
 	PyFrame   uint64
 	PyEmitted uint32
 	PySkip    uint32
+	Tgid      uint32
+	_         [4]byte
 }
 
 type OffcpuV8Proc struct {

@@ -30,6 +30,8 @@ struct unwind_state {
 	 * frames are recorded, its own frame is unwound unrecorded. */
 	u64 py_frame;
 	u32 py_emitted, py_skip;
+	u32 tgid; /* whose stack it is (here, not in unwind_ctx: 6.1 counts
+		   * the walk's stack to the limit) */
 };
 
 struct unwind_ctx {
@@ -37,7 +39,6 @@ struct unwind_ctx {
 	struct unwind_proc *proc; /* 0: walk by frame pointers only */
 	struct stack_buf *buf;
 	struct task_struct *task; /* walked from another task (iterator) */
-	u32 tgid;                 /* whose stack it is */
 	struct py_proc *py;       /* a CPython process's layout, or 0 */
 	struct v8_proc *v8;       /* a V8 process's layout, or 0 */
 	u8 *fr;                   /* a frame_buf's bytes: interpreter frames are read there */
@@ -250,7 +251,7 @@ static __always_inline struct unwind_row *find_row(struct unwind_proc *p, struct
  * when the process's layout is not known or the bcp is not in range. */
 static __always_inline u64 java_bci(struct unwind_ctx *c, u64 method, u64 bcp, bool remote)
 {
-	struct java_proc *jp = bpf_map_lookup_elem(&java_procs, &c->tgid);
+	struct java_proc *jp = bpf_map_lookup_elem(&java_procs, &c->u->tgid);
 	u64 cm;
 	if (!jp || !bcp || read_user(&cm, sizeof(cm), method + jp->const_method_off, c->task, remote))
 		return JAVA_BCI_NONE;
@@ -284,7 +285,7 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 			c->buf->ips[IDX(n, PERF_MAX_STACK_DEPTH)] = st.entry;
 			u->n = n + 1;
 			u->py_emitted++;
-			py_seen(c->tgid, st.entry);
+			py_seen(c->u->tgid, st.entry);
 		}
 		u->py_frame = st.back;
 		if (st.last) {
@@ -306,7 +307,7 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 	u64 cfa = 0;
 	switch (kind) {
 	case UNWIND_JAVA_COMPILED: {
-		struct java_method_key k = { .tgid = c->tgid, .kind = 1, .method = pc };
+		struct java_method_key k = { .tgid = c->u->tgid, .kind = 1, .method = pc };
 		u8 one = 1;
 		bpf_map_update_elem(&java_methods, &k, &one, BPF_NOEXIST);
 		cfa = sp + cfa_off;
@@ -325,7 +326,7 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 		u->end = 1;
 		return 1;
 	case UNWIND_JAVA_GAP: {
-		struct java_method_key k = { .tgid = c->tgid, .kind = 2, .method = pc };
+		struct java_method_key k = { .tgid = c->u->tgid, .kind = 2, .method = pc };
 		u8 one = 1;
 		bpf_map_update_elem(&java_methods, &k, &one, BPF_NOEXIST);
 		goto frame_pointer;
@@ -343,7 +344,7 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 		if (method && method <= JAVA_METHOD_MASK && !(method & 7)) {
 			u64 bci = java_bci(c, method, fr[0], remote);
 			c->buf->ips[IDX(n, PERF_MAX_STACK_DEPTH)] = JAVA_METHOD_TAG | ((bci >> 3) << 47) | method | (bci & 7);
-			struct java_method_key k = { .tgid = c->tgid, .method = method };
+			struct java_method_key k = { .tgid = c->u->tgid, .method = method };
 			u8 one = 1;
 			bpf_map_update_elem(&java_methods, &k, &one, BPF_NOEXIST);
 		}
@@ -362,7 +363,7 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 			return 1;
 		if (c->v8 && !read_user(frame, V8_FRAME_WORDS * sizeof(u64), bp - (V8_FRAME_WORDS - 2) * 8, c->task, remote)) {
 			/* A JavaScript frame is named in place of its pc. */
-			u64 e = v8_frame(c->v8, c->tgid, pc, frame, c->task, remote);
+			u64 e = v8_frame(c->v8, c->u->tgid, pc, frame, c->task, remote);
 			if (e && u->n == n + 1)
 				c->buf->ips[IDX(n, PERF_MAX_STACK_DEPTH)] = e;
 			frame += V8_FRAME_WORDS - 2;
@@ -429,20 +430,20 @@ static __always_inline s64 walk_user(u32 slot, struct unwind_proc *p, struct tas
 	u->py_frame = 0;
 	u->py_emitted = 0;
 	u->py_skip = 0;
-	struct unwind_ctx c = { .u = u, .proc = p, .buf = b, .task = task, .fr = fb->b,
-				.tgid = task ? BPF_CORE_READ(task, tgid) : bpf_get_current_pid_tgid() >> 32 };
+	u->tgid = task ? BPF_CORE_READ(task, tgid) : bpf_get_current_pid_tgid() >> 32;
+	struct unwind_ctx c = { .u = u, .proc = p, .buf = b, .task = task, .fr = fb->b };
 	if (p && py_active) {
 		/* The thread's Python frames: its thread state is found by its
 		 * thread pointer (another task's, from the sleepable iterator,
 		 * is read from its memory). */
-		c.py = bpf_map_lookup_elem(&py_procs, &c.tgid);
+		c.py = bpf_map_lookup_elem(&py_procs, &u->tgid);
 		if (c.py && remote)
 			u->py_frame = py_frame_at(c.py, py_tstate(c.py, task, BPF_CORE_READ(task, pid), true), task, true);
 		else if (c.py)
 			u->py_frame = py_frame_of(c.py, py_tstate(c.py, bpf_get_current_task_btf(), (u32)bpf_get_current_pid_tgid(), false));
 	}
 	if (p && v8_active)
-		c.v8 = bpf_map_lookup_elem(&v8_procs, &c.tgid);
+		c.v8 = bpf_map_lookup_elem(&v8_procs, &u->tgid);
 	if (remote)
 		bpf_loop(PERF_MAX_STACK_DEPTH, unwind_step_remote, &c, 0);
 	else
