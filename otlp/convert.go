@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
-	"github.com/offcpu/offcpu/analysis"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -47,6 +46,9 @@ const (
 	AttrWakeupClass    = "offcpu.wakeup_class"
 	AttrTargetThread   = "offcpu.target.thread"
 	AttrTargetPID      = "offcpu.target.pid"
+	// AttrFrameType: a location's kind of code, as the OpenTelemetry
+	// eBPF profiler names it (native, kernel, jvm, cpython, v8js).
+	AttrFrameType = "profile.frame.type"
 	ScopeName          = "offcpu"
 	verdictIdle        = "idle"
 	verdictBlocked     = "blocked"
@@ -60,6 +62,13 @@ type Process struct {
 	ContainerID string // from its cgroup
 }
 
+// Categorizer decides an off-CPU stack's categories, the first its own,
+// and which are idle (analysis.Rules).
+type Categorizer interface {
+	Categorize(st *schema.Stack) []string
+	IsIdle(category string) bool
+}
+
 // Converter builds OTLP profiles. Processes, when set, names a pid's
 // resource; Rules decide each off-CPU stack's category and verdict.
 type Converter struct {
@@ -67,7 +76,7 @@ type Converter struct {
 	// (0: never).
 	MaxBytes  int
 	Host      string
-	Rules     *analysis.Rules
+	Rules     Categorizer
 	Processes func(pid int64, comm string) Process
 	Version   string
 	// Resource: attributes every resource gets where offcpu set none of
@@ -78,7 +87,7 @@ type Converter struct {
 	// rules read (the keys themselves, whole stacks, weighed megabytes):
 	// most stacks come back interval after interval.
 	cache      map[[2]uint64][2]string
-	cacheRules *analysis.Rules
+	cacheRules Categorizer
 	seeds      [2]maphash.Seed
 }
 
@@ -124,6 +133,7 @@ func stackHash(seed maphash.Seed, st *schema.Stack) uint64 {
 			h.WriteString(f.Name)
 			h.WriteByte(0)
 			h.WriteString(f.Module)
+			h.WriteString(f.Runtime)
 			if f.Kernel {
 				h.WriteByte(1)
 			} else {
@@ -486,9 +496,16 @@ func (b *builder) location(l *profile.Location) int32 {
 	i := int32(b.dict.LocationTable().Len())
 	loc := b.dict.LocationTable().AppendEmpty()
 	loc.SetAddress(l.Address)
+	typ := "native"
 	if l.Mapping != nil {
 		loc.SetMappingIndex(b.mapping(l.Mapping))
+		if l.Mapping.File == schema.KernelMapping {
+			typ = "kernel"
+		} else if rt, ok := schema.RuntimeMappings[l.Mapping.File]; ok {
+			typ = rt
+		}
 	}
+	loc.AttributeIndices().Append(b.attr(AttrFrameType, typ))
 	for _, ln := range l.Line {
 		line := loc.Lines().AppendEmpty()
 		line.SetLine(ln.Line)

@@ -152,6 +152,20 @@ func TestConvert(t *testing.T) {
 	if !verdicts["blocked"] || !verdicts["idle"] {
 		t.Errorf("verdicts %v: want the lock wait blocked and the read idle", verdicts)
 	}
+	// Each location says its kind of code, as OpenTelemetry's profiler does.
+	types := map[string]int{}
+	for i := 1; i < dict.LocationTable().Len(); i++ { // 0: the zero value
+		l := dict.LocationTable().At(i)
+		attrs, err := pprofile.FromAttributeIndices(dict.AttributeTable(), l, dict)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := attrs.Get(AttrFrameType)
+		types[v.Str()]++
+	}
+	if len(types) != 2 || types["kernel"] == 0 || types["native"] == 0 {
+		t.Errorf("frame types %v, want kernel and native locations only", types)
+	}
 }
 
 // An HTTP collector that refuses the first attempts: the exporter retries
