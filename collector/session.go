@@ -500,10 +500,8 @@ func monotonicNow() uint64 {
 // figures: the same for every runtime (Stats.Runtimes), and the JVM's and
 // CPython's own.
 func (s *Session) finalRuntimes() {
-	s.stats.Runtimes = nil
 	for _, rt := range s.unw.rts {
 		rt.final()
-		st := rt.runtimeStats()
 		switch t := rt.(type) {
 		case *jvmTracker:
 			s.stats.JVM = t.snapshotStats()
@@ -512,14 +510,24 @@ func (s *Session) finalRuntimes() {
 				s.stats.Python = &py
 			}
 		}
-		if st.Processes+st.Unsupported == 0 {
-			continue
-		}
-		s.stats.Runtimes = append(s.stats.Runtimes, st)
+	}
+	s.stats.Runtimes = runtimeFigures(s.unw.rts)
+	for _, st := range s.stats.Runtimes {
 		for _, why := range st.Skipped {
 			s.stats.Warnings = append(s.stats.Warnings, runtimeTitle[st.Runtime]+" frames not read: "+why)
 		}
 	}
+}
+
+// runtimeFigures: the figures of each runtime that met a process.
+func runtimeFigures(rts []runtimeReader) []RuntimeStats {
+	var out []RuntimeStats
+	for _, rt := range rts {
+		if st := rt.runtimeStats(); st.Processes+st.Unsupported > 0 {
+			out = append(out, st)
+		}
+	}
+	return out
 }
 
 // runtimeTitle: how messages name each runtime.

@@ -499,6 +499,7 @@ func printAgentSummary(w io.Writer, st collector.Stats, ag *agent) {
 	if st.StacksMissing > 0 {
 		fmt.Fprintf(w, "offcpu: %d stacks were evicted while still needed: their intervals were kept without them\n", st.StacksMissing)
 	}
+	printRuntimes(w, st)
 	if ag.set.outputDir != "" {
 		fmt.Fprintf(w, "offcpu: wrote %d intervals to %s (%d failed)\n", ag.written, ag.set.outputDir, ag.failed)
 	}

@@ -530,7 +530,7 @@ func printWalkers(w io.Writer, st collector.Stats) {
 // same line for each.
 func printRuntimes(w io.Writer, st collector.Stats) {
 	for _, r := range st.Runtimes {
-		fmt.Fprintf(w, "%s frames: %d processes read", r.Runtime, r.Processes)
+		fmt.Fprintf(w, "offcpu: %s frames: %d processes read", r.Runtime, r.Processes)
 		if r.Unsupported > 0 {
 			fmt.Fprintf(w, ", %d of a build not read", r.Unsupported)
 		}
