@@ -67,6 +67,9 @@ type fileRule struct {
 	// callers: a loop at the top of its thread, not a synchronous wait
 	// that code made.
 	CalledFromApp *bool `yaml:"called_from_app"`
+	// CallsApp false: nor does it call one (the wait is not in code the
+	// loop ran for an event).
+	CallsApp *bool `yaml:"calls_app"`
 }
 
 // WakerRelations are who can end an off-CPU interval, relative to the
@@ -117,6 +120,7 @@ type rule struct {
 	inRequest    bool
 	dispatching  bool
 	fromApp      *bool
+	callsApp     *bool
 	isApp        func(Frame) bool
 }
 
@@ -294,9 +298,9 @@ func (p *ruleParser) rule(base string, fr fileRule, known map[string]bool) (rule
 		return rule{}, fmt.Errorf("%s: unknown category %q: declare it under categories", p.at(base+".category"), fr.Category)
 	}
 	ru := rule{at: p.at(base), hits: new(atomic.Int64), category: fr.Category, kernel: fr.Kernel, kinds: map[string]bool{}, inRequest: fr.InRequest, dispatching: fr.WakerDispatching,
-		fromApp: fr.CalledFromApp}
-	if ru.fromApp != nil && len(fr.Frames) == 0 {
-		return rule{}, fmt.Errorf("%s: called_from_app needs frames: it tests the callers of the frame they match", p.at(base))
+		fromApp: fr.CalledFromApp, callsApp: fr.CallsApp}
+	if (ru.fromApp != nil || ru.callsApp != nil) && len(fr.Frames) == 0 {
+		return rule{}, fmt.Errorf("%s: called_from_app and calls_app need frames: they test the callers and callees of the frame those match", p.at(base))
 	}
 	var err error
 	if ru.frames, err = p.compileAll(base+".frames", fr.Frames); err != nil {
@@ -478,10 +482,11 @@ func (ru *rule) matches(s *Stack, inner string) bool {
 	}
 	if len(ru.frames) > 0 {
 		f := matchFrame(s.Frames, ru.frames, ru.kernel)
-		if f != nil && ru.fromApp != nil && ru.isApp != nil {
+		if f != nil && (ru.fromApp != nil || ru.callsApp != nil) && ru.isApp != nil {
 			// The innermost match: a loop nested in code is the wait.
 			f = matchLastFrame(s.Frames, ru.frames, ru.kernel)
-			if *ru.fromApp != appCaller(s.Frames, f, ru.isApp) {
+			callers, callees := appAround(s.Frames, f, ru.isApp)
+			if (ru.fromApp != nil && *ru.fromApp != callers) || (ru.callsApp != nil && *ru.callsApp != callees) {
 				return false
 			}
 		}
@@ -524,18 +529,25 @@ func matchLastFrame(frames []Frame, res []*regexp.Regexp, kernel bool) *Frame {
 	return nil
 }
 
-// appCaller: some caller of f (a frame of frames, root first) is an
-// application frame a language runtime named.
-func appCaller(frames []Frame, f *Frame, isApp func(Frame) bool) bool {
+// appAround: whether some caller of f (a frame of frames, root first),
+// and some frame it calls, is an application frame a language runtime
+// named.
+func appAround(frames []Frame, f *Frame, isApp func(Frame) bool) (callers, callees bool) {
+	after := false
 	for i := range frames {
 		if &frames[i] == f {
-			return false
+			after = true
+			continue
 		}
 		if frames[i].Runtime != "" && isApp(frames[i]) {
-			return true
+			if after {
+				callees = true
+			} else {
+				callers = true
+			}
 		}
 	}
-	return false
+	return callers, callees
 }
 
 // Kernel functions renamed across releases: the name rules are written

@@ -252,3 +252,45 @@ func nodeServer(t *testing.T, node string, attach bool) {
 		t.Errorf("%.3f s under JavaScript frames not read, want under 1%% of %.3f s", float64(unread)/1e9, float64(blocked)/1e9)
 	}
 }
+
+// Worker threads in Atomics.wait are judged by their waker's JavaScript:
+// the one waiting for a lock the main thread's unlock releases is blocked,
+// the one waiting for what its postJob hands over idle.
+func TestNodeAtomics(t *testing.T) {
+	requireBPF(t)
+	node := requireServer(t, "node", "nodejs")
+	cmd := exec.Command(node, "testdata/node/atomics.js", fmt.Sprint(30*testenv.Scale()))
+	cmd.Stderr = os.Stderr
+	p, _ := recordCommand(t, Options{}, cmd)
+	r, err := analysis.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := loadRecorded(t, p)
+	type tally struct{ all, blocked int64 }
+	by := map[string]*tally{"acquire": {}, "waitForJob": {}}
+	for i := range d.Stacks {
+		st := &d.Stacks[i]
+		if st.Kind != analysis.KindOffCPU || st.WaitsForCPU() {
+			continue
+		}
+		for _, f := range st.Frames {
+			if tl := by[f.Name]; tl != nil && f.Runtime == "v8js" {
+				tl.all += st.Value
+				if !r.IsIdle(r.Categorize(st)[0]) {
+					tl.blocked += st.Value
+				}
+				break
+			}
+		}
+	}
+	for fn, tl := range by {
+		t.Logf("%s: %.3f s waiting, %.1f%% blocked", fn, float64(tl.all)/1e9, 100*float64(tl.blocked)/float64(max(tl.all, 1)))
+	}
+	if a := by["acquire"]; a.all == 0 || float64(a.blocked) < 0.9*float64(a.all) {
+		t.Errorf("the lock's waiter: %.3f of %.3f s blocked, want >= 90%%", float64(a.blocked)/1e9, float64(a.all)/1e9)
+	}
+	if j := by["waitForJob"]; j.all == 0 || float64(j.blocked) > 0.1*float64(j.all) {
+		t.Errorf("the jobs' waiter: %.3f of %.3f s blocked, want <= 10%%", float64(j.blocked)/1e9, float64(j.all)/1e9)
+	}
+}
