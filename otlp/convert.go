@@ -30,25 +30,25 @@ const (
 // Attribute keys. Resource attributes follow the semantic conventions;
 // offcpu's own are prefixed.
 const (
-	AttrHostName       = "host.name"
-	AttrPID            = "process.pid"
-	AttrExecutable     = "process.executable.name"
-	AttrContainerID    = "container.id"
-	AttrServiceName    = "service.name"
-	AttrThreadName     = "thread.name"
-	AttrThreadID       = "thread.id"
-	AttrBuildID        = "process.executable.build_id.gnu"
-	AttrVerdict        = "offcpu.verdict" // idle or blocked
-	AttrCategory       = "offcpu.category"
-	AttrState          = "offcpu.state"
-	AttrWaker          = "offcpu.waker"
-	AttrWakerPID       = "offcpu.waker.pid"
-	AttrWakeupClass    = "offcpu.wakeup_class"
-	AttrTargetThread   = "offcpu.target.thread"
-	AttrTargetPID      = "offcpu.target.pid"
+	AttrHostName     = "host.name"
+	AttrPID          = "process.pid"
+	AttrExecutable   = "process.executable.name"
+	AttrContainerID  = "container.id"
+	AttrServiceName  = "service.name"
+	AttrThreadName   = "thread.name"
+	AttrThreadID     = "thread.id"
+	AttrBuildID      = "process.executable.build_id.gnu"
+	AttrVerdict      = "offcpu.verdict" // idle or blocked
+	AttrCategory     = "offcpu.category"
+	AttrState        = "offcpu.state"
+	AttrWaker        = "offcpu.waker"
+	AttrWakerPID     = "offcpu.waker.pid"
+	AttrWakeupClass  = "offcpu.wakeup_class"
+	AttrTargetThread = "offcpu.target.thread"
+	AttrTargetPID    = "offcpu.target.pid"
 	// AttrFrameType: a location's kind of code, as the OpenTelemetry
 	// eBPF profiler names it (native, kernel, jvm, cpython, v8js).
-	AttrFrameType = "profile.frame.type"
+	AttrFrameType      = "profile.frame.type"
 	ScopeName          = "offcpu"
 	verdictIdle        = "idle"
 	verdictBlocked     = "blocked"
