@@ -4,6 +4,7 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"sync"
@@ -206,7 +207,7 @@ func (t *pyTracker) code(p *pyProc, addr uint64) *pyCode {
 }
 
 // readPyCode reads a code object's names and line table.
-func readPyCode(mem *os.File, l pyLayout, addr uint64) *pyCode {
+func readPyCode(mem io.ReaderAt, l pyLayout, addr uint64) *pyCode {
 	b := make([]byte, max(l.codeFile, l.codeName, l.codeQualname, l.codeFirstLine, l.codeLines)+8)
 	if _, err := mem.ReadAt(b, int64(addr)); err != nil {
 		return nil
@@ -240,7 +241,7 @@ func readPyCode(mem *os.File, l pyLayout, addr uint64) *pyCode {
 
 // readPyString reads a str object: compact, of 1, 2 or 4 bytes a
 // character (PEP 393); "" if it is not one.
-func readPyString(mem *os.File, l pyLayout, addr uint64) string {
+func readPyString(mem io.ReaderAt, l pyLayout, addr uint64) string {
 	if addr == 0 {
 		return ""
 	}

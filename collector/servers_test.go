@@ -23,7 +23,7 @@ import (
 
 // requireServer finds a server binary from Debian's packages; CI installs
 // them, so there a missing one fails instead of skipping.
-func requireServer(t *testing.T, name, pkg string) string {
+func requireServer(t testing.TB, name, pkg string) string {
 	t.Helper()
 	for _, dir := range []string{"", "/usr/sbin/", "/usr/bin/"} {
 		if p, err := exec.LookPath(dir + name); err == nil {

@@ -125,3 +125,23 @@ func TestHouseLimits(t *testing.T) {
 		}
 	}
 }
+
+// The output packages take what they need of the analysis as interfaces
+// (otlp.Categorizer): neither imports analysis.
+func TestOutputsDoNotImportAnalysis(t *testing.T) {
+	mod := "github.com/offcpu/offcpu/"
+	for _, p := range []string{"otlp", "flamegraph"} {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", mod+p).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list: %v\n%s", err, out)
+		}
+		if !strings.Contains(string(out), mod+"schema") && p == "otlp" {
+			t.Fatalf("go list %s gave no schema dependency: %s", p, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if dep == mod+"analysis" {
+				t.Errorf("%s depends on analysis", p)
+			}
+		}
+	}
+}
