@@ -1,0 +1,149 @@
+package schema
+
+import (
+	"strings"
+
+	"github.com/google/pprof/profile"
+)
+
+// MarkInRequest finds, in one profile's stacks, the threads that serve
+// another program (another program or the network ended some of their
+// waits), and marks their waits away from those input waits.
+// The verdict needs no function name: a connection thread's wait for the
+// client's next request is its top of loop, woken by the client; any other
+// wait it makes (a row lock, a group commit, a latch) is inside a request.
+func MarkInRequest(stacks []Stack) {
+	x := NewRequestIndex()
+	for i := range stacks {
+		x.Observe(&stacks[i])
+	}
+	for i := range stacks {
+		x.Mark(&stacks[i])
+	}
+}
+
+// RequestIndex is MarkInRequest in two passes for readers that keep no
+// stacks (SampleReader): Observe every stack of a profile, then Mark each.
+type RequestIndex struct {
+	threads map[[3]int64]*requestThread
+}
+
+// requestThread is a thread's, or a goroutine's (whose network waits are
+// its input waits), input waits.
+type requestThread struct {
+	inputAt map[string]bool // user stacks of input waits
+	inputs  [][]string      // the same, root first
+}
+
+func NewRequestIndex() *RequestIndex { return &RequestIndex{threads: map[[3]int64]*requestThread{}} }
+
+func requestKey(s *Stack) [3]int64 { return [3]int64{s.PID, s.TID, s.Goid} }
+
+// Observe notes s's thread and, if s is an input wait, where it waits.
+func (x *RequestIndex) Observe(s *Stack) {
+	if s.Kind != KindOffCPU || s.WaitsForCPU() || (s.TID == 0 && s.Goid == 0) {
+		return
+	}
+	t := x.threads[requestKey(s)]
+	if t == nil {
+		t = &requestThread{inputAt: map[string]bool{}}
+		x.threads[requestKey(s)] = t
+	}
+	if rel := s.WakerRelation(); rel == "other-program" || s.Class == "net-rx" || s.Reason == goNetworkWait {
+		if at := userFolded(s); !t.inputAt[at] {
+			t.inputAt[at] = true
+			t.inputs = append(t.inputs, userFrames(s.Frames))
+		}
+	}
+}
+
+// RequestIndex observes every stack of samples, read by r: the first of
+// the two passes.
+func (r *SampleReader) RequestIndex(samples []*profile.Sample) *RequestIndex {
+	x := NewRequestIndex()
+	var buf []Stack
+	for _, s := range samples {
+		buf = r.Stacks(buf[:0], s)
+		for i := range buf {
+			x.Observe(&buf[i])
+		}
+	}
+	return x
+}
+
+// Mark sets s.InRequest and s.WakerDispatching from what was observed.
+func (x *RequestIndex) Mark(s *Stack) {
+	t := x.threads[requestKey(s)]
+	if s.Kind != KindOffCPU || s.WaitsForCPU() || t == nil || len(t.inputAt) == 0 {
+		return
+	}
+	s.InRequest = !t.inputAt[userFolded(s)] || nestedIn(userFrames(s.Frames), t.inputs)
+	if w := x.threads[[3]int64{s.WakerPID, s.WakerTID, s.WakerGoid}]; s.InRequest && w != nil {
+		s.WakerDispatching = nearInput(userFrames(s.WakerFrames), w.inputs)
+	}
+}
+
+// goNetworkWait is the Go runtime's wait reason for a goroutine parked in
+// the network poller.
+const goNetworkWait = "IO wait"
+
+// dispatchDepth: a wake-up this many frames or fewer past where the
+// waker's stack leaves one of its input waits' is made from its top of
+// loop (the wake call and a library wrapper or two).
+const dispatchDepth = 3
+
+// nearInput tells whether stack (root first) leaves one of inputs at most
+// dispatchDepth frames before its leaf.
+func nearInput(stack []string, inputs [][]string) bool {
+	for _, in := range inputs {
+		c := 0
+		for c < len(stack) && c < len(in) && stack[c] == in[c] {
+			c++
+		}
+		if c > 0 && len(stack)-c <= dispatchDepth {
+			return true
+		}
+	}
+	return false
+}
+
+// nestedIn: stack passes through one of the thread's input waits at its
+// wait (a loop's poll, within dispatchDepth frames of it) and goes on
+// deeper: a wait made while handling what that loop dispatched (a
+// handler's synchronous read, a child it runs), inside a request though
+// another program ends it.
+func nestedIn(stack []string, inputs [][]string) bool {
+	for _, in := range inputs {
+		c := 0
+		for c < len(stack) && c < len(in) && stack[c] == in[c] {
+			c++
+		}
+		if c > 0 && len(in)-c <= dispatchDepth && len(stack)-c > dispatchDepth {
+			return true
+		}
+	}
+	return false
+}
+
+func userFrames(frames []Frame) []string {
+	var out []string
+	for _, f := range frames {
+		if !f.Kernel {
+			out = append(out, f.Name)
+		}
+	}
+	return out
+}
+
+// userFolded is a stack's user frames, root first.
+func userFolded(s *Stack) string {
+	var b strings.Builder
+	for _, f := range s.Frames {
+		if !f.Kernel {
+			b.WriteString(f.Name)
+			b.WriteByte(';')
+		}
+	}
+	return b.String()
+}
+
