@@ -146,4 +146,3 @@ func userFolded(s *Stack) string {
 	}
 	return b.String()
 }
-
