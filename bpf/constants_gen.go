@@ -35,7 +35,8 @@ const (
 	JavaMethodTag        = 0xa000000000000000 // JAVA_METHOD_TAG
 	JavaMethodMask       = 0x7fffffffffff     // JAVA_METHOD_MASK
 	JavaBciNone          = 65535              // JAVA_BCI_NONE
-	UnwindPyEval         = 128                // UNWIND_PY_EVAL
+	UnwindKindMask       = 15                 // UNWIND_KIND_MASK
+	UnwindInterpLoop     = 128                // UNWIND_INTERP_LOOP
 	UnwindCfaX8          = 64                 // UNWIND_CFA_X8
 	PyFrameTag           = 0xc000000000000000 // PY_FRAME_TAG
 	PyInstrNone          = 16383              // PY_INSTR_NONE

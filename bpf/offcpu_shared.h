@@ -218,14 +218,18 @@ struct java_method_key {
 	u64 method; /* or the pc */
 };
 
-/* CPython. A row kind with this bit set is code of the interpreter loop
- * (_PyEval_EvalFrameDefault): the Python frames that activation runs are
- * recorded in its place. A Python frame's entry in a stack is its code
- * object with PY_FRAME_TAG in the top bits and the index of the
- * instruction it is at in bits 47-60 (PY_INSTR_NONE: not known). */
-#define UNWIND_PY_EVAL 0x80
-/* A row kind with this bit set has its cfa_off in units of 8 bytes: a
- * frame larger than 32 KiB (select() keeps three fd_sets on its stack). */
+/* A row's kind byte: the kind (enum unwind_kind) in its low bits, flags
+ * in its high ones. */
+#define UNWIND_KIND_MASK 0x0f
+/* Flag: code of the process's interpreter loop (CPython's
+ * _PyEval_EvalFrameDefault): the runtime's frames that activation runs
+ * are recorded in its place, by the runtime whose layout the process has.
+ * A Python frame's entry in a stack is its code object with PY_FRAME_TAG
+ * in the top bits and the index of the instruction it is at in bits 47-60
+ * (PY_INSTR_NONE: not known). */
+#define UNWIND_INTERP_LOOP 0x80
+/* Flag: cfa_off in units of 8 bytes: a frame larger than 32 KiB
+ * (select() keeps three fd_sets on its stack). */
 #define UNWIND_CFA_X8 0x40
 #define PY_FRAME_TAG 0xc000000000000000ULL
 #define PY_INSTR_NONE 0x3fffULL

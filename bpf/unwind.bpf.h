@@ -273,7 +273,7 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 	/* A return address points after the call: look up the call itself. */
 	struct unwind_row *r = find_row(c->proc, u, u->callers ? pc - 1 : pc);
 	u8 kind = r ? r->kind : UNWIND_NONE;
-	if ((kind & UNWIND_PY_EVAL) && c->py && u->py_frame && !u->py_skip) {
+	if ((kind & UNWIND_INTERP_LOOP) && c->py && u->py_frame && !u->py_skip) {
 		/* One Python frame of this activation per step, in its place. */
 		struct py_step st;
 		if (!py_read_frame_of(c->py, u->py_frame, &st, c->task, remote, c->fr)) {
@@ -297,7 +297,7 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 	s64 cfa_off = r ? r->cfa_off : 0;
 	if (kind & UNWIND_CFA_X8)
 		cfa_off *= 8;
-	kind &= ~(UNWIND_PY_EVAL | UNWIND_CFA_X8);
+	kind &= UNWIND_KIND_MASK;
 	if (u->py_skip) {
 		u->py_skip = 0;
 	} else {

@@ -502,7 +502,7 @@ func markPyEval(rows []unwind.Row, lo, hi uint64) []unwind.Row {
 	}
 	for i := range out {
 		if out[i].PC >= lo && out[i].PC < hi {
-			out[i].Kind |= unwind.KindPyEval
+			out[i].Kind |= unwind.KindInterpLoop
 		}
 	}
 	return out

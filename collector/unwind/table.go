@@ -23,12 +23,15 @@ const (
 	KindJavaInterp   Kind = bpf.UnwindJavaInterp   // HotSpot interpreter frame: rbp frame, its Method* recorded
 	KindJavaCompiled Kind = bpf.UnwindJavaCompiled // HotSpot compiled method: as KindRSP, its pc recorded
 	KindJavaGap      Kind = bpf.UnwindJavaGap      // HotSpot code cache where no blob was known: frame pointer, pc recorded
-	// KindPyEval, or'ed into another kind: CPython's interpreter loop,
-	// whose Python frames are recorded in its place.
-	KindPyEval Kind = bpf.UnwindPyEval
+	// KindInterpLoop, a flag or'ed into another kind: the process's
+	// interpreter loop (CPython's), whose runtime frames are recorded in
+	// its place.
+	KindInterpLoop Kind = bpf.UnwindInterpLoop
 	// KindCFAx8, or'ed into KindRSP or KindRBP: CFAOffset is in units of
 	// 8 bytes (a frame of over 32 KiB).
 	KindCFAx8 Kind = bpf.UnwindCfaX8
+	// KindMask: the kind without its flags.
+	KindMask Kind = bpf.UnwindKindMask
 )
 
 func (k Kind) String() string {
