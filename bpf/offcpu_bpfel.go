@@ -358,7 +358,7 @@ type OffcpuUnwindState struct {
 	PyEmitted uint32
 	PySkip    uint32
 	Tgid      uint32
-	_         [4]byte
+	V8        uint32
 }
 
 type OffcpuV8Proc struct {

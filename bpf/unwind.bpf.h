@@ -30,8 +30,10 @@ struct unwind_state {
 	 * frames are recorded, its own frame is unwound unrecorded. */
 	u64 py_frame;
 	u32 py_emitted, py_skip;
-	u32 tgid; /* whose stack it is (here, not in unwind_ctx: 6.1 counts
-		   * the walk's stack to the limit) */
+	/* Here, not in unwind_ctx: 6.1 counts the walk's stack to the
+	 * limit. tgid: whose stack it is; v8: its process is V8's (its
+	 * layout looked up at each frame walked by its frame pointer). */
+	u32 tgid, v8;
 };
 
 struct unwind_ctx {
@@ -40,7 +42,6 @@ struct unwind_ctx {
 	struct stack_buf *buf;
 	struct task_struct *task; /* walked from another task (iterator) */
 	struct py_proc *py;       /* a CPython process's layout, or 0 */
-	struct v8_proc *v8;       /* a V8 process's layout, or 0 */
 	u8 *fr;                   /* a frame_buf's bytes: interpreter frames are read there */
 };
 
@@ -361,9 +362,10 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 		u64 *frame = (u64 *)c->fr;
 		if (!bp || bp < sp)
 			return 1;
-		if (c->v8 && !read_user(frame, V8_FRAME_WORDS * sizeof(u64), bp - (V8_FRAME_WORDS - 2) * 8, c->task, remote)) {
+		struct v8_proc *vp = u->v8 ? bpf_map_lookup_elem(&v8_procs, &u->tgid) : 0;
+		if (vp && !read_user(frame, V8_FRAME_WORDS * sizeof(u64), bp - (V8_FRAME_WORDS - 2) * 8, c->task, remote)) {
 			/* A JavaScript frame is named in place of its pc. */
-			u64 e = v8_frame(c->v8, c->u->tgid, pc, frame, c->task, remote);
+			u64 e = v8_frame(vp, u->tgid, pc, frame, c->task, remote);
 			if (e && u->n == n + 1)
 				c->buf->ips[IDX(n, PERF_MAX_STACK_DEPTH)] = e;
 			frame += V8_FRAME_WORDS - 2;
@@ -432,6 +434,7 @@ static __always_inline s64 walk_user(u32 slot, struct unwind_proc *p, struct tas
 	u->py_skip = 0;
 	u->tgid = task ? BPF_CORE_READ(task, tgid) : bpf_get_current_pid_tgid() >> 32;
 	struct unwind_ctx c = { .u = u, .proc = p, .buf = b, .task = task, .fr = fb->b };
+	u->v8 = p && v8_active && bpf_map_lookup_elem(&v8_procs, &u->tgid);
 	if (p && py_active) {
 		/* The thread's Python frames: its thread state is found by its
 		 * thread pointer (another task's, from the sleepable iterator,
@@ -442,8 +445,6 @@ static __always_inline s64 walk_user(u32 slot, struct unwind_proc *p, struct tas
 		else if (c.py)
 			u->py_frame = py_frame_of(c.py, py_tstate(c.py, bpf_get_current_task_btf(), (u32)bpf_get_current_pid_tgid(), false));
 	}
-	if (p && v8_active)
-		c.v8 = bpf_map_lookup_elem(&v8_procs, &u->tgid);
 	if (remote)
 		bpf_loop(PERF_MAX_STACK_DEPTH, unwind_step_remote, &c, 0);
 	else
