@@ -11,17 +11,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
-	"runtime/metrics"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/dustin/go-humanize"
 	"github.com/goccy/go-yaml"
-	"github.com/google/pprof/profile"
 
+	"github.com/offcpu/offcpu/agent"
 	"github.com/offcpu/offcpu/analysis"
 	"github.com/offcpu/offcpu/collector"
 	"github.com/offcpu/offcpu/otlp"
@@ -79,16 +76,7 @@ func (a *agentFlags) register(cmd interface {
 	cmd.DurationVar(&a.shutdown, "shutdown-timeout", 10*time.Second, "continuous: on SIGTERM or Ctrl-C, how long queued intervals may still be sent")
 }
 
-// settings are what the flags and the --config file say, resolved.
-type settings struct {
-	otlp      *otlp.Config      // nil: no export
-	resource  map[string]string // OTEL_RESOURCE_ATTRIBUTES
-	outputDir string
-	keep      int
-	rules     *analysis.Rules
-}
-
-func (a *agentFlags) resolve() (*settings, error) {
+func (a *agentFlags) resolve() (*agent.Settings, error) {
 	cfg := a.otlp
 	cfg.Headers = map[string]string{}
 	for _, h := range a.headers {
@@ -98,7 +86,7 @@ func (a *agentFlags) resolve() (*settings, error) {
 		}
 		cfg.Headers[k] = v
 	}
-	s := &settings{outputDir: a.outputDir, keep: a.keep}
+	s := &agent.Settings{OutputDir: a.outputDir, Keep: a.keep}
 	qb, err := parseBytes("--otlp-queue-bytes", a.queueBytes)
 	if err != nil {
 		return nil, err
@@ -126,36 +114,38 @@ func (a *agentFlags) resolve() (*settings, error) {
 		if err := cfg.Check(); err != nil {
 			return nil, err
 		}
-		s.otlp = &cfg
+		s.OTLP = &cfg
 	}
 	if ra := os.Getenv("OTEL_RESOURCE_ATTRIBUTES"); ra != "" {
 		var err error
-		if s.resource, err = otlp.ParseKeyValues(ra); err != nil {
+		if s.Resource, err = otlp.ParseKeyValues(ra); err != nil {
 			return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %v", err)
 		}
 	}
-	if s.otlp == nil && s.outputDir == "" {
+	if s.OTLP == nil && s.OutputDir == "" {
 		return nil, errors.New("--continuous needs somewhere to send the profiles: --output-dir DIR and/or --otlp-endpoint HOST:PORT (or OTEL_EXPORTER_OTLP_ENDPOINT)")
 	}
-	if s.keep < 0 {
-		return nil, fmt.Errorf("--keep %d: give 0 (keep all) or more", s.keep)
+	if s.Keep < 0 {
+		return nil, fmt.Errorf("--keep %d: give 0 (keep all) or more", s.Keep)
 	}
-	if s.outputDir != "" {
-		if err := os.MkdirAll(s.outputDir, 0o755); err != nil {
+	if s.OutputDir != "" {
+		if err := os.MkdirAll(s.OutputDir, 0o755); err != nil {
 			return nil, fmt.Errorf("--output-dir: %w", err)
 		}
-		if err := checkWritable(filepath.Join(s.outputDir, ".offcpu-check")); err != nil {
+		if err := checkWritable(filepath.Join(s.OutputDir, ".offcpu-check")); err != nil {
 			return nil, err
 		}
 	}
-	if s.rules, err = analysis.LoadRules(rulesPath); err != nil {
+	rules, err := analysis.LoadRules(rulesPath)
+	if err != nil {
 		return nil, err
 	}
+	s.Rules = rules
 	return s, nil
 }
 
 // applyConfig reads the --config file over what the flags say.
-func (a *agentFlags) applyConfig(cfg *otlp.Config, s *settings, rulesPath *string) error {
+func (a *agentFlags) applyConfig(cfg *otlp.Config, s *agent.Settings, rulesPath *string) error {
 	b, err := os.ReadFile(a.config)
 	if err != nil {
 		return fmt.Errorf("reading --config: %w", err)
@@ -171,10 +161,10 @@ func (a *agentFlags) applyConfig(cfg *otlp.Config, s *settings, rulesPath *strin
 		*cfg = *c.OTLP
 	}
 	if c.OutputDir != nil {
-		s.outputDir = *c.OutputDir
+		s.OutputDir = *c.OutputDir
 	}
 	if c.Keep != nil {
-		s.keep = *c.Keep
+		s.Keep = *c.Keep
 	}
 	if c.Rules != nil {
 		*rulesPath = *c.Rules
@@ -192,196 +182,6 @@ func parseBytes(flag, v string) (uint64, error) {
 	return n, nil
 }
 
-// giveBackAfter: what the cuts allocate before the agent gives its free
-// heap back to the system (a collection of the live heap: ~1% of a CPU
-// at 10 s intervals on a busy node, where every cut passes it; an idle
-// node's cuts take several to).
-const giveBackAfter = 32 << 20
-
-// giveBack returns the heap the last cuts used to the system once they
-// have allocated giveBackAfter, so that the agent's footprint between
-// cuts is what it keeps.
-func (a *agent) giveBack() {
-	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
-	metrics.Read(s)
-	if n := s[0].Value.Uint64(); n-a.allocsAtGiveBack >= giveBackAfter {
-		a.allocsAtGiveBack = n
-		debug.FreeOSMemory()
-	}
-}
-
-// agentGCPercent: an interval's objects are garbage by the next, so the
-// heap may grow a quarter of its live size before a collection (GOGC=25),
-// not its whole size, unless GOGC says otherwise.
-const agentGCPercent = 25
-
-// tuneMemory applies --memory-limit unless GOMEMLIMIT is set, and the
-// agent's GOGC unless GOGC is; it returns the limit in force (0: none).
-func tuneMemory(v string) (uint64, error) {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(agentGCPercent)
-	}
-	if os.Getenv("GOMEMLIMIT") != "" {
-		return uint64(max(debug.SetMemoryLimit(-1), 0)), nil
-	}
-	n, err := parseBytes("--memory-limit", v)
-	if err != nil || n == 0 {
-		return 0, err
-	}
-	debug.SetMemoryLimit(int64(min(n, 1<<62)))
-	return n, nil
-}
-
-// agent handles each interval of a continuous recording.
-type agent struct {
-	stderr    io.Writer
-	quiet     bool
-	set       *settings
-	exporter  *otlp.Exporter
-	conv      *otlp.Converter
-	procs     *otlp.ProcessCache
-	intervals int
-	written   int
-	failed    int    // intervals not written to --output-dir
-	memLimit  uint64 // the Go memory limit in force (0: none)
-	// allocsAtGiveBack: the heap's allocations at the last giveBack.
-	allocsAtGiveBack uint64
-}
-
-func newAgent(stderr io.Writer, quiet bool, set *settings) (*agent, error) {
-	host, _ := os.Hostname()
-	a := &agent{stderr: stderr, quiet: quiet, set: set, procs: otlp.NewProcessCache()}
-	a.conv = &otlp.Converter{Host: host, Rules: set.rules, Processes: a.procs.Get, Version: version, Resource: set.resource}
-	if set.otlp != nil {
-		e, err := otlp.NewExporter(*set.otlp)
-		if err != nil {
-			return nil, err
-		}
-		a.exporter = e
-		a.conv.MaxBytes = set.otlp.MessageLimit()
-	}
-	return a, nil
-}
-
-// reload applies a re-read configuration. The recording itself (targets,
-// filters) is not changed: that needs a restart.
-func (a *agent) reload(set *settings) error {
-	switch {
-	case set.otlp != nil && a.exporter != nil:
-		if err := a.exporter.Reconfigure(*set.otlp); err != nil {
-			return err
-		}
-	case set.otlp != nil:
-		e, err := otlp.NewExporter(*set.otlp)
-		if err != nil {
-			return err
-		}
-		a.exporter = e
-	case a.exporter != nil:
-		return errors.New("the new configuration has no OTLP endpoint: keeping the old one (restart to stop exporting)")
-	}
-	a.set = set
-	a.conv.Rules, a.conv.Resource = set.rules, set.resource
-	if set.otlp != nil {
-		a.conv.MaxBytes = set.otlp.MessageLimit()
-	}
-	return nil
-}
-
-func (a *agent) handle(iv *collector.Interval) {
-	a.intervals++
-	var notes []string
-	// Exported first: the messages are encoded and their objects freed
-	// before the pprof files are written, which adds the encoder's tables
-	// to the profile in memory.
-	if a.exporter != nil {
-		notes = append(notes, a.export(iv)...)
-	}
-	if a.set.outputDir != "" {
-		if err := a.writeInterval(iv); err != nil {
-			a.failed++
-			notes = append(notes, "not written: "+err.Error())
-		} else {
-			a.written++
-		}
-	}
-	if !a.quiet {
-		fmt.Fprintf(a.stderr, "offcpu: %s; %s\n", iv, strings.Join(notes, "; "))
-	}
-}
-
-// export converts and queues an interval; it returns what to say of it.
-func (a *agent) export(iv *collector.Interval) []string {
-	var notes []string
-	parts, counts, err := a.conv.Convert(iv.Start, iv.Duration, iv.Profile, iv.Wakeups)
-	switch {
-	case err != nil:
-		notes = append(notes, "not exported: "+err.Error())
-	case !a.exporter.Enqueue(parts, counts.Samples):
-		notes = append(notes, "dropped: "+a.exporter.Stats().LastError)
-	}
-	st := a.exporter.Stats()
-	notes = append(notes, fmt.Sprintf("exported %d (%d messages), pending %d, dropped %d", st.Sent, st.Messages, st.Pending, st.Dropped))
-	if st.Pending > 0 && st.LastError != "" {
-		notes = append(notes, "last error: "+st.LastError)
-	}
-	a.procs.Prune()
-	return notes
-}
-
-// writeInterval writes an interval's profiles to the output directory and
-// removes the oldest beyond --keep.
-func (a *agent) writeInterval(iv *collector.Interval) error {
-	base := filepath.Join(a.set.outputDir, fmt.Sprintf("offcpu-%s-%06d", iv.Start.UTC().Format("20060102T150405.000Z"), iv.Seq))
-	if err := writeAtomic(base+".pb.gz", iv.Profile); err != nil {
-		return err
-	}
-	if iv.Wakeups != nil {
-		if err := writeAtomic(base+".wakeups.pb.gz", iv.Wakeups); err != nil {
-			return err
-		}
-	}
-	if a.set.keep == 0 {
-		return nil
-	}
-	names, err := filepath.Glob(filepath.Join(a.set.outputDir, "offcpu-*.pb.gz"))
-	if err != nil {
-		return err
-	}
-	var mains []string
-	for _, n := range names {
-		if !strings.HasSuffix(n, ".wakeups.pb.gz") {
-			mains = append(mains, n)
-		}
-	}
-	sort.Strings(mains) // the start time leads the name
-	for _, old := range mains[:max(0, len(mains)-a.set.keep)] {
-		os.Remove(old)
-		os.Remove(strings.TrimSuffix(old, ".pb.gz") + ".wakeups.pb.gz")
-	}
-	return nil
-}
-
-// writeAtomic writes p next to path and renames it there, so that a
-// reader of the directory never sees half a file.
-func writeAtomic(path string, p *profile.Profile) error {
-	tmp := path + ".tmp"
-	if err := writeProfile(tmp, p); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-func (a *agent) close(timeout time.Duration) {
-	if a.exporter == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	a.exporter.Close(ctx)
-}
-
 // runContinuous records until stopped, cutting an interval every
 // --interval.
 func runContinuous(stderr io.Writer, f *recordFlags, opts collector.Options, command []string) error {
@@ -393,15 +193,14 @@ func runContinuous(stderr io.Writer, f *recordFlags, opts collector.Options, com
 	if err != nil {
 		return err
 	}
-	limit, err := tuneMemory(af.memLimit)
+	limit, err := parseBytes("--memory-limit", af.memLimit)
 	if err != nil {
 		return err
 	}
-	ag, err := newAgent(stderr, f.quiet, set)
+	ag, err := agent.New(stderr, f.quiet, set, version, agent.TuneMemory(limit))
 	if err != nil {
 		return err
 	}
-	ag.memLimit = limit
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	hup := make(chan os.Signal, 1)
@@ -410,7 +209,7 @@ func runContinuous(stderr io.Writer, f *recordFlags, opts collector.Options, com
 
 	if af.debugAddr != "" {
 		if err := serveDebug(af.debugAddr); err != nil {
-			ag.close(0)
+			ag.Close(0)
 			return err
 		}
 	}
@@ -418,12 +217,12 @@ func runContinuous(stderr io.Writer, f *recordFlags, opts collector.Options, com
 	opts.ExcludeSelf = true // its cuts would record themselves
 	sess, err := collector.Start(ctx, opts)
 	if err != nil {
-		ag.close(0)
+		ag.Close(0)
 		return err
 	}
 	child, cmdDone, err := startCommand(sess, command)
 	if err != nil {
-		ag.close(0)
+		ag.Close(0)
 		return err
 	}
 	if !f.quiet {
@@ -437,16 +236,16 @@ func runContinuous(stderr io.Writer, f *recordFlags, opts collector.Options, com
 	// --duration, the -p processes' exit or the command's.
 	ended := make(chan bool, 1)
 	go func() { _, cmdEnded := waitForEnd(ctx, f, cmdDone); ended <- cmdEnded }()
-	cmdEnded, snapErr := ag.cutEvery(sess, af, hup, ended)
+	cmdEnded, snapErr := ag.CutEvery(sess, af.interval, af.resolve, hup, ended)
 	cancel()
 	if snapErr != nil {
 		cmdEnded = <-ended
 	}
 	_, stopErr := sess.Stop()
 	if iv := sess.FinalInterval(); iv != nil {
-		ag.handle(iv)
+		ag.Handle(iv)
 	}
-	ag.close(af.shutdown)
+	ag.Close(af.shutdown)
 	if child != nil && !cmdEnded {
 		child.Process.Signal(syscall.SIGTERM)
 		<-cmdDone
@@ -460,96 +259,15 @@ func runContinuous(stderr io.Writer, f *recordFlags, opts collector.Options, com
 	return stopErr
 }
 
-// cutEvery cuts an interval every --interval and re-reads the
-// configuration on SIGHUP until ended says the recording ends (whether the
-// command did) or a cut fails.
-func (a *agent) cutEvery(sess *collector.Session, af *agentFlags, hup <-chan os.Signal, ended <-chan bool) (cmdEnded bool, err error) {
-	tick := time.NewTicker(af.interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-tick.C:
-			iv, err := sess.Snapshot()
-			if err != nil {
-				return false, err
-			}
-			a.handle(iv)
-			iv = nil
-			a.giveBack()
-		case <-hup:
-			set, err := af.resolve()
-			if err == nil {
-				err = a.reload(set)
-			}
-			if err != nil {
-				fmt.Fprintf(a.stderr, "offcpu: configuration not reloaded: %v\n", err)
-			} else if !a.quiet {
-				fmt.Fprintf(a.stderr, "offcpu: configuration reloaded\n")
-			}
-		case cmdEnded := <-ended:
-			return cmdEnded, nil
-		}
-	}
-}
-
-func printAgentSummary(w io.Writer, st collector.Stats, ag *agent) {
+func printAgentSummary(w io.Writer, st collector.Stats, ag *agent.Agent) {
 	fmt.Fprintf(w, "offcpu: %d intervals over %v (%s): %d off-CPU intervals, %v off-CPU (%v waiting for a CPU), %d wake-ups; losses %d\n",
-		ag.intervals, st.Duration.Round(time.Millisecond), st.Attach, st.Intervals, st.OffCPU.Round(time.Millisecond),
+		ag.Intervals(), st.Duration.Round(time.Millisecond), st.Attach, st.Intervals, st.OffCPU.Round(time.Millisecond),
 		st.RunQueue.Round(time.Millisecond), st.Wakeups, st.Lost())
 	if st.StacksMissing > 0 {
 		fmt.Fprintf(w, "offcpu: %d stacks were evicted while still needed: their intervals were kept without them\n", st.StacksMissing)
 	}
 	printRuntimes(w, st)
-	if ag.set.outputDir != "" {
-		fmt.Fprintf(w, "offcpu: wrote %d intervals to %s (%d failed)\n", ag.written, ag.set.outputDir, ag.failed)
-	}
-	if ag.exporter != nil {
-		es := ag.exporter.Stats()
-		fmt.Fprintf(w, "offcpu: OTLP: %d intervals exported (%d samples, %d messages), %d dropped (%d samples), %d retries\n",
-			es.Sent, es.SentSamples, es.Messages, es.Dropped, es.DroppedSample, es.Retries)
-		if es.Dropped > 0 && es.LastError != "" {
-			fmt.Fprintf(w, "offcpu: OTLP: last error: %s\n", es.LastError)
-		}
-	}
-	fmt.Fprintf(w, "offcpu: memory: %s\n", memorySummary(ag.memLimit))
-}
-
-// memorySummary is the agent's own memory and collection: its peak RSS,
-// the Go memory limit and the share of its CPU time the collector took.
-func memorySummary(limit uint64) string {
-	samples := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/cpu/classes/total:cpu-seconds"}, {Name: "/cpu/classes/idle:cpu-seconds"}}
-	metrics.Read(samples)
-	out := "peak RSS " + peakRSS()
-	if limit > 0 {
-		out += fmt.Sprintf(", Go memory limit %s", humanize.IBytes(limit))
-	}
-	f := func(i int) float64 {
-		if samples[i].Value.Kind() == metrics.KindFloat64 {
-			return samples[i].Value.Float64()
-		}
-		return 0
-	}
-	if used := f(1) - f(2); used > 0 {
-		out += fmt.Sprintf(", garbage collection %.0f%% of the agent's CPU", 100*f(0)/used)
-	}
-	return out
-}
-
-// peakRSS is VmHWM from /proc/self/status.
-func peakRSS() string {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return "unknown"
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			var kb uint64
-			if _, err := fmt.Sscan(v, &kb); err == nil {
-				return humanize.IBytes(kb << 10)
-			}
-		}
-	}
-	return "unknown"
+	ag.Summary(w)
 }
 
 // version is the scope version of exported profiles.

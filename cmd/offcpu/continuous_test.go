@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/offcpu/offcpu/agent"
 	"github.com/offcpu/offcpu/collector"
 	"github.com/offcpu/offcpu/internal/testenv"
 	"github.com/offcpu/offcpu/otlp"
@@ -555,12 +557,15 @@ func checkAttributes(t *testing.T, name string, m pprofile.Profiles, host string
 // wake-up profile, and a reader never sees a half-written file.
 func TestOutputDirRotation(t *testing.T) {
 	dir := t.TempDir()
-	ag := &agent{set: &settings{outputDir: dir, keep: 2}}
+	ag, err := agent.New(io.Discard, true, &agent.Settings{OutputDir: dir, Keep: 2}, "test", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	p := &profile.Profile{SampleType: []*profile.ValueType{{Type: "off_cpu", Unit: "nanoseconds"}}}
 	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	for i := 1; i <= 4; i++ {
 		iv := &collector.Interval{Seq: i, Start: start.Add(time.Duration(i) * 10 * time.Second), Duration: 10 * time.Second, Profile: p, Wakeups: p}
-		if err := ag.writeInterval(iv); err != nil {
+		if err := ag.WriteInterval(iv); err != nil {
 			t.Fatal(err)
 		}
 	}
