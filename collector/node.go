@@ -6,7 +6,6 @@ import (
 	"os"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -153,16 +152,7 @@ func (t *v8Tracker) forget(pid uint32) {
 // is recorded: a function's objects may move at the next collection of
 // its heap.
 func (t *v8Tracker) run(stop <-chan struct{}) {
-	everyWhileBusy(50*time.Millisecond, time.Second, t.wake, stop, func() bool {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		for _, p := range t.byPID {
-			if !p.dead {
-				return true
-			}
-		}
-		return false
-	}, func(time.Time) { t.nameFunctions() })
+	nameWhileLive(stop, t.wake, func() bool { return anyLive(&t.mu, t.byPID, func(p *v8Proc) bool { return p.dead }) }, t.nameFunctions)
 }
 
 // final names what the walker found last; OFFCPU_V8_CAPTURE (a path)
@@ -182,20 +172,14 @@ func (t *v8Tracker) final() {
 }
 
 func (t *v8Tracker) nameFunctions() {
-	var k bpf.OffcpuV8SfiKey
-	var v uint8
-	var done []bpf.OffcpuV8SfiKey
-	it := t.sfis.Iterate()
-	for it.Next(&k, &v) {
-		done = append(done, k)
+	drainSeen(t.sfis, func(k bpf.OffcpuV8SfiKey) {
 		t.mu.Lock()
 		p := t.byPID[k.Tgid]
 		t.mu.Unlock()
 		if p != nil {
 			t.function(p, k.Sfi)
 		}
-	}
-	deleteKeys(t.sfis, done)
+	})
 }
 
 // function returns a function of p, read on first use.

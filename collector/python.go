@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -153,36 +152,19 @@ func (t *pyTracker) forget(pid uint32) {
 // process is recorded, so that a short-lived script's are named before it
 // exits.
 func (t *pyTracker) run(stop <-chan struct{}) {
-	everyWhileBusy(50*time.Millisecond, time.Second, t.wake, stop, func() bool {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		for _, p := range t.byPID {
-			if !p.dead {
-				return true
-			}
-		}
-		return false
-	}, func(time.Time) { t.nameCodes() })
+	nameWhileLive(stop, t.wake, func() bool { return anyLive(&t.mu, t.byPID, func(p *pyProc) bool { return p.dead }) }, t.nameCodes)
 }
 
-// nameCodes reads the code objects the walker found since the last time
-// and removes them from the map (a walk adds them again, cheaply).
+// nameCodes reads the code objects the walker found since the last time.
 func (t *pyTracker) nameCodes() {
-	var k bpf.OffcpuPyCodeKey
-	var v uint8
-	var done []bpf.OffcpuPyCodeKey
-	it := t.codes.Iterate()
-	for it.Next(&k, &v) {
-		done = append(done, k)
+	drainSeen(t.codes, func(k bpf.OffcpuPyCodeKey) {
 		t.mu.Lock()
 		p := t.byPID[k.Tgid]
 		t.mu.Unlock()
-		if p == nil || p.codes == nil {
-			continue
+		if p != nil && p.codes != nil {
+			t.code(p, k.Code)
 		}
-		t.code(p, k.Code)
-	}
-	deleteKeys(t.codes, done)
+	})
 }
 
 // code returns a code object of p, read on first use.

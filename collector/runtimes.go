@@ -2,6 +2,8 @@ package collector
 
 import (
 	"debug/elf"
+	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -106,4 +108,36 @@ func (r runtimeNames) MappingOf(addr uint64) string {
 		return f
 	}
 	return runtimeFiles[bpf.FrameJava]
+}
+
+// nameWhileLive calls name every 50 ms while live says a process of the
+// runtime is recorded (a short-lived one's frames are named before it
+// exits, a moving collector's objects before they move), and on wake.
+func nameWhileLive(stop <-chan struct{}, wake alarm, live func() bool, name func()) {
+	everyWhileBusy(50*time.Millisecond, time.Second, wake, stop, live, func(time.Time) { name() })
+}
+
+// anyLive: some process of procs is not dead.
+func anyLive[P any](mu *sync.Mutex, procs map[uint32]P, dead func(P) bool) bool {
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range procs {
+		if !dead(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// drainSeen calls each for every key the walker put in m since the last
+// time and removes them (a walk adds them again, cheaply).
+func drainSeen[K any](m *ebpf.Map, each func(K)) {
+	var k K
+	var v uint8
+	var done []K
+	for it := m.Iterate(); it.Next(&k, &v); {
+		done = append(done, k)
+		each(k)
+	}
+	deleteKeys(m, done)
 }

@@ -16,7 +16,7 @@ func TestFixtureFunctions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := os.ReadFile("testdata/server.js")
+	src, err := os.ReadFile("../testdata/node/server.js") // the server the fixture was captured from
 	if err != nil {
 		t.Fatal(err)
 	}
