@@ -263,22 +263,26 @@ int offcpu_live_stacks(struct bpf_iter__task *ctx)
 	struct start_rec *s = bpf_task_storage_get(&task_starts, task, 0, 0);
 	if (!s)
 		return 0;
-	s64 ids[11 + 2 * PAST_WAITS] = {};
+	s64 ids[15 + 2 * PAST_WAITS] = {};
 	ids[0] = s->ustack;
 	ids[1] = s->kstack;
-	ids[2] = s->sleep_cache.ustack;
-	ids[3] = s->sleep_cache.kstack;
+	ids[2] = s->sleep_cache.ustack[0];
+	ids[3] = s->sleep_cache.kstack[0];
 	ids[4] = s->waker.ustack;
 	ids[5] = s->waker.kstack;
 	ids[6] = s->waker.wait_ustack;
 	ids[7] = s->waker.wait_kstack;
-	ids[8] = s->wake_cache.ustack;
-	ids[9] = s->wake_cache.kstack;
-	ids[10 + 2 * PAST_WAITS] = s->gil_holder_stack;
+	ids[8] = s->wake_cache.ustack[0];
+	ids[9] = s->wake_cache.kstack[0];
+	ids[10] = s->sleep_cache.ustack[1];
+	ids[11] = s->sleep_cache.kstack[1];
+	ids[12] = s->wake_cache.ustack[1];
+	ids[13] = s->wake_cache.kstack[1];
+	ids[14 + 2 * PAST_WAITS] = s->gil_holder_stack;
 	struct past_waits *p = waits_of(s);
 	for (int i = 0; i < PAST_WAITS; i++) {
-		ids[10 + i] = p->ustack[i];
-		ids[10 + PAST_WAITS + i] = p->kstack[i];
+		ids[14 + i] = p->ustack[i];
+		ids[14 + PAST_WAITS + i] = p->kstack[i];
 	}
 	bpf_seq_write(ctx->meta->seq, ids, sizeof(ids));
 	return 0;

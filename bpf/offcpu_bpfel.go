@@ -210,6 +210,17 @@ type OffcpuStackBuf struct {
 	Ips [127]uint64
 }
 
+type OffcpuStackWhere struct {
+	_      structs.HostLayout
+	Ip     uint64
+	Sp     uint64
+	Bp     uint64
+	Sysnr  uint64
+	Arg0   uint64
+	Target uint32
+	Gen    uint32
+}
+
 type OffcpuStartRec struct {
 	_          structs.HostLayout
 	Ts         uint64
@@ -225,19 +236,12 @@ type OffcpuStartRec struct {
 	Walk       uint8
 	_          [2]byte
 	SleepCache struct {
-		_  structs.HostLayout
-		At struct {
-			_      structs.HostLayout
-			Ip     uint64
-			Sp     uint64
-			Bp     uint64
-			Sysnr  uint64
-			Arg0   uint64
-			Target uint32
-			Gen    uint32
-		}
-		Ustack int64
-		Kstack int64
+		_      structs.HostLayout
+		At     [2]OffcpuStackWhere
+		Ustack [2]int64
+		Kstack [2]int64
+		Next   uint32
+		_      [4]byte
 	}
 	Gil            uint32
 	GilHolder      uint32
@@ -245,19 +249,12 @@ type OffcpuStartRec struct {
 	Waker          OffcpuWakerRec
 	WakerWaitNs    uint64
 	WakeCache      struct {
-		_  structs.HostLayout
-		At struct {
-			_      structs.HostLayout
-			Ip     uint64
-			Sp     uint64
-			Bp     uint64
-			Sysnr  uint64
-			Arg0   uint64
-			Target uint32
-			Gen    uint32
-		}
-		Ustack int64
-		Kstack int64
+		_      structs.HostLayout
+		At     [2]OffcpuStackWhere
+		Ustack [2]int64
+		Kstack [2]int64
+		Next   uint32
+		_      [4]byte
 	}
 	Ran       uint64
 	TsRq      uint64
@@ -359,6 +356,7 @@ type OffcpuUnwindState struct {
 	PySkip    uint32
 	Tgid      uint32
 	V8        uint32
+	V8p       OffcpuV8Proc
 }
 
 type OffcpuV8Proc struct {
@@ -367,6 +365,13 @@ type OffcpuV8Proc struct {
 	InterpHi       uint64
 	FunctionShared uint32
 	SmiShift       uint32
+}
+
+type OffcpuV8Seen struct {
+	_    structs.HostLayout
+	Sfi  uint64
+	Tgid uint32
+	Pad  uint32
 }
 
 type OffcpuV8SfiKey struct {
@@ -438,9 +443,11 @@ const (
 	OffcpuMapUnwindScratch      = "unwind_scratch"
 	OffcpuMapUnwindZero         = "unwind_zero"
 	OffcpuMapV8Procs            = "v8_procs"
+	OffcpuMapV8Seen             = "v8_seen"
 	OffcpuMapV8Sfis             = "v8_sfis"
 	OffcpuMapWakeups            = "wakeups"
 	OffcpuMapWalkDue            = "walk_due"
+	OffcpuMapWhereScratch       = "where_scratch"
 	OffcpuProgOffcpuCpuSample   = "offcpu_cpu_sample"
 	OffcpuProgOffcpuDlState     = "offcpu_dl_state"
 	OffcpuProgOffcpuExec        = "offcpu_exec"
@@ -590,9 +597,11 @@ type OffcpuMapSpecs struct {
 	UnwindScratch   *ebpf.MapSpec `ebpf:"unwind_scratch"`
 	UnwindZero      *ebpf.MapSpec `ebpf:"unwind_zero"`
 	V8Procs         *ebpf.MapSpec `ebpf:"v8_procs"`
+	V8Seen          *ebpf.MapSpec `ebpf:"v8_seen"`
 	V8Sfis          *ebpf.MapSpec `ebpf:"v8_sfis"`
 	Wakeups         *ebpf.MapSpec `ebpf:"wakeups"`
 	WalkDue         *ebpf.MapSpec `ebpf:"walk_due"`
+	WhereScratch    *ebpf.MapSpec `ebpf:"where_scratch"`
 }
 
 // OffcpuVariableSpecs contains global variables before they are loaded into the kernel.
@@ -684,9 +693,11 @@ type OffcpuMaps struct {
 	UnwindScratch   *ebpf.Map `ebpf:"unwind_scratch"`
 	UnwindZero      *ebpf.Map `ebpf:"unwind_zero"`
 	V8Procs         *ebpf.Map `ebpf:"v8_procs"`
+	V8Seen          *ebpf.Map `ebpf:"v8_seen"`
 	V8Sfis          *ebpf.Map `ebpf:"v8_sfis"`
 	Wakeups         *ebpf.Map `ebpf:"wakeups"`
 	WalkDue         *ebpf.Map `ebpf:"walk_due"`
+	WhereScratch    *ebpf.Map `ebpf:"where_scratch"`
 }
 
 func (m *OffcpuMaps) Close() error {
@@ -728,9 +739,11 @@ func (m *OffcpuMaps) Close() error {
 		m.UnwindScratch,
 		m.UnwindZero,
 		m.V8Procs,
+		m.V8Seen,
 		m.V8Sfis,
 		m.Wakeups,
 		m.WalkDue,
+		m.WhereScratch,
 	)
 }
 

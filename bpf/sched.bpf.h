@@ -417,18 +417,23 @@ static __always_inline u64 waits_since(struct past_waits *me, u64 since, u64 now
  * stop a thread anywhere. */
 static __always_inline void capture_sleep(void *ctx, struct start_rec *s, struct task_struct *prev, u64 now)
 {
-	struct stack_where at;
-	bool known = stack_where_of(prev, prev->tgid, 0, &at);
-	if (known && stack_cache_get(&s->sleep_cache, &at, &s->ustack, &s->kstack)) {
+	u32 slot = WHERE_SCHED;
+	struct stack_where *at = bpf_map_lookup_elem(&where_scratch, &slot);
+	if (!at) {
+		capture(ctx, s, false, now);
+		return;
+	}
+	bool known = stack_where_of(prev, prev->tgid, 0, at);
+	if (known && stack_cache_get(&s->sleep_cache, at, &s->ustack, &s->kstack)) {
 		s->ts = now;
 		stat_add(STAT_STACKS_REUSED, 1);
 		return;
 	}
 	capture(ctx, s, false, now);
 	if (known)
-		stack_cache_put(&s->sleep_cache, &at, s->ustack, s->kstack);
+		stack_cache_put(&s->sleep_cache, at, s->ustack, s->kstack);
 	else
-		s->sleep_cache.at.ip = 0;
+		stack_cache_clear(&s->sleep_cache);
 }
 
 /* The length of an interval that ended at now, read on entry to the

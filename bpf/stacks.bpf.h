@@ -24,37 +24,70 @@ struct stack_where {
 	u32 target, gen;
 };
 
-/* The stack ids last walked at one place, reused while the thread is
- * there again: a thread in the same syscall, with the same first
- * argument, from the same user instruction with the same stack and frame
- * pointers is at the same place, and a stack id is a hash of its
- * addresses, never replaced, so a reused id stays valid. Both a sleep's
- * stacks (capture_sleep) and a waker's (offcpu_waking) use one.
- * at.ip == 0: nothing cached. */
+/* The stack ids last walked at two places, reused while the thread is at
+ * one again: a thread in the same syscall, with the same first argument,
+ * from the same user instruction with the same stack and frame pointers
+ * is at the same place, and a stack id is a hash of its addresses, never
+ * replaced, so a reused id stays valid. Two: a condition variable's
+ * waiter alternates between the futex words of its two groups (the C
+ * library's pthread_cond_wait), a waker between two targets. Both a
+ * sleep's stacks (capture_sleep) and a waker's (offcpu_waking) use one.
+ * at[i].ip == 0: nothing cached there. */
+#define STACK_CACHE_WAYS 2
 struct stack_cache {
-	struct stack_where at;
-	s64 ustack, kstack;
+	struct stack_where at[STACK_CACHE_WAYS];
+	s64 ustack[STACK_CACHE_WAYS], kstack[STACK_CACHE_WAYS];
+	u32 next; /* the entry the next miss replaces */
 };
+
+/* Where a thread is, built in a per-CPU value rather than on the BPF stack
+ * (6.1 counts the switch program's call chain to its 512 bytes). Entry 0
+ * for the scheduler's programs, 1 for the wake-up's. */
+#define WHERE_SCHED 0
+#define WHERE_WAKE 1
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, u32);
+	__type(value, struct stack_where);
+} where_scratch SEC(".maps");
+
+static __always_inline bool stack_where_eq(struct stack_where *a, struct stack_where *b)
+{
+	return a->ip && a->ip == b->ip && a->sp == b->sp && a->bp == b->bp && a->sysnr == b->sysnr &&
+	       a->arg0 == b->arg0 && a->target == b->target && a->gen == b->gen;
+}
 
 static __always_inline bool stack_cache_get(struct stack_cache *c, struct stack_where *at, s64 *ustack, s64 *kstack)
 {
-	if (!c->at.ip || c->at.ip != at->ip || c->at.sp != at->sp || c->at.bp != at->bp ||
-	    c->at.sysnr != at->sysnr || c->at.arg0 != at->arg0 || c->at.target != at->target || c->at.gen != at->gen)
-		return false;
-	*ustack = c->ustack;
-	*kstack = c->kstack;
-	return true;
+	for (int i = 0; i < STACK_CACHE_WAYS; i++) {
+		if (stack_where_eq(&c->at[i], at)) {
+			*ustack = c->ustack[i];
+			*kstack = c->kstack[i];
+			return true;
+		}
+	}
+	return false;
 }
 
-/* stack_cache_put keeps stacks both walked whole. */
+/* stack_cache_put keeps stacks both walked whole, in place of the older
+ * entry. */
 static __always_inline void stack_cache_put(struct stack_cache *c, struct stack_where *at, s64 ustack, s64 kstack)
 {
-	c->at.ip = 0;
 	if (ustack < 0 || kstack < 0)
 		return;
-	c->at = *at;
-	c->ustack = ustack;
-	c->kstack = kstack;
+	u32 i = c->next & (STACK_CACHE_WAYS - 1);
+	c->at[i] = *at;
+	c->ustack[i] = ustack;
+	c->kstack[i] = kstack;
+	c->next = i + 1;
+}
+
+/* stack_cache_clear forgets every entry. */
+static __always_inline void stack_cache_clear(struct stack_cache *c)
+{
+	for (int i = 0; i < STACK_CACHE_WAYS; i++)
+		c->at[i].ip = 0;
 }
 
 /* Stack buffers per CPU: too large for the BPF stack. Entry 0 for the

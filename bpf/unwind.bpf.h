@@ -31,9 +31,10 @@ struct unwind_state {
 	u64 py_frame;
 	u32 py_emitted, py_skip;
 	/* Here, not in unwind_ctx: 6.1 counts the walk's stack to the
-	 * limit. tgid: whose stack it is; v8: its process is V8's (its
-	 * layout looked up at each frame walked by its frame pointer). */
+	 * limit. tgid: whose stack it is; v8: its process is V8's, with its
+	 * layout copied from v8_procs at the walk's start. */
 	u32 tgid, v8;
+	struct v8_proc v8p;
 };
 
 struct unwind_ctx {
@@ -362,7 +363,7 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 		u64 *frame = (u64 *)c->fr;
 		if (!bp || bp < sp)
 			return 1;
-		struct v8_proc *vp = u->v8 ? bpf_map_lookup_elem(&v8_procs, &u->tgid) : 0;
+		struct v8_proc *vp = u->v8 ? &u->v8p : 0;
 		if (vp && !read_user(frame, V8_FRAME_WORDS * sizeof(u64), bp - (V8_FRAME_WORDS - 2) * 8, c->task, remote)) {
 			/* A JavaScript frame is named in place of its pc. */
 			u64 e = v8_frame(vp, u->tgid, pc, frame, c->task, remote);
@@ -434,7 +435,14 @@ static __always_inline s64 walk_user(u32 slot, struct unwind_proc *p, struct tas
 	u->py_skip = 0;
 	u->tgid = task ? BPF_CORE_READ(task, tgid) : bpf_get_current_pid_tgid() >> 32;
 	struct unwind_ctx c = { .u = u, .proc = p, .buf = b, .task = task, .fr = fb->b };
-	u->v8 = p && v8_active && bpf_map_lookup_elem(&v8_procs, &u->tgid);
+	u->v8 = 0;
+	if (p && v8_active) {
+		struct v8_proc *vp = bpf_map_lookup_elem(&v8_procs, &u->tgid);
+		if (vp) {
+			u->v8p = *vp;
+			u->v8 = 1;
+		}
+	}
 	if (p && py_active) {
 		/* The thread's Python frames: its thread state is found by its
 		 * thread pointer (another task's, from the sleepable iterator,
@@ -475,11 +483,15 @@ static __always_inline bool stack_where_of(struct task_struct *t, u32 tgid, u32 
 		return false;
 	at->ip = regs->ip;
 	at->sp = regs->sp;
-	at->bp = regs->bp;
 	at->sysnr = regs->orig_ax;
 	at->arg0 = regs->di;
 	at->target = target;
 	at->gen = unwind_gen_of(tgid);
+	/* A walk by frame pointers follows bp; one by tables restores each
+	 * caller's bp from the stack, so a leaf that uses bp as scratch (the C
+	 * library's condition variables keep a sequence number there) still
+	 * sleeps at the same place. */
+	at->bp = at->gen ? 0 : regs->bp;
 	return (s64)at->sysnr >= 0 && at->ip;
 }
 

@@ -30,6 +30,20 @@ struct {
 	__type(value, u8);
 } v8_sfis SEC(".maps");
 
+/* Functions handed to user space lately, per CPU, by a hash of the
+ * SharedFunctionInfo's address. */
+#define V8_SEEN_SLOTS 1024
+struct v8_seen {
+	u64 sfi;
+	u32 tgid, pad;
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, V8_SEEN_SLOTS);
+	__type(key, u32);
+	__type(value, struct v8_seen);
+} v8_seen SEC(".maps");
+
 /* The stack entry of a JavaScript frame at frame pointer bp, or 0 for a
  * frame of another kind (a stub, an exit, native code). fr: a frame_buf
  * holding the V8_FRAME_WORDS words from bp - 40 to bp + 8; the rest of it
@@ -61,9 +75,18 @@ static __always_inline u64 v8_frame(struct v8_proc *vp, u32 tgid, u64 pc, u64 *f
 	}
 	k->tgid = tgid;
 	k->pad = 0;
+	/* User space names each function once: a per-CPU filter of the ones
+	 * already handed over saves a hash map update at most frames. */
+	u32 slot = (u32)((sfi >> 3) ^ (sfi >> 17) ^ tgid) & (V8_SEEN_SLOTS - 1);
+	struct v8_seen *seen = bpf_map_lookup_elem(&v8_seen, &slot);
+	if (seen && seen->sfi == sfi && seen->tgid == tgid)
+		return V8_FRAME_TAG | (off << 47) | sfi;
 	u8 *one = (u8 *)&fr[V8_FRAME_WORDS + 2];
 	*one = 1;
-	bpf_map_update_elem(&v8_sfis, k, one, BPF_NOEXIST);
+	if (bpf_map_update_elem(&v8_sfis, k, one, BPF_NOEXIST) != -E2BIG && seen) {
+		seen->sfi = sfi;
+		seen->tgid = tgid;
+	}
 	return V8_FRAME_TAG | (off << 47) | sfi;
 }
 

@@ -232,9 +232,10 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 	if (!irq && reuse_stacks)
 		ws = bpf_task_storage_get(&task_starts, bpf_get_current_task_btf(), 0,
 					  BPF_LOCAL_STORAGE_GET_F_CREATE);
-	struct stack_where at;
-	if (ws && stack_where_of(bpf_get_current_task_btf(), bpf_get_current_pid_tgid() >> 32, ttid, &at)) {
-		if (stack_cache_get(&ws->wake_cache, &at, &w.ustack, &w.kstack)) {
+	u32 slot = WHERE_WAKE;
+	struct stack_where *at = ws ? bpf_map_lookup_elem(&where_scratch, &slot) : 0;
+	if (at && stack_where_of(bpf_get_current_task_btf(), bpf_get_current_pid_tgid() >> 32, ttid, at)) {
+		if (stack_cache_get(&ws->wake_cache, at, &w.ustack, &w.kstack)) {
 			u64 id = bpf_get_current_pid_tgid();
 			w.valid = 1;
 			w.tid = (u32)id;
@@ -242,7 +243,7 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 			stat_add(STAT_WAKES_REUSED, 1);
 		} else {
 			waker_context(ctx, &w, false, false, ttid);
-			stack_cache_put(&ws->wake_cache, &at, w.ustack, w.kstack);
+			stack_cache_put(&ws->wake_cache, at, w.ustack, w.kstack);
 		}
 	} else {
 		waker_context(ctx, &w, irq, reuse_stacks, ttid);

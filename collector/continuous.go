@@ -551,8 +551,11 @@ func (p *probes) heldStacks() (map[int64]bool, error) {
 		var st bpf.OffcpuStartRec
 		it := m.Iterate()
 		for it.Next(&tid, &st) {
-			add(st.Ustack, st.Kstack, st.SleepCache.Ustack, st.SleepCache.Kstack, st.WakeCache.Ustack, st.WakeCache.Kstack,
-				st.Waker.Ustack, st.Waker.Kstack, st.Waker.WaitUstack, st.Waker.WaitKstack)
+			add(st.Ustack, st.Kstack, st.Waker.Ustack, st.Waker.Kstack, st.Waker.WaitUstack, st.Waker.WaitKstack)
+			add(st.SleepCache.Ustack[:]...)
+			add(st.SleepCache.Kstack[:]...)
+			add(st.WakeCache.Ustack[:]...)
+			add(st.WakeCache.Kstack[:]...)
 		}
 		if err := it.Err(); err != nil {
 			return nil, err
