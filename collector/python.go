@@ -2,9 +2,7 @@ package collector
 
 import (
 	"debug/elf"
-	"encoding/binary"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"sync"
@@ -12,6 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/collector/cpython"
 	"github.com/offcpu/offcpu/collector/symbolize"
 	"github.com/offcpu/offcpu/collector/symtab"
 	"github.com/offcpu/offcpu/collector/unwind"
@@ -35,7 +34,7 @@ type pyTracker struct {
 	procs, codes *ebpf.Map
 	active       *ebpf.Variable
 	mu           sync.Mutex
-	runtimes     map[*symtab.File]*pyRuntime // nil: not an interpreter
+	runtimes     map[*symtab.File]*cpython.Runtime // nil: not an interpreter
 	byPID        map[uint32]*pyProc
 	stats        PythonStats
 	wake         alarm
@@ -43,33 +42,26 @@ type pyTracker struct {
 
 // pyProc is one CPython process: its runtime and the code objects named.
 type pyProc struct {
-	rt    *pyRuntime
-	l     pyLayout
+	rt    *cpython.Runtime
+	l     cpython.Layout
 	mem   *os.File // /proc/PID/mem, open while it lives
-	codes map[uint64]*pyCode
+	codes map[uint64]*cpython.Code
 	dead  bool
-}
-
-// pyCode is a code object as read: its function, file and line table.
-type pyCode struct {
-	name, file string
-	first      int64
-	lines      []byte
 }
 
 func newPyTracker(coll *ebpf.Collection) *pyTracker {
 	return &pyTracker{procs: coll.Maps[bpf.OffcpuMapPyProcs], codes: coll.Maps[bpf.OffcpuMapPyCodes],
-		active: coll.Variables[bpf.OffcpuVarPyActive], runtimes: map[*symtab.File]*pyRuntime{}, byPID: map[uint32]*pyProc{}, wake: newAlarm()}
+		active: coll.Variables[bpf.OffcpuVarPyActive], runtimes: map[*symtab.File]*cpython.Runtime{}, byPID: map[uint32]*pyProc{}, wake: newAlarm()}
 }
 
 // runtimeOf recognises a CPython interpreter binary, once per file.
-func (t *pyTracker) runtimeOf(f *symtab.File, ef *elf.File) *pyRuntime {
+func (t *pyTracker) runtimeOf(f *symtab.File, ef *elf.File) *cpython.Runtime {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if r, ok := t.runtimes[f]; ok {
 		return r
 	}
-	r, err := readPyRuntime(ef, f.Path)
+	r, err := cpython.ReadRuntime(ef, f.Path)
 	if err != nil {
 		r = nil
 	}
@@ -101,28 +93,28 @@ func (t *pyTracker) seen(pid uint32, ms []symbolize.Mapping) {
 	}
 }
 
-func (t *pyTracker) attach(pid uint32, rt *pyRuntime, bias uint64) {
+func (t *pyTracker) attach(pid uint32, rt *cpython.Runtime, bias uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !rt.supported {
+	if !rt.Supported {
 		t.byPID[pid] = &pyProc{rt: rt, dead: true}
 		t.stats.Unsupported++
-		if !slices.Contains(t.stats.Skipped, rt.unsupError) {
-			t.stats.Skipped = append(t.stats.Skipped, rt.unsupError)
+		if !slices.Contains(t.stats.Skipped, rt.UnsupError) {
+			t.stats.Skipped = append(t.stats.Skipped, rt.UnsupError)
 		}
 		return
 	}
-	l := rt.layout
-	p := &pyProc{rt: rt, l: l, codes: map[uint64]*pyCode{}}
+	l := rt.Layout
+	p := &pyProc{rt: rt, l: l, codes: map[uint64]*cpython.Code{}}
 	p.mem, _ = os.Open(fmt.Sprintf("/proc/%d/mem", pid))
 	t.byPID[pid] = p
-	runtime := rt.runtime + bias
+	runtime := rt.Runtime + bias
 	v := bpf.OffcpuPyProc{
-		InterpHead: runtime + l.interpHead, Gil: runtime + l.gil, GilSize: uint32(l.gilSize), GilHolder: l.gilHolder,
-		ThreadsHead: l.threadsHead, TstateNext: l.tstateNext, TstateThreadId: l.threadID, TstateNativeId: l.nativeID,
-		TstateFrame: l.tstateFrame, CframeFrame: l.cframeFrame,
-		FrameCode: l.frameCode, FrameBack: l.frameBack, FrameInstr: l.frameInstr, FrameEntry: l.frameEntry,
-		CodeFirstInstr: l.codeFirstInstr, EntryVal: l.entryVal, Flags: l.flags,
+		InterpHead: runtime + l.InterpHead, Gil: runtime + l.Gil, GilSize: uint32(l.GilSize), GilHolder: l.GilHolder,
+		ThreadsHead: l.ThreadsHead, TstateNext: l.TstateNext, TstateThreadId: l.ThreadID, TstateNativeId: l.NativeID,
+		TstateFrame: l.TstateFrame, CframeFrame: l.CframeFrame,
+		FrameCode: l.FrameCode, FrameBack: l.FrameBack, FrameInstr: l.FrameInstr, FrameEntry: l.FrameEntry,
+		CodeFirstInstr: l.CodeFirstInstr, EntryVal: l.EntryVal, Flags: l.Flags,
 	}
 	if err := t.procs.Put(pid, &v); err != nil {
 		p.dead = true
@@ -168,7 +160,7 @@ func (t *pyTracker) nameCodes() {
 }
 
 // code returns a code object of p, read on first use.
-func (t *pyTracker) code(p *pyProc, addr uint64) *pyCode {
+func (t *pyTracker) code(p *pyProc, addr uint64) *cpython.Code {
 	t.mu.Lock()
 	c, ok := p.codes[addr]
 	mem, dead := p.mem, p.dead
@@ -176,7 +168,7 @@ func (t *pyTracker) code(p *pyProc, addr uint64) *pyCode {
 	if ok || mem == nil || dead {
 		return c
 	}
-	c = readPyCode(mem, p.l, addr)
+	c = cpython.ReadCode(mem, p.l, addr)
 	t.mu.Lock()
 	p.codes[addr] = c
 	if c == nil {
@@ -186,84 +178,6 @@ func (t *pyTracker) code(p *pyProc, addr uint64) *pyCode {
 	}
 	t.mu.Unlock()
 	return c
-}
-
-// readPyCode reads a code object's names and line table.
-func readPyCode(mem io.ReaderAt, l pyLayout, addr uint64) *pyCode {
-	b := make([]byte, max(l.codeFile, l.codeName, l.codeQualname, l.codeFirstLine, l.codeLines)+8)
-	if _, err := mem.ReadAt(b, int64(addr)); err != nil {
-		return nil
-	}
-	ptr := func(off uint64) uint64 { return binary.LittleEndian.Uint64(b[off:]) }
-	var name string
-	if l.codeQualname != 0 {
-		name = readPyString(mem, l, ptr(l.codeQualname))
-	}
-	if name == "" {
-		name = readPyString(mem, l, ptr(l.codeName))
-	}
-	file := readPyString(mem, l, ptr(l.codeFile))
-	if name == "" {
-		return nil
-	}
-	c := &pyCode{name: name, file: file, first: int64(int32(binary.LittleEndian.Uint32(b[l.codeFirstLine:])))}
-	if tbl := ptr(l.codeLines); tbl != 0 {
-		var hdr [8]byte
-		if _, err := mem.ReadAt(hdr[:], int64(tbl+l.bytesSize)); err == nil {
-			if n := binary.LittleEndian.Uint64(hdr[:]); n < 1<<16 {
-				c.lines = make([]byte, n)
-				if _, err := mem.ReadAt(c.lines, int64(tbl+l.bytesData)); err != nil {
-					c.lines = nil
-				}
-			}
-		}
-	}
-	return c
-}
-
-// readPyString reads a str object: compact, of 1, 2 or 4 bytes a
-// character (PEP 393); "" if it is not one.
-func readPyString(mem io.ReaderAt, l pyLayout, addr uint64) string {
-	if addr == 0 {
-		return ""
-	}
-	var hdr [40]byte
-	if _, err := mem.ReadAt(hdr[:], int64(addr)); err != nil {
-		return ""
-	}
-	n := binary.LittleEndian.Uint64(hdr[16:])
-	state := binary.LittleEndian.Uint32(hdr[32:])
-	kind, compact, ascii := state>>2&7, state>>5&1, state>>6&1
-	if compact == 0 || n > 4096 || kind == 0 || kind == 3 || kind > 4 {
-		return ""
-	}
-	data := l.compactData
-	if ascii == 1 {
-		data = l.asciiData
-	}
-	raw := make([]byte, n*uint64(kind))
-	if _, err := mem.ReadAt(raw, int64(addr+data)); err != nil {
-		return ""
-	}
-	if kind == 1 {
-		if ascii == 1 {
-			return string(raw)
-		}
-		rs := make([]rune, n)
-		for i, c := range raw {
-			rs[i] = rune(c)
-		}
-		return string(rs)
-	}
-	rs := make([]rune, n)
-	for i := range rs {
-		if kind == 2 {
-			rs[i] = rune(binary.LittleEndian.Uint16(raw[2*i:]))
-		} else {
-			rs[i] = rune(binary.LittleEndian.Uint32(raw[4*i:]))
-		}
-	}
-	return string(rs)
 }
 
 // final names what the walker found since the last time, once the
@@ -289,12 +203,12 @@ func (t *pyTracker) Frames(pid uint32, addr uint64) ([]symtab.Frame, bool) {
 	if c == nil {
 		return nil, false
 	}
-	f := symtab.Frame{Func: pyModule(c.file) + "." + c.name, File: c.file}
+	f := symtab.Frame{Func: cpython.Module(c.File) + "." + c.Name, File: c.File}
 	if idx := addr >> 47 & bpf.PyInstrNone; idx != bpf.PyInstrNone {
-		if p.l.lineFormat == 311 {
-			f.Line = pyLine(c.lines, c.first, idx)
+		if p.l.LineFormat == 311 {
+			f.Line = cpython.Line(c.Lines, c.First, idx)
 		} else {
-			f.Line = pyLineOld(c.lines, c.first, idx, p.l.lineFormat)
+			f.Line = cpython.LineOld(c.Lines, c.First, idx, p.l.LineFormat)
 		}
 	}
 	return []symtab.Frame{f}, true
@@ -321,8 +235,8 @@ func (t *pyTracker) frameKind() uint64 { return bpf.FramePython }
 // recognise marks the interpreter loop's rows of a CPython binary: every
 // row, so that the loop's are there to mark.
 func (t *pyTracker) recognise(f *symtab.File, ef *elf.File, rows []unwind.Row) []unwind.Row {
-	if rt := t.runtimeOf(f, ef); rt != nil && rt.supported {
-		return markPyEval(rows, rt.evalLo, rt.evalHi)
+	if rt := t.runtimeOf(f, ef); rt != nil && rt.Supported {
+		return markPyEval(rows, rt.EvalLo, rt.EvalHi)
 	}
 	return nil
 }

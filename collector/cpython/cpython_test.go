@@ -1,4 +1,4 @@
-package collector
+package cpython
 
 import "testing"
 
@@ -13,8 +13,8 @@ func TestPyModule(t *testing.T) {
 		"<frozen importlib._bootstrap>": "importlib._bootstrap",
 		"<string>":                      "<string>",
 	} {
-		if got := pyModule(file); got != want {
-			t.Errorf("pyModule(%q) = %q, want %q", file, got, want)
+		if got := Module(file); got != want {
+			t.Errorf("Module(%q) = %q, want %q", file, got, want)
 		}
 	}
 }
@@ -31,7 +31,7 @@ func TestPyLine(t *testing.T) {
 		0x80 | 15<<3 | 1, // no location, 2 units
 	}
 	for idx, want := range map[uint64]int64{0: 10, 1: 10, 2: 12, 3: 11, 5: 11, 6: 15, 7: 0, 8: 0, 9: 0} {
-		if got := pyLine(table, 10, idx); got != want {
+		if got := Line(table, 10, idx); got != want {
 			t.Errorf("instruction %d: line %d, want %d", idx, got, want)
 		}
 	}
@@ -41,14 +41,14 @@ func TestPyLineOld(t *testing.T) {
 	// 3.10: (bytes, line delta) pairs; -128: no line.
 	t310 := []byte{4, 0, 6, 2, 2, 0x80, 4, 0xff}
 	for idx, want := range map[uint64]int64{0: 20, 1: 20, 2: 22, 4: 22, 5: 0, 6: 21, 9: 0} {
-		if got := pyLineOld(t310, 20, idx, 310); got != want {
+		if got := LineOld(t310, 20, idx, 310); got != want {
 			t.Errorf("3.10, instruction %d: line %d, want %d", idx, got, want)
 		}
 	}
 	// Up to 3.9: lnotab, f_lasti in bytes.
 	lnotab := []byte{6, 1, 8, 2}
 	for off, want := range map[uint64]int64{0: 5, 5: 5, 6: 6, 13: 6, 14: 8, 40: 8} {
-		if got := pyLineOld(lnotab, 5, off, 38); got != want {
+		if got := LineOld(lnotab, 5, off, 38); got != want {
 			t.Errorf("lnotab, byte %d: line %d, want %d", off, got, want)
 		}
 	}
