@@ -73,6 +73,10 @@ func writeFlames(cfg *Config, res *Result, o analysis.Options, kind flameKind, p
 		p, err := flamegraph.Load(kind.sampleType, sel, files...)
 		if errors.Is(err, flamegraph.ErrNoSamples) {
 			res.flameNotes = append(res.flameNotes, fmt.Sprintf("%s: no %s, no graph", side, strings.ToLower(kind.what)))
+			if i == 1 && profiles[0] != nil {
+				// The candidate removed all of it: the diff shows that.
+				profiles[1] = &flamegraph.Profile{Unit: profiles[0].Unit}
+			}
 			continue
 		}
 		if err != nil {

@@ -3,6 +3,7 @@ package flamegraph
 import (
 	"bytes"
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand"
@@ -13,7 +14,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/pprof/profile"
+
 	"github.com/offcpu/offcpu/internal/testenv"
+	"github.com/offcpu/offcpu/schema"
 )
 
 func load(t *testing.T, path string) *Profile {
@@ -254,5 +258,33 @@ func TestSelect(t *testing.T) {
 	}
 	if _, err := Load("off_cpu", Select{Threads: regexp.MustCompile(`^nobody`)}, path); err == nil || !strings.Contains(err.Error(), "no samples of threads") {
 		t.Errorf("err = %v, want no samples of threads", err)
+	}
+}
+
+// A pprof profile whose stacks the selection leaves out holds nothing to
+// draw: ErrNoSamples, which callers tell from a bad file (a bench whose
+// candidate removed every blocked wait draws no graph of it, and still
+// its diff).
+func TestSelectNoneOfAProfile(t *testing.T) {
+	p := &profile.Profile{SampleType: []*profile.ValueType{{Type: "off_cpu", Unit: "nanoseconds"}}}
+	fn := &profile.Function{ID: 1, Name: "main.wait"}
+	loc := &profile.Location{ID: 1, Line: []profile.Line{{Function: fn}}}
+	p.Function, p.Location = []*profile.Function{fn}, []*profile.Location{loc}
+	p.Sample = []*profile.Sample{{Location: []*profile.Location{loc}, Value: []int64{1000}}}
+	path := filepath.Join(t.TempDir(), "p.pb.gz")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Write(f); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := Load("off_cpu", Select{}, path); err != nil {
+		t.Fatalf("kept: %v", err)
+	}
+	_, err = Load("off_cpu", Select{Keep: func(*schema.Stack) bool { return false }}, path)
+	if !errors.Is(err, ErrNoSamples) {
+		t.Errorf("err = %v, want ErrNoSamples", err)
 	}
 }

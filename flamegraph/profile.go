@@ -177,7 +177,7 @@ func Load(sampleType string, sel Select, paths ...string) (*Profile, error) {
 		}
 		p := FromData(d, kind)
 		if len(p.Lines) == 0 {
-			return nil, fmt.Errorf("no %s samples in %s", sampleType, strings.Join(pprofs, ", "))
+			return nil, fmt.Errorf("%w of type %s in %s", ErrNoSamples, sampleType, strings.Join(pprofs, ", "))
 		}
 		if err := out.merge(p); err != nil {
 			return nil, err
