@@ -81,8 +81,11 @@ func newJVMTracker(u *unwinder, methods, layouts *ebpf.Map) *jvmTracker {
 	return &jvmTracker{unw: u, methods: methods, layouts: layouts, jvms: map[uint32]*jvm{}, wake: newAlarm()}
 }
 
-// seen looks for libjvm.so among a process's mappings.
-func (t *jvmTracker) seen(pid uint32, ms []symbolize.Mapping) {
+// seen: the JVM was looked for before the tables (seenEarly).
+func (t *jvmTracker) seen(uint32, []symbolize.Mapping) {}
+
+// seenEarly looks for libjvm.so among a process's mappings.
+func (t *jvmTracker) seenEarly(pid uint32, ms []symbolize.Mapping) {
 	for _, m := range ms {
 		if m.File == nil || !strings.HasSuffix(m.Path, "/libjvm.so") {
 			continue

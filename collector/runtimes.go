@@ -41,6 +41,13 @@ type runtimeReader interface {
 	runtimeStats() RuntimeStats
 }
 
+// earlyRuntime is a runtime that finds its processes by their mappings,
+// not by a file's contents: it is told of them before their files' unwind
+// tables are read.
+type earlyRuntime interface {
+	seenEarly(pid uint32, ms []symbolize.Mapping)
+}
+
 // RuntimeStats describes one runtime's processes, the same for each.
 type RuntimeStats struct {
 	Runtime     string   `json:"runtime"`           // hotspot, cpython, v8

@@ -267,6 +267,15 @@ func (u *unwinder) writeRows(keys []uint32, vals []bpf.OffcpuUnwindRow) error {
 // update writes the process's entry from its executable mappings: the
 // ones whose code needs tables. A process needing none is removed.
 func (u *unwinder) update(pid uint32, ms []symbolize.Mapping) {
+	// A runtime found by its process's mappings rather than its files
+	// (a JVM) starts reading the process before the tables are parsed
+	// (libjvm's takes a while; a short-lived JVM's methods are named
+	// while it lives).
+	for _, rt := range u.rts {
+		if e, ok := rt.(earlyRuntime); ok {
+			e.seenEarly(pid, ms)
+		}
+	}
 	for _, m := range ms {
 		if m.File != nil {
 			u.table(m.File)
