@@ -223,10 +223,11 @@ func offByThread(p *profile.Profile) map[int64]int64 {
 
 // A continuous recording with a walk threshold, cut every 300 ms: each
 // thread's time over the intervals is the exhaustive recording's, and
-// each interval says what its estimate rests on.
+// each interval says what its estimate rests on. The workload naps 1.2 s
+// at least: a cut under -race on a loaded machine can take a tick's time.
 func TestWalkThresholdContinuous(t *testing.T) {
 	requireBPF(t)
-	cmd, all, some := startMix(t, 300, Options{WalkThreshold: 200 * time.Microsecond, Continuous: true})
+	cmd, all, some := startMix(t, 600, Options{WalkThreshold: 200 * time.Microsecond, Continuous: true})
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	var ivs []*Interval
