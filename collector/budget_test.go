@@ -122,20 +122,16 @@ func TestWalkThreshold(t *testing.T) {
 			t.Errorf("thread %d: %v with the threshold, %v with every interval walked", tid, time.Duration(ts[tid]), time.Duration(v))
 		}
 	}
-	byStack := func(p *profile.Profile) (map[string]int64, map[string]int64) {
-		ns, n := map[string]int64{}, map[string]int64{}
+	byStack := func(p *profile.Profile) map[string]int64 {
+		ns := map[string]int64{}
 		for _, s := range p.Sample {
-			if !offCPUInWindow(s) {
-				continue
+			if offCPUInWindow(s) {
+				ns[schema.FoldedSample(s)] += s.Value[0]
 			}
-			k := schema.FoldedSample(s)
-			ns[k] += s.Value[0]
-			n[k] += s.Value[1]
 		}
-		return ns, n
+		return ns
 	}
-	sa, na := byStack(pa)
-	ss, ns := byStack(ps)
+	sa, ss := byStack(pa), byStack(ps)
 	checked, napsSeen, worst := 0, false, 0.0
 	for k, v := range sa {
 		if float64(v) < 0.05*float64(total) {
@@ -150,14 +146,18 @@ func TestWalkThreshold(t *testing.T) {
 		}
 	}
 	// Every 2 ms nap with its stack, but for a walk the kernel skipped
-	// (a program already running on that CPU: counted as missed).
-	var napsAll, napsSome int64
-	for k, v := range na {
-		if stackIn(k, "long_naps") {
-			napsAll += v
-			napsSome += ns[k]
+	// (a program already running on that CPU: counted as missed). Only
+	// the sleeps: a preemption inside long_naps is below the threshold
+	// and estimated, not walked (CI saw 2 such).
+	naps2ms := func(p *profile.Profile) (n int64) {
+		for _, s := range p.Sample {
+			if offCPUInWindow(s) && stackHas(s, "long_naps") && s.Label[schema.LabelState][0] == "sleeping" {
+				n += s.Value[1]
+			}
 		}
+		return n
 	}
+	napsAll, napsSome := naps2ms(pa), naps2ms(ps)
 	napsSeen = napsAll >= naps
 	// One nap short, with no walk missed, was seen in 2 of about 20 -race
 	// runs (not yet explained): tolerated and logged, more is an error.
@@ -283,15 +283,6 @@ func TestWalkThresholdContinuous(t *testing.T) {
 // (the two sessions start some time apart; the workload waits for both).
 func offCPUInWindow(s *profile.Sample) bool {
 	return s.Label[schema.LabelState][0] != "on-cpu" && len(s.Label[schema.LabelInterval]) == 0
-}
-
-func stackIn(folded, fn string) bool {
-	for _, f := range schema.FoldedStack(folded).Frames {
-		if f.Name == fn {
-			return true
-		}
-	}
-	return false
 }
 
 // With deferred walks the wake-ups not drawn are counted on the woken
