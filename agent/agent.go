@@ -118,7 +118,7 @@ func (a *Agent) Handle(iv *collector.Interval) {
 // export converts and queues an interval; it returns what to say of it.
 func (a *Agent) export(iv *collector.Interval) []string {
 	var notes []string
-	parts, counts, err := a.conv.Convert(iv.Start, iv.Duration, iv.Profile, iv.Wakeups)
+	parts, counts, err := a.conv.Convert(iv.Start, iv.Duration, iv.Profile, iv.Wakeups, iv.Goroutines)
 	switch {
 	case err != nil:
 		notes = append(notes, "not exported: "+err.Error())
@@ -141,9 +141,11 @@ func (a *Agent) WriteInterval(iv *collector.Interval) error {
 	if err := writeAtomic(base+".pb.gz", iv.Profile); err != nil {
 		return err
 	}
-	if iv.Wakeups != nil {
-		if err := writeAtomic(base+".wakeups.pb.gz", iv.Wakeups); err != nil {
-			return err
+	for suffix, p := range map[string]*profile.Profile{".wakeups.pb.gz": iv.Wakeups, ".goroutines.pb.gz": iv.Goroutines} {
+		if p != nil {
+			if err := writeAtomic(base+suffix, p); err != nil {
+				return err
+			}
 		}
 	}
 	if a.set.Keep == 0 {
@@ -155,7 +157,7 @@ func (a *Agent) WriteInterval(iv *collector.Interval) error {
 	}
 	var mains []string
 	for _, n := range names {
-		if !strings.HasSuffix(n, ".wakeups.pb.gz") {
+		if !strings.HasSuffix(n, ".wakeups.pb.gz") && !strings.HasSuffix(n, ".goroutines.pb.gz") {
 			mains = append(mains, n)
 		}
 	}
@@ -163,6 +165,7 @@ func (a *Agent) WriteInterval(iv *collector.Interval) error {
 	for _, old := range mains[:max(0, len(mains)-a.set.Keep)] {
 		os.Remove(old)
 		os.Remove(strings.TrimSuffix(old, ".pb.gz") + ".wakeups.pb.gz")
+		os.Remove(strings.TrimSuffix(old, ".pb.gz") + ".goroutines.pb.gz")
 	}
 	return nil
 }

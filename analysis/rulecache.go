@@ -48,6 +48,9 @@ func ruleInput(s *Stack) string {
 	if s.WakerDispatching {
 		b.WriteByte('d')
 	}
+	if s.InTrace() {
+		b.WriteByte('t')
+	}
 	for _, fr := range [][]Frame{s.Frames, {{Name: "|"}}, s.WakerFrames} {
 		for _, f := range fr {
 			b.WriteString(f.Name)

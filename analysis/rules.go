@@ -62,6 +62,9 @@ type fileRule struct {
 	// passed on input from its top of loop (Stack.WakerDispatching).
 	InRequest        bool `yaml:"in_request"`
 	WakerDispatching bool `yaml:"waker_dispatching"`
+	// InTrace: the wait carries a request's trace link, a span or trace id
+	// the program put on it (Stack.InTrace): inside that request.
+	InTrace bool `yaml:"in_trace"`
 	// CalledFromApp false: the frame frames matched has no application
 	// frame of a language runtime (JavaScript, Python, Java) among its
 	// callers: a loop at the top of its thread, not a synchronous wait
@@ -119,6 +122,7 @@ type rule struct {
 	waker        map[string]bool
 	inRequest    bool
 	dispatching  bool
+	inTrace      bool
 	fromApp      *bool
 	callsApp     *bool
 	isApp        func(Frame) bool
@@ -298,7 +302,7 @@ func (p *ruleParser) rule(base string, fr fileRule, known map[string]bool) (rule
 		return rule{}, fmt.Errorf("%s: unknown category %q: declare it under categories", p.at(base+".category"), fr.Category)
 	}
 	ru := rule{at: p.at(base), hits: new(atomic.Int64), category: fr.Category, kernel: fr.Kernel, kinds: map[string]bool{}, inRequest: fr.InRequest, dispatching: fr.WakerDispatching,
-		fromApp: fr.CalledFromApp, callsApp: fr.CallsApp}
+		inTrace: fr.InTrace, fromApp: fr.CalledFromApp, callsApp: fr.CallsApp}
 	if (ru.fromApp != nil || ru.callsApp != nil) && len(fr.Frames) == 0 {
 		return rule{}, fmt.Errorf("%s: called_from_app and calls_app need frames: they test the callers and callees of the frame those match", p.at(base))
 	}
@@ -361,7 +365,7 @@ func (p *ruleParser) rule(base string, fr fileRule, known map[string]bool) (rule
 		ru.waker[w] = true
 	}
 	if len(ru.frames) == 0 && len(ru.allFrames) == 0 && ru.innermostApp == nil && ru.threads == nil && ru.states == nil && len(ru.reasons) == 0 &&
-		len(ru.wakerFrames) == 0 && ru.wakerClasses == nil && ru.waker == nil && !ru.inRequest && !ru.dispatching {
+		len(ru.wakerFrames) == 0 && ru.wakerClasses == nil && ru.waker == nil && !ru.inRequest && !ru.dispatching && !ru.inTrace {
 		return rule{}, fmt.Errorf("%s: rule for %s matches everything: give frames, all_frames, innermost_app, threads, states, reasons or a waker condition", p.at(base), fr.Category)
 	}
 	return ru, nil
@@ -472,6 +476,9 @@ func (ru *rule) matches(s *Stack, inner string) bool {
 		return false
 	}
 	if ru.dispatching && !s.WakerDispatching {
+		return false
+	}
+	if ru.inTrace && !s.InTrace() {
 		return false
 	}
 	if ru.wakerClasses != nil && !ru.wakerClasses[s.Class] {
@@ -667,7 +674,7 @@ func (r *Rules) explainWaker(s *Stack) []string {
 	if v == nil {
 		return append(out, "no verdict matches the waker")
 	}
-	return append(out, fmt.Sprintf("verdict %s (%s, %s)%s", v.at, v.category, idleWord(r.IsIdle(v.category)), v.why(&Stack{Frames: s.WakerFrames, Class: s.Class, State: s.State, InRequestWhy: s.InRequestWhy})))
+	return append(out, fmt.Sprintf("verdict %s (%s, %s)%s", v.at, v.category, idleWord(r.IsIdle(v.category)), v.why(&Stack{Frames: s.WakerFrames, Class: s.Class, State: s.State, InRequestWhy: s.InRequestWhy, Links: s.Links})))
 }
 
 // why names the frame through which a matching rule matched.
@@ -682,6 +689,8 @@ func (ru *rule) why(s *Stack) string {
 		return ": by the wake-up class " + s.Class
 	case ru.dispatching:
 		return ": the waker passed on input from its top of loop (a hand-off)"
+	case ru.inTrace:
+		return ": it carries its request's trace link (" + s.TraceLink() + ")"
 	case ru.inRequest && s.InRequestWhy != "":
 		return ": " + s.InRequestWhy
 	case ru.inRequest:

@@ -39,6 +39,8 @@ struct go_offsets {
 	u32 gopc;    /* the pc of the go statement that created it; 0: not known */
 	u32 startpc; /* the function it runs; 0: not known */
 	u32 preempted; /* the wait reason of a goroutine the GC suspended (not a park); 0xff: none */
+	u32 labels;       /* g.labels (pprof labels); 0: not known */
+	u32 label_layout; /* GO_LABELS_* */
 	u64 probed_ns; /* when the probe was put on the process */
 };
 
@@ -72,6 +74,7 @@ struct go_park {
 	u64 waker_wait_ns;
 	u64 gopc;
 	u64 startpc;
+	u64 link; /* its labels at the park (go_links), 0: none */
 	u32 reason;
 	u32 tid;       /* the thread it parked on */
 	u32 waker_tid; /* the thread that made it runnable */
@@ -93,6 +96,7 @@ struct go_key {
 	u64 waker_wait_stack;
 	u64 gopc;
 	u64 startpc;
+	u64 link;
 };
 
 struct go_val {
@@ -116,6 +120,8 @@ enum go_stat {
 	GO_STAT_UNSEEN,      /* made runnable, its park not seen (before the probe): counted since the probe */
 	GO_STAT_MERGED,      /* go_waits full: counted without its goroutine ids */
 	GO_STAT_REUSED,      /* parks and wake-ups at a goroutine's last place: stack reused */
+	GO_STAT_LINKS,       /* label sets read */
+	GO_STAT_LOST_LINKS,  /* go_links full: waits counted without their labels */
 	GO_STAT_MAX,
 };
 
@@ -163,6 +169,44 @@ struct {
 	__type(key, u64);
 	__type(value, struct go_stack);
 } go_stacks SEC(".maps");
+
+/* A label set by its id: the labelMap's address and what tells one
+ * labelMap from a later one at that address (a map's hash seed, a slice's
+ * array), so that a freed one's address reused is not misnamed. */
+struct go_link_key {
+	u32 tgid;
+	u32 pad;
+	u64 id;
+};
+
+struct go_label {
+	u8 klen, vlen; /* bytes held */
+	char key[GO_LINK_KEY];
+	char value[GO_LINK_VALUE];
+};
+
+struct go_link_val {
+	u32 n; /* labels held */
+	u32 flags;
+	struct go_label l[GO_LINK_LABELS];
+};
+
+/* User space moves these out every quarter second (and at the stop): a
+ * set is read once per burst of waits, not once per wait. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct go_link_key);
+	__type(value, struct go_link_val);
+} go_links SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct go_link_val);
+} go_link_scratch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -229,6 +273,110 @@ static __always_inline u64 go_u64(u64 addr)
 	if (addr)
 		bpf_probe_read_user(&v, sizeof(v), (void *)addr);
 	return v;
+}
+
+/* One label's strings, from their Go string headers (ptr, len, ptr,
+ * len); a string cut short sets GO_LINK_TRUNCATED. */
+static __always_inline void go_label_read(struct go_label *l, u64 *hdr, u32 *flags)
+{
+	u32 kl = hdr[1] > GO_LINK_KEY ? GO_LINK_KEY : hdr[1];
+	u32 vl = hdr[3] > GO_LINK_VALUE ? GO_LINK_VALUE : hdr[3];
+	if (hdr[1] > GO_LINK_KEY || hdr[3] > GO_LINK_VALUE)
+		*flags |= GO_LINK_TRUNCATED;
+	l->klen = 0;
+	l->vlen = 0;
+	if (kl > 0 && kl <= GO_LINK_KEY && !bpf_probe_read_user(l->key, kl, (void *)hdr[0]))
+		l->klen = kl;
+	if (vl > 0 && vl <= GO_LINK_VALUE && !bpf_probe_read_user(l->value, vl, (void *)hdr[2]))
+		l->vlen = vl;
+}
+
+/* The label set the goroutine at gp carries (pprof.Do,
+ * SetGoroutineLabels): its id, read into go_links the first time it is
+ * seen; 0: none, or not kept (go_links full: counted). */
+static __always_inline u64 go_link(struct go_offsets *o, u32 tgid, u64 gp)
+{
+	if (!o->labels || o->label_layout == GO_LABELS_NONE)
+		return 0;
+	u64 lp = go_u64(gp + o->labels);
+	if (!lp)
+		return 0;
+	u64 h = 14695981039346656037ULL;
+	u64 hdr[6] = {};
+	u64 n = 0, arr = 0;
+	if (o->label_layout == GO_LABELS_SLICE) {
+		/* labelMap{LabelSet{list []label}}: the array and its length */
+		if (bpf_probe_read_user(hdr, 16, (void *)lp))
+			return 0;
+		arr = hdr[0];
+		n = hdr[1];
+		h = (h ^ lp) * 1099511628211ULL;
+		h = (h ^ arr) * 1099511628211ULL;
+		h = (h ^ n) * 1099511628211ULL;
+	} else {
+		/* *labelMap -> hmap{count, flags, B, noverflow, hash0, buckets} */
+		u64 m = go_u64(lp);
+		if (!m || bpf_probe_read_user(hdr, 24, (void *)m))
+			return 0;
+		n = hdr[0];
+		arr = hdr[2]; /* bucket 0 */
+		h = (h ^ m) * 1099511628211ULL;
+		h = (h ^ (hdr[1] >> 32)) * 1099511628211ULL; /* hash0: a random seed per map */
+		h = (h ^ arr) * 1099511628211ULL;
+		h = (h ^ n) * 1099511628211ULL;
+	}
+	if (!n || !arr)
+		return 0;
+	if (!h)
+		h = 1;
+	struct go_link_key k = { .tgid = tgid, .id = h };
+	if (bpf_map_lookup_elem(&go_links, &k))
+		return h;
+	u32 zero = 0;
+	struct go_link_val *v = bpf_map_lookup_elem(&go_link_scratch, &zero);
+	if (!v)
+		return 0;
+	v->n = 0;
+	v->flags = 0;
+	if (o->label_layout == GO_LABELS_SLICE) {
+		if (n > GO_LINK_LABELS)
+			v->flags |= GO_LINK_TRUNCATED;
+		for (u32 i = 0; i < GO_LINK_LABELS; i++) {
+			if (i >= n || bpf_probe_read_user(hdr, 32, (void *)(arr + i * 32)))
+				break;
+			go_label_read(&v->l[i], hdr, &v->flags);
+			v->n = i + 1;
+		}
+	} else {
+		/* One bucket: tophash[8], keys[8], elems[8]; a map of more than
+		 * 8 labels has more buckets, of which the first is read. */
+		u8 top[8];
+		if (n > 8)
+			v->flags |= GO_LINK_TRUNCATED;
+		if (bpf_probe_read_user(top, sizeof(top), (void *)arr))
+			return 0;
+		u32 j = 0;
+		for (u32 i = 0; i < 8; i++) {
+			if (top[i] < 5) /* emptyRest, emptyOne, evacuated: no entry */
+				continue;
+			if (bpf_probe_read_user(hdr, 16, (void *)(arr + 8 + i * 16)) ||
+			    bpf_probe_read_user(&hdr[2], 16, (void *)(arr + 8 + 128 + i * 16)))
+				continue;
+			if (j >= GO_LINK_LABELS)
+				break;
+			go_label_read(&v->l[j], hdr, &v->flags);
+			j++;
+			v->n = j;
+		}
+	}
+	if (!v->n)
+		return 0;
+	if (bpf_map_update_elem(&go_links, &k, v, BPF_NOEXIST) && !bpf_map_lookup_elem(&go_links, &k)) {
+		go_count(GO_STAT_LOST_LINKS);
+		return 0;
+	}
+	go_count(GO_STAT_LINKS);
+	return h;
 }
 
 /* A goroutine's frames, read in one go from its innermost frame pointer
@@ -352,12 +500,13 @@ static __always_inline void go_aggregate(u32 tgid, struct go_park *p, u64 now)
 	u64 ready = p->ready_ns > park ? p->ready_ns : park;
 	struct go_key k = { .tgid = tgid, .reason = p->reason, .goid = p->goid, .stack = p->stack,
 			    .waker_stack = p->waker_stack, .waker_goid = p->waker_goid,
-			    .waker_wait_stack = p->waker_wait_stack, .gopc = p->gopc, .startpc = p->startpc,
+			    .waker_wait_stack = p->waker_wait_stack, .gopc = p->gopc, .startpc = p->startpc, .link = p->link,
 			    .flags = p->flags | (p->park_ns < start ? GO_BEFORE_START : 0) };
 	struct go_val *v = go_waits_entry(&go_waits, &k);
 	if (!v) {
 		k.goid = GO_MERGED;
 		k.waker_goid = p->waker_goid ? GO_MERGED : 0;
+		k.link = 0; /* per-request sets are what fills go_waits */
 		v = go_waits_entry(&go_waits_merged, &k);
 		go_count(v ? GO_STAT_MERGED : GO_STAT_LOST_WAITS);
 		if (!v)
@@ -408,7 +557,7 @@ static __always_inline void go_waker_wait(struct go_park *w, struct go_park *p)
  * else from its saved state. Creator and start never change: they are
  * read at a goroutine's first park and kept from its entry (prev) after.
  * Not 0: g unreadable. */
-static __always_inline int go_park_state(struct go_offsets *o, u64 gp, struct go_regs *ctx, u64 at, u32 tid,
+static __always_inline int go_park_state(struct go_offsets *o, u32 tgid, u64 gp, struct go_regs *ctx, u64 at, u32 tid,
 					 struct go_park *p, struct go_park *prev)
 {
 	struct go_gwords *g = go_gread(gp, 0);
@@ -418,6 +567,7 @@ static __always_inline int go_park_state(struct go_offsets *o, u64 gp, struct go
 	p->park_ns = at;
 	p->tid = tid;
 	p->reason = go_gbyte(g, o->waitreason);
+	p->link = go_link(o, tgid, gp);
 	if (prev && prev->goid == p->goid) {
 		p->gopc = prev->gopc;
 		p->startpc = prev->startpc;
@@ -460,7 +610,7 @@ int go_casgstatus(struct go_regs *ctx)
 		/* Its entry, if any, is its last wait: written over in place. */
 		struct go_park *prev = bpf_map_lookup_elem(&go_parked, &gk);
 		struct go_park p = {};
-		if (go_park_state(o, gp, gp == ctx->r14 ? ctx : 0, now, (u32)id, &p, prev))
+		if (go_park_state(o, tgid, gp, gp == ctx->r14 ? ctx : 0, now, (u32)id, &p, prev))
 			return 0;
 		go_count(GO_STAT_PARKS);
 		if (prev)
@@ -478,7 +628,7 @@ int go_casgstatus(struct go_regs *ctx)
 			 * still the park's; its wait counted from the probe. */
 			struct go_park np = { .flags = GO_BEFORE_START };
 			u64 since = o->probed_ns > go_start_ns ? o->probed_ns : go_start_ns;
-			if (go_park_state(o, gp, 0, since, 0, &np, 0) || np.reason == o->preempted)
+			if (go_park_state(o, tgid, gp, 0, since, 0, &np, 0) || np.reason == o->preempted)
 				return 0;
 			go_count(GO_STAT_UNSEEN);
 			if (bpf_map_update_elem(&go_parked, &gk, &np, BPF_ANY))

@@ -42,21 +42,44 @@ type GoroutinesGoKey struct {
 	WakerWaitStack uint64
 	Gopc           uint64
 	Startpc        uint64
+	Link           uint64
+}
+
+type GoroutinesGoLinkKey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Pad  uint32
+	Id   uint64
+}
+
+type GoroutinesGoLinkVal struct {
+	_     structs.HostLayout
+	N     uint32
+	Flags uint32
+	L     [8]struct {
+		_     structs.HostLayout
+		Klen  uint8
+		Vlen  uint8
+		Key   [32]int8
+		Value [64]int8
+	}
 }
 
 type GoroutinesGoOffsets struct {
-	_          structs.HostLayout
-	Goid       uint32
-	Waitreason uint32
-	M          uint32
-	SchedSp    uint32
-	SchedPc    uint32
-	SchedBp    uint32
-	M_curg     uint32
-	Gopc       uint32
-	Startpc    uint32
-	Preempted  uint32
-	ProbedNs   uint64
+	_           structs.HostLayout
+	Goid        uint32
+	Waitreason  uint32
+	M           uint32
+	SchedSp     uint32
+	SchedPc     uint32
+	SchedBp     uint32
+	M_curg      uint32
+	Gopc        uint32
+	Startpc     uint32
+	Preempted   uint32
+	Labels      uint32
+	LabelLayout uint32
+	ProbedNs    uint64
 }
 
 type GoroutinesGoPark struct {
@@ -72,6 +95,7 @@ type GoroutinesGoPark struct {
 	WakerWaitNs    uint64
 	Gopc           uint64
 	Startpc        uint64
+	Link           uint64
 	Reason         uint32
 	Tid            uint32
 	WakerTid       uint32
@@ -113,7 +137,9 @@ const (
 	GoroutinesGoStatGO_STAT_UNSEEN      GoroutinesGoStat = 6
 	GoroutinesGoStatGO_STAT_MERGED      GoroutinesGoStat = 7
 	GoroutinesGoStatGO_STAT_REUSED      GoroutinesGoStat = 8
-	GoroutinesGoStatGO_STAT_MAX         GoroutinesGoStat = 9
+	GoroutinesGoStatGO_STAT_LINKS       GoroutinesGoStat = 9
+	GoroutinesGoStatGO_STAT_LOST_LINKS  GoroutinesGoStat = 10
+	GoroutinesGoStatGO_STAT_MAX         GoroutinesGoStat = 11
 )
 
 type GoroutinesGoVal struct {
@@ -130,6 +156,8 @@ type GoroutinesGoVal struct {
 const (
 	GoroutinesMapGoChunkbuf    = "go_chunkbuf"
 	GoroutinesMapGoGbuf        = "go_gbuf"
+	GoroutinesMapGoLinkScratch = "go_link_scratch"
+	GoroutinesMapGoLinks       = "go_links"
 	GoroutinesMapGoParked      = "go_parked"
 	GoroutinesMapGoProcs       = "go_procs"
 	GoroutinesMapGoScratch     = "go_scratch"
@@ -194,6 +222,8 @@ type GoroutinesProgramSpecs struct {
 type GoroutinesMapSpecs struct {
 	GoChunkbuf    *ebpf.MapSpec `ebpf:"go_chunkbuf"`
 	GoGbuf        *ebpf.MapSpec `ebpf:"go_gbuf"`
+	GoLinkScratch *ebpf.MapSpec `ebpf:"go_link_scratch"`
+	GoLinks       *ebpf.MapSpec `ebpf:"go_links"`
 	GoParked      *ebpf.MapSpec `ebpf:"go_parked"`
 	GoProcs       *ebpf.MapSpec `ebpf:"go_procs"`
 	GoScratch     *ebpf.MapSpec `ebpf:"go_scratch"`
@@ -234,6 +264,8 @@ func (o *GoroutinesObjects) Close() error {
 type GoroutinesMaps struct {
 	GoChunkbuf    *ebpf.Map `ebpf:"go_chunkbuf"`
 	GoGbuf        *ebpf.Map `ebpf:"go_gbuf"`
+	GoLinkScratch *ebpf.Map `ebpf:"go_link_scratch"`
+	GoLinks       *ebpf.Map `ebpf:"go_links"`
 	GoParked      *ebpf.Map `ebpf:"go_parked"`
 	GoProcs       *ebpf.Map `ebpf:"go_procs"`
 	GoScratch     *ebpf.Map `ebpf:"go_scratch"`
@@ -247,6 +279,8 @@ func (m *GoroutinesMaps) Close() error {
 	return _GoroutinesClose(
 		m.GoChunkbuf,
 		m.GoGbuf,
+		m.GoLinkScratch,
+		m.GoLinks,
 		m.GoParked,
 		m.GoProcs,
 		m.GoScratch,

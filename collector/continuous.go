@@ -27,6 +27,8 @@ type Interval struct {
 	Duration time.Duration
 	Profile  *profile.Profile // off-CPU, with on-CPU samples
 	Wakeups  *profile.Profile // nil with NoWakeups
+	// Goroutines: the goroutine waits that ended in it (Options.Goroutines).
+	Goroutines *profile.Profile
 	Stats    Stats            // this period's counts and losses
 	Final    bool             // the last one, cut by Stop
 }
@@ -163,6 +165,12 @@ func (s *Session) cut(final bool) (*Interval, error) {
 		return nil, err
 	}
 	iv.Profile, iv.Wakeups = ps.OffCPU, ps.Wakeups
+	if s.gor != nil {
+		if iv.Goroutines, err = s.gor.cut(symbolize.NewSymbolizer(s.procs), final, s.startMono, now, iv.Start, iv.Duration); err != nil {
+			return nil, err
+		}
+		iv.Stats.Goroutines = s.gor.statsCopy()
+	}
 	if !final {
 		c.mapMu.Lock()
 		s.evict(dead.threads, dead.procs, d.stacks)

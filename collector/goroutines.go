@@ -30,6 +30,21 @@ type goRecorder struct {
 	links map[uint32]link.Link // by process
 	procs map[uint32]*goRuntime
 	stats GoroutineStats
+
+	// Label sets moved out of go_links (goLinks), and the mover's stop.
+	linkMu   sync.Mutex
+	labels   map[bpf.GoroutinesGoLinkKey]goLabels
+	linkUse  map[bpf.GoroutinesGoLinkKey]int // the last cut that used a set
+	cuts     int
+	stopMove chan struct{}
+	moved    sync.WaitGroup
+}
+
+// goLabels is one label set: the pairs, in the order the program keeps
+// them (sorted by key from go1.24), and whether some were cut short.
+type goLabels struct {
+	pairs     [][2]string
+	truncated bool
 }
 
 // GoroutineStats describes the goroutine waits recorded.
@@ -48,8 +63,15 @@ type GoroutineStats struct {
 	LostStack uint64 `json:"lost_stacks"` // stack map full: counted without a stack
 	// ReusedStacks: parks and wake-ups at the place of the goroutine's previous one,
 	// whose stack was reused rather than walked again.
-	ReusedStacks uint64   `json:"reused_stacks"`
-	Skipped      []string `json:"skipped,omitempty"`
+	ReusedStacks uint64 `json:"reused_stacks"`
+	// Label sets (pprof labels) read, the waits counted without theirs
+	// (label map full), and the sets cut short (more than 8 labels, a key
+	// over 32 bytes or a value over 64).
+	LabelSets      uint64   `json:"label_sets"`
+	LostLabelSets  uint64   `json:"lost_label_sets"`
+	TruncatedLabel uint64   `json:"truncated_label_sets"`
+	ShedLabelSets  uint64   `json:"shed_label_sets"` // past the recording's bound (262,144 sets)
+	Skipped        []string `json:"skipped,omitempty"`
 }
 
 func newGoRecorder(maxGoroutines int) (*goRecorder, error) {
@@ -60,11 +82,83 @@ func newGoRecorder(maxGoroutines int) (*goRecorder, error) {
 	if maxGoroutines > 0 {
 		spec.Maps[bpf.GoroutinesMapGoParked].MaxEntries = uint32(maxGoroutines)
 	}
-	r := &goRecorder{links: map[uint32]link.Link{}, procs: map[uint32]*goRuntime{}}
+	r := &goRecorder{links: map[uint32]link.Link{}, procs: map[uint32]*goRuntime{},
+		labels: map[bpf.GoroutinesGoLinkKey]goLabels{}, linkUse: map[bpf.GoroutinesGoLinkKey]int{}, stopMove: make(chan struct{})}
 	if err := spec.LoadAndAssign(&r.objs, nil); err != nil {
 		return nil, fmt.Errorf("loading the goroutine probe: %w", err)
 	}
+	r.moved.Add(1)
+	go r.moveLinks()
 	return r, nil
+}
+
+// linkEvery: how often label sets are moved out of the kernel's map, which
+// holds 8,192: a server starting more labelled requests than that in the
+// time loses the labels of the rest (counted).
+const linkEvery = 250 * time.Millisecond
+
+// maxLabelSets bounds the label sets a recording keeps (about 50 MiB at
+// most): past it a wait keeps its time, not its labels (counted).
+const maxLabelSets = 1 << 18
+
+func (r *goRecorder) moveLinks() {
+	defer r.moved.Done()
+	t := time.NewTicker(linkEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stopMove:
+			return
+		case <-t.C:
+			r.takeLinks()
+		}
+	}
+}
+
+// takeLinks moves the label sets the probe read into r.labels: the probe
+// reads a set again if its goroutine parks with it after.
+func (r *goRecorder) takeLinks() {
+	var k bpf.GoroutinesGoLinkKey
+	var v bpf.GoroutinesGoLinkVal
+	var keys []bpf.GoroutinesGoLinkKey
+	it := r.objs.GoLinks.Iterate()
+	r.linkMu.Lock()
+	for it.Next(&k, &v) {
+		keys = append(keys, k)
+		if _, ok := r.labels[k]; ok {
+			continue
+		}
+		if len(r.labels) >= maxLabelSets {
+			r.stats.ShedLabelSets++
+			continue
+		}
+		r.labels[k] = decodeLabels(&v)
+	}
+	r.linkMu.Unlock()
+	if len(keys) > 0 {
+		r.objs.GoLinks.BatchDelete(keys, nil)
+	}
+}
+
+// decodeLabels reads one label set of the probe's.
+func decodeLabels(v *bpf.GoroutinesGoLinkVal) goLabels {
+	l := goLabels{truncated: v.Flags&bpf.GoLinkTruncated != 0}
+	str := func(b []int8, n uint8) string {
+		out := make([]byte, min(int(n), len(b)))
+		for i := range out {
+			out[i] = byte(b[i])
+		}
+		return string(out)
+	}
+	for i := 0; i < int(min(v.N, uint32(len(v.L)))); i++ {
+		e := &v.L[i]
+		if e.Klen == 0 {
+			continue
+		}
+		l.pairs = append(l.pairs, [2]string{str(e.Key[:], e.Klen), str(e.Value[:], e.Vlen)})
+	}
+	sort.Slice(l.pairs, func(i, j int) bool { return l.pairs[i][0] < l.pairs[j][0] })
+	return l
 }
 
 // add probes process pid if it runs a Go executable; other processes are
@@ -149,7 +243,20 @@ func (r *goRecorder) detach() {
 
 func (r *goRecorder) close() {
 	r.detach()
+	r.stopLinks()
 	r.objs.Close()
+}
+
+// stopLinks stops the mover (once); drain takes what is left.
+func (r *goRecorder) stopLinks() {
+	r.linkMu.Lock()
+	select {
+	case <-r.stopMove:
+	default:
+		close(r.stopMove)
+	}
+	r.linkMu.Unlock()
+	r.moved.Wait()
 }
 
 // goWait is one aggregated row: a goroutine's waits with the same reason,
@@ -184,7 +291,7 @@ func (r *goRecorder) drain(start, end uint64) (waits []goWait, stacks map[uint64
 		}
 		park := max(p.ParkNs, start)
 		w := goWait{key: bpf.GoroutinesGoKey{Tgid: gk.Tgid, Reason: uint16(p.Reason), Goid: p.Goid, Stack: p.Stack,
-			WakerStack: p.WakerStack, WakerGoid: p.WakerGoid, WakerWaitStack: p.WakerWaitStack, Gopc: p.Gopc, Startpc: p.Startpc}, open: true}
+			WakerStack: p.WakerStack, WakerGoid: p.WakerGoid, WakerWaitStack: p.WakerWaitStack, Gopc: p.Gopc, Startpc: p.Startpc, Link: p.Link}, open: true}
 		if p.ParkNs < start || p.Flags&goBeforeStart != 0 {
 			w.key.Flags |= goBeforeStart
 		}
@@ -200,7 +307,14 @@ func (r *goRecorder) drain(start, end uint64) (waits []goWait, stacks map[uint64
 		waits = append(waits, w)
 		r.stats.Open++
 	}
-	stacks = map[uint64][]uint64{}
+	r.stopLinks() // the window is closed: one last move, no more races
+	r.takeLinks()
+	return waits, r.readStacks()
+}
+
+// readStacks reads the stacks the waits refer to, and the counters.
+func (r *goRecorder) readStacks() map[uint64][]uint64 {
+	stacks := map[uint64][]uint64{}
 	var h uint64
 	var st bpf.GoroutinesGoStack
 	sit := r.objs.GoStacks.Iterate()
@@ -220,7 +334,8 @@ func (r *goRecorder) drain(start, end uint64) (waits []goWait, stacks map[uint64
 		bpf.GoroutinesGoStatGO_STAT_RUNS: &r.stats.Runs, bpf.GoroutinesGoStatGO_STAT_LOST_PARKS: &r.stats.LostParks,
 		bpf.GoroutinesGoStatGO_STAT_LOST_WAITS: &r.stats.LostWaits, bpf.GoroutinesGoStatGO_STAT_LOST_STACKS: &r.stats.LostStack,
 		bpf.GoroutinesGoStatGO_STAT_UNSEEN: &r.stats.Unseen, bpf.GoroutinesGoStatGO_STAT_MERGED: &r.stats.Merged,
-		bpf.GoroutinesGoStatGO_STAT_REUSED: &r.stats.ReusedStacks} {
+		bpf.GoroutinesGoStatGO_STAT_REUSED: &r.stats.ReusedStacks, bpf.GoroutinesGoStatGO_STAT_LINKS: &r.stats.LabelSets,
+		bpf.GoroutinesGoStatGO_STAT_LOST_LINKS: &r.stats.LostLabelSets} {
 		if err := r.objs.GoStats.Lookup(uint32(i), &per); err == nil {
 			*dst = 0
 			for _, n := range per {
@@ -228,8 +343,69 @@ func (r *goRecorder) drain(start, end uint64) (waits []goWait, stacks map[uint64
 			}
 		}
 	}
-	return waits, stacks
+	return stacks
 }
+
+// cut is a continuous recording's goroutine profile of one interval: the
+// waits that ended in it, taken out of the maps (a wait counts whole in
+// the interval it ended in); at the final cut, those still open too, up
+// to end. Label sets no wait used for linkCuts cuts are forgotten.
+func (r *goRecorder) cut(sym *symbolize.Symbolizer, final bool, start, end uint64, t0 time.Time, dur time.Duration) (*profile.Profile, error) {
+	var waits []goWait
+	var stacks map[uint64][]uint64
+	if final {
+		waits, stacks = r.drain(start, end)
+	} else {
+		for _, m := range []*ebpf.Map{r.objs.GoWaits, r.objs.GoWaitsMerged} {
+			var k bpf.GoroutinesGoKey
+			var v bpf.GoroutinesGoVal
+			var keys []bpf.GoroutinesGoKey
+			it := m.Iterate()
+			for it.Next(&k, &v) {
+				keys = append(keys, k)
+			}
+			for _, k := range keys {
+				if err := m.LookupAndDelete(&k, &v); err == nil {
+					waits = append(waits, goWait{key: k, val: v})
+				}
+			}
+		}
+		r.takeLinks()
+		stacks = r.readStacks()
+	}
+	p, err := r.profile(sym, waits, stacks, t0, dur)
+	r.linkMu.Lock()
+	defer r.linkMu.Unlock()
+	r.cuts++
+	for _, w := range waits {
+		if w.key.Link != 0 {
+			r.linkUse[bpf.GoroutinesGoLinkKey{Tgid: w.key.Tgid, Id: w.key.Link}] = r.cuts
+		}
+	}
+	for k := range r.labels {
+		if u, ok := r.linkUse[k]; !ok {
+			r.linkUse[k] = r.cuts
+		} else if r.cuts-u > linkCuts {
+			delete(r.labels, k)
+			delete(r.linkUse, k)
+		}
+	}
+	return p, err
+}
+
+// statsCopy is the counters so far.
+func (r *goRecorder) statsCopy() *GoroutineStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.stats
+	st.Skipped = append([]string(nil), r.stats.Skipped...)
+	return &st
+}
+
+// linkCuts: a label set unused this many cuts is forgotten (a wait still
+// open that long ends without its labels; counted as not read).
+const linkCuts = 4
+
 
 // profile builds the goroutine profile: a sample per row, at the park's
 // stack, with the goroutine, its reason, the waker goroutine and its
@@ -265,6 +441,7 @@ func (r *goRecorder) profile(sym *symbolize.Symbolizer, waits []goWait, stacks m
 		}
 		return creators[k]
 	}
+	unnamed := 0
 	for _, w := range waits {
 		pid := w.key.Tgid
 		locs := b.stack(pid, nil, stacks[w.key.Stack], 0, true)
@@ -294,12 +471,34 @@ func (r *goRecorder) profile(sym *symbolize.Symbolizer, waits []goWait, stacks m
 		if iv := goInterval(w); iv != "" {
 			s.Label[schema.LabelInterval] = []string{iv}
 		}
+		if w.key.Link != 0 {
+			r.linkMu.Lock()
+			l, ok := r.labels[bpf.GoroutinesGoLinkKey{Tgid: pid, Id: w.key.Link}]
+			r.linkMu.Unlock()
+			for _, kv := range l.pairs {
+				s.Label[schema.ProgramLabelKey(kv[0])] = []string{kv[1]}
+			}
+			if !ok {
+				unnamed++
+			}
+		}
 		b.p.Sample = append(b.p.Sample, s)
 	}
 	p := b.p
 	p.Mapping = p.Mapping[1:] // no kernel frames: the executable's mapping comes first, as pprof's main file
 	p.TimeNanos, p.DurationNanos = start.UnixNano(), int64(dur)
+	r.linkMu.Lock()
+	r.stats.TruncatedLabel = 0
+	for _, l := range r.labels {
+		if l.truncated {
+			r.stats.TruncatedLabel++
+		}
+	}
+	r.linkMu.Unlock()
 	p.Comments = append(p.Comments, r.stats.comments()...)
+	if unnamed > 0 {
+		p.Comments = append(p.Comments, fmt.Sprintf("offcpu goroutines: %d rows whose label set was not read", unnamed))
+	}
 	if err := p.CheckValid(); err != nil {
 		return nil, fmt.Errorf("building the goroutine profile: %w", err)
 	}
@@ -332,8 +531,9 @@ func goCreator(sym *symbolize.Symbolizer, pid uint32, pc uint64) string {
 
 // comments are the profile's comments on what was recorded and lost.
 func (st *GoroutineStats) comments() []string {
-	out := []string{fmt.Sprintf("offcpu goroutines: processes=%d parks=%d readies=%d runs=%d open=%d unseen=%d lost_parks=%d lost_waits=%d lost_stacks=%d merged_waits=%d reused_stacks=%d",
-		st.Processes, st.Parks, st.Readies, st.Runs, st.Open, st.Unseen, st.LostParks, st.LostWaits, st.LostStack, st.Merged, st.ReusedStacks)}
+	out := []string{fmt.Sprintf("offcpu goroutines: processes=%d parks=%d readies=%d runs=%d open=%d unseen=%d lost_parks=%d lost_waits=%d lost_stacks=%d merged_waits=%d reused_stacks=%d label_sets=%d lost_label_sets=%d truncated_label_sets=%d shed_label_sets=%d",
+		st.Processes, st.Parks, st.Readies, st.Runs, st.Open, st.Unseen, st.LostParks, st.LostWaits, st.LostStack, st.Merged, st.ReusedStacks,
+		st.LabelSets, st.LostLabelSets, st.TruncatedLabel, st.ShedLabelSets)}
 	for _, s := range st.Skipped {
 		out = append(out, "skipped: "+s)
 	}

@@ -29,17 +29,22 @@ import (
 // unprofiled one (uprobe traps included). The kernel's BPF statistics
 // cost every program run two clock reads, so they are on only in one
 // extra run, after the rounds, that measures the time per park.
-// OFFCPU_GOPARKS="WORK_US SECONDS REPEATS" (default "40 3 3"). As root:
+// OFFCPU_GOPARKS="WORK_US SECONDS REPEATS" (default "40 3 3");
+// OFFCPU_GOPARKS_LABELS=N: every goroutine puts a new set of pprof labels
+// on itself every N messages (a request's), read by the probe. As root:
 //
 //	go test -run XXX -bench GoroutineParks -benchtime 1x ./collector
 func BenchmarkGoroutineParks(b *testing.B) {
 	requireBPF(b)
 	work, secs, repeats := 40, 3, 3
 	benchEnv(b, "OFFCPU_GOPARKS", "WORK_US SECONDS REPEATS", &work, &secs, &repeats)
+	labels := 0
+	benchEnv(b, "OFFCPU_GOPARKS_LABELS", "N", &labels)
 	bin := filepath.Join(b.TempDir(), "goparks")
 	runBuild(b, "go", "build", "-o", bin, "./testdata/goparks")
 	type result struct{ rate, cpuPerMsg float64 }
 	var bpfPerPark, parksPerSec, runsPerPark float64
+	var labelSets uint64
 	modes := []string{"unprofiled", "threads", "threads+goroutines", "empty probe"}
 	results := map[string][]result{}
 	var stats io.Closer
@@ -50,7 +55,7 @@ func BenchmarkGoroutineParks(b *testing.B) {
 			mode = "threads+goroutines"
 			stats = enableBPFStats(b)
 		}
-		cmd := exec.Command(bin, fmt.Sprintf("%ds", secs), fmt.Sprintf("%dus", work), "8")
+		cmd := exec.Command(bin, fmt.Sprintf("%ds", secs), fmt.Sprintf("%dus", work), "8", fmt.Sprint(labels))
 		var out strings.Builder
 		cmd.Stdout = &out
 		var s *Session
@@ -96,6 +101,7 @@ func BenchmarkGoroutineParks(b *testing.B) {
 				bpfPerPark = float64(runtime) / float64(g.Parks)
 				parksPerSec = float64(g.Parks) / float64(secs)
 				runsPerPark = float64(runs) / float64(g.Parks)
+				labelSets = g.LabelSets
 			}
 		}
 		var msgs, cpu int64
@@ -132,7 +138,7 @@ func BenchmarkGoroutineParks(b *testing.B) {
 		slices.Sort(paired)
 		line += fmt.Sprintf("  paired %.3f× (%.3f–%.3f)", paired[len(paired)/2], paired[0], paired[len(paired)-1])
 		if mode == "threads+goroutines" {
-			line += fmt.Sprintf("  %.0f parks/s, BPF %.0f ns/park in %.2f runs (an extra run with BPF statistics on)", parksPerSec, bpfPerPark, runsPerPark)
+			line += fmt.Sprintf("  %.0f parks/s, BPF %.0f ns/park in %.2f runs (an extra run with BPF statistics on), %d label sets read", parksPerSec, bpfPerPark, runsPerPark, labelSets)
 		}
 		b.Log(line)
 	}

@@ -553,10 +553,13 @@ func TestManyGoroutines(t *testing.T) {
 		t.Logf("%s %s: trace %.1f s, offcpu %.1f s", k.fn, k.class, float64(w)/1e9, float64(g)/1e9)
 		if k.class == "sleep" && (w < least*99/100 || math.Abs(float64(g-w)) > 0.05*float64(w)) {
 			// Also seen (a full -race suite on a loaded machine): the
-			// trace at 113 s, offcpu at 135 s, both possible.
-			t.Logf("the trace's %.1f s for 100,000 sleeps of 1 ms is impossible or off offcpu's by more than 5%%: offcpu checked against [%.0f s, %.0f s]", float64(w)/1e9, float64(least)/1e9, 1.5*float64(least)/1e9)
-			if g < least || g > least*3/2 {
-				t.Errorf("%s %s: offcpu %.1f s, want within [%.0f s, %.0f s]", k.fn, k.class, float64(g)/1e9, float64(least)/1e9, 1.5*float64(least)/1e9)
+			// trace at 113 s, offcpu at 135 s, both possible; and in CI
+			// the trace at 103 s, offcpu at 171.5 s (timers run late by
+			// 0.7 ms on average with 2 CPUs busy): the bound is the
+			// floor and a timer late by 1.5 ms on average.
+			t.Logf("the trace's %.1f s for 100,000 sleeps of 1 ms is impossible or off offcpu's by more than 5%%: offcpu checked against [%.0f s, %.0f s]", float64(w)/1e9, float64(least)/1e9, 2.5*float64(least)/1e9)
+			if g < least || g > least*5/2 {
+				t.Errorf("%s %s: offcpu %.1f s, want within [%.0f s, %.0f s]", k.fn, k.class, float64(g)/1e9, float64(least)/1e9, 2.5*float64(least)/1e9)
 			}
 			continue
 		}

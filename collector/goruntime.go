@@ -35,9 +35,10 @@ var errNotGo = errors.New("not a Go executable")
 // m.morebuf, before m.curg). Checked against DWARF by TestGoOffsetsTable:
 // 1.19 (Debian's golang-1.19-go) and the building toolchain; 1.27.3 by
 // hand (same as 1.26). The rows between follow from the source alone.
-// g.gopc (who created the goroutine) and g.startpc (what it runs) only
-// where DWARF of that release was read (1.19: 296 and 312, 1.26: 288 and
-// 304); elsewhere 0: unknown, and goroutines are grouped by their frames.
+// g.gopc (who created the goroutine), g.startpc (what it runs) and
+// g.labels (pprof labels) only where DWARF of that release was read (1.19:
+// 296, 312 and 360; 1.26: 288, 304 and 352); elsewhere 0: unknown, and
+// goroutines are grouped by their frames, without labels.
 var goOffsetTable = map[string]bpf.GoroutinesGoOffsets{
 	"go1.19": go119, "go1.20": go120, "go1.21": go120, "go1.22": go120,
 	"go1.23": go123, "go1.24": go123,
@@ -45,11 +46,11 @@ var goOffsetTable = map[string]bpf.GoroutinesGoOffsets{
 }
 
 var (
-	go119 = bpf.GoroutinesGoOffsets{Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 104, M_curg: 192, Gopc: 296, Startpc: 312}
+	go119 = bpf.GoroutinesGoOffsets{Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 104, M_curg: 192, Gopc: 296, Startpc: 312, Labels: 360}
 	go120 = bpf.GoroutinesGoOffsets{Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 104, M_curg: 192}
 	go123 = bpf.GoroutinesGoOffsets{Goid: 160, Waitreason: 184, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 104, M_curg: 192}
 	go125 = bpf.GoroutinesGoOffsets{Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 96, M_curg: 184}
-	go126 = bpf.GoroutinesGoOffsets{Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 96, M_curg: 184, Gopc: 288, Startpc: 304}
+	go126 = bpf.GoroutinesGoOffsets{Goid: 152, Waitreason: 176, M: 48, SchedSp: 56, SchedPc: 64, SchedBp: 96, M_curg: 184, Gopc: 288, Startpc: 304, Labels: 352}
 )
 
 // readGoRuntime reads a Go executable's runtime description.
@@ -74,6 +75,7 @@ func readGoRuntime(path string) (*goRuntime, error) {
 	} else {
 		return nil, fmt.Errorf("%s: built with %s and without DWARF: its runtime's layout is not known (known: go1.19 to go1.27, or any release built with DWARF)", path, bi.GoVersion)
 	}
+	rt.offsets.LabelLayout = goLabelLayout(bi.GoVersion)
 	if err := checkGoOffsets(rt.offsets); err != nil {
 		return nil, fmt.Errorf("%s (%s): %w", path, bi.GoVersion, err)
 	}
@@ -108,6 +110,19 @@ func checkGoOffsets(o bpf.GoroutinesGoOffsets) error {
 	return nil
 }
 
+// goLabelLayout: how runtime/pprof keeps a goroutine's labels, a map
+// before go1.24 and a sorted slice from it (runtime/pprof/label.go).
+func goLabelLayout(version string) uint32 {
+	var minor int
+	if _, err := fmt.Sscanf(goMinor(version), "go1.%d", &minor); err != nil || minor < 19 {
+		return bpf.GoLabelsNone
+	}
+	if minor < 24 {
+		return bpf.GoLabelsMap
+	}
+	return bpf.GoLabelsSlice
+}
+
 // goMinor is "go1.26" of "go1.26.8" (or of "go1.26rc1").
 func goMinor(v string) string {
 	parts := strings.SplitN(v, ".", 3)
@@ -128,7 +143,7 @@ func goOffsetsDWARF(ef *elf.File) (bpf.GoroutinesGoOffsets, bool) {
 		return bpf.GoroutinesGoOffsets{}, false
 	}
 	want := map[string][]string{
-		"runtime.g":     {"goid", "waitreason", "m", "sched", "gopc", "startpc"},
+		"runtime.g":     {"goid", "waitreason", "m", "sched", "gopc", "startpc", "labels"},
 		"runtime.gobuf": {"sp", "pc", "bp"},
 		"runtime.m":     {"curg"},
 	}
@@ -168,7 +183,7 @@ func goOffsetsDWARF(ef *elf.File) (bpf.GoroutinesGoOffsets, bool) {
 			break
 		}
 	}
-	if len(got) != 10 {
+	if len(got) != 11 {
 		return bpf.GoroutinesGoOffsets{}, false
 	}
 	sched := got["runtime.g.sched"]
@@ -176,7 +191,7 @@ func goOffsetsDWARF(ef *elf.File) (bpf.GoroutinesGoOffsets, bool) {
 		Goid: uint32(got["runtime.g.goid"]), Waitreason: uint32(got["runtime.g.waitreason"]), M: uint32(got["runtime.g.m"]),
 		SchedSp: uint32(sched + got["runtime.gobuf.sp"]), SchedPc: uint32(sched + got["runtime.gobuf.pc"]),
 		SchedBp: uint32(sched + got["runtime.gobuf.bp"]), M_curg: uint32(got["runtime.m.curg"]), Gopc: uint32(got["runtime.g.gopc"]),
-		Startpc: uint32(got["runtime.g.startpc"]),
+		Startpc: uint32(got["runtime.g.startpc"]), Labels: uint32(got["runtime.g.labels"]),
 	}, true
 }
 

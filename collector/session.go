@@ -377,7 +377,10 @@ func (s *Session) Stop() (*profile.Profile, error) {
 		} else {
 			s.profiles, s.stopErr = s.build(d)
 		}
-		if s.gor != nil && s.stopErr == nil {
+		if s.gor != nil && s.cont != nil {
+			s.stats.Goroutines = s.gor.statsCopy()
+		}
+		if s.gor != nil && s.stopErr == nil && s.cont == nil { // continuous: cut per interval
 			waits, stacks := s.gor.drain(s.startMono, s.stopMono)
 			s.stats.Goroutines = &s.gor.stats
 			s.profiles.Goroutines, s.stopErr = s.gor.profile(symbolize.NewSymbolizer(s.procs), waits, stacks, s.start, s.stats.Duration)

@@ -6,6 +6,7 @@ package otlp
 
 import (
 	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"hash/maphash"
 	"sort"
@@ -25,6 +26,11 @@ const (
 	TypeRunQueue = "runqueue" // runnable, waiting for a CPU
 	TypeWakeups  = "wakeups"  // wake-ups, at the waker's stack
 	TypeCPU      = "cpu"      // on a CPU
+	// Goroutine waits (offcpu record --goroutines): park to runnable, and
+	// runnable to running. Apart from the threads' off-CPU time, which
+	// the same waits are part of when the thread blocks too.
+	TypeGoroutineBlocked  = "goroutine_blocked"
+	TypeGoroutineRunQueue = "goroutine_runqueue"
 )
 
 // Attribute keys. Resource attributes follow the semantic conventions;
@@ -127,7 +133,11 @@ func stackHash(seed maphash.Seed, st *schema.Stack) uint64 {
 	if st.WakerDispatching {
 		flags |= 2
 	}
+	if st.InTrace() {
+		flags |= 4
+	}
 	h.WriteByte(flags)
+	h.WriteString(st.InRequestWhy)
 	for _, frames := range [][]schema.Frame{st.Frames, st.WakerFrames} {
 		for _, f := range frames {
 			h.WriteString(f.Name)
@@ -159,8 +169,13 @@ type Counts struct {
 // dictionary of its own samples (a process may span two). The profiles
 // are read a sample at a time: what an interval holds at once is the
 // pprof profiles, the messages and a few words per sample.
-func (c *Converter) Convert(start time.Time, dur time.Duration, off, wake *profile.Profile) ([]pprofile.Profiles, Counts, error) {
+func (c *Converter) Convert(start time.Time, dur time.Duration, off, wake *profile.Profile, gor ...*profile.Profile) ([]pprofile.Profiles, Counts, error) {
 	es, err := c.entries(off, wake)
+	if err == nil {
+		for _, gp := range gor {
+			es, err = c.goroutineEntries(es, gp)
+		}
+	}
 	if err != nil {
 		return nil, Counts{}, err
 	}
@@ -269,6 +284,32 @@ func (c *Converter) entries(off, wake *profile.Profile) ([]entry, error) {
 	return es, nil
 }
 
+// goroutineEntries appends a goroutine profile's waits: blocked, and
+// waiting for a CPU after, each blocked one with its category.
+func (c *Converter) goroutineEntries(es []entry, gp *profile.Profile) ([]entry, error) {
+	if gp == nil {
+		return es, nil
+	}
+	d, err := schema.FromProfile(gp)
+	if err != nil {
+		return es, fmt.Errorf("reading the goroutine profile: %w", err)
+	}
+	for i := range d.Stacks {
+		st := &d.Stacks[i]
+		if st.Kind != schema.KindOffCPU || st.Sample == nil {
+			continue
+		}
+		e := entry{typ: TypeGoroutineBlocked, s: st.Sample, value: st.Value, pid: st.PID}
+		if st.WaitsForCPU() {
+			e.typ, e.verdict = TypeGoroutineRunQueue, verdictWaitsForCPU
+		} else if c.Rules != nil {
+			e.category, e.verdict = c.categorize(st)
+		}
+		es = append(es, e)
+	}
+	return es, nil
+}
+
 // builder fills one Profiles message and its shared dictionary.
 type builder struct {
 	c          *Converter
@@ -282,6 +323,7 @@ type builder struct {
 	mappings   map[*profile.Mapping]int32
 	locs       map[*profile.Location]int32
 	stacks     map[string]int32
+	links      map[[24]byte]int32
 	resources  map[int64]*resource
 	counts     Counts
 	stackBuf   []byte
@@ -302,7 +344,7 @@ func newBuilder(c *Converter, start time.Time, dur time.Duration) *builder {
 	b := &builder{c: c, out: pprofile.NewProfiles(), start: start, dur: dur,
 		strs: map[string]int32{}, attrs: map[attrKey]int32{},
 		funcs: map[*profile.Function]int32{}, mappings: map[*profile.Mapping]int32{}, locs: map[*profile.Location]int32{},
-		stacks: map[string]int32{}, resources: map[int64]*resource{}, counts: Counts{Values: map[string]int64{}}}
+		stacks: map[string]int32{}, links: map[[24]byte]int32{}, resources: map[int64]*resource{}, counts: Counts{Values: map[string]int64{}}}
 	b.dict = b.out.Dictionary()
 	// Index 0 of every table is the zero value, as the format asks.
 	b.str("")
@@ -466,8 +508,35 @@ func (b *builder) add(e *entry) {
 			ai.Append(b.attr(AttrWakeupClass, class))
 		}
 	}
+	for k, v := range schema.ProgramLabels(s) {
+		ai.Append(b.attr(k, v))
+	}
+	if li := b.link(label(s, schema.LabelTraceID), label(s, schema.LabelSpanID)); li != 0 {
+		smp.SetLinkIndex(li)
+	}
 	b.counts.Values[typ] += e.value
 	b.counts.Samples++
+}
+
+// link returns the link table index of a trace and span id (W3C, hex):
+// 0, the table's zero entry, when the trace id is not one.
+func (b *builder) link(trace, span string) int32 {
+	var k [24]byte
+	if n, err := hex.Decode(k[:16], []byte(trace)); err != nil || n != 16 || len(trace) != 32 {
+		return 0
+	}
+	if n, err := hex.Decode(k[16:], []byte(span)); err != nil || n != 8 || len(span) != 16 {
+		clear(k[16:]) // a trace without a span: the link names the trace
+	}
+	if i, ok := b.links[k]; ok {
+		return i
+	}
+	i := int32(b.dict.LinkTable().Len())
+	l := b.dict.LinkTable().AppendEmpty()
+	l.SetTraceID(pcommon.TraceID(k[:16]))
+	l.SetSpanID(pcommon.SpanID(k[16:]))
+	b.links[k] = i
+	return i
 }
 
 // stack returns the stack table index of locs (leaf first, as in pprof

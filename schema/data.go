@@ -84,6 +84,9 @@ type Stack struct {
 	// network polls and timers). Thread is the goroutine's start function.
 	Goid, WakerGoid int64
 	Reason          string
+	// Links: the labels the program put on the waiting goroutine or thread
+	// (ProgramLabels), by its own keys; nil: none.
+	Links map[string]string
 	// Sample is the pprof sample the stack was read from (nil for folded
 	// input); several stacks share one when its wait for a CPU is split.
 	Sample *profile.Sample
@@ -279,7 +282,7 @@ func (r *SampleReader) Stacks(dst []Stack, s *profile.Sample) []Stack {
 		st := Stack{Kind: KindOffCPU, Thread: th, Frames: fr, Value: v, Sample: s, State: sampleLabel(s, LabelState), Waker: sampleLabel(s, LabelWaker),
 			Class: sampleLabel(s, LabelWakeupClass), Process: sampleLabel(s, LabelProcess), WakerProcess: sampleLabel(s, LabelWakerProcess),
 			PID: numLabel(s, LabelPID), TID: numLabel(s, LabelTID), WakerPID: numLabel(s, LabelWakerPID),
-			WakerTID: numLabel(s, LabelWakerTID), WakerFrames: r.parse(sampleLabel(s, LabelWakerStack))}
+			WakerTID: numLabel(s, LabelWakerTID), WakerFrames: r.parse(sampleLabel(s, LabelWakerStack)), Links: ProgramLabels(s)}
 		if r.cntIdx >= 0 {
 			st.Count = s.Value[r.cntIdx]
 		}
@@ -312,7 +315,7 @@ func (d *Data) addGoroutines(p *profile.Profile, blockedIdx int) {
 		st := Stack{Kind: KindOffCPU, Thread: goroutineGroup(sampleLabel(s, LabelGoStart), fr), Frames: fr, Value: s.Value[blockedIdx],
 			Process: sampleLabel(s, LabelProcess), PID: numLabel(s, LabelPID), Goid: numLabel(s, LabelGoid),
 			Reason: sampleLabel(s, LabelReason), WakerGoid: numLabel(s, LabelWakerGoid), WakerFrames: ParseWakerStack(sampleLabel(s, LabelWakerStack)),
-			Creator: sampleLabel(s, LabelGoCreator)}
+			Creator: sampleLabel(s, LabelGoCreator), Links: ProgramLabels(s)}
 		switch {
 		case st.WakerGoid != 0:
 			st.Waker, st.WakerPID, st.WakerProcess = goroutineGroup("", st.WakerFrames), st.PID, st.Process

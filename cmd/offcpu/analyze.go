@@ -30,6 +30,9 @@ type analyzeFlags struct {
 	from, to string
 	// With --explain: the waker's side.
 	wakerStack, waker, class string
+	// One request's waits (--span, --trace), or blocked time per value of
+	// a program's label (--by).
+	span, trace, by string
 }
 
 func newAnalyzeCmd() *cobra.Command {
@@ -45,6 +48,8 @@ rules are printed by --print-rules). A directory stands for the profiles
 in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 		Example: `  offcpu analyze run.pb.gz run.wakeups.pb.gz
   offcpu analyze --threads '^(broker-io|ml-worker|topic-worker)' --format markdown bench-out/baseline-1
+  offcpu analyze --by http.route goroutines.pb.gz
+  offcpu analyze --span 00f067aa0ba902b7 goroutines.pb.gz
   offcpu analyze --print-rules > rules.yaml
   offcpu analyze --explain 'nginx;main;ngx_process_events_and_timers;epoll_wait;-;do_epoll_wait'
   offcpu analyze --explain 'postgres;main;ProcSleep;WaitLatch;epoll_wait;-;do_epoll_wait' \
@@ -75,6 +80,9 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 			if len(args) == 0 {
 				return fmt.Errorf("give at least one profile, folded-stack file or run directory")
 			}
+			if f.by != "" {
+				return analyzeByLabel(cmd.OutOrStdout(), f, args)
+			}
 			rep, err := analyzeFiles(f, args)
 			if err != nil {
 				return err
@@ -102,7 +110,33 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 	fl.StringVar(&f.waker, "waker", "", "with --explain: who woke the thread ("+strings.Join(analysis.WakerRelations, ", ")+")")
 	fl.StringVar(&f.wakerStack, "waker-stack", "", "with --explain: the waker's stack (folded: user frames;-;kernel frames)")
 	fl.StringVar(&f.class, "wakeup-class", "", "with --explain: the wake-up's class (futex, eventfd, pipe/socket, timer, block-io, net-rx, ...)")
+	fl.StringVar(&f.span, "span", "", "only the waits that carry this span_id (a request's span: Go's pprof labels, offcpu record --goroutines)")
+	fl.StringVar(&f.trace, "trace", "", "only the waits that carry this trace_id (every span of one trace)")
+	fl.StringVar(&f.by, "by", "", "blocked time per value of this program label (http.route, a tenant, span_id) with each value's top causes")
+	cmd.MarkFlagsMutuallyExclusive("span", "trace")
 	return cmd
+}
+
+// analyzeByLabel writes the blocked time per value of the label --by.
+func analyzeByLabel(w io.Writer, f *analyzeFlags, args []string) error {
+	data, rules, opts, _, err := loadAnalysis(f, args)
+	if err != nil {
+		return err
+	}
+	analysis.Analyze(data, rules, opts) // marks the waits inside requests and chains
+	rows := analysis.ByLabel(data, rules, f.by, f.top)
+	if len(rows) == 0 {
+		return noLabel(data, "--by "+f.by, f.by)
+	}
+	return analysis.WriteByLabel(w, f.by, rows, f.format)
+}
+
+// noLabel is the error for a label no wait carries, naming those that do.
+func noLabel(data *schema.Data, flag, key string) error {
+	if keys := analysis.LabelKeys(data); len(keys) > 0 {
+		return fmt.Errorf("%s: no wait carries that label; the waits carry %s", flag, strings.Join(keys, ", "))
+	}
+	return fmt.Errorf("%s: no wait carries a program's label: record with --goroutines a Go program that sets pprof labels (pprof.Do) to get %s", flag, key)
 }
 
 // explainWaker gives a stack to explain the waker --waker, --waker-stack
@@ -278,6 +312,23 @@ func loadAnalysis(f *analyzeFlags, args []string) (*schema.Data, *analysis.Rules
 	data, err := analysis.Load(unit, files...)
 	if err != nil {
 		return nil, nil, none, nil, err
+	}
+	for _, l := range [][3]string{{"--span", schema.LabelSpanID, f.span}, {"--trace", schema.LabelTraceID, f.trace}} {
+		if l[2] == "" {
+			continue
+		}
+		values := map[string]bool{}
+		for i := range data.Stacks {
+			if v, ok := data.Stacks[i].Links[l[1]]; ok {
+				values[v] = true
+			}
+		}
+		if len(values) == 0 {
+			return nil, nil, none, nil, noLabel(data, l[0], l[1])
+		}
+		if analysis.KeepLinked(data, l[1], l[2]) == 0 {
+			return nil, nil, none, nil, fmt.Errorf("%s %s: no wait carries it (%d values of %s recorded: offcpu analyze --by %s lists them)", l[0], l[2], len(values), l[1], l[1])
+		}
 	}
 	return data, rules, analysis.Options{Threads: re, Messages: messages, Top: f.top}, ivs, nil
 }

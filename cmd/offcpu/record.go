@@ -255,10 +255,10 @@ func (f *recordFlags) options(command []string) (collector.Options, error) {
 	if f.goroutines && len(f.pids) == 0 && len(command) == 0 {
 		return collector.Options{}, fmt.Errorf("--goroutines needs the Go programs to record: -p PID or a command after --")
 	}
-	if f.goroutines && f.agent.continuous {
-		return collector.Options{}, fmt.Errorf("--goroutines records one window: it does not work with --continuous yet")
+	if f.agent.continuous && (f.goroutinesOut != "" || f.goroutinesFolded != "") {
+		return collector.Options{}, fmt.Errorf("--goroutines-output and --goroutines-folded write one window: with --continuous each interval's goroutine waits go to --output-dir and the OTLP export")
 	}
-	if f.goroutines && f.goroutinesOut == "" {
+	if f.goroutines && f.goroutinesOut == "" && !f.agent.continuous {
 		f.goroutinesOut = strings.TrimSuffix(strings.TrimSuffix(f.output, ".gz"), ".pb") + ".goroutines.pb.gz"
 	}
 	if f.cpuFolded != "" && f.cpuHz == 0 {

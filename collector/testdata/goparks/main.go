@@ -1,13 +1,17 @@
 // goparks: pairs of goroutines hand a message back and forth over
 // unbuffered channels, each spinning WORK of CPU per message, so that
 // nearly every receive parks. Prints messages handed over and the
-// process's CPU time (ns) when DURATION is up.
-// Usage: goparks DURATION WORK PAIRS
+// process's CPU time (ns) when DURATION is up. With LABELS above 0, each
+// goroutine puts a new set of pprof labels (trace_id, span_id, route) on
+// itself every LABELS messages, as a server does per request.
+// Usage: goparks DURATION WORK PAIRS [LABELS]
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -16,6 +20,26 @@ import (
 )
 
 var sink atomic.Uint64
+
+// labels: messages per label set (0: none); sets counts them.
+var (
+	labels int
+	sets   atomic.Uint64
+)
+
+// relabel puts a new label set on the calling goroutine every labels
+// messages (n counts them).
+func relabel(n *int) {
+	if labels <= 0 {
+		return
+	}
+	if *n%labels == 0 {
+		id := sets.Add(1)
+		pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels(
+			"trace_id", fmt.Sprintf("%032x", id), "span_id", fmt.Sprintf("%016x", id), "http.route", "/ping")))
+	}
+	*n++
+}
 
 // spin burns about d of CPU without parking or making system calls.
 func spin(d time.Duration, perNs float64) {
@@ -40,9 +64,12 @@ func loopsPerNs() float64 {
 }
 
 func main() {
-	if len(os.Args) != 4 {
-		fmt.Fprintln(os.Stderr, "usage: goparks DURATION WORK PAIRS")
+	if len(os.Args) != 4 && len(os.Args) != 5 {
+		fmt.Fprintln(os.Stderr, "usage: goparks DURATION WORK PAIRS [LABELS]")
 		os.Exit(2)
+	}
+	if len(os.Args) == 5 {
+		labels, _ = strconv.Atoi(os.Args[4])
 	}
 	dur, err1 := time.ParseDuration(os.Args[1])
 	work, err2 := time.ParseDuration(os.Args[2])
@@ -60,7 +87,9 @@ func main() {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
+			n := 0
 			for {
+				relabel(&n)
 				spin(work, perNs)
 				select {
 				case ping <- 1:
@@ -76,7 +105,9 @@ func main() {
 		go func() {
 			defer wg.Done()
 			defer close(pong)
+			n := 0
 			for range ping {
+				relabel(&n)
 				spin(work, perNs)
 				select {
 				case pong <- 1:

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/offcpu/offcpu/otlp"
+	"github.com/offcpu/offcpu/schema"
+)
+
+// The labelled Go server (collector/testdata/golabels) recorded in
+// continuous mode with --goroutines: each interval's goroutine waits go
+// to --output-dir and to the collector, every labelled sample with its
+// trace and span as its OTLP link and its labels as attributes, and the
+// time per route over the intervals is the requests' own.
+func TestContinuousGoroutineLinks(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	bin, report := filepath.Join(dir, "golabels"), filepath.Join(dir, "report.json")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../collector/testdata/golabels").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	col := newTestCollector(t)
+	outDir := t.TempDir()
+	summary, err := run(t, "record", "--continuous", "--goroutines", "--interval", "1s", "--output-dir", outDir,
+		"--otlp-endpoint", col.grpc, "--otlp-insecure", "--", bin, report, "3s")
+	if err != nil {
+		t.Fatalf("record: %v\n%s", err, summary)
+	}
+	col.stop(t)
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reqs []struct {
+		Trace string `json:"trace_id"`
+		Span  string `json:"span_id"`
+		Route string `json:"route"`
+		Wait  int64  `json:"wait_ns"`
+	}
+	if err := json.Unmarshal(b, &reqs); err != nil {
+		t.Fatal(err)
+	}
+	spans, own := map[string]string{}, map[string]int64{}
+	for _, r := range reqs {
+		spans[r.Span] = r.Trace
+		own[r.Route] += r.Wait
+	}
+
+	// The intervals' goroutine profiles, per route.
+	files, _ := filepath.Glob(filepath.Join(outDir, "offcpu-*.goroutines.pb.gz"))
+	if len(files) < 3 {
+		t.Fatalf("%d goroutine profiles in --output-dir, want one per interval (3 or more):\n%s", len(files), summary)
+	}
+	byRoute := map[string]int64{}
+	for _, f := range files {
+		for _, s := range readProfile(t, f).Sample {
+			if r := schema.ProgramLabels(s)["http.route"]; r != "" {
+				byRoute[r] += s.Value[0] + s.Value[1]
+			}
+		}
+	}
+	for route, w := range own {
+		d := float64(byRoute[route]-w) / float64(w)
+		t.Logf("route %-7s intervals %8.1f ms, the requests' own %8.1f ms: %+.2f%%", route, float64(byRoute[route])/1e6, float64(w)/1e6, 100*d)
+		if math.Abs(d) > 0.02 {
+			t.Errorf("route %s: %.1f ms over the intervals, the requests' own %.1f ms", route, float64(byRoute[route])/1e6, float64(w)/1e6)
+		}
+	}
+
+	// OTLP: labelled goroutine samples link to their request's span.
+	var linked, labelled, wrong int
+	for _, m := range col.messages(t) {
+		dict := m.Dictionary()
+		strs := dict.StringTable()
+		eachProfile(m, func(_ pcommon.Resource, p pprofile.Profile) {
+			if typ := strs.At(int(p.SampleType().TypeStrindex())); typ != otlp.TypeGoroutineBlocked {
+				return
+			}
+			for i := 0; i < p.Samples().Len(); i++ {
+				s := p.Samples().At(i)
+				attrs, _ := pprofile.FromAttributeIndices(dict.AttributeTable(), s, dict)
+				route, ok := attrs.Get("http.route")
+				if !ok {
+					continue
+				}
+				labelled++
+				if s.LinkIndex() == 0 {
+					continue
+				}
+				l := dict.LinkTable().At(int(s.LinkIndex()))
+				span, trace := l.SpanID(), l.TraceID()
+				sid, tid := hex.EncodeToString(span[:]), hex.EncodeToString(trace[:])
+				if spans[sid] != tid || !strings.HasPrefix(route.Str(), "/") {
+					wrong++
+					continue
+				}
+				linked++
+			}
+		})
+	}
+	t.Logf("OTLP: %d labelled goroutine samples, %d linked to their request's span, %d wrong", labelled, linked, wrong)
+	if labelled == 0 || linked != labelled || wrong != 0 {
+		t.Errorf("OTLP: %d labelled goroutine samples, %d linked to their span, %d to another", labelled, linked, wrong)
+	}
+}

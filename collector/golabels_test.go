@@ -1,0 +1,204 @@
+package collector
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/schema"
+)
+
+// A Go HTTP server whose requests run under pprof.Do with trace_id,
+// span_id and http.route labels, each measuring its own waits (a mutex, a
+// channel a worker answers, a downstream service over loopback, a sleep):
+// the goroutine waits recorded carry the labels, and their time per span
+// and per route is the requests' own. Built with the building toolchain
+// (labels in a sorted slice) and Debian's Go 1.19 (in a map).
+func TestGoLabels(t *testing.T) {
+	requireBPF(t)
+	tools := map[string]string{"current": "go"}
+	if _, err := os.Stat(go119Bin); err == nil {
+		tools["go1.19"] = go119Bin
+	} else if os.Getenv("CI") != "" {
+		t.Fatalf("no %s: .ci/run installs golang-1.19-go", go119Bin)
+	}
+	for name, gobin := range tools {
+		t.Run(name, func(t *testing.T) { checkGoLabels(t, gobin) })
+	}
+}
+
+type labelledRequest struct {
+	Trace string `json:"trace_id"`
+	Span  string `json:"span_id"`
+	Route string `json:"route"`
+	Wait  int64  `json:"wait_ns"`
+}
+
+func checkGoLabels(t *testing.T, gobin string) {
+	dir := t.TempDir()
+	src, err := os.ReadFile("testdata/golabels/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "main.go"), src, 0o644)
+	os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module golabels\n\ngo 1.19\n"), 0o644)
+	bin, report := filepath.Join(dir, "golabels"), filepath.Join(dir, "report.json")
+	build := exec.Command(gobin, "build", "-o", bin, ".")
+	build.Dir = dir
+	build.Env = append(os.Environ(), "GOFLAGS=", "GOTOOLCHAIN=local")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("%s build: %v\n%s", gobin, err, out)
+	}
+	s, err := Start(context.Background(), Options{TargetsOnly: true, NoWakeups: true, Goroutines: true})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	cmd := exec.Command(bin, report, "2s")
+	cmd.Stderr = os.Stderr
+	if err := s.StartCommand(cmd); err != nil {
+		s.Stop()
+		t.Fatal(err)
+	}
+	runErr := cmd.Wait()
+	if _, err := s.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if runErr != nil {
+		t.Fatalf("the server: %v", runErr)
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reqs []labelledRequest
+	if err := json.Unmarshal(b, &reqs); err != nil {
+		t.Fatal(err)
+	}
+	gp := s.Profiles().Goroutines
+	st := s.Stats().Goroutines
+	t.Logf("%d requests; goroutine stats %+v", len(reqs), *st)
+	if st.LostLabelSets+st.ShedLabelSets+st.TruncatedLabel != 0 || st.LabelSets == 0 {
+		t.Errorf("label sets: %d read for %d requests, %d lost, %d shed, %d cut short", st.LabelSets, len(reqs), st.LostLabelSets, st.ShedLabelSets, st.TruncatedLabel)
+	}
+
+	// offcpu's time per span (blocked and waiting for a CPU after it: the
+	// request's clock runs through both) and per route.
+	type sum struct{ blocked, runq int64 }
+	bySpan, byRoute := map[string]*sum{}, map[string]int64{}
+	routeOf := map[string]string{}
+	for _, smp := range gp.Sample {
+		l := schema.ProgramLabels(smp)
+		if l["span_id"] == "" {
+			continue
+		}
+		v := bySpan[l["span_id"]]
+		if v == nil {
+			v = &sum{}
+			bySpan[l["span_id"]] = v
+		}
+		v.blocked += smp.Value[0]
+		v.runq += smp.Value[1]
+		byRoute[l["http.route"]] += smp.Value[0] + smp.Value[1]
+		routeOf[l["span_id"]] = l["http.route"]
+	}
+	own := map[string]labelledRequest{}
+	ownRoute := map[string]int64{}
+	for _, r := range reqs {
+		own[r.Span] = r
+		ownRoute[r.Route] += r.Wait
+	}
+	for span, route := range routeOf {
+		if r, ok := own[span]; !ok || r.Route != route {
+			t.Errorf("span %s: route %q recorded, the server's %q (known %v)", span, route, r.Route, ok)
+		}
+	}
+	// A request that waited parked at least once (an uncontended lock
+	// does not): its span is recorded.
+	var waited, missing int
+	for _, r := range reqs {
+		if r.Wait > int64(time.Millisecond) {
+			waited++
+			if bySpan[r.Span] == nil {
+				missing++
+			}
+		}
+	}
+	t.Logf("%d requests, %d waited over 1 ms, %d of them without their span in the recording", len(reqs), waited, missing)
+	if waited == 0 || missing > 0 {
+		t.Errorf("%d of %d requests that waited over 1 ms have no span in the recording", missing, waited)
+	}
+	// The 20 requests with the most blocked time, each within 5%.
+	sort.Slice(reqs, func(i, j int) bool { return reqs[i].Wait > reqs[j].Wait })
+	checked, worstSpan := 0, 0.0
+	for _, r := range reqs[:min(20, len(reqs))] {
+		v := bySpan[r.Span]
+		if v == nil {
+			t.Errorf("span %s (%s, %v of waits): not recorded", r.Span, r.Route, time.Duration(r.Wait))
+			continue
+		}
+		got := v.blocked + v.runq
+		d := float64(got-r.Wait) / float64(r.Wait)
+		worstSpan = max(worstSpan, math.Abs(d))
+		if math.Abs(d) > 0.05 {
+			t.Errorf("span %s (%s): offcpu %v (blocked %v), the request's own %v: %+.1f%%", r.Span, r.Route, time.Duration(got), time.Duration(v.blocked), time.Duration(r.Wait), 100*d)
+		}
+		checked++
+	}
+	worst := 0.0
+	for route, w := range ownRoute {
+		d := float64(byRoute[route]-w) / float64(w)
+		worst = max(worst, math.Abs(d))
+		t.Logf("route %-7s offcpu %8.1f ms, the requests' own %8.1f ms: %+.2f%%", route, float64(byRoute[route])/1e6, float64(w)/1e6, 100*d)
+		if math.Abs(d) > 0.02 {
+			t.Errorf("route %s: offcpu %v, the requests' own %v: %+.1f%%", route, time.Duration(byRoute[route]), time.Duration(w), 100*d)
+		}
+	}
+	t.Logf("%d spans recorded, %d of the top 20 checked, at most %.2f%% off; routes at most %.2f%% off", len(bySpan), checked, 100*worstSpan, 100*worst)
+	if len(ownRoute) != 5 {
+		t.Errorf("%d routes served, want 5", len(ownRoute))
+	}
+	checkLabelledVerdicts(t, gp)
+}
+
+// checkLabelledVerdicts: every labelled wait is blocked, whatever ended
+// it, and none is idle: the request waited through it.
+func checkLabelledVerdicts(t *testing.T, gp *profile.Profile) {
+	t.Helper()
+	rules, err := analysis.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := loadRecorded(t, gp)
+	byCat := map[string]int64{}
+	var all, idle int64
+	for i := range d.Stacks {
+		st := &d.Stacks[i]
+		if st.Kind != schema.KindOffCPU || st.WaitsForCPU() || !st.InTrace() {
+			continue
+		}
+		c := rules.Categorize(st)[0]
+		byCat[c] += st.Value
+		all += st.Value
+		if rules.IsIdle(c) {
+			idle += st.Value
+		}
+	}
+	t.Logf("labelled waits by category: %v", byCat)
+	if all == 0 || idle > all/100 {
+		t.Errorf("labelled waits: %v of %v idle, want none", time.Duration(idle), time.Duration(all))
+	}
+	for _, c := range []string{"monitor-wait", "peer-wait", "downstream-wait", "request-timer"} {
+		if byCat[c] == 0 {
+			t.Errorf("no labelled wait in %s", c)
+		}
+	}
+}

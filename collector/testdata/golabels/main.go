@@ -1,0 +1,214 @@
+// A labelled Go HTTP server and its load, in one process: each request
+// runs under pprof.Do with trace_id, span_id and http.route labels (as an
+// OpenTelemetry span profiler wrapper sets them) and waits on a mutex, a
+// channel fed by a worker, a downstream service over loopback and a
+// sleep, measuring each of its own waits. It writes, per request, its
+// ids, route and measured wait time to the file named by its first
+// argument. Builds with Go 1.19 (labels kept in a map) and the newest.
+//
+// Usage: golabels REPORT DURATION
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime/pprof"
+	"sync"
+	"time"
+)
+
+type request struct {
+	Trace string `json:"trace_id"`
+	Span  string `json:"span_id"`
+	Route string `json:"route"`
+	Wait  int64  `json:"wait_ns"` // the sum of its measured waits
+}
+
+var (
+	mu      sync.Mutex
+	jobs    = make(chan chan struct{})
+	conns   = make(chan *bufio.ReadWriter, 8)
+	reports = make(chan request, 1<<16)
+)
+
+func id(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// timed runs f and adds the time it took to *sum.
+func timed(sum *int64, f func()) {
+	t := time.Now()
+	f()
+	*sum += int64(time.Since(t))
+}
+
+func waitMutex(sum *int64) {
+	timed(sum, mu.Lock)
+	time.Sleep(0) // a yield, not a wait
+	mu.Unlock()
+}
+
+func waitWorker(sum *int64) {
+	done := make(chan struct{})
+	timed(sum, func() {
+		jobs <- done // both workers busy: the send waits too
+		<-done
+	})
+}
+
+func waitDownstream(sum *int64) {
+	c := <-conns // one per handler at most: never waits
+	timed(sum, func() {
+		c.WriteString("ping\n")
+		c.Flush()
+		c.ReadString('\n')
+	})
+	conns <- c
+}
+
+func waitSleep(sum *int64) { timed(sum, func() { time.Sleep(6 * time.Millisecond) }) }
+
+var routes = map[string][]func(*int64){
+	"/mutex": {waitMutex},
+	"/chan":  {waitWorker},
+	"/down":  {waitDownstream},
+	"/sleep": {waitSleep},
+	"/mix":   {waitMutex, waitWorker, waitDownstream, waitSleep},
+}
+
+func handle(w http.ResponseWriter, r *http.Request) {
+	steps, ok := routes[r.URL.Path]
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	rq := request{Trace: id(16), Span: id(8), Route: r.URL.Path}
+	pprof.Do(r.Context(), pprof.Labels("trace_id", rq.Trace, "span_id", rq.Span, "http.route", rq.Route), func(context.Context) {
+		for _, f := range steps {
+			f(&rq.Wait)
+		}
+	})
+	reports <- rq
+	io.WriteString(w, "ok\n")
+}
+
+// holder keeps the mutex 4 ms of every 6, asleep: handlers wait for it.
+func holder(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		mu.Lock()
+		time.Sleep(4 * time.Millisecond)
+		mu.Unlock()
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// worker does each job in 4 ms of sleep.
+func worker() {
+	for done := range jobs {
+		time.Sleep(4 * time.Millisecond)
+		close(done)
+	}
+}
+
+// downstream answers each line after 8 ms.
+func downstream(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func(c net.Conn) {
+			rw := bufio.NewReadWriter(bufio.NewReader(c), bufio.NewWriter(c))
+			for {
+				if _, err := rw.ReadString('\n'); err != nil {
+					return
+				}
+				time.Sleep(8 * time.Millisecond)
+				rw.WriteString("pong\n")
+				rw.Flush()
+			}
+		}(c)
+	}
+}
+
+func main() {
+	if len(os.Args) != 3 {
+		fmt.Fprintln(os.Stderr, "usage: golabels REPORT DURATION")
+		os.Exit(2)
+	}
+	dur, err := time.ParseDuration(os.Args[2])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	dln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	go downstream(dln)
+	for i := 0; i < cap(conns); i++ {
+		c, err := net.Dial("tcp", dln.Addr().String())
+		if err != nil {
+			panic(err)
+		}
+		conns <- bufio.NewReadWriter(bufio.NewReader(c), bufio.NewWriter(c))
+	}
+	for i := 0; i < 2; i++ {
+		go worker()
+	}
+	stop := make(chan struct{})
+	go holder(stop)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	go http.Serve(ln, http.HandlerFunc(handle))
+
+	// The load: 6 clients, each on its own connection, round the routes.
+	// Waits of milliseconds: the CPU a wait takes (its system calls, a
+	// thread preempted under it) is within a request's clock, not a wait.
+	var wg sync.WaitGroup
+	end := time.Now().Add(dur)
+	names := []string{"/mutex", "/chan", "/down", "/sleep", "/mix"}
+	for c := 0; c < 6; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			cl := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+			for i := c; time.Now().Before(end); i++ {
+				resp, err := cl.Get("http://" + ln.Addr().String() + names[i%len(names)])
+				if err != nil {
+					panic(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}(c)
+	}
+	wg.Wait()
+	close(stop)
+	close(reports)
+	var out []request
+	for r := range reports {
+		out = append(out, r)
+	}
+	b, _ := json.Marshal(out)
+	if err := os.WriteFile(os.Args[1], b, 0o644); err != nil {
+		panic(err)
+	}
+}
