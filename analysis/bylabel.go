@@ -142,4 +142,3 @@ func WriteByLabel(w io.Writer, key string, rows []LabelRow, format string) error
 	}
 	return tw.Flush()
 }
-

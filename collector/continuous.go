@@ -29,8 +29,8 @@ type Interval struct {
 	Wakeups  *profile.Profile // nil with NoWakeups
 	// Goroutines: the goroutine waits that ended in it (Options.Goroutines).
 	Goroutines *profile.Profile
-	Stats    Stats            // this period's counts and losses
-	Final    bool             // the last one, cut by Stop
+	Stats      Stats // this period's counts and losses
+	Final      bool  // the last one, cut by Stop
 }
 
 // ErrStopped is returned by Snapshot once Stop has been called.

@@ -406,7 +406,6 @@ func (r *goRecorder) statsCopy() *GoroutineStats {
 // open that long ends without its labels; counted as not read).
 const linkCuts = 4
 
-
 // profile builds the goroutine profile: a sample per row, at the park's
 // stack, with the goroutine, its reason, the waker goroutine and its
 // stack as labels.
