@@ -184,9 +184,6 @@ func (o *Options) validate() error {
 	if o.MinBlock < 0 || o.MaxBlock < 0 {
 		return fmt.Errorf("block-time bounds must not be negative")
 	}
-	if o.Continuous && o.Goroutines {
-		return fmt.Errorf("goroutine waits are recorded in one window only: drop --goroutines or --continuous")
-	}
 	if err := o.validateBudget(); err != nil {
 		return err
 	}

@@ -315,7 +315,7 @@ func (d *Data) addGoroutines(p *profile.Profile, blockedIdx int) {
 		st := Stack{Kind: KindOffCPU, Thread: goroutineGroup(sampleLabel(s, LabelGoStart), fr), Frames: fr, Value: s.Value[blockedIdx],
 			Process: sampleLabel(s, LabelProcess), PID: numLabel(s, LabelPID), Goid: numLabel(s, LabelGoid),
 			Reason: sampleLabel(s, LabelReason), WakerGoid: numLabel(s, LabelWakerGoid), WakerFrames: ParseWakerStack(sampleLabel(s, LabelWakerStack)),
-			Creator: sampleLabel(s, LabelGoCreator), Links: ProgramLabels(s)}
+			Creator: sampleLabel(s, LabelGoCreator), Links: ProgramLabels(s), Sample: s}
 		switch {
 		case st.WakerGoid != 0:
 			st.Waker, st.WakerPID, st.WakerProcess = goroutineGroup("", st.WakerFrames), st.PID, st.Process
