@@ -74,7 +74,8 @@ struct go_park {
 	u64 waker_wait_ns;
 	u64 gopc;
 	u64 startpc;
-	u64 link; /* its labels at the park (go_links), 0: none */
+	u64 link;   /* its labels at the park (go_links), 0: none */
+	u64 labels; /* g.labels then: the same pointer again is the same set */
 	u32 reason;
 	u32 tid;       /* the thread it parked on */
 	u32 waker_tid; /* the thread that made it runnable */
@@ -294,13 +295,18 @@ static __always_inline void go_label_read(struct go_label *l, u64 *hdr, u32 *fla
 /* The label set the goroutine at gp carries (pprof.Do,
  * SetGoroutineLabels): its id, read into go_links the first time it is
  * seen; 0: none, or not kept (go_links full: counted). */
-static __always_inline u64 go_link(struct go_offsets *o, u32 tgid, u64 gp)
+static __always_inline u64 go_link(struct go_offsets *o, u32 tgid, u64 gp, struct go_park *p, struct go_park *prev)
 {
 	if (!o->labels || o->label_layout == GO_LABELS_NONE)
 		return 0;
 	u64 lp = go_u64(gp + o->labels);
+	p->labels = lp;
 	if (!lp)
 		return 0;
+	/* The goroutine's g.labels keeps its set alive, and a set never
+	 * changes: the same pointer as at its last park is the same set. */
+	if (prev && prev->goid == p->goid && prev->labels == lp && prev->link)
+		return prev->link;
 	u64 h = 14695981039346656037ULL;
 	u64 hdr[6] = {};
 	u64 n = 0, arr = 0;
@@ -567,7 +573,7 @@ static __always_inline int go_park_state(struct go_offsets *o, u32 tgid, u64 gp,
 	p->park_ns = at;
 	p->tid = tid;
 	p->reason = go_gbyte(g, o->waitreason);
-	p->link = go_link(o, tgid, gp);
+	p->link = go_link(o, tgid, gp, p, prev);
 	if (prev && prev->goid == p->goid) {
 		p->gopc = prev->gopc;
 		p->startpc = prev->startpc;

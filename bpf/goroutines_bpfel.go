@@ -96,6 +96,7 @@ type GoroutinesGoPark struct {
 	Gopc           uint64
 	Startpc        uint64
 	Link           uint64
+	Labels         uint64
 	Reason         uint32
 	Tid            uint32
 	WakerTid       uint32
