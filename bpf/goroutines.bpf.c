@@ -202,11 +202,18 @@ struct {
 	__type(value, struct go_link_val);
 } go_links SEC(".maps");
 
+/* go_link_read's scratch: off the stack, which its caller fills. */
+struct go_link_buf {
+	u64 hdr[4];
+	u8 top[8];
+	struct go_link_val v;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, u32);
-	__type(value, struct go_link_val);
+	__type(value, struct go_link_buf);
 } go_link_scratch SEC(".maps");
 
 struct {
@@ -292,25 +299,22 @@ static __always_inline void go_label_read(struct go_label *l, u64 *hdr, u32 *fla
 		l->vlen = vl;
 }
 
-/* The label set the goroutine at gp carries (pprof.Do,
- * SetGoroutineLabels): its id, read into go_links the first time it is
- * seen; 0: none, or not kept (go_links full: counted). */
-static __always_inline u64 go_link(struct go_offsets *o, u32 tgid, u64 gp, struct go_park *p, struct go_park *prev)
+/* The label set at lp (a g.labels) of process tgid, laid out as layout
+ * says: its id, read into go_links the first time it is seen; 0: none,
+ * or not kept (go_links full: counted). A global function: verified once,
+ * apart from the probe that calls it. */
+__attribute__((noinline)) u64 go_link_read(u32 tgid, u64 lp, u32 layout)
 {
-	if (!o->labels || o->label_layout == GO_LABELS_NONE)
+	u32 zero = 0;
+	struct go_link_buf *b = bpf_map_lookup_elem(&go_link_scratch, &zero);
+	if (!b)
 		return 0;
-	u64 lp = go_u64(gp + o->labels);
-	p->labels = lp;
+	u64 *hdr = b->hdr;
+	u64 h = 14695981039346656037ULL;
+	u64 n = 0, arr = 0;
 	if (!lp)
 		return 0;
-	/* The goroutine's g.labels keeps its set alive, and a set never
-	 * changes: the same pointer as at its last park is the same set. */
-	if (prev && prev->goid == p->goid && prev->labels == lp && prev->link)
-		return prev->link;
-	u64 h = 14695981039346656037ULL;
-	u64 hdr[6] = {};
-	u64 n = 0, arr = 0;
-	if (o->label_layout == GO_LABELS_SLICE) {
+	if (layout == GO_LABELS_SLICE) {
 		/* labelMap{LabelSet{list []label}}: the array and its length */
 		if (bpf_probe_read_user(hdr, 16, (void *)lp))
 			return 0;
@@ -338,13 +342,10 @@ static __always_inline u64 go_link(struct go_offsets *o, u32 tgid, u64 gp, struc
 	struct go_link_key k = { .tgid = tgid, .id = h };
 	if (bpf_map_lookup_elem(&go_links, &k))
 		return h;
-	u32 zero = 0;
-	struct go_link_val *v = bpf_map_lookup_elem(&go_link_scratch, &zero);
-	if (!v)
-		return 0;
+	struct go_link_val *v = &b->v;
 	v->n = 0;
 	v->flags = 0;
-	if (o->label_layout == GO_LABELS_SLICE) {
+	if (layout == GO_LABELS_SLICE) {
 		if (n > GO_LINK_LABELS)
 			v->flags |= GO_LINK_TRUNCATED;
 		for (u32 i = 0; i < GO_LINK_LABELS; i++) {
@@ -356,10 +357,10 @@ static __always_inline u64 go_link(struct go_offsets *o, u32 tgid, u64 gp, struc
 	} else {
 		/* One bucket: tophash[8], keys[8], elems[8]; a map of more than
 		 * 8 labels has more buckets, of which the first is read. */
-		u8 top[8];
+		u8 *top = b->top;
 		if (n > 8)
 			v->flags |= GO_LINK_TRUNCATED;
-		if (bpf_probe_read_user(top, sizeof(top), (void *)arr))
+		if (bpf_probe_read_user(top, 8, (void *)arr))
 			return 0;
 		u32 j = 0;
 		for (u32 i = 0; i < 8; i++) {
@@ -383,6 +384,23 @@ static __always_inline u64 go_link(struct go_offsets *o, u32 tgid, u64 gp, struc
 	}
 	go_count(GO_STAT_LINKS);
 	return h;
+}
+
+/* The label set the goroutine at gp carries (pprof.Do,
+ * SetGoroutineLabels), g.labels kept in p. */
+static __always_inline u64 go_link(struct go_offsets *o, u32 tgid, u64 gp, struct go_park *p, struct go_park *prev)
+{
+	if (!o->labels || o->label_layout == GO_LABELS_NONE)
+		return 0;
+	u64 lp = go_u64(gp + o->labels);
+	p->labels = lp;
+	if (!lp)
+		return 0;
+	/* The goroutine's g.labels keeps its set alive, and a set never
+	 * changes: the same pointer as at its last park is the same set. */
+	if (prev && prev->goid == p->goid && prev->labels == lp && prev->link)
+		return prev->link;
+	return go_link_read(tgid, lp, o->label_layout);
 }
 
 /* A goroutine's frames, read in one go from its innermost frame pointer

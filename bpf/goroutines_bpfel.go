@@ -45,6 +45,13 @@ type GoroutinesGoKey struct {
 	Link           uint64
 }
 
+type GoroutinesGoLinkBuf struct {
+	_   structs.HostLayout
+	Hdr [4]uint64
+	Top [8]uint8
+	V   GoroutinesGoLinkVal
+}
+
 type GoroutinesGoLinkKey struct {
 	_    structs.HostLayout
 	Tgid uint32

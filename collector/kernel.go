@@ -13,6 +13,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/offcpu/offcpu/bpf"
 )
 
 // KernelFeature is one BPF facility the recorder uses, probed on the
@@ -95,6 +97,7 @@ func CheckKernel(o Options) (*KernelReport, error) {
 		deferOK = checkMode(r, d, "tp_btf deferred", true)
 	}
 	checkMode(r, opts, "tracepoint", false)
+	checkGoroutines(r)
 	r.Attach = "tracepoint"
 	if btfOK {
 		r.Attach = "tp_btf"
@@ -149,6 +152,31 @@ func checkMode(r *KernelReport, o Options, mode string, btfMode bool) bool {
 		delete(spec.Programs, name)
 	}
 	return all
+}
+
+// checkGoroutines loads the goroutine probe (--goroutines), labels
+// reader and all.
+func checkGoroutines(r *KernelReport) {
+	c := ProgramCheck{Mode: "goroutines", Name: "go_casgstatus"}
+	spec, err := bpf.LoadGoroutines()
+	if err == nil {
+		var coll *ebpf.Collection
+		coll, err = ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}})
+		if err == nil {
+			c.Loaded = true
+			c.Insns, c.Limit, c.Stack = verifierFigures(coll.Programs[c.Name].VerifierLog)
+			coll.Close()
+		}
+	}
+	if err != nil {
+		c.Error = err.Error()
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			c.Insns, c.Limit, c.Stack = verifierFigures(fmt.Sprintf("%+v", ve))
+			c.Error = verifierReason(ve.Log)
+		}
+	}
+	r.Programs = append(r.Programs, c)
 }
 
 func verifierFigures(log string) (insns, limit int, stack string) {

@@ -73,4 +73,15 @@ func TestCheckKernel(t *testing.T) {
 	if n < 5 {
 		t.Errorf("%d programs checked in %s mode", n, want)
 	}
+	// The goroutine probe (its labels reader a global function) loads on
+	// every kernel of the matrix, with half the verifier's budget left.
+	var g *ProgramCheck
+	for i := range r.Programs {
+		if r.Programs[i].Mode == "goroutines" {
+			g = &r.Programs[i]
+		}
+	}
+	if g == nil || !g.Loaded || g.Margin() < 0.5 {
+		t.Errorf("the goroutine probe: %+v", g)
+	}
 }
