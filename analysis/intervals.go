@@ -45,10 +45,8 @@ func IntervalFiles(dir string, from, to time.Time) ([]IntervalFile, error) {
 		}
 		seq, _ := strconv.Atoi(m[2])
 		iv := IntervalFile{Start: start, Seq: seq, Profiles: []string{filepath.Join(dir, e.Name())}}
-		for _, kind := range []string{".wakeups.pb.gz", ".goroutines.pb.gz"} {
-			if w := filepath.Join(dir, strings.TrimSuffix(e.Name(), ".pb.gz")+kind); fileExists(w) {
-				iv.Profiles = append(iv.Profiles, w)
-			}
+		if w := filepath.Join(dir, strings.TrimSuffix(e.Name(), ".pb.gz")+".wakeups.pb.gz"); fileExists(w) {
+			iv.Profiles = append(iv.Profiles, w)
 		}
 		out = append(out, iv)
 	}

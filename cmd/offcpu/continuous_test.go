@@ -44,7 +44,7 @@ func TestContinuousBadInput(t *testing.T) {
 		{[]string{"record", "--continuous", "--output-dir", dir, "-o", "x.pb.gz"}, "give --output-dir"},
 		{[]string{"record", "--continuous", "--output-dir", dir, "--interval", "1ms"}, "too short"},
 		{[]string{"record", "--continuous", "--config", bad}, "colour"},
-		{[]string{"record", "--continuous", "--output-dir", dir, "--goroutines", "-p", "1"}, "--continuous"},
+		{[]string{"record", "--continuous", "--output-dir", dir, "--goroutines", "--goroutines-output", "g.pb.gz", "-p", "1"}, "with --continuous each interval's goroutine waits go to --output-dir"},
 		{[]string{"record", "--continuous", "--output-dir", dir, "--memory-limit", "lots"}, "give a size such as 160MiB"},
 		{[]string{"record", "--continuous", "--output-dir", dir, "--otlp-queue-bytes", "-3"}, "--otlp-queue-bytes"},
 		{[]string{"record", "--memory-limit", "200MiB", "-d", "1s"}, "--memory-limit needs --continuous"},
