@@ -2,6 +2,7 @@ package collector
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"math"
@@ -212,47 +213,10 @@ func TestGoroutineWaitsPrometheus(t *testing.T) {
 			close(stop)
 		}
 	}()
-	time.Sleep(time.Second)
-	// The recorder's window lies inside the trace's: the trace's times
-	// start at its request (within the request's latency, ~1 ms).
-	tr := filepath.Join(t.TempDir(), "prometheus.trace")
-	traced := make(chan error, 1)
-	asked := monotonicNow()
-	go func() {
-		// Long enough for the recorder's start-up (seconds under -race).
-		resp, err := http.Get(base + "/debug/pprof/trace?seconds=10")
-		if err == nil {
-			f, ferr := os.Create(tr)
-			if ferr == nil {
-				_, err = io.Copy(f, resp.Body)
-				f.Close()
-			}
-			resp.Body.Close()
-		}
-		traced <- err
-	}()
-	time.Sleep(300 * time.Millisecond)
-	s, err := Start(context.Background(), Options{PIDs: []int{srv.Process.Pid}, NoWakeups: true, Goroutines: true})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	time.Sleep(2500 * time.Millisecond)
-	if _, err := s.Stop(); err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	err = <-traced
+	s, truth := recordWithTrace(t, srv.Process.Pid, base+"/debug/pprof/trace?seconds=10")
 	close(stop)
 	requests := wait()
-	if err != nil {
-		t.Fatalf("the execution trace: %v", err)
-	}
-	st := s.Stats().Goroutines
-	if st.Processes != 1 {
-		t.Fatalf("%d Go processes probed, want 1 (%v)", st.Processes, st.Skipped)
-	}
-	from, to := time.Duration(s.startMono-asked), time.Duration(s.stopMono-asked)
-	truth := traceWindowWaits(t, tr, from, to)
-	t.Logf("%d requests; recorder window %v to %v of the trace's %v; %d parks", requests, from, to, truth.window, st.Parks)
+	t.Logf("%d requests", requests)
 
 	gp := s.Profiles().Goroutines
 	// No goroutine waits longer than the window (a suspension by the GC
@@ -384,4 +348,121 @@ func checkPrometheusGroups(t *testing.T, gp interface{ Write(io.Writer) error })
 	for _, g := range names[:min(12, len(names))] {
 		t.Logf("group %-70s %8.3f s", g, float64(groups[g])/1e9)
 	}
+}
+
+// recordWithTrace records process pid's goroutines for 2.5 s inside the
+// execution trace traceURL serves (net/http/pprof's), and reads the
+// trace's waits over the recorder's window.
+func recordWithTrace(t *testing.T, pid int, traceURL string) (*Session, *windowWaits) {
+	t.Helper()
+	time.Sleep(time.Second)
+	// The recorder's window lies inside the trace's: the trace's times
+	// start at its request (within the request's latency, ~1 ms).
+	tr := filepath.Join(t.TempDir(), "server.trace")
+	traced := make(chan error, 1)
+	asked := monotonicNow()
+	go func() {
+		// Long enough for the recorder's start-up (seconds under -race).
+		resp, err := http.Get(traceURL)
+		if err == nil {
+			f, ferr := os.Create(tr)
+			if ferr == nil {
+				_, err = io.Copy(f, resp.Body)
+				f.Close()
+			}
+			resp.Body.Close()
+		}
+		traced <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	s, err := Start(context.Background(), Options{PIDs: []int{pid}, NoWakeups: true, Goroutines: true})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	if _, err := s.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if err := <-traced; err != nil {
+		t.Fatalf("the execution trace: %v", err)
+	}
+	st := s.Stats().Goroutines
+	if st.Processes != 1 {
+		t.Fatalf("%d Go processes probed, want 1 (%v)", st.Processes, st.Skipped)
+	}
+	from, to := time.Duration(s.startMono-asked), time.Duration(s.stopMono-asked)
+	truth := traceWindowWaits(t, tr, from, to)
+	t.Logf("recorder window %v to %v of the trace's %v; %d parks", from, to, truth.window, st.Parks)
+	return s, truth
+}
+
+// Debian's etcd (grpc-go with its HTTP/JSON gateway in the same process,
+// Go 1.19) under puts and ranges through the gateway, a connection per
+// request, recorded while its own execution trace runs: the gateway's
+// and the gRPC server's request goroutines' waits blocked, its loops
+// idle, as the trace alone tells them apart (checkRequestVerdicts).
+func TestGoroutineWaitsEtcd(t *testing.T) {
+	requireBPF(t)
+	etcd := requireServer(t, "etcd", "etcd-server")
+	port := freePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	srv := exec.Command(etcd, "--data-dir", t.TempDir(), "--listen-client-urls", base, "--advertise-client-urls", base,
+		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), "--enable-pprof", "--log-outputs", "stderr", "--logger", "zap", "--log-level", "error")
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	put := func(cl *http.Client, path, body string) error {
+		resp, err := cl.Post(base+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s", path, resp.Status)
+		}
+		return nil
+	}
+	for i := 0; ; i++ {
+		if put(http.DefaultClient, "/v3/kv/put", `{"key":"cmVhZHk=","value":"MQ=="}`) == nil {
+			break
+		}
+		if i == 100 {
+			t.Fatal("etcd not serving its gateway after 10 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop := make(chan struct{})
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	for c := 0; c < 6; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			cl := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+			for j := 0; ; j++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := base64.StdEncoding.EncodeToString([]byte(fmt.Sprintf("k%d-%d", c, j%50)))
+				body, path := fmt.Sprintf(`{"key":%q,"value":"dmFsdWU="}`, key), "/v3/kv/put"
+				if j%2 == 1 {
+					body, path = fmt.Sprintf(`{"key":%q}`, key), "/v3/kv/range"
+				}
+				if put(cl, path, body) == nil {
+					done.Add(1)
+				}
+			}
+		}(c)
+	}
+	// etcd 3.4 registers its trace handler as "trace " (a space at the
+	// end: pkg/debugutil/pprof.go); "trace" answers "Unknown profile".
+	s, truth := recordWithTrace(t, srv.Process.Pid, base+"/debug/pprof/trace%20?seconds=10")
+	close(stop)
+	wg.Wait()
+	t.Logf("%d requests", done.Load())
+	checkRequestVerdicts(t, s.Profiles().Goroutines, truth)
 }

@@ -400,7 +400,7 @@ func markCreatedByReaders(stacks []Stack) {
 		s := &stacks[i]
 		g := gkey{s.PID, s.Goid}
 		if s.Kind != KindOffCPU || s.Goid <= 0 || s.WaitsForCPU() || s.InRequest || hasInput[g] ||
-			s.Creator == "" || !readers[s.PID][s.Creator] {
+			s.Creator == "" || !readers[s.PID][s.Creator] && !readers[s.PID][enclosingFunc(s.Creator)] {
 			continue
 		}
 		if n := waits[g][userFolded(s)]; n > loopWaits {
@@ -409,6 +409,23 @@ func markCreatedByReaders(stacks []Stack) {
 		s.InRequest = true
 		s.InRequestWhy = "created by " + s.Creator + " in a goroutine that reads the network: it serves a request, and waits here at most " +
 			fmt.Sprint(loopWaits) + " times (not its own loop)"
+	}
+}
+
+// enclosingFunc is the function a Go closure is written in ("F" of
+// "F.func1.2"; a reader may run F, which hands each request to a closure
+// that starts the goroutine), or name itself.
+func enclosingFunc(name string) string {
+	for {
+		i := strings.LastIndexByte(name, '.')
+		if i < 0 {
+			return name
+		}
+		last := name[i+1:]
+		if !strings.HasPrefix(last, "func") && strings.Trim(last, "0123456789") != "" {
+			return name
+		}
+		name = name[:i]
 	}
 }
 

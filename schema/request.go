@@ -78,7 +78,11 @@ func (x *RequestIndex) Mark(s *Stack) {
 		return
 	}
 	s.InRequest = !t.inputAt[userFolded(s)] || nestedIn(userFrames(s.Frames), t.inputs)
-	if w := x.threads[[3]int64{s.WakerPID, s.WakerTID, s.WakerGoid}]; s.InRequest && w != nil {
+	// A goroutine that reads the network gets its work from there, never
+	// from a reader passing it on: Go hands a connection over by starting
+	// a goroutine, so another reader that wakes it delivers what its
+	// request waits for (a response), not new work.
+	if w := x.threads[[3]int64{s.WakerPID, s.WakerTID, s.WakerGoid}]; s.InRequest && w != nil && s.Goid == 0 {
 		s.WakerDispatching = nearInput(userFrames(s.WakerFrames), w.inputs)
 	}
 }
