@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/google/pprof/profile"
@@ -33,6 +34,13 @@ type RequestIndex struct {
 type requestThread struct {
 	inputAt map[string]bool // user stacks of input waits
 	inputs  [][]string      // the same, root first
+	// work: where the thread waits for its own process (a pool's queue),
+	// its user frames root first down to the innermost frame a language
+	// runtime named (the interpreted code that waits): a wait for the
+	// network below one of them is a call made for the work item it
+	// took there.
+	workAt map[string]bool
+	work   [][]string
 }
 
 func NewRequestIndex() *RequestIndex { return &RequestIndex{threads: map[[3]int64]*requestThread{}} }
@@ -54,7 +62,45 @@ func (x *RequestIndex) Observe(s *Stack) {
 			t.inputAt[at] = true
 			t.inputs = append(t.inputs, userFrames(s.Frames))
 		}
+	} else if rel == "same-process" && s.Reason != ReasonGIL && s.Goid == 0 {
+		if w := runtimePrefix(s.Frames); len(w) > 0 {
+			if t.workAt == nil {
+				t.workAt = map[string]bool{}
+			}
+			if at := strings.Join(w, ";"); !t.workAt[at] {
+				t.workAt[at] = true
+				t.work = append(t.work, w)
+			}
+		}
 	}
+}
+
+// runtimePrefix is a stack's user frames, root first, down to its
+// innermost frame a language runtime named; nil without one.
+func runtimePrefix(frames []Frame) []string {
+	last := -1
+	for i, f := range frames {
+		if f.Runtime != "" {
+			last = i
+		}
+	}
+	if last < 0 {
+		return nil
+	}
+	return userFrames(frames[:last+1])
+}
+
+// underWork: a stack passes through one of the thread's waits for work
+// down to its innermost runtime frame, and goes on in more runtime frames
+// (a handler's code, a client library's): a call the work item made.
+func underWork(frames []Frame, work [][]string) bool {
+	mine := runtimePrefix(frames)
+	for _, w := range work {
+		if len(mine) > len(w)+1 && slices.Equal(mine[:len(w)], w) {
+			return true
+		}
+	}
+	return false
 }
 
 // RequestIndex observes every stack of samples, read by r: the first of
@@ -77,7 +123,7 @@ func (x *RequestIndex) Mark(s *Stack) {
 	if s.Kind != KindOffCPU || s.WaitsForCPU() || t == nil || len(t.inputAt) == 0 {
 		return
 	}
-	s.InRequest = !t.inputAt[userFolded(s)] || nestedIn(userFrames(s.Frames), t.inputs)
+	s.InRequest = !t.inputAt[userFolded(s)] || nestedIn(userFrames(s.Frames), t.inputs) || underWork(s.Frames, t.work)
 	// A goroutine that reads the network gets its work from there, never
 	// from a reader passing it on: Go hands a connection over by starting
 	// a goroutine, so another reader that wakes it delivers what its
