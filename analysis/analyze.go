@@ -38,6 +38,7 @@ func Analyze(d *Data, r *Rules, o Options) *Report {
 		o.Top = 10
 	}
 	markChainWaits(d.Stacks, r)
+	markPassedOn(d.Stacks, r)
 	a := newAnalyzer(d, r, o)
 	for i := range d.Stacks {
 		s := &d.Stacks[i]

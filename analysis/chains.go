@@ -70,6 +70,47 @@ func framesKey(fr []Frame) string {
 	return b.String()
 }
 
+// markPassedOn marks the thread waits whose waker, of the same process,
+// had been waiting at the very same place through most of them and was
+// idle there most of the time (waiting for work): a release it made on its
+// way out of that wait handed the waiter nothing (a queue whose internal
+// lock wakes the next idle worker), and the waiter still waits for work.
+// A lock's convoy does not qualify: its waiters' waits there are blocked.
+func markPassedOn(stacks []Stack, r *Rules) {
+	waits := map[chainKey][]*Stack{}
+	for i := range stacks {
+		if s := &stacks[i]; s.Kind == KindOffCPU && s.TID != 0 && s.Goid == 0 {
+			k := chainKey{s.PID, s.TID, 0, framesKey(s.Frames)}
+			waits[k] = append(waits[k], s)
+		}
+	}
+	idleAt := map[chainKey]bool{}
+	for i := range stacks {
+		s := &stacks[i]
+		if s.Kind != KindOffCPU || s.TID == 0 || s.Goid != 0 || s.WaitsForCPU() || s.WakerPID != s.PID || s.WakerTID == 0 ||
+			s.WakerTID == s.TID || 2*s.WakerWaitNs < s.Value || !schema.SamePlace(s.WakerWaitFrames, s.Frames) {
+			continue
+		}
+		k := chainKey{s.WakerPID, s.WakerTID, 0, framesKey(s.WakerWaitFrames)}
+		idle, ok := idleAt[k]
+		if !ok {
+			var all, idleNs int64
+			for _, w := range waits[k] {
+				if w.WaitsForCPU() {
+					continue
+				}
+				all += w.Value
+				if r.IsIdle(r.Categorize(w)[0]) {
+					idleNs += w.Value
+				}
+			}
+			idle = all > 0 && 2*idleNs > all
+			idleAt[k] = idle
+		}
+		s.WakerPassedOn = idle
+	}
+}
+
 // markChainWaits marks the goroutine waits that their waker spent mostly
 // blocked itself (the waker held this one up while it waited for a lock,
 // a commit, another goroutine): such a wait is part of a wait chain, not

@@ -51,6 +51,9 @@ func ruleInput(s *Stack) string {
 	if s.InTrace() {
 		b.WriteByte('t')
 	}
+	if s.WakerPassedOn {
+		b.WriteByte('p')
+	}
 	for _, fr := range [][]Frame{s.Frames, {{Name: "|"}}, s.WakerFrames} {
 		for _, f := range fr {
 			b.WriteString(f.Name)

@@ -62,6 +62,9 @@ type fileRule struct {
 	// passed on input from its top of loop (Stack.WakerDispatching).
 	InRequest        bool `yaml:"in_request"`
 	WakerDispatching bool `yaml:"waker_dispatching"`
+	// WakerPassedOn: a peer idle at the same place passed the wake-up on,
+	// handing no work (Stack.WakerPassedOn).
+	WakerPassedOn bool `yaml:"waker_passed_on"`
 	// InTrace: the wait carries a request's trace link, a span or trace id
 	// the program put on it (Stack.InTrace): inside that request.
 	InTrace bool `yaml:"in_trace"`
@@ -123,6 +126,7 @@ type rule struct {
 	inRequest    bool
 	dispatching  bool
 	inTrace      bool
+	passedOn     bool
 	fromApp      *bool
 	callsApp     *bool
 	isApp        func(Frame) bool
@@ -302,7 +306,7 @@ func (p *ruleParser) rule(base string, fr fileRule, known map[string]bool) (rule
 		return rule{}, fmt.Errorf("%s: unknown category %q: declare it under categories", p.at(base+".category"), fr.Category)
 	}
 	ru := rule{at: p.at(base), hits: new(atomic.Int64), category: fr.Category, kernel: fr.Kernel, kinds: map[string]bool{}, inRequest: fr.InRequest, dispatching: fr.WakerDispatching,
-		inTrace: fr.InTrace, fromApp: fr.CalledFromApp, callsApp: fr.CallsApp}
+		inTrace: fr.InTrace, passedOn: fr.WakerPassedOn, fromApp: fr.CalledFromApp, callsApp: fr.CallsApp}
 	if (ru.fromApp != nil || ru.callsApp != nil) && len(fr.Frames) == 0 {
 		return rule{}, fmt.Errorf("%s: called_from_app and calls_app need frames: they test the callers and callees of the frame those match", p.at(base))
 	}
@@ -365,7 +369,7 @@ func (p *ruleParser) rule(base string, fr fileRule, known map[string]bool) (rule
 		ru.waker[w] = true
 	}
 	if len(ru.frames) == 0 && len(ru.allFrames) == 0 && ru.innermostApp == nil && ru.threads == nil && ru.states == nil && len(ru.reasons) == 0 &&
-		len(ru.wakerFrames) == 0 && ru.wakerClasses == nil && ru.waker == nil && !ru.inRequest && !ru.dispatching && !ru.inTrace {
+		len(ru.wakerFrames) == 0 && ru.wakerClasses == nil && ru.waker == nil && !ru.inRequest && !ru.dispatching && !ru.inTrace && !ru.passedOn {
 		return rule{}, fmt.Errorf("%s: rule for %s matches everything: give frames, all_frames, innermost_app, threads, states, reasons or a waker condition", p.at(base), fr.Category)
 	}
 	return ru, nil
@@ -479,6 +483,9 @@ func (ru *rule) matches(s *Stack, inner string) bool {
 		return false
 	}
 	if ru.inTrace && !s.InTrace() {
+		return false
+	}
+	if ru.passedOn && !s.WakerPassedOn {
 		return false
 	}
 	if ru.wakerClasses != nil && !ru.wakerClasses[s.Class] {

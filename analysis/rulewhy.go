@@ -17,6 +17,8 @@ func (ru *rule) why(s *Stack) string {
 		return ": by the wake-up class " + s.Class
 	case ru.dispatching:
 		return ": the waker passed on input from its top of loop (a hand-off)"
+	case ru.passedOn:
+		return ": its waker had been waiting at this same place, idle, through most of it, and passed the wake-up on (no work handed over)"
 	case ru.inTrace:
 		return ": it carries its request's trace link (" + s.TraceLink() + ")"
 	case ru.inRequest && s.InRequestWhy != "":

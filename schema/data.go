@@ -69,6 +69,10 @@ type Stack struct {
 	// it passed on input it received (a listener handing a connection to a
 	// pooled thread), which is a hand-off, not a release.
 	WakerDispatching bool
+	// WakerPassedOn: the waker had been waiting at this same place through
+	// most of this wait, idle there, and passed the wake-up on, handing no
+	// work (set by the analysis: it needs the waker's own waits judged).
+	WakerPassedOn bool
 	// WakerWaitNs: of Value, the time the waker was itself off a CPU in
 	// WakerWaitFrames (its own wait): one hop of a wait chain.
 	WakerWaitNs     int64

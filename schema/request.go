@@ -90,6 +90,22 @@ func runtimePrefix(frames []Frame) []string {
 	return userFrames(frames[:last+1])
 }
 
+// SamePlace tells whether two stacks wait at the same place: the same
+// user frames down to the innermost frame a language runtime named (the
+// interpreted code that waits; the runtime's own calls below it may wait
+// at more than one spot), or, with no such frame, the same frames.
+func SamePlace(a, b []Frame) bool {
+	pa, pb := runtimePrefix(a), runtimePrefix(b)
+	if len(pa) == 0 && len(pb) == 0 {
+		return slices.EqualFunc(a, b, func(x, y Frame) bool { return x.Name == y.Name && x.Kernel == y.Kernel })
+	}
+	// A folded label (a waker's stack) keeps no runtime marks: the other
+	// stack's tell where its interpreted code ends.
+	ua, ub := userFrames(a), userFrames(b)
+	n := max(len(pa), len(pb))
+	return len(ua) >= n && len(ub) >= n && slices.Equal(ua[:n], ub[:n]) && (len(pa) == 0 || len(pb) == 0 || len(pa) == len(pb))
+}
+
 // underWork: a stack passes through one of the thread's waits for work
 // down to its innermost runtime frame, and goes on in more runtime frames
 // (a handler's code, a client library's): a call the work item made.
