@@ -93,7 +93,7 @@ func newGoRecorder(maxGoroutines int) (*goRecorder, error) {
 }
 
 // linkEvery: how often label sets are moved out of the kernel's map, which
-// holds 8,192: a server starting more labelled requests than that in the
+// holds 4,096: a server starting more labelled requests than that in the
 // time loses the labels of the rest (counted).
 const linkEvery = 250 * time.Millisecond
 
