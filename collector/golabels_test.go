@@ -1,7 +1,6 @@
 package collector
 
 import (
-	"context"
 	"encoding/json"
 	"math"
 	"os"
@@ -58,23 +57,7 @@ func checkGoLabels(t *testing.T, gobin string) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("%s build: %v\n%s", gobin, err, out)
 	}
-	s, err := Start(context.Background(), Options{TargetsOnly: true, NoWakeups: true, Goroutines: true})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	cmd := exec.Command(bin, report, "2s")
-	cmd.Stderr = os.Stderr
-	if err := s.StartCommand(cmd); err != nil {
-		s.Stop()
-		t.Fatal(err)
-	}
-	runErr := cmd.Wait()
-	if _, err := s.Stop(); err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	if runErr != nil {
-		t.Fatalf("the server: %v", runErr)
-	}
+	s := recordGoCommand(t, bin, report, "2s")
 	b, err := os.ReadFile(report)
 	if err != nil {
 		t.Fatal(err)

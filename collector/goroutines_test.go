@@ -237,11 +237,18 @@ func recordGoProgram(t *testing.T, dir string, args ...string) (*Session, string
 	tmp := t.TempDir()
 	bin, tr := filepath.Join(tmp, "prog"), filepath.Join(tmp, "trace.out")
 	runBuild(t, "go", "build", "-o", bin, dir)
+	return recordGoCommand(t, bin, append([]string{tr}, args...)...), tr
+}
+
+// recordGoCommand records the goroutine waits of bin run with args from
+// its start to its exit, which must be clean.
+func recordGoCommand(t *testing.T, bin string, args ...string) *Session {
+	t.Helper()
 	s, err := Start(context.Background(), Options{TargetsOnly: true, NoWakeups: true, Goroutines: true})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	cmd := exec.Command(bin, append([]string{tr}, args...)...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
 	if err := s.StartCommand(cmd); err != nil {
 		s.Stop()
@@ -254,7 +261,7 @@ func recordGoProgram(t *testing.T, dir string, args ...string) (*Session, string
 	if runErr != nil {
 		t.Fatalf("the program: %v", runErr)
 	}
-	return s, tr
+	return s
 }
 
 // A Go program waits in every common way with the runtime's execution

@@ -46,16 +46,7 @@ func writeChainProfile(t *testing.T) string {
 			Label:    map[string][]string{schema.LabelReason: {"sync.Mutex.Lock"}, schema.LabelProcess: {"prog"}, schema.LabelWakerStack: {"runtime.goexit;main.chainC;sync.(*Mutex).Unlock"}},
 			NumLabel: map[string][]int64{schema.LabelGoid: {2}, schema.LabelPID: {7}, schema.LabelWakerGoid: {3}}},
 	}
-	path := filepath.Join(t.TempDir(), "g.pb.gz")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := p.Write(f); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeTempProfile(t, p)
 }
 
 // --explain with a profile explains the recorded stacks: a channel
@@ -114,16 +105,7 @@ func writeLabelledProfile(t *testing.T) string {
 		smp(5e6, "chan receive", "runtime.goexit;main.worker;runtime.chansend1", b...),
 		smp(1e9, "chan receive", "runtime.goexit;main.producer;runtime.chansend1"),
 	}
-	path := filepath.Join(t.TempDir(), "g.pb.gz")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := p.Write(f); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeTempProfile(t, p)
 }
 
 // --by LABEL sums blocked time per value of a program's label with its
@@ -156,4 +138,19 @@ func TestAnalyzeByLabel(t *testing.T) {
 			t.Errorf("%v: err %v", c, err)
 		}
 	}
+}
+
+// writeTempProfile writes p to a file of the test's and returns its path.
+func writeTempProfile(t *testing.T, p *profile.Profile) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "g.pb.gz")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := p.Write(f); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

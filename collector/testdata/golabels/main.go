@@ -35,8 +35,10 @@ type request struct {
 var (
 	mu      sync.Mutex
 	jobs    = make(chan chan struct{})
-	conns   = make(chan *bufio.ReadWriter, 8)
-	reports = make(chan request, 1<<16)
+	conns = make(chan *bufio.ReadWriter, 8)
+
+	reportMu sync.Mutex
+	reports  []request
 )
 
 func id(n int) string {
@@ -98,7 +100,9 @@ func handle(w http.ResponseWriter, r *http.Request) {
 			f(&rq.Wait)
 		}
 	})
-	reports <- rq
+	reportMu.Lock()
+	reports = append(reports, rq)
+	reportMu.Unlock()
 	io.WriteString(w, "ok\n")
 }
 
@@ -202,12 +206,9 @@ func main() {
 	}
 	wg.Wait()
 	close(stop)
-	close(reports)
-	var out []request
-	for r := range reports {
-		out = append(out, r)
-	}
-	b, _ := json.Marshal(out)
+	reportMu.Lock()
+	b, _ := json.Marshal(reports)
+	reportMu.Unlock()
 	if err := os.WriteFile(os.Args[1], b, 0o644); err != nil {
 		panic(err)
 	}
