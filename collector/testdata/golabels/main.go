@@ -33,8 +33,8 @@ type request struct {
 }
 
 var (
-	mu      sync.Mutex
-	jobs    = make(chan chan struct{})
+	mu    sync.Mutex
+	jobs  = make(chan chan struct{})
 	conns = make(chan *bufio.ReadWriter, 8)
 
 	reportMu sync.Mutex
