@@ -58,8 +58,11 @@ func TestContinuousGoroutineLinks(t *testing.T) {
 
 	// The intervals' goroutine profiles, per route.
 	files, _ := filepath.Glob(filepath.Join(outDir, "offcpu-*.goroutines.pb.gz"))
-	if len(files) < 3 {
-		t.Fatalf("%d goroutine profiles in --output-dir, want one per interval (3 or more):\n%s", len(files), summary)
+	// One per interval: 3 s of load cut every second, or, where a cut
+	// takes longer than the interval (-race on a loaded machine: 2.5 s and
+	// 5.1 s), as few as two.
+	if n := strings.Count(summary, ": interval "); len(files) < 2 || len(files) != n {
+		t.Fatalf("%d goroutine profiles in --output-dir for %d intervals, want one per interval (2 or more):\n%s", len(files), n, summary)
 	}
 	byRoute := map[string]int64{}
 	for _, f := range files {
