@@ -470,30 +470,15 @@ func (r *goRecorder) profile(sym *symbolize.Symbolizer, waits []goWait, stacks m
 		if iv := goInterval(w); iv != "" {
 			s.Label[schema.LabelInterval] = []string{iv}
 		}
-		if w.key.Link != 0 {
-			r.linkMu.Lock()
-			l, ok := r.labels[bpf.GoroutinesGoLinkKey{Tgid: pid, Id: w.key.Link}]
-			r.linkMu.Unlock()
-			for _, kv := range l.pairs {
-				s.Label[schema.ProgramLabelKey(kv[0])] = []string{kv[1]}
-			}
-			if !ok {
-				unnamed++
-			}
+		if w.key.Link != 0 && !r.putLabels(s, pid, w.key.Link) {
+			unnamed++
 		}
 		b.p.Sample = append(b.p.Sample, s)
 	}
 	p := b.p
 	p.Mapping = p.Mapping[1:] // no kernel frames: the executable's mapping comes first, as pprof's main file
 	p.TimeNanos, p.DurationNanos = start.UnixNano(), int64(dur)
-	r.linkMu.Lock()
-	r.stats.TruncatedLabel = 0
-	for _, l := range r.labels {
-		if l.truncated {
-			r.stats.TruncatedLabel++
-		}
-	}
-	r.linkMu.Unlock()
+	r.countTruncated()
 	p.Comments = append(p.Comments, r.stats.comments()...)
 	if unnamed > 0 {
 		p.Comments = append(p.Comments, fmt.Sprintf("offcpu goroutines: %d rows whose label set was not read", unnamed))
@@ -502,6 +487,30 @@ func (r *goRecorder) profile(sym *symbolize.Symbolizer, waits []goWait, stacks m
 		return nil, fmt.Errorf("building the goroutine profile: %w", err)
 	}
 	return p, nil
+}
+
+// countTruncated counts the label sets kept that were cut short.
+func (r *goRecorder) countTruncated() {
+	r.linkMu.Lock()
+	defer r.linkMu.Unlock()
+	r.stats.TruncatedLabel = 0
+	for _, l := range r.labels {
+		if l.truncated {
+			r.stats.TruncatedLabel++
+		}
+	}
+}
+
+// putLabels puts label set link of process pid on s; false: the set
+// was not read.
+func (r *goRecorder) putLabels(s *profile.Sample, pid uint32, link uint64) bool {
+	r.linkMu.Lock()
+	l, ok := r.labels[bpf.GoroutinesGoLinkKey{Tgid: pid, Id: link}]
+	r.linkMu.Unlock()
+	for _, kv := range l.pairs {
+		s.Label[schema.ProgramLabelKey(kv[0])] = []string{kv[1]}
+	}
+	return ok
 }
 
 // goFunc is the function at pc: for a go statement's wrapper, the

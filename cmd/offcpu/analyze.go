@@ -110,11 +110,17 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 	fl.StringVar(&f.waker, "waker", "", "with --explain: who woke the thread ("+strings.Join(analysis.WakerRelations, ", ")+")")
 	fl.StringVar(&f.wakerStack, "waker-stack", "", "with --explain: the waker's stack (folded: user frames;-;kernel frames)")
 	fl.StringVar(&f.class, "wakeup-class", "", "with --explain: the wake-up's class (futex, eventfd, pipe/socket, timer, block-io, net-rx, ...)")
+	addLinkFlags(cmd, f)
+	return cmd
+}
+
+// addLinkFlags adds the flags that pick waits by a program's labels.
+func addLinkFlags(cmd *cobra.Command, f *analyzeFlags) {
+	fl := cmd.Flags()
 	fl.StringVar(&f.span, "span", "", "only the waits that carry this span_id (a request's span: Go's pprof labels, offcpu record --goroutines)")
 	fl.StringVar(&f.trace, "trace", "", "only the waits that carry this trace_id (every span of one trace)")
 	fl.StringVar(&f.by, "by", "", "blocked time per value of this program label (http.route, a tenant, span_id) with each value's top causes")
 	cmd.MarkFlagsMutuallyExclusive("span", "trace")
-	return cmd
 }
 
 // analyzeByLabel writes the blocked time per value of the label --by.
