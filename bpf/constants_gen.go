@@ -53,6 +53,9 @@ const (
 	V8FrameWords         = 7                  // V8_FRAME_WORDS
 	UnwindMaxMaps        = 64                 // UNWIND_MAX_MAPS
 	PrestartDepth        = 40                 // PRESTART_DEPTH
+	TctxHead             = 28                 // TCTX_HEAD
+	TctxAttrs            = 612                // TCTX_ATTRS
+	TctxTruncated        = 1                  // TCTX_TRUNCATED
 )
 
 // From goroutines_shared.h.

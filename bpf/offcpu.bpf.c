@@ -11,7 +11,8 @@
 // attach types, sched_exit_tp, the end-of-window iterators); stacks.bpf.h,
 // unwind.bpf.h (.eh_frame and HotSpot), procs.bpf.h (targets, threads,
 // process events, mappings), sched.bpf.h (interval accounting),
-// wakeup.bpf.h and cpu.bpf.h hold the rest, each with its maps.
+// wakeup.bpf.h, cpu.bpf.h and tctx.bpf.h (OpenTelemetry thread
+// context) hold the rest, each with its maps.
 
 #include "common.bpf.h"
 #include "stacks.bpf.h"
@@ -153,6 +154,8 @@ int offcpu_switch_tp(struct trace_event_raw_sched_switch *ctx)
 		s->task = (u64)cur;
 		announce(ptgid, ptid);
 		capture(ctx, s, kthread, now);
+		if (!kthread)
+			s->link = tctx_read(ptgid);
 		if (!kthread)
 			py_gil_wait(bpf_get_current_task_btf(), ptgid, &s->gil, &s->gil_holder, &s->gil_holder_stack);
 		if (bpf_map_update_elem(&starts, &ptid, s, BPF_ANY))

@@ -97,6 +97,7 @@ type OffcpuOffcpuKey struct {
 	Gil            uint32
 	GilHolder      uint32
 	GilHolderStack int64
+	Link           uint64
 }
 
 type OffcpuOffcpuStat uint32
@@ -134,7 +135,9 @@ const (
 	OffcpuOffcpuStatSTAT_WALK_MISSED      OffcpuOffcpuStat = 29
 	OffcpuOffcpuStatSTAT_WAKER_SKIPPED    OffcpuOffcpuStat = 30
 	OffcpuOffcpuStatSTAT_IRQ_WAKES_REUSED OffcpuOffcpuStat = 31
-	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 32
+	OffcpuOffcpuStatSTAT_TCTX_LINKS       OffcpuOffcpuStat = 32
+	OffcpuOffcpuStatSTAT_TCTX_LOST        OffcpuOffcpuStat = 33
+	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 34
 )
 
 type OffcpuOffcpuVal struct {
@@ -246,6 +249,7 @@ type OffcpuStartRec struct {
 	Gil            uint32
 	GilHolder      uint32
 	GilHolderStack int64
+	Link           uint64
 	Waker          OffcpuWakerRec
 	WakerWaitNs    uint64
 	WakeCache      struct {
@@ -290,6 +294,32 @@ type OffcpuTaskRec struct {
 		Next   uint32
 		_      [4]byte
 	}
+}
+
+type OffcpuTctxKey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Pad  uint32
+	Id   uint64
+}
+
+type OffcpuTctxLink struct {
+	_          structs.HostLayout
+	TraceId    [16]uint8
+	SpanId     [8]uint8
+	Valid      uint8
+	TraceFlags uint8
+	AttrsSize  uint16
+	Flags      uint8
+	Pad        [3]uint8
+	Attrs      [612]uint8
+}
+
+type OffcpuTctxProc struct {
+	_      structs.HostLayout
+	Offset int64
+	Module uint32
+	Pad    uint32
 }
 
 type OffcpuThreadCpu struct {
@@ -434,6 +464,9 @@ const (
 	OffcpuMapTargetTgids        = "target_tgids"
 	OffcpuMapTargetTids         = "target_tids"
 	OffcpuMapTaskStarts         = "task_starts"
+	OffcpuMapTctxLinks          = "tctx_links"
+	OffcpuMapTctxProcs          = "tctx_procs"
+	OffcpuMapTctxScratch        = "tctx_scratch"
 	OffcpuMapThreadCpus         = "thread_cpus"
 	OffcpuMapThreads            = "threads"
 	OffcpuMapUnwindFiles        = "unwind_files"
@@ -588,6 +621,9 @@ type OffcpuMapSpecs struct {
 	TargetTgids     *ebpf.MapSpec `ebpf:"target_tgids"`
 	TargetTids      *ebpf.MapSpec `ebpf:"target_tids"`
 	TaskStarts      *ebpf.MapSpec `ebpf:"task_starts"`
+	TctxLinks       *ebpf.MapSpec `ebpf:"tctx_links"`
+	TctxProcs       *ebpf.MapSpec `ebpf:"tctx_procs"`
+	TctxScratch     *ebpf.MapSpec `ebpf:"tctx_scratch"`
 	ThreadCpus      *ebpf.MapSpec `ebpf:"thread_cpus"`
 	Threads         *ebpf.MapSpec `ebpf:"threads"`
 	UnwindFiles     *ebpf.MapSpec `ebpf:"unwind_files"`
@@ -684,6 +720,9 @@ type OffcpuMaps struct {
 	TargetTgids     *ebpf.Map `ebpf:"target_tgids"`
 	TargetTids      *ebpf.Map `ebpf:"target_tids"`
 	TaskStarts      *ebpf.Map `ebpf:"task_starts"`
+	TctxLinks       *ebpf.Map `ebpf:"tctx_links"`
+	TctxProcs       *ebpf.Map `ebpf:"tctx_procs"`
+	TctxScratch     *ebpf.Map `ebpf:"tctx_scratch"`
 	ThreadCpus      *ebpf.Map `ebpf:"thread_cpus"`
 	Threads         *ebpf.Map `ebpf:"threads"`
 	UnwindFiles     *ebpf.Map `ebpf:"unwind_files"`
@@ -730,6 +769,9 @@ func (m *OffcpuMaps) Close() error {
 		m.TargetTgids,
 		m.TargetTids,
 		m.TaskStarts,
+		m.TctxLinks,
+		m.TctxProcs,
+		m.TctxScratch,
 		m.ThreadCpus,
 		m.Threads,
 		m.UnwindFiles,

@@ -55,6 +55,9 @@ enum offcpu_stat {
 	STAT_WALK_MISSED,      /* chosen, but no program ran at the switch-in to walk: kept without stacks */
 	STAT_WAKER_SKIPPED,    /* wake-ups whose waker stacks were not walked (the wait below the threshold) */
 	STAT_IRQ_WAKES_REUSED, /* interrupt wake-ups that reused a kernel stack (same path fingerprint) */
+	/* OpenTelemetry thread context (tctx.bpf.h). */
+	STAT_TCTX_LINKS,       /* thread-context records read into tctx_links */
+	STAT_TCTX_LOST,        /* records not kept: tctx_links full (waits counted without their link) */
 	STAT_MAX,
 };
 
@@ -88,6 +91,8 @@ struct offcpu_key {
 	u32 gil;
 	u32 gil_holder;
 	s64 gil_holder_stack;
+	/* The request the thread waited in: an id in tctx_links (0: none). */
+	u64 link;
 };
 
 struct wake_key {
@@ -373,4 +378,38 @@ struct prestart_val {
 	u32 kthread;
 	s64 ustack; /* id in stacks, from the walk at the start; negative: none */
 	u64 kstack[PRESTART_DEPTH]; /* kernel return addresses, leaf first, 0-terminated */
+};
+
+/* OpenTelemetry thread context (OTEP 4947): where a process keeps its
+ * otel_thread_ctx_v1, a pointer to the record of the request its thread
+ * serves. Static TLS: the variable's offset from the thread pointer;
+ * dynamic TLS (module != 0): its offset in the module's block, found
+ * through glibc's DTV. */
+struct tctx_proc {
+	s64 offset;
+	u32 module;
+	u32 pad;
+};
+
+/* The record's fixed head (28 bytes) and its attributes: key index,
+ * length, value, packed; the first TCTX_ATTRS bytes are read. */
+#define TCTX_HEAD 28
+#define TCTX_ATTRS 612
+#define TCTX_TRUNCATED 1 /* tctx_link.flags: attributes cut at TCTX_ATTRS */
+
+struct tctx_key {
+	u32 tgid;
+	u32 pad;
+	u64 id; /* a hash of the trace and span ids */
+};
+
+struct tctx_link {
+	u8 trace_id[16];
+	u8 span_id[8];
+	u8 valid;
+	u8 trace_flags;
+	u16 attrs_size;
+	u8 flags;
+	u8 pad[3];
+	u8 attrs[TCTX_ATTRS];
 };

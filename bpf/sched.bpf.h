@@ -5,6 +5,7 @@
 
 #include "common.bpf.h"
 #include "procs.bpf.h"
+#include "tctx.bpf.h"
 
 /* A switch-out waiting for its switch-in. */
 struct start_rec {
@@ -24,6 +25,7 @@ struct start_rec {
 	/* A CPython GIL wait (offcpu_key.gil, gil_holder, gil_holder_stack). */
 	u32 gil, gil_holder;
 	s64 gil_holder_stack;
+	u64 link; /* its request's thread context (offcpu_key.link) */
 	/* The waker of the thread's current sleep (written by the waker), and
 	 * how long, since this sleep began, the waker was itself off a CPU. */
 	struct waker_rec waker;
@@ -305,6 +307,7 @@ static __always_inline void aggregate(u32 tid, struct start_rec *s, struct waker
 	key->gil = s->gil;
 	key->gil_holder = s->gil_holder;
 	key->gil_holder_stack = s->gil_holder_stack;
+	key->link = s->link;
 	if (w && w->valid) {
 		key->waker = *w;
 		if (!chain) {
@@ -516,6 +519,7 @@ static __always_inline void walk_stacks(void *ctx, struct start_rec *s, struct t
 		capture_sleep(ctx, s, t, ts);
 	else
 		capture(ctx, s, kthread, ts);
+	s->link = kthread ? 0 : tctx_read(s->tgid);
 }
 
 /* A chosen interval whose walk never ran (no program at its switch-in's
@@ -681,6 +685,7 @@ static __always_inline void switch_out(void *ctx, struct start_rec *s, struct ta
 		/* Walked at the switch-in, if at all. */
 		s->ustack = -EAGAIN;
 		s->kstack = -EAGAIN;
+		s->link = 0;
 		s->ts = now;
 	} else {
 		walk_stacks(ctx, s, prev, kthread, now);

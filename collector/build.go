@@ -30,7 +30,12 @@ func (s *Session) build(d *recording) (Profiles, error) {
 
 // buildOptions are the session's options for building a recording.
 func (s *Session) buildOptions(st *Stats, start time.Time, noOffwake bool) buildOptions {
-	return buildOptions{stats: st, start: start, cpuHz: s.opts.CPUHz, wakeups: !s.opts.NoWakeups, noOffwake: noOffwake, exitedDetail: s.opts.ExitedDetail}
+	o := buildOptions{stats: st, start: start, cpuHz: s.opts.CPUHz, wakeups: !s.opts.NoWakeups, noOffwake: noOffwake, exitedDetail: s.opts.ExitedDetail}
+	if s.tctx != nil {
+		s.tctx.labels.take()
+		o.links = s.tctx.labels
+	}
+	return o
 }
 
 // build builds a recording into profiles: a function of the recording,
@@ -154,6 +159,9 @@ func (d *recording) offCPUProfile(sym *symbolize.Symbolizer, names *threadNames)
 			if len(r.gilHolderStack) > 0 {
 				smp.Label[schema.LabelGILHolderStack] = []string{wakers.fold(wakers.b.stack(r.tgid, nil, r.gilHolderStack, 0, false))}
 			}
+		}
+		if r.link != 0 && d.o.links != nil {
+			d.o.links.put(smp, r.tgid, r.link)
 		}
 		if r.waker.valid {
 			smp.Label[schema.LabelWaker] = []string{names.waker(r.waker, sym.Kern)}
@@ -394,6 +402,10 @@ func (d *recording) finishProfile(p *profile.Profile) {
 	)
 	if st.AggMoved > 0 || st.StacksMissing > 0 {
 		p.Comments = append(p.Comments, fmt.Sprintf("agg_moved=%d (aggregation entries moved to memory between cuts, not lost) stacks_missing=%d", st.AggMoved, st.StacksMissing))
+	}
+	if tc := st.ThreadContext; tc != nil {
+		p.Comments = append(p.Comments, fmt.Sprintf("thread_context: processes=%d records=%d lost_records=%d truncated_records=%d shed_records=%d (OpenTelemetry otel_thread_ctx_v1, read at waits whose stacks are walked)",
+			tc.Processes, tc.Records, tc.Lost, tc.Truncated, tc.Shed))
 	}
 	if st.Budget != nil {
 		p.Comments = append(p.Comments, st.Budget.comment())

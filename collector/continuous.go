@@ -165,6 +165,9 @@ func (s *Session) cut(final bool) (*Interval, error) {
 		return nil, err
 	}
 	iv.Profile, iv.Wakeups = ps.OffCPU, ps.Wakeups
+	if s.tctx != nil {
+		s.tctx.labels.cut()
+	}
 	if s.gor != nil {
 		if iv.Goroutines, err = s.gor.cut(symbolize.NewSymbolizer(s.procs), final, s.startMono, now, iv.Start, iv.Duration); err != nil {
 			return nil, err

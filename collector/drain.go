@@ -39,7 +39,8 @@ type record struct {
 	gil            bool
 	gilHolder      uint32
 	gilHolderStack []uint64
-	id             any // the map key it was read under (continuous mode only)
+	link           uint64 // its request's thread context (tctx_links), 0: none
+	id             any    // the map key it was read under (continuous mode only)
 }
 
 // waker is who ended an interval or made a wake-up.
@@ -107,6 +108,8 @@ type buildOptions struct {
 	// off-CPU and wake-up profiles only).
 	noOffwake    bool
 	exitedDetail int // Options.ExitedDetail
+	// links: the thread-context records the waits' links name (nil: none).
+	links *tctxLabels
 }
 
 type cpuTotal struct {
@@ -146,6 +149,7 @@ type drainer struct {
 	events *eventReader
 	unw    *unwinder
 	budget *budget
+	tctx   *tctxTracker
 	// stopMono: the window's end, for the classic mode's open intervals.
 	stopMono uint64
 }
@@ -330,6 +334,7 @@ func aggRecord(key bpf.OffcpuOffcpuKey, val bpf.OffcpuOffcpuVal, getStack func(i
 	r.gil = key.Gil != 0
 	r.gilHolder = key.GilHolder
 	r.gilHolderStack = getStack(key.GilHolderStack)
+	r.link = key.Link
 	return r
 }
 
@@ -422,6 +427,9 @@ func (s *drainer) readStats() error {
 	s.stats.CPUFull = get(bpf.OffcpuOffcpuStatSTAT_CPU_FULL)
 	s.stats.ThreadCPUFull = get(bpf.OffcpuOffcpuStatSTAT_THREAD_CPU_FULL)
 	s.stats.ForkUnwindFull = get(bpf.OffcpuOffcpuStatSTAT_FORK_UNWIND_FULL)
+	if s.tctx != nil {
+		s.stats.ThreadContext = s.tctx.statsCopy(get(bpf.OffcpuOffcpuStatSTAT_TCTX_LINKS), get(bpf.OffcpuOffcpuStatSTAT_TCTX_LOST))
+	}
 	s.stats.Budget = s.budget.stats(get)
 	if s.unw != nil {
 		u := s.unw.snapshotStats()

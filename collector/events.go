@@ -28,6 +28,7 @@ type eventReader struct {
 	procs *symbolize.Procs
 	unw   *unwinder   // nil with FramePointersOnly
 	gor   *goRecorder // nil without Options.Goroutines
+	tctx  *tctxTracker
 	// kernelMaps: mappings come from the kernel, /proc is read only for
 	// processes not known yet.
 	kernelMaps bool
@@ -172,8 +173,14 @@ func (e *eventReader) handle(raw []byte) {
 		if !e.kernelMaps || !e.procs.Known(ev.Tgid) {
 			e.procs.Snapshot(ev.Tgid)
 		}
+		if e.tctx != nil {
+			e.tctx.add(ev.Tgid)
+		}
 	case evReread:
 		e.procs.Snapshot(ev.Tgid)
+		if e.tctx != nil {
+			e.tctx.add(ev.Tgid)
+		}
 	case evExec:
 		if e.unw != nil {
 			e.unw.exec(ev.Tgid)
@@ -185,6 +192,9 @@ func (e *eventReader) handle(raw []byte) {
 		if e.gor != nil { // a target that runs a Go program now
 			e.gor.add(ev.Tgid)
 		}
+		if e.tctx != nil {
+			e.tctx.exec(ev.Tgid)
+		}
 	case evFork:
 		e.procs.Fork(ev.Tgid, ev.Parent)
 	case evExit:
@@ -193,6 +203,9 @@ func (e *eventReader) handle(raw []byte) {
 		}
 		if e.gor != nil {
 			e.gor.exit(ev.Tgid)
+		}
+		if e.tctx != nil {
+			e.tctx.exit(ev.Tgid)
 		}
 		if e.deadProcs != nil {
 			e.mu.Lock()

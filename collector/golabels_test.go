@@ -75,24 +75,40 @@ func checkGoLabels(t *testing.T, gobin string) {
 
 	// offcpu's time per span (blocked and waiting for a CPU after it: the
 	// request's clock runs through both) and per route.
-	type sum struct{ blocked, runq int64 }
-	bySpan, byRoute := map[string]*sum{}, map[string]int64{}
-	routeOf := map[string]string{}
-	for _, smp := range gp.Sample {
+	bySpan, byRoute, routeOf := spanTimes(gp, 0, 1)
+	checkSpanTimes(t, reqs, bySpan, byRoute, routeOf, 5)
+	checkLabelledVerdicts(t, gp, "monitor-wait", "peer-wait", "downstream-wait", "request-timer")
+}
+
+type spanSum struct{ blocked, runq int64 }
+
+// spanTimes sums a profile's labelled samples by span (blocked and
+// waiting for a CPU: the values at bi and ri) and by route.
+func spanTimes(p *profile.Profile, bi, ri int) (bySpan map[string]*spanSum, byRoute map[string]int64, routeOf map[string]string) {
+	bySpan, byRoute, routeOf = map[string]*spanSum{}, map[string]int64{}, map[string]string{}
+	for _, smp := range p.Sample {
 		l := schema.ProgramLabels(smp)
 		if l["span_id"] == "" {
 			continue
 		}
 		v := bySpan[l["span_id"]]
 		if v == nil {
-			v = &sum{}
+			v = &spanSum{}
 			bySpan[l["span_id"]] = v
 		}
-		v.blocked += smp.Value[0]
-		v.runq += smp.Value[1]
-		byRoute[l["http.route"]] += smp.Value[0] + smp.Value[1]
+		v.blocked += smp.Value[bi]
+		v.runq += smp.Value[ri]
+		byRoute[l["http.route"]] += smp.Value[bi] + smp.Value[ri]
 		routeOf[l["span_id"]] = l["http.route"]
 	}
+	return bySpan, byRoute, routeOf
+}
+
+// checkSpanTimes: every request that waited over 1 ms has its span, with
+// its route; the 20 that waited most are within 5% of their own clocks,
+// each route within 2%.
+func checkSpanTimes(t *testing.T, reqs []labelledRequest, bySpan map[string]*spanSum, byRoute map[string]int64, routeOf map[string]string, routes int) {
+	t.Helper()
 	own := map[string]labelledRequest{}
 	ownRoute := map[string]int64{}
 	for _, r := range reqs {
@@ -152,15 +168,15 @@ func checkGoLabels(t *testing.T, gobin string) {
 		}
 	}
 	t.Logf("%d spans recorded, %d of the top 20 checked (%d over 5%%), at most %.2f%% off; routes at most %.2f%% off", len(bySpan), checked, over, 100*worstSpan, 100*worst)
-	if len(ownRoute) != 5 {
-		t.Errorf("%d routes served, want 5", len(ownRoute))
+	if len(ownRoute) != routes {
+		t.Errorf("%d routes served, want %d", len(ownRoute), routes)
 	}
-	checkLabelledVerdicts(t, gp)
 }
 
 // checkLabelledVerdicts: every labelled wait is blocked, whatever ended
-// it, and none is idle: the request waited through it.
-func checkLabelledVerdicts(t *testing.T, gp *profile.Profile) {
+// it, and none is idle: the request waited through it; some fall in each
+// of cats.
+func checkLabelledVerdicts(t *testing.T, gp *profile.Profile, cats ...string) {
 	t.Helper()
 	rules, err := analysis.LoadRules("")
 	if err != nil {
@@ -185,7 +201,7 @@ func checkLabelledVerdicts(t *testing.T, gp *profile.Profile) {
 	if all == 0 || idle > all/100 {
 		t.Errorf("labelled waits: %v of %v idle, want none", time.Duration(idle), time.Duration(all))
 	}
-	for _, c := range []string{"monitor-wait", "peer-wait", "downstream-wait", "request-timer"} {
+	for _, c := range cats {
 		if byCat[c] == 0 {
 			t.Errorf("no labelled wait in %s", c)
 		}

@@ -45,6 +45,7 @@ type Session struct {
 	procs  *symbolize.Procs
 	unw    *unwinder   // nil with FramePointersOnly
 	gor    *goRecorder // nil without Options.Goroutines
+	tctx   *tctxTracker
 	spill  *stackSpill
 	budget *budget // deferred walks: the threshold and its controller (--budget)
 	cont   *continuous
@@ -152,7 +153,11 @@ func (s *Session) afterAttach(ctx context.Context) error {
 	if s.events, err = newEventReader(coll, s.procs, s.cont != nil); err != nil {
 		return err
 	}
-	s.events.unw, s.events.gor, s.events.kernelMaps = s.unw, s.gor, s.p.kernelMaps
+	s.tctx = newTctxTracker(coll)
+	s.events.unw, s.events.gor, s.events.tctx, s.events.kernelMaps = s.unw, s.gor, s.tctx, s.p.kernelMaps
+	for _, p := range s.opts.PIDs {
+		s.tctx.add(uint32(p))
+	}
 	return nil
 }
 
@@ -343,6 +348,9 @@ func (s *Session) AddPID(pid int) error {
 	if s.gor != nil {
 		s.gor.add(uint32(pid))
 	}
+	if s.tctx != nil {
+		s.tctx.add(uint32(pid))
+	}
 	return nil
 }
 
@@ -355,6 +363,9 @@ func (s *Session) close() {
 	if s.gor != nil {
 		s.gor.close()
 		s.gor = nil
+	}
+	if s.tctx != nil {
+		s.tctx.close()
 	}
 	if s.cont != nil {
 		s.cont.agg.close()
@@ -449,7 +460,7 @@ func (s *Session) halt() {
 
 // drainer reads the maps, counting into stats.
 func (s *Session) drainer(stats *Stats) *drainer {
-	return &drainer{p: s.p, opts: s.opts, stats: stats, cont: s.cont, spill: s.spill, events: s.events, unw: s.unw, budget: s.budget, stopMono: s.stopMono}
+	return &drainer{p: s.p, opts: s.opts, stats: stats, cont: s.cont, spill: s.spill, events: s.events, unw: s.unw, budget: s.budget, tctx: s.tctx, stopMono: s.stopMono}
 }
 
 // stopContinuous cuts the last interval; the session's stats become the

@@ -87,6 +87,8 @@ type Stats struct {
 	Runtimes []RuntimeStats `json:"runtimes,omitempty"`
 	// Goroutine waits of Go programs (Options.Goroutines); nil without.
 	Goroutines *GoroutineStats `json:"goroutines,omitempty"`
+	// ThreadContext: the OpenTelemetry thread context (OTEP 4947) read.
+	ThreadContext *ThreadContextStats `json:"thread_context,omitempty"`
 	// User stacks of the off-CPU profile that reach a thread-start frame
 	// (clone3, start_thread, _start, runtime.goexit...) versus the others,
 	// by distinct stack and by off-CPU time.
@@ -182,6 +184,9 @@ func (st *Stats) add(o *Stats) {
 	st.StacksMissing = o.StacksMissing
 	st.AggMoved += o.AggMoved
 	st.Keys, st.Stacks, st.StacksMoved, st.Unwind, st.JVM = o.Keys, o.Stacks, o.StacksMoved, o.Unwind, o.JVM
+	if o.ThreadContext != nil { // running totals
+		st.ThreadContext = o.ThreadContext
+	}
 	for k, v := range o.WakeupsByClass {
 		if st.WakeupsByClass == nil {
 			st.WakeupsByClass = map[string]uint64{}

@@ -1,0 +1,101 @@
+/* OpenTelemetry thread context (OTEP 4947): an SDK that adopts it keeps,
+ * in the TLS variable otel_thread_ctx_v1, a pointer to the record of the
+ * request the thread serves (trace id, span id, valid, trace flags,
+ * attributes). Read in the waiting thread's own context when its wait's
+ * stacks are walked; a record is copied into tctx_links once per span,
+ * a wait keeps its id (offcpu_key.link). User space finds where each
+ * process keeps the variable (tctx_procs). */
+#ifndef OFFCPU_TCTX_H
+#define OFFCPU_TCTX_H
+
+#include "common.bpf.h"
+
+/* Key: tgid. Written by user space for the processes that export
+ * otel_thread_ctx_v1. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, struct tctx_proc);
+} tctx_procs SEC(".maps");
+
+/* The records read, by process and span; user space moves them out every
+ * 250 ms. Preallocated: an insert costs no allocation. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 2048);
+	__type(key, struct tctx_key);
+	__type(value, struct tctx_link);
+} tctx_links SEC(".maps");
+
+/* tctx_read's record, off the stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct tctx_link);
+} tctx_scratch SEC(".maps");
+
+/* The request the current thread (of process tgid) serves: the id of its
+ * record in tctx_links, 0 for none (no record, not valid, no trace id) or
+ * not kept (tctx_links full: counted). glibc's x86-64 layout: the thread
+ * pointer is fsbase, the DTV's address at fsbase + 8, 16 bytes a module.
+ * A global function: verified once, apart from its callers. */
+__attribute__((noinline)) u64 tctx_read(u32 tgid)
+{
+	struct tctx_proc *p = bpf_map_lookup_elem(&tctx_procs, &tgid);
+	if (!p)
+		return 0;
+	struct task_struct *t = bpf_get_current_task_btf();
+	u64 tp = t->thread.fsbase, slot = 0, rec = 0;
+	if (!tp)
+		return 0;
+	if (p->module) {
+		u64 dtv = 0, blk = 0;
+		if (bpf_probe_read_user(&dtv, 8, (void *)(tp + 8)) || !dtv)
+			return 0;
+		if (bpf_probe_read_user(&blk, 8, (void *)(dtv + (u64)p->module * 16)) || !blk || blk == ~0ULL)
+			return 0; /* the module's block not allocated for this thread */
+		slot = blk + p->offset;
+	} else {
+		slot = tp + p->offset;
+	}
+	if (bpf_probe_read_user(&rec, 8, (void *)slot) || !rec)
+		return 0;
+	u32 zero = 0;
+	struct tctx_link *v = bpf_map_lookup_elem(&tctx_scratch, &zero);
+	if (!v)
+		return 0;
+	if (bpf_probe_read_user(v, TCTX_HEAD, (void *)rec) || v->valid != 1)
+		return 0;
+	u64 h = 14695981039346656037ULL, id0 = 0, id1 = 0, sp = 0;
+	__builtin_memcpy(&id0, v->trace_id, 8);
+	__builtin_memcpy(&id1, v->trace_id + 8, 8);
+	__builtin_memcpy(&sp, v->span_id, 8);
+	if (!id0 && !id1 && !sp)
+		return 0;
+	h = (h ^ id0) * 1099511628211ULL;
+	h = (h ^ id1) * 1099511628211ULL;
+	h = (h ^ sp) * 1099511628211ULL;
+	if (!h)
+		h = 1;
+	struct tctx_key k = { .tgid = tgid, .id = h };
+	if (bpf_map_lookup_elem(&tctx_links, &k))
+		return h;
+	u64 n = v->attrs_size;
+	v->flags = n > TCTX_ATTRS ? TCTX_TRUNCATED : 0;
+	/* Clamped in the register the read uses: every verifier sees the bound. */
+	asm volatile("if %0 <= %1 goto +1; %0 = %1" : "+r"(n) : "i"(TCTX_ATTRS));
+	if (n && bpf_probe_read_user(v->attrs, n, (void *)(rec + TCTX_HEAD)))
+		v->attrs_size = 0;
+	else
+		v->attrs_size = n;
+	if (bpf_map_update_elem(&tctx_links, &k, v, BPF_NOEXIST) && !bpf_map_lookup_elem(&tctx_links, &k)) {
+		stat_add(STAT_TCTX_LOST, 1);
+		return 0;
+	}
+	stat_add(STAT_TCTX_LINKS, 1);
+	return h;
+}
+
+#endif

@@ -1,0 +1,320 @@
+package collector
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/prometheus/procfs"
+
+	"github.com/offcpu/offcpu/bpf"
+)
+
+// tctxTracker finds the processes among the targets that publish
+// OpenTelemetry thread context (OTEP 4947: otel_thread_ctx_v1), tells the
+// recorder where each keeps it (tctx_procs), and moves the records the
+// recorder read (tctx_links) into labels for the waits that carry them.
+type tctxTracker struct {
+	procs *ebpf.Map
+
+	mu      sync.Mutex
+	pending map[uint32]*tctxPending // processes to look at
+	wake    chan struct{}
+	found   map[uint32]string    // processes read, with their access model
+	files   map[string]*tctxFile // by path and inode; nil: none
+	stats   ThreadContextStats
+
+	labels *tctxLabels
+	stop   chan struct{}
+	done   sync.WaitGroup
+}
+
+// ThreadContextStats describes the OpenTelemetry thread context read.
+type ThreadContextStats struct {
+	Processes int `json:"processes"` // processes that publish it, read
+	// Records read (one per span), the waits counted without theirs (the
+	// kernel's map full), those whose attributes were cut (612 bytes), and
+	// those past the recording's bound (262,144).
+	Records   uint64   `json:"records"`
+	Lost      uint64   `json:"lost_records"`
+	Truncated uint64   `json:"truncated_records"`
+	Shed      uint64   `json:"shed_records"`
+	Skipped   []string `json:"skipped,omitempty"` // processes whose variable could not be reached
+}
+
+// tctxPending: a process looked at until its variable is found or until
+// until, first right away, then at doubling gaps from 20 ms (its loader
+// fills the variable's slot before main, a dlopen later).
+type tctxPending struct {
+	until, next time.Time
+	gap         time.Duration
+}
+
+// tctxLook: how long after a process is seen (or execs, or maps new code)
+// its libraries are looked at.
+const tctxLook = 10 * time.Second
+
+func newTctxTracker(coll *ebpf.Collection) *tctxTracker {
+	t := &tctxTracker{procs: coll.Maps[bpf.OffcpuMapTctxProcs], pending: map[uint32]*tctxPending{}, wake: make(chan struct{}, 1), found: map[uint32]string{},
+		files: map[string]*tctxFile{}, labels: newTctxLabels(coll.Maps[bpf.OffcpuMapTctxLinks]), stop: make(chan struct{})}
+	t.done.Add(1)
+	go t.run()
+	return t
+}
+
+// add: process pid is recorded (seen, exec'd, mapped code): looked at
+// for tctxLook unless already read.
+func (t *tctxTracker) add(pid uint32) {
+	t.mu.Lock()
+	if _, ok := t.found[pid]; !ok {
+		now := time.Now()
+		t.pending[pid] = &tctxPending{until: now.Add(tctxLook), next: now, gap: 20 * time.Millisecond}
+	}
+	t.mu.Unlock()
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
+}
+
+// exec: pid runs a new program: its variable is looked for again.
+func (t *tctxTracker) exec(pid uint32) {
+	t.mu.Lock()
+	delete(t.found, pid)
+	t.mu.Unlock()
+	_ = t.procs.Delete(pid)
+	t.add(pid)
+}
+
+func (t *tctxTracker) exit(pid uint32) {
+	t.mu.Lock()
+	delete(t.pending, pid)
+	delete(t.found, pid)
+	t.mu.Unlock()
+	_ = t.procs.Delete(pid)
+}
+
+// run looks at pending processes and moves records until close.
+func (t *tctxTracker) run() {
+	defer t.done.Done()
+	tick := time.NewTicker(linkEvery)
+	defer tick.Stop()
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-tick.C:
+			t.labels.take()
+			continue
+		case <-t.wake:
+		case <-retry.C:
+		}
+		if next := t.look(); !next.IsZero() {
+			retry.Reset(time.Until(next))
+		}
+	}
+}
+
+// close stops the tracker; the records left are moved.
+func (t *tctxTracker) close() {
+	select {
+	case <-t.stop:
+	default:
+		close(t.stop)
+	}
+	t.done.Wait()
+	t.labels.take()
+}
+
+// look looks at the processes due; returns when the next one is (zero:
+// none pending).
+func (t *tctxTracker) look() time.Time {
+	now := time.Now()
+	t.mu.Lock()
+	var pids []uint32
+	for pid, p := range t.pending {
+		switch {
+		case now.After(p.until):
+			delete(t.pending, pid)
+		case !now.Before(p.next):
+			pids = append(pids, pid)
+			p.next, p.gap = now.Add(p.gap), 2*p.gap
+		}
+	}
+	t.mu.Unlock()
+	for _, pid := range pids {
+		t.lookAt(pid)
+	}
+	var next time.Time
+	t.mu.Lock()
+	for _, p := range t.pending {
+		if next.IsZero() || p.next.Before(next) {
+			next = p.next
+		}
+	}
+	t.mu.Unlock()
+	return next
+}
+
+// lookAt finds pid's variable; a process whose loader has not yet filled
+// in its slot stays pending.
+func (t *tctxTracker) lookAt(pid uint32) {
+	p, err := procfs.NewProc(int(pid))
+	if err != nil {
+		t.forgetPending(pid)
+		return
+	}
+	maps, err := p.ProcMaps()
+	if err != nil {
+		t.forgetPending(pid)
+		return
+	}
+	for _, m := range maps {
+		if m.Inode == 0 || m.Offset != 0 || !strings.HasPrefix(m.Pathname, "/") {
+			continue
+		}
+		f := t.file(pid, m)
+		if f == nil {
+			continue
+		}
+		v, err := tctxLocate(pid, f, uint64(m.StartAddr)-f.load)
+		if err == errTctxNotYet {
+			return
+		}
+		t.mu.Lock()
+		delete(t.pending, pid)
+		if err != nil {
+			t.stats.Skipped = appendSkipped(t.stats.Skipped, fmt.Sprintf("pid %d (%s): %v", pid, m.Pathname, err))
+		} else if err = t.procs.Put(pid, v); err != nil {
+			t.stats.Skipped = appendSkipped(t.stats.Skipped, fmt.Sprintf("pid %d: tctx_procs: %v", pid, err))
+		} else {
+			t.found[pid] = f.access.String()
+			t.stats.Processes++
+		}
+		t.mu.Unlock()
+		if err == nil {
+			t.labels.readKeys(pid)
+		}
+		return
+	}
+}
+
+func (t *tctxTracker) forgetPending(pid uint32) {
+	t.mu.Lock()
+	delete(t.pending, pid)
+	t.mu.Unlock()
+}
+
+// file: the variable's access in a mapped file, read once per file.
+func (t *tctxTracker) file(pid uint32, m *procfs.ProcMap) *tctxFile {
+	key := fmt.Sprintf("%s:%d:%d", m.Pathname, m.Dev, m.Inode)
+	t.mu.Lock()
+	f, ok := t.files[key]
+	t.mu.Unlock()
+	if ok {
+		return f
+	}
+	ef, err := elf.Open(fmt.Sprintf("/proc/%d/root%s", pid, m.Pathname))
+	if err == nil {
+		f, err = readTctxFile(ef)
+		ef.Close()
+	}
+	if err != nil && err != errNoTctx {
+		t.mu.Lock()
+		t.stats.Skipped = appendSkipped(t.stats.Skipped, fmt.Sprintf("%s: %v", m.Pathname, err))
+		t.mu.Unlock()
+	}
+	t.mu.Lock()
+	t.files[key] = f
+	t.mu.Unlock()
+	return f
+}
+
+func appendSkipped(s []string, why string) []string {
+	if len(s) < 20 {
+		s = append(s, why)
+	}
+	return s
+}
+
+// statsCopy: the stats with the kernel's counts of records read and lost;
+// nil where no process publishes thread context.
+func (t *tctxTracker) statsCopy(records, lost uint64) *ThreadContextStats {
+	t.mu.Lock()
+	st := t.stats
+	st.Records, st.Lost = records, lost
+	st.Skipped = append([]string(nil), t.stats.Skipped...)
+	t.mu.Unlock()
+	t.labels.addStats(&st)
+	if st.Processes == 0 && len(st.Skipped) == 0 && records == 0 {
+		return nil
+	}
+	return &st
+}
+
+// errTctxNotYet: the loader has not filled in the slot yet.
+var errTctxNotYet = fmt.Errorf("%s not resolved yet", tctxSymbol)
+
+// tctxLocate reads where pid's threads keep the variable of file f, loaded
+// at bias.
+func tctxLocate(pid uint32, f *tctxFile, bias uint64) (bpf.OffcpuTctxProc, error) {
+	if f.access == tlsLocalExec {
+		return bpf.OffcpuTctxProc{Offset: f.offset}, nil
+	}
+	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	if err != nil {
+		return bpf.OffcpuTctxProc{}, err
+	}
+	defer mem.Close()
+	var buf [16]byte
+	read := func(addr uint64) ([2]uint64, error) {
+		if _, err := mem.ReadAt(buf[:], int64(addr)); err != nil {
+			return [2]uint64{}, fmt.Errorf("reading its slot: %w", err)
+		}
+		return [2]uint64{binary.LittleEndian.Uint64(buf[:]), binary.LittleEndian.Uint64(buf[8:])}, nil
+	}
+	w, err := read(bias + f.slot)
+	if err != nil {
+		return bpf.OffcpuTctxProc{}, err
+	}
+	switch f.access {
+	case tlsInitialExec:
+		if w[0] == 0 {
+			return bpf.OffcpuTctxProc{}, errTctxNotYet
+		}
+		return bpf.OffcpuTctxProc{Offset: int64(w[0])}, nil
+	case tlsGlobalDynamic, tlsLocalDynamic:
+		if w[0] == 0 {
+			return bpf.OffcpuTctxProc{}, errTctxNotYet
+		}
+		off := int64(w[1])
+		if f.access == tlsLocalDynamic {
+			off = f.offset
+		}
+		return bpf.OffcpuTctxProc{Module: uint32(w[0]), Offset: off}, nil
+	}
+	// A descriptor: {resolver, argument}. Static TLS: the argument is the
+	// (negative) offset from the thread pointer; dynamic: a pointer to
+	// {module, offset} (glibc's tlsdesc_dynamic_arg).
+	if w[0] == 0 {
+		return bpf.OffcpuTctxProc{}, errTctxNotYet
+	}
+	if int64(w[1]) < 0 {
+		return bpf.OffcpuTctxProc{Offset: int64(w[1]) + f.offset}, nil
+	}
+	ti, err := read(w[1])
+	if err != nil {
+		return bpf.OffcpuTctxProc{}, err
+	}
+	if ti[0] == 0 {
+		return bpf.OffcpuTctxProc{}, errTctxNotYet
+	}
+	return bpf.OffcpuTctxProc{Module: uint32(ti[0]), Offset: int64(ti[1]) + f.offset}, nil
+}

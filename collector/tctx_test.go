@@ -1,0 +1,147 @@
+package collector
+
+import (
+	"bufio"
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// A C server that publishes OpenTelemetry thread context (OTEP 4947) and
+// its attribute names in its process context (OTEP 4719): each request
+// runs under its own trace and span with an http.route and a tenant, and
+// measures its own time off a CPU. The waits recorded carry the request's
+// ids and attributes, and their time per span and per route is the
+// requests' own: the variable in the executable (static TLS), in a
+// dlopen'd library (dynamic TLS through a TLS descriptor) recorded by pid,
+// and with deferred walks (a walk threshold: read at the switch-in).
+func TestThreadContext(t *testing.T) {
+	requireBPF(t)
+	dir := t.TempDir()
+	exe, lib, viaLib := filepath.Join(dir, "server"), filepath.Join(dir, "libtctx.so"), filepath.Join(dir, "serverlib")
+	runBuild(t, "gcc", "-O2", "-pthread", "-rdynamic", "-o", exe, "testdata/tctx/server.c")
+	runBuild(t, "gcc", "-O2", "-pthread", "-DTCTX_LIB", "-o", viaLib, "testdata/tctx/server.c", "-ldl")
+	runBuild(t, "gcc", "-O2", "-fPIC", "-shared", "-mtls-dialect=gnu2", "-o", lib, "testdata/tctx/lib.c")
+	cases := []struct {
+		name   string
+		opts   Options
+		bin    string
+		access tlsAccess
+		byPID  bool
+	}{
+		{"executable", Options{}, exe, tlsLocalExec, false},
+		{"dlopen-by-pid", Options{}, viaLib, tlsDesc, true},
+		{"deferred-walks", Options{WalkThreshold: 100 * time.Microsecond}, exe, tlsLocalExec, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			report := filepath.Join(t.TempDir(), "report")
+			f := c.bin
+			if c.bin == viaLib {
+				f = lib
+			}
+			if got := tctxFileOf(t, f).access; got != c.access {
+				t.Fatalf("%s: access %v, want %v", filepath.Base(f), got, c.access)
+			}
+			cmd := exec.Command(c.bin, "3", report, lib)
+			cmd.Env = append(os.Environ(), "TCTX_WAIT=1")
+			if !c.byPID {
+				cmd.Env = nil
+			}
+			p, s := recordCommand(t, c.opts, cmd, c.byPID, c.byPID)
+			reqs := readTctxReport(t, report)
+			st := s.Stats().ThreadContext
+			if st == nil {
+				t.Fatal("no thread context read")
+			}
+			t.Logf("%d requests; thread context %+v", len(reqs), *st)
+			if st.Processes != 1 || st.Lost+st.Shed+st.Truncated != 0 || st.Records < uint64(len(reqs))*9/10 {
+				t.Errorf("thread context: %+v for %d requests", *st, len(reqs))
+			}
+			bySpan, byRoute, routeOf := spanTimes(p, 3, 4)
+			checkSpanTimes(t, reqs, bySpan, byRoute, routeOf, 3)
+			checkTenants(t, p)
+			checkLabelledVerdicts(t, p, "monitor-wait", "io", "request-timer")
+		})
+	}
+}
+
+func tctxFileOf(t *testing.T, path string) *tctxFile {
+	t.Helper()
+	ef, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	f, err := readTctxFile(ef)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return f
+}
+
+// readTctxReport reads the server's requests: span, route, own off-CPU ns.
+func readTctxReport(t *testing.T, path string) []labelledRequest {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var reqs []labelledRequest
+	for sc := bufio.NewScanner(f); sc.Scan(); {
+		w := strings.Fields(sc.Text())
+		if len(w) != 3 {
+			t.Fatalf("report line %q", sc.Text())
+		}
+		ns, _ := strconv.ParseInt(w[2], 10, 64)
+		reqs = append(reqs, labelledRequest{Span: w[0], Route: w[1], Wait: ns})
+	}
+	if len(reqs) < 100 {
+		t.Fatalf("%d requests served", len(reqs))
+	}
+	return reqs
+}
+
+// checkTenants: the attributes carry the names the process context gives
+// their key indexes (not attr.N), with the values the server set.
+func checkTenants(t *testing.T, p interface{ String() string }) {
+	t.Helper()
+	if s := p.String(); !strings.Contains(s, "tenant:[tenant-") || strings.Contains(s, "attr.") {
+		t.Errorf("no tenant attribute named from the process context in the profile")
+	}
+}
+
+// The process context's key map is found in Resource attributes and in
+// extra attributes; a malformed payload yields none.
+func TestAttributeKeyMap(t *testing.T) {
+	str := func(s string) []byte { return protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte(s)) }
+	field := func(n protowire.Number, b []byte) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(nil, n, protowire.BytesType), b)
+	}
+	var arr []byte
+	for _, s := range []string{"http.route", "", "tenant"} {
+		arr = append(arr, field(1, str(s))...)
+	}
+	kv := append(field(1, []byte("threadlocal.attribute_key_map")), field(2, field(5, arr))...)
+	other := append(field(1, []byte("service.name")), field(2, str("x"))...)
+	want := "http.route,,tenant"
+	for name, payload := range map[string][]byte{
+		"extra":    append(field(2, other), field(2, kv)...),
+		"resource": field(1, append(field(1, other), field(1, kv)...)),
+	} {
+		if got := strings.Join(attributeKeyMap(payload), ","); got != want {
+			t.Errorf("%s: %q, want %q", name, got, want)
+		}
+	}
+	if got := attributeKeyMap([]byte{0x12, 0xff, 0x01}); got != nil {
+		t.Errorf("malformed: %q", got)
+	}
+}

@@ -1,0 +1,177 @@
+package collector
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// OpenTelemetry thread context (OTEP 4947): how a file that defines
+// otel_thread_ctx_v1 lets a thread reach it, from the relocations that
+// name it (or its module). The loader fills the slots they point to; a
+// process's values are read from its memory once it has run (tctxProcess).
+// Modelled on the specification's reading protocol and its access models
+// (global-dynamic in both dialects, initial-exec, local-exec).
+
+const (
+	tctxSymbol = "otel_thread_ctx_v1"
+
+	rX8664DTPMOD64 = 16 // R_X86_64_DTPMOD64: a tls_index's module id
+	rX8664TPOFF64  = 18 // R_X86_64_TPOFF64: initial-exec, the offset from the thread pointer
+	rX8664TLSDESC  = 36 // R_X86_64_TLSDESC: a descriptor {resolver, argument}
+)
+
+// tlsAccess: where a process's address for the variable comes from.
+type tlsAccess uint8
+
+const (
+	tlsLocalExec     tlsAccess = iota // the executable's static block: offset known from the file
+	tlsInitialExec                    // a GOT slot holds the offset from the thread pointer
+	tlsDesc                           // a descriptor's argument: an offset (static) or a tls_index
+	tlsGlobalDynamic                  // a GOT tls_index {module, offset}
+	tlsLocalDynamic                   // a GOT module id; the offset is the symbol's value
+)
+
+func (a tlsAccess) String() string {
+	return [...]string{"local-exec", "initial-exec", "tlsdesc", "global-dynamic", "local-dynamic"}[a]
+}
+
+// tctxFile is how a file's threads reach otel_thread_ctx_v1.
+type tctxFile struct {
+	access tlsAccess
+	slot   uint64 // the GOT slot or descriptor's address in the file (not local-exec)
+	offset int64  // local-exec: from the thread pointer; local-dynamic: in the module's block
+	load   uint64 // the page of the first loadable segment: where a mapping at offset 0 starts
+}
+
+// errNoTctx: the file does not define otel_thread_ctx_v1.
+var errNoTctx = errors.New("no " + tctxSymbol)
+
+// readTctxFile finds otel_thread_ctx_v1 in ef's dynamic symbols and how
+// it is reached. glibc on x86-64 only (the variant II TLS layout).
+func readTctxFile(ef *elf.File) (*tctxFile, error) {
+	if ef.Machine != elf.EM_X86_64 {
+		return nil, errNoTctx
+	}
+	syms, err := ef.DynamicSymbols()
+	if err != nil {
+		return nil, errNoTctx
+	}
+	idx := -1
+	for i, s := range syms {
+		if s.Name == tctxSymbol && s.Section != elf.SHN_UNDEF {
+			idx = i + 1 // DynamicSymbols leaves out symbol 0
+			break
+		}
+	}
+	if idx < 0 {
+		return nil, errNoTctx
+	}
+	f, err := tctxAccess(ef, syms, idx)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_LOAD {
+			f.load = p.Vaddr &^ 0xfff
+			break
+		}
+	}
+	return f, nil
+}
+
+// tctxAccess: how symbol idx (otel_thread_ctx_v1) of ef is reached.
+func tctxAccess(ef *elf.File, syms []elf.Symbol, idx int) (*tctxFile, error) {
+	sym := syms[idx-1]
+	if elf.ST_TYPE(sym.Info) != elf.STT_TLS || sym.Size != 8 {
+		return nil, fmt.Errorf("%s is not an 8-byte TLS variable (type %v, size %d)", tctxSymbol, elf.ST_TYPE(sym.Info), sym.Size)
+	}
+	found := map[uint32]uint64{}  // relocation type → slot, for the symbol
+	module := map[uint32]uint64{} // for the module itself (symbol 0)
+	err := eachRela(ef, func(off uint64, symIdx, typ uint32) {
+		m := found
+		switch {
+		case symIdx == uint32(idx):
+		case symIdx == 0:
+			m = module
+		default:
+			return
+		}
+		if _, ok := m[typ]; !ok {
+			m[typ] = off
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case has(found, rX8664TLSDESC):
+		return &tctxFile{access: tlsDesc, slot: found[rX8664TLSDESC]}, nil
+	case has(found, rX8664DTPMOD64):
+		return &tctxFile{access: tlsGlobalDynamic, slot: found[rX8664DTPMOD64]}, nil
+	case has(found, rX8664TPOFF64):
+		return &tctxFile{access: tlsInitialExec, slot: found[rX8664TPOFF64]}, nil
+	case isExecutable(ef):
+		// The executable's block sits just below the thread pointer, its
+		// size rounded up to its alignment (what the linker's local-exec
+		// offsets assume).
+		for _, p := range ef.Progs {
+			if p.Type == elf.PT_TLS {
+				align := max(p.Align, 1)
+				size := (p.Memsz + align - 1) &^ (align - 1)
+				return &tctxFile{access: tlsLocalExec, offset: int64(sym.Value) - int64(size)}, nil
+			}
+		}
+		return nil, fmt.Errorf("%s: no TLS segment", tctxSymbol)
+	case has(module, rX8664TLSDESC):
+		return &tctxFile{access: tlsDesc, slot: module[rX8664TLSDESC], offset: int64(sym.Value)}, nil
+	case has(module, rX8664DTPMOD64):
+		return &tctxFile{access: tlsLocalDynamic, slot: module[rX8664DTPMOD64], offset: int64(sym.Value)}, nil
+	}
+	return nil, fmt.Errorf("%s: no relocation tells how it is reached", tctxSymbol)
+}
+
+func has(m map[uint32]uint64, k uint32) bool { _, ok := m[k]; return ok }
+
+// isExecutable: an executable, PIE or not (a shared object is not).
+func isExecutable(ef *elf.File) bool {
+	if ef.Type == elf.ET_EXEC {
+		return true
+	}
+	if ds, err := ef.DynValue(elf.DT_FLAGS_1); err == nil {
+		for _, v := range ds {
+			if v&uint64(elf.DF_1_PIE) != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// eachRela calls f for each dynamic relocation with addend (.rela.dyn):
+// its offset, symbol index and type.
+func eachRela(ef *elf.File, f func(off uint64, sym, typ uint32)) error {
+	for _, s := range ef.Sections {
+		if s.Type != elf.SHT_RELA || s.Entsize != 24 {
+			continue
+		}
+		if int(s.Link) >= len(ef.Sections) || ef.Sections[s.Link].Type != elf.SHT_DYNSYM {
+			continue
+		}
+		r := s.Open()
+		var e [24]byte
+		for {
+			if _, err := io.ReadFull(r, e[:]); err != nil {
+				if err == io.EOF {
+					break
+				}
+				return fmt.Errorf("reading %s: %w", s.Name, err)
+			}
+			info := binary.LittleEndian.Uint64(e[8:])
+			f(binary.LittleEndian.Uint64(e[:8]), uint32(info>>32), uint32(info))
+		}
+	}
+	return nil
+}
