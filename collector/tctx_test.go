@@ -122,7 +122,9 @@ func checkTenants(t *testing.T, p interface{ String() string }) {
 // The process context's key map is found in Resource attributes and in
 // extra attributes; a malformed payload yields none.
 func TestAttributeKeyMap(t *testing.T) {
-	str := func(s string) []byte { return protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte(s)) }
+	str := func(s string) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte(s))
+	}
 	field := func(n protowire.Number, b []byte) []byte {
 		return protowire.AppendBytes(protowire.AppendTag(nil, n, protowire.BytesType), b)
 	}
