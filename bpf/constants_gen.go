@@ -56,6 +56,7 @@ const (
 	TctxHead             = 28                 // TCTX_HEAD
 	TctxAttrs            = 612                // TCTX_ATTRS
 	TctxTruncated        = 1                  // TCTX_TRUNCATED
+	TctxObi              = 2                  // TCTX_OBI
 )
 
 // From goroutines_shared.h.

@@ -83,6 +83,12 @@ type OffcpuMapEvent struct {
 	Names  [16][64]int8
 }
 
+type OffcpuObiTraceCtx struct {
+	_       structs.HostLayout
+	TraceId [16]uint8
+	SpanId  [8]uint8
+}
+
 type OffcpuOffcpuKey struct {
 	_              structs.HostLayout
 	Tgid           uint32
@@ -449,6 +455,7 @@ const (
 	OffcpuMapNewborn            = "newborn"
 	OffcpuMapOffcpu             = "offcpu"
 	OffcpuMapOffcpuMaps         = "offcpu_maps"
+	OffcpuMapOtelTracesCtxV1    = "otel_traces_ctx_v1"
 	OffcpuMapPrestart           = "prestart"
 	OffcpuMapPrestartScratch    = "prestart_scratch"
 	OffcpuMapProcEvents         = "proc_events"
@@ -606,6 +613,7 @@ type OffcpuMapSpecs struct {
 	Newborn         *ebpf.MapSpec `ebpf:"newborn"`
 	Offcpu          *ebpf.MapSpec `ebpf:"offcpu"`
 	OffcpuMaps      *ebpf.MapSpec `ebpf:"offcpu_maps"`
+	OtelTracesCtxV1 *ebpf.MapSpec `ebpf:"otel_traces_ctx_v1"`
 	Prestart        *ebpf.MapSpec `ebpf:"prestart"`
 	PrestartScratch *ebpf.MapSpec `ebpf:"prestart_scratch"`
 	ProcEvents      *ebpf.MapSpec `ebpf:"proc_events"`
@@ -705,6 +713,7 @@ type OffcpuMaps struct {
 	Newborn         *ebpf.Map `ebpf:"newborn"`
 	Offcpu          *ebpf.Map `ebpf:"offcpu"`
 	OffcpuMaps      *ebpf.Map `ebpf:"offcpu_maps"`
+	OtelTracesCtxV1 *ebpf.Map `ebpf:"otel_traces_ctx_v1"`
 	Prestart        *ebpf.Map `ebpf:"prestart"`
 	PrestartScratch *ebpf.Map `ebpf:"prestart_scratch"`
 	ProcEvents      *ebpf.Map `ebpf:"proc_events"`
@@ -754,6 +763,7 @@ func (m *OffcpuMaps) Close() error {
 		m.Newborn,
 		m.Offcpu,
 		m.OffcpuMaps,
+		m.OtelTracesCtxV1,
 		m.Prestart,
 		m.PrestartScratch,
 		m.ProcEvents,

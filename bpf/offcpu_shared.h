@@ -396,11 +396,18 @@ struct tctx_proc {
 #define TCTX_HEAD 28
 #define TCTX_ATTRS 612
 #define TCTX_TRUNCATED 1 /* tctx_link.flags: attributes cut at TCTX_ATTRS */
+#define TCTX_OBI 2       /* tctx_link.flags: from otel_traces_ctx_v1 */
 
 struct tctx_key {
 	u32 tgid;
 	u32 pad;
 	u64 id; /* a hash of the trace and span ids */
+};
+
+/* OTEP 4855's value: a thread's trace context. */
+struct obi_trace_ctx {
+	u8 trace_id[16];
+	u8 span_id[8];
 };
 
 struct tctx_link {

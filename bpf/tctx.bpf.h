@@ -4,7 +4,9 @@
  * attributes). Read in the waiting thread's own context when its wait's
  * stacks are walked; a record is copied into tctx_links once per span,
  * a wait keeps its id (offcpu_key.link). User space finds where each
- * process keeps the variable (tctx_procs). */
+ * process keeps the variable (tctx_procs). A thread without one may have
+ * its trace context in the OpenTelemetry eBPF Instrumentation's map
+ * (OTEP 4855: otel_traces_ctx_v1, pinned by user space). */
 #ifndef OFFCPU_TCTX_H
 #define OFFCPU_TCTX_H
 
@@ -28,6 +30,16 @@ struct {
 	__type(value, struct tctx_link);
 } tctx_links SEC(".maps");
 
+/* OTEP 4855: the trace context the OpenTelemetry eBPF Instrumentation
+ * keeps for a thread it sees serving a request, by pid_tgid. User space
+ * pins it (--trace-map-pin), shared with the instrumentation. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1 << 14);
+	__type(key, u64);
+	__type(value, struct obi_trace_ctx);
+} otel_traces_ctx_v1 SEC(".maps");
+
 /* tctx_read's record, off the stack. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -36,16 +48,68 @@ struct {
 	__type(value, struct tctx_link);
 } tctx_scratch SEC(".maps");
 
+/* Keeps record v (its head read; rec: where its attributes are, 0 for
+ * none) of process tgid in tctx_links once per trace and span: its id
+ * (0: no ids, or not kept: counted). */
+static __always_inline u64 tctx_keep(u32 tgid, struct tctx_link *v, u64 rec)
+{
+	u64 h = 14695981039346656037ULL, id0 = 0, id1 = 0, sp = 0;
+	__builtin_memcpy(&id0, v->trace_id, 8);
+	__builtin_memcpy(&id1, v->trace_id + 8, 8);
+	__builtin_memcpy(&sp, v->span_id, 8);
+	if (!id0 && !id1 && !sp)
+		return 0;
+	h = (h ^ id0) * 1099511628211ULL;
+	h = (h ^ id1) * 1099511628211ULL;
+	h = (h ^ sp) * 1099511628211ULL;
+	if (!h)
+		h = 1;
+	struct tctx_key k = { .tgid = tgid, .id = h };
+	if (bpf_map_lookup_elem(&tctx_links, &k))
+		return h;
+	u64 n = rec ? v->attrs_size : 0;
+	if (n > TCTX_ATTRS)
+		v->flags |= TCTX_TRUNCATED;
+	/* Clamped in the register the read uses: every verifier sees the bound. */
+	asm volatile("if %0 <= %1 goto +1; %0 = %1" : "+r"(n) : "i"(TCTX_ATTRS));
+	if (n && bpf_probe_read_user(v->attrs, n, (void *)(rec + TCTX_HEAD)))
+		v->attrs_size = 0;
+	else
+		v->attrs_size = n;
+	if (bpf_map_update_elem(&tctx_links, &k, v, BPF_NOEXIST) && !bpf_map_lookup_elem(&tctx_links, &k)) {
+		stat_add(STAT_TCTX_LOST, 1);
+		return 0;
+	}
+	stat_add(STAT_TCTX_LINKS, 1);
+	return h;
+}
+
 /* The request the current thread (of process tgid) serves: the id of its
  * record in tctx_links, 0 for none (no record, not valid, no trace id) or
- * not kept (tctx_links full: counted). glibc's x86-64 layout: the thread
+ * not kept (tctx_links full: counted); without a variable, its entry in
+ * otel_traces_ctx_v1. glibc's x86-64 layout: the thread
  * pointer is fsbase, the DTV's address at fsbase + 8, 16 bytes a module.
  * A global function: verified once, apart from its callers. */
 __attribute__((noinline)) u64 tctx_read(u32 tgid)
 {
-	struct tctx_proc *p = bpf_map_lookup_elem(&tctx_procs, &tgid);
-	if (!p)
+	u32 zero = 0;
+	struct tctx_link *v = bpf_map_lookup_elem(&tctx_scratch, &zero);
+	if (!v)
 		return 0;
+	struct tctx_proc *p = bpf_map_lookup_elem(&tctx_procs, &tgid);
+	if (!p) {
+		u64 id = bpf_get_current_pid_tgid();
+		struct obi_trace_ctx *o = bpf_map_lookup_elem(&otel_traces_ctx_v1, &id);
+		if (!o)
+			return 0;
+		__builtin_memcpy(v->trace_id, o->trace_id, 16);
+		__builtin_memcpy(v->span_id, o->span_id, 8);
+		v->valid = 1;
+		v->trace_flags = 0;
+		v->attrs_size = 0;
+		v->flags = TCTX_OBI;
+		return tctx_keep(tgid, v, 0);
+	}
 	struct task_struct *t = bpf_get_current_task_btf();
 	u64 tp = t->thread.fsbase, slot = 0, rec = 0;
 	if (!tp)
@@ -62,40 +126,10 @@ __attribute__((noinline)) u64 tctx_read(u32 tgid)
 	}
 	if (bpf_probe_read_user(&rec, 8, (void *)slot) || !rec)
 		return 0;
-	u32 zero = 0;
-	struct tctx_link *v = bpf_map_lookup_elem(&tctx_scratch, &zero);
-	if (!v)
-		return 0;
 	if (bpf_probe_read_user(v, TCTX_HEAD, (void *)rec) || v->valid != 1)
 		return 0;
-	u64 h = 14695981039346656037ULL, id0 = 0, id1 = 0, sp = 0;
-	__builtin_memcpy(&id0, v->trace_id, 8);
-	__builtin_memcpy(&id1, v->trace_id + 8, 8);
-	__builtin_memcpy(&sp, v->span_id, 8);
-	if (!id0 && !id1 && !sp)
-		return 0;
-	h = (h ^ id0) * 1099511628211ULL;
-	h = (h ^ id1) * 1099511628211ULL;
-	h = (h ^ sp) * 1099511628211ULL;
-	if (!h)
-		h = 1;
-	struct tctx_key k = { .tgid = tgid, .id = h };
-	if (bpf_map_lookup_elem(&tctx_links, &k))
-		return h;
-	u64 n = v->attrs_size;
-	v->flags = n > TCTX_ATTRS ? TCTX_TRUNCATED : 0;
-	/* Clamped in the register the read uses: every verifier sees the bound. */
-	asm volatile("if %0 <= %1 goto +1; %0 = %1" : "+r"(n) : "i"(TCTX_ATTRS));
-	if (n && bpf_probe_read_user(v->attrs, n, (void *)(rec + TCTX_HEAD)))
-		v->attrs_size = 0;
-	else
-		v->attrs_size = n;
-	if (bpf_map_update_elem(&tctx_links, &k, v, BPF_NOEXIST) && !bpf_map_lookup_elem(&tctx_links, &k)) {
-		stat_add(STAT_TCTX_LOST, 1);
-		return 0;
-	}
-	stat_add(STAT_TCTX_LINKS, 1);
-	return h;
+	v->flags = 0;
+	return tctx_keep(tgid, v, rec);
 }
 
 #endif

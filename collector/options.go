@@ -107,6 +107,10 @@ type Options struct {
 	MaxThreads   int // remembered switch-outs and thread names (default 65536)
 	StackEntries int // distinct stacks (default 32768)
 	AggEntries   int // distinct (thread, stacks, state) keys (default 65536)
+	// TraceMapPin: the bpffs directory where the OpenTelemetry eBPF
+	// Instrumentation's thread trace-context map is pinned (OTEP 4855:
+	// otel_traces_ctx_v1, created there if missing); "": not shared.
+	TraceMapPin string
 	// UnwindRows bounds the unwind-table rows loaded for code without
 	// frame pointers, over all files (default 2097152, 8 bytes each).
 	UnwindRows int

@@ -314,12 +314,36 @@ func sizeMaps(spec *ebpf.CollectionSpec, o Options) {
 	}
 }
 
+// traceMapPin pins OTEP 4855's map in Options.TraceMapPin where that is
+// a BPF file system; elsewhere it is left unshared (noted).
+func (p *probes) traceMapPin(spec *ebpf.CollectionSpec) ebpf.CollectionOptions {
+	dir := p.opts.TraceMapPin
+	if dir == "" {
+		return ebpf.CollectionOptions{}
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil || st.Type != unix.BPF_FS_MAGIC {
+		p.warnings = append(p.warnings, fmt.Sprintf("%s is not a BPF file system: trace-context map not shared (mount -t bpf bpf %s)", dir, dir))
+		return ebpf.CollectionOptions{}
+	}
+	spec.Maps[bpf.OffcpuMapOtelTracesCtxV1].Pinning = ebpf.PinByName
+	return ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}
+}
+
 // newCollection loads the maps and programs, turning the kernel's
 // refusals into errors that say what to do.
 func (p *probes) newCollection(spec *ebpf.CollectionSpec) error {
 	start := time.Now()
 	defer func() { p.loadTime += time.Since(start) }()
-	coll, err := ebpf.NewCollection(spec)
+	copts := p.traceMapPin(spec)
+	coll, err := ebpf.NewCollectionWithOptions(spec, copts)
+	if err != nil && copts.Maps.PinPath != "" && strings.Contains(err.Error(), bpf.OffcpuMapOtelTracesCtxV1) {
+		// A map of that name that is not OTEP 4855's: not shared.
+		p.warnings = append(p.warnings, fmt.Sprintf("%s/%s not shared: %v", copts.Maps.PinPath, bpf.OffcpuMapOtelTracesCtxV1, err))
+		spec.Maps[bpf.OffcpuMapOtelTracesCtxV1].Pinning = ebpf.PinNone
+		copts.Maps.PinPath = ""
+		coll, err = ebpf.NewCollectionWithOptions(spec, copts)
+	}
 	for err != nil {
 		// A program with a fallback is left out rather than the mode.
 		name := failedProgram(err, spec)
@@ -330,7 +354,7 @@ func (p *probes) newCollection(spec *ebpf.CollectionSpec) error {
 		}
 		p.warnings = append(p.warnings, fmt.Sprintf("%s: the kernel rejected %s (%s)", why, name, verifierReason(ve.Log)))
 		delete(spec.Programs, name)
-		coll, err = ebpf.NewCollection(spec)
+		coll, err = ebpf.NewCollectionWithOptions(spec, copts)
 	}
 	if err != nil {
 		// The verifier answers EACCES too: look at its log first.

@@ -40,11 +40,14 @@ type ThreadContextStats struct {
 	// Records read (one per span), the waits counted without theirs (the
 	// kernel's map full), those whose attributes were cut (612 bytes), and
 	// those past the recording's bound (262,144).
-	Records   uint64   `json:"records"`
-	Lost      uint64   `json:"lost_records"`
-	Truncated uint64   `json:"truncated_records"`
-	Shed      uint64   `json:"shed_records"`
-	Skipped   []string `json:"skipped,omitempty"` // processes whose variable could not be reached
+	Records   uint64 `json:"records"`
+	Lost      uint64 `json:"lost_records"`
+	Truncated uint64 `json:"truncated_records"`
+	Shed      uint64 `json:"shed_records"`
+	// Instrumentation: records from the OpenTelemetry eBPF
+	// Instrumentation's map (OTEP 4855), by thread rather than process.
+	Instrumentation uint64   `json:"instrumentation_records"`
+	Skipped         []string `json:"skipped,omitempty"` // processes whose variable could not be reached
 }
 
 // tctxPending: a process looked at until its variable is found or until

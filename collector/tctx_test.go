@@ -2,16 +2,24 @@ package collector
 
 import (
 	"bufio"
+	"context"
 	"debug/elf"
+	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/schema"
 )
 
 // A C server that publishes OpenTelemetry thread context (OTEP 4947) and
@@ -145,5 +153,90 @@ func TestAttributeKeyMap(t *testing.T) {
 	}
 	if got := attributeKeyMap([]byte{0x12, 0xff, 0x01}); got != nil {
 		t.Errorf("malformed: %q", got)
+	}
+}
+
+// The OpenTelemetry eBPF Instrumentation's map (OTEP 4855): offcpu pins
+// otel_traces_ctx_v1 in a BPF file system, the test fills it as the
+// instrumentation does for threads serving requests (by pid_tgid), and
+// each thread's sleeps carry its own span.
+func TestTraceContextMap(t *testing.T) {
+	requireBPF(t)
+	pin := filepath.Join(t.TempDir(), "bpffs")
+	if err := os.Mkdir(pin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("bpf", pin, "bpf", 0, ""); err != nil {
+		t.Fatalf("mounting a BPF file system: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(pin, 0) })
+	bin := filepath.Join(t.TempDir(), "obi")
+	runBuild(t, "gcc", "-O2", "-pthread", "-o", bin, "testdata/tctx/obi.c")
+	cmd := exec.Command(bin)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	var tids []uint32
+	for sc := bufio.NewScanner(out); sc.Scan() && sc.Text() != "ready"; {
+		n, _ := strconv.Atoi(sc.Text())
+		tids = append(tids, uint32(n))
+	}
+	pid := uint32(cmd.Process.Pid)
+	s, err := Start(context.Background(), Options{PIDs: []int{int(pid)}, TraceMapPin: pin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pin, bpf.OffcpuMapOtelTracesCtxV1), nil)
+	if err != nil {
+		s.Stop()
+		t.Fatalf("the pinned map: %v", err)
+	}
+	defer m.Close()
+	spanOf := map[string]string{} // tid → span
+	for i, tid := range tids {
+		var v bpf.OffcpuObiTraceCtx
+		v.TraceId[0], v.TraceId[15] = 0x4b, byte(i+1)
+		v.SpanId[7] = byte(i + 1)
+		if err := m.Put(uint64(pid)<<32|uint64(tid), v); err != nil {
+			t.Fatal(err)
+		}
+		spanOf[strconv.Itoa(int(tid))] = hex.EncodeToString(v.SpanId[:])
+	}
+	cmd.Process.Signal(syscall.SIGUSR1)
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	linked, other := map[string]int64{}, int64(0)
+	for _, smp := range p.Sample {
+		tid := strconv.FormatInt(smp.NumLabel[schema.LabelTID][0], 10)
+		if spanOf[tid] == "" || !stackHas(smp, "clock_nanosleep") {
+			continue
+		}
+		if sp := schema.ProgramLabels(smp)[schema.LabelSpanID]; sp == spanOf[tid] {
+			linked[tid] += smp.Value[0]
+		} else {
+			other += smp.Value[0]
+		}
+	}
+	t.Logf("sleeps by thread, linked to its span: %v; not linked or another's: %v", linked, time.Duration(other))
+	for tid := range spanOf {
+		if linked[tid] < int64(40*5*time.Millisecond) {
+			t.Errorf("thread %s: %v of sleeps linked to span %s, want at least 200ms", tid, time.Duration(linked[tid]), spanOf[tid])
+		}
+	}
+	if other > 0 {
+		t.Errorf("%v of sleeps without their thread's span", time.Duration(other))
+	}
+	if st := s.Stats().ThreadContext; st == nil || st.Instrumentation < 3 {
+		t.Errorf("thread context stats %+v: want 3 records from the instrumentation's map", st)
 	}
 }

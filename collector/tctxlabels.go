@@ -35,6 +35,7 @@ type tctxLabels struct {
 	keys   map[uint32][]string // attribute names by process
 	shed   uint64
 	nTrunc uint64
+	nObi   uint64
 }
 
 // tctxRecord is one record as labels; truncated: its attributes were cut.
@@ -66,6 +67,9 @@ func (l *tctxLabels) take() {
 		r := l.decode(k.Tgid, &v)
 		if r.truncated {
 			l.nTrunc++
+		}
+		if v.Flags&bpf.TctxObi != 0 {
+			l.nObi++
 		}
 		l.recs[k] = r
 	}
@@ -161,7 +165,7 @@ func (l *tctxLabels) cut() {
 
 func (l *tctxLabels) addStats(st *ThreadContextStats) {
 	l.mu.Lock()
-	st.Shed, st.Truncated = l.shed, l.nTrunc
+	st.Shed, st.Truncated, st.Instrumentation = l.shed, l.nTrunc, l.nObi
 	l.mu.Unlock()
 }
 

@@ -46,6 +46,7 @@ type recordFlags struct {
 	output             string
 	folded             string
 	maxThreads         int
+	traceMapPin        string
 	stackEntries       int
 	unwindRows         int
 	fpOnly             bool
@@ -123,6 +124,7 @@ re-reads --config (otlp:, output_dir:, keep:, rules:).`,
 	fl.IntVar(&f.unwindRows, "unwind-rows", 1<<21, "unwind-table rows kept for code without frame pointers, over all files (8 bytes each)")
 	fl.BoolVar(&f.fpOnly, "frame-pointers-only", false, "walk user stacks by frame pointers only, as other tools do (stacks through code built without them end early)")
 	fl.IntVar(&f.aggEntries, "agg-entries", 65536, "distinct (thread, stack, state) keys kept (BPF map size)")
+	fl.StringVar(&f.traceMapPin, "trace-map-pin", "/sys/fs/bpf", "bpffs directory of the OpenTelemetry eBPF Instrumentation's trace-context map (otel_traces_ctx_v1), shared to link waits to its spans; created if missing (\"\": none)")
 	fl.BoolVar(&f.stats, "stats", false, "print the mean cost of each BPF program run (enables kernel.bpf_stats_enabled while recording)")
 	fl.BoolVar(&f.follow, "follow-forks", true, "also record processes that the targets start")
 	fl.BoolVar(&f.tracepoint, "tracepoint", false, "attach to the classic sched tracepoints instead of tp_btf")
@@ -287,7 +289,7 @@ func (f *recordFlags) options(command []string) (collector.Options, error) {
 		NoUserStacks: f.noUserStacks, NoKernelStacks: f.noKernelStacks, NoStackReuse: f.noStackReuse, NoWakeups: f.noWakeups, NoDebugInfo: f.noDebugInfo, CPUHz: f.cpuHz,
 		FollowForks: f.follow, TargetsOnly: len(command) > 0,
 		MaxThreads: f.maxThreads, StackEntries: f.stackEntries, AggEntries: f.aggEntries,
-		UnwindRows: f.unwindRows, FramePointersOnly: f.fpOnly,
+		UnwindRows: f.unwindRows, FramePointersOnly: f.fpOnly, TraceMapPin: f.traceMapPin,
 		ForceTracepoint: f.tracepoint, Stats: f.stats,
 		Goroutines: f.goroutines, MaxGoroutines: f.goroutinesMax,
 	}
