@@ -1,12 +1,15 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -72,21 +75,22 @@ func TestContinuousGoroutineLinks(t *testing.T) {
 			}
 		}
 	}
-	for route, w := range own {
-		d := float64(byRoute[route]-w) / float64(w)
-		t.Logf("route %-7s intervals %8.1f ms, the requests' own %8.1f ms: %+.2f%%", route, float64(byRoute[route])/1e6, float64(w)/1e6, 100*d)
-		if math.Abs(d) > 0.02 {
-			t.Errorf("route %s: %.1f ms over the intervals, the requests' own %.1f ms", route, float64(byRoute[route])/1e6, float64(w)/1e6)
-		}
-	}
+	checkRoutes(t, byRoute, own)
 
 	// OTLP: labelled goroutine samples link to their request's span.
+	checkOTLPLinks(t, col, otlp.TypeGoroutineBlocked, spans)
+}
+
+// checkOTLPLinks: every sample of type typ with an http.route attribute
+// links to its request's span and trace (spans: span → trace, hex).
+func checkOTLPLinks(t *testing.T, col *testCollector, typ string, spans map[string]string) {
+	t.Helper()
 	var linked, labelled, wrong int
 	for _, m := range col.messages(t) {
 		dict := m.Dictionary()
 		strs := dict.StringTable()
 		eachProfile(m, func(_ pcommon.Resource, p pprofile.Profile) {
-			if typ := strs.At(int(p.SampleType().TypeStrindex())); typ != otlp.TypeGoroutineBlocked {
+			if strs.At(int(p.SampleType().TypeStrindex())) != typ {
 				return
 			}
 			for i := 0; i < p.Samples().Len(); i++ {
@@ -111,8 +115,80 @@ func TestContinuousGoroutineLinks(t *testing.T) {
 			}
 		})
 	}
-	t.Logf("OTLP: %d labelled goroutine samples, %d linked to their request's span, %d wrong", labelled, linked, wrong)
+	t.Logf("OTLP: %d labelled %s samples, %d linked to their request's span, %d wrong", labelled, typ, linked, wrong)
 	if labelled == 0 || linked != labelled || wrong != 0 {
-		t.Errorf("OTLP: %d labelled goroutine samples, %d linked to their span, %d to another", labelled, linked, wrong)
+		t.Errorf("OTLP: %d labelled %s samples, %d linked to their span, %d to another", labelled, typ, linked, wrong)
 	}
+}
+
+// checkRoutes compares the time per route over the intervals with the
+// requests' own, within 2%.
+func checkRoutes(t *testing.T, byRoute, own map[string]int64) {
+	t.Helper()
+	for route, w := range own {
+		d := float64(byRoute[route]-w) / float64(w)
+		t.Logf("route %-11s intervals %8.1f ms, the requests' own %8.1f ms: %+.2f%%", route, float64(byRoute[route])/1e6, float64(w)/1e6, 100*d)
+		if math.Abs(d) > 0.02 {
+			t.Errorf("route %s: %.1f ms over the intervals, the requests' own %.1f ms", route, float64(byRoute[route])/1e6, float64(w)/1e6)
+		}
+	}
+}
+
+// The C server that publishes OpenTelemetry thread context
+// (collector/testdata/tctx) recorded in continuous mode: its thread waits
+// carry their request's span over the intervals (time per route the
+// requests' own) and in OTLP (each labelled off-CPU sample linked).
+func TestContinuousThreadContextLinks(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	bin, report := filepath.Join(dir, "server"), filepath.Join(dir, "report")
+	if out, err := exec.Command("gcc", "-O2", "-pthread", "-rdynamic", "-o", bin, "../../collector/testdata/tctx/server.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	col := newTestCollector(t)
+	outDir := t.TempDir()
+	summary, err := run(t, "record", "--continuous", "--interval", "1s", "--output-dir", outDir,
+		"--otlp-endpoint", col.grpc, "--otlp-insecure", "--", bin, "3", report)
+	if err != nil {
+		t.Fatalf("record: %v\n%s", err, summary)
+	}
+	col.stop(t)
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// span route off-CPU ns; the server's trace id: 0xab, then the span's
+	// value in native (little-endian) order in its last 8 bytes.
+	spans, own := map[string]string{}, map[string]int64{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var span, route string
+		var ns int64
+		if _, err := fmt.Sscan(line, &span, &route, &ns); err != nil {
+			t.Fatalf("report line %q: %v", line, err)
+		}
+		v, _ := strconv.ParseUint(span, 16, 64)
+		var trace [16]byte
+		trace[0] = 0xab
+		binary.LittleEndian.PutUint64(trace[8:], v)
+		spans[span] = hex.EncodeToString(trace[:])
+		own[route] += ns
+	}
+	files, _ := filepath.Glob(filepath.Join(outDir, "offcpu-*.pb.gz"))
+	byRoute, n := map[string]int64{}, 0
+	for _, f := range files {
+		if strings.Contains(f, ".goroutines.") || strings.Contains(f, ".wakeups.") {
+			continue
+		}
+		n++
+		for _, s := range readProfile(t, f).Sample {
+			if r := schema.ProgramLabels(s)["http.route"]; r != "" {
+				byRoute[r] += s.Value[0]
+			}
+		}
+	}
+	if n < 2 {
+		t.Fatalf("%d interval profiles:\n%s", n, summary)
+	}
+	checkRoutes(t, byRoute, own)
+	checkOTLPLinks(t, col, otlp.TypeOffCPU, spans)
 }
