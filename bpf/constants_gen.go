@@ -57,6 +57,8 @@ const (
 	TctxAttrs            = 612                // TCTX_ATTRS
 	TctxTruncated        = 1                  // TCTX_TRUNCATED
 	TctxObi              = 2                  // TCTX_OBI
+	TctxSrcProcs         = 1                  // TCTX_SRC_PROCS
+	TctxSrcObi           = 2                  // TCTX_SRC_OBI
 )
 
 // From goroutines_shared.h.

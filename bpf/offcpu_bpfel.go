@@ -521,6 +521,7 @@ const (
 	OffcpuVarReuseStacks        = "reuse_stacks"
 	OffcpuVarStatCount          = "stat_count"
 	OffcpuVarStateMask          = "state_mask"
+	OffcpuVarTctxSources        = "tctx_sources"
 	OffcpuVarThreadSize         = "thread_size"
 	OffcpuVarUnusedMapEvent     = "unused_map_event"
 	OffcpuVarUnusedProcEvent    = "unused_proc_event"
@@ -667,6 +668,7 @@ type OffcpuVariableSpecs struct {
 	ReuseStacks       *ebpf.VariableSpec `ebpf:"reuse_stacks"`
 	StatCount         *ebpf.VariableSpec `ebpf:"stat_count"`
 	StateMask         *ebpf.VariableSpec `ebpf:"state_mask"`
+	TctxSources       *ebpf.VariableSpec `ebpf:"tctx_sources"`
 	ThreadSize        *ebpf.VariableSpec `ebpf:"thread_size"`
 	UnusedMapEvent    *ebpf.VariableSpec `ebpf:"unused_map_event"`
 	UnusedProcEvent   *ebpf.VariableSpec `ebpf:"unused_proc_event"`
@@ -818,6 +820,7 @@ type OffcpuVariables struct {
 	ReuseStacks       *ebpf.Variable `ebpf:"reuse_stacks"`
 	StatCount         *ebpf.Variable `ebpf:"stat_count"`
 	StateMask         *ebpf.Variable `ebpf:"state_mask"`
+	TctxSources       *ebpf.Variable `ebpf:"tctx_sources"`
 	ThreadSize        *ebpf.Variable `ebpf:"thread_size"`
 	UnusedMapEvent    *ebpf.Variable `ebpf:"unused_map_event"`
 	UnusedProcEvent   *ebpf.Variable `ebpf:"unused_proc_event"`

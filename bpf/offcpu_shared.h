@@ -397,6 +397,9 @@ struct tctx_proc {
 #define TCTX_ATTRS 612
 #define TCTX_TRUNCATED 1 /* tctx_link.flags: attributes cut at TCTX_ATTRS */
 #define TCTX_OBI 2       /* tctx_link.flags: from otel_traces_ctx_v1 */
+/* tctx_sources */
+#define TCTX_SRC_PROCS 1 /* some process in tctx_procs */
+#define TCTX_SRC_OBI 2   /* otel_traces_ctx_v1 not empty */
 
 struct tctx_key {
 	u32 tgid;

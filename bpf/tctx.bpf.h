@@ -12,6 +12,10 @@
 
 #include "common.bpf.h"
 
+/* Which sources user space has seen (TCTX_SRC_*): with none, a walked
+ * wait costs one load here rather than two map lookups. */
+u32 tctx_sources = 0;
+
 /* Key: tgid. Written by user space for the processes that export
  * otel_thread_ctx_v1. */
 struct {
@@ -92,12 +96,16 @@ static __always_inline u64 tctx_keep(u32 tgid, struct tctx_link *v, u64 rec)
  * A global function: verified once, apart from its callers. */
 __attribute__((noinline)) u64 tctx_read(u32 tgid)
 {
-	u32 zero = 0;
+	u32 src = tctx_sources, zero = 0;
+	if (!src)
+		return 0;
 	struct tctx_link *v = bpf_map_lookup_elem(&tctx_scratch, &zero);
 	if (!v)
 		return 0;
-	struct tctx_proc *p = bpf_map_lookup_elem(&tctx_procs, &tgid);
+	struct tctx_proc *p = src & TCTX_SRC_PROCS ? bpf_map_lookup_elem(&tctx_procs, &tgid) : 0;
 	if (!p) {
+		if (!(src & TCTX_SRC_OBI))
+			return 0;
 		u64 id = bpf_get_current_pid_tgid();
 		struct obi_trace_ctx *o = bpf_map_lookup_elem(&otel_traces_ctx_v1, &id);
 		if (!o)

@@ -20,7 +20,10 @@ import (
 // recorder where each keeps it (tctx_procs), and moves the records the
 // recorder read (tctx_links) into labels for the waits that carry them.
 type tctxTracker struct {
-	procs *ebpf.Map
+	procs   *ebpf.Map
+	obi     *ebpf.Map      // otel_traces_ctx_v1
+	sources *ebpf.Variable // tctx_sources: the programs look only where there is something
+	srcBits uint32
 
 	mu      sync.Mutex
 	pending map[uint32]*tctxPending // processes to look at
@@ -63,7 +66,8 @@ type tctxPending struct {
 const tctxLook = 10 * time.Second
 
 func newTctxTracker(coll *ebpf.Collection) *tctxTracker {
-	t := &tctxTracker{procs: coll.Maps[bpf.OffcpuMapTctxProcs], pending: map[uint32]*tctxPending{}, wake: make(chan struct{}, 1), found: map[uint32]string{},
+	t := &tctxTracker{procs: coll.Maps[bpf.OffcpuMapTctxProcs], obi: coll.Maps[bpf.OffcpuMapOtelTracesCtxV1],
+		sources: coll.Variables[bpf.OffcpuVarTctxSources], pending: map[uint32]*tctxPending{}, wake: make(chan struct{}, 1), found: map[uint32]string{},
 		files: map[string]*tctxFile{}, labels: newTctxLabels(coll.Maps[bpf.OffcpuMapTctxLinks]), stop: make(chan struct{})}
 	t.done.Add(1)
 	go t.run()
@@ -107,6 +111,8 @@ func (t *tctxTracker) run() {
 	defer t.done.Done()
 	tick := time.NewTicker(linkEvery)
 	defer tick.Stop()
+	obi := time.NewTicker(obiEvery)
+	defer obi.Stop()
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
 	for {
@@ -115,6 +121,9 @@ func (t *tctxTracker) run() {
 			return
 		case <-tick.C:
 			t.labels.take()
+			continue
+		case <-obi.C:
+			t.watchOBI()
 			continue
 		case <-t.wake:
 		case <-retry.C:
@@ -180,7 +189,8 @@ func (t *tctxTracker) lookAt(pid uint32) {
 		return
 	}
 	for _, m := range maps {
-		if m.Inode == 0 || m.Offset != 0 || !strings.HasPrefix(m.Pathname, "/") {
+		if m.Inode == 0 || m.Offset != 0 || !strings.HasPrefix(m.Pathname, "/") ||
+			strings.HasPrefix(m.Pathname, "/memfd:") || strings.HasSuffix(m.Pathname, " (deleted)") {
 			continue
 		}
 		f := t.file(pid, m)
@@ -200,12 +210,38 @@ func (t *tctxTracker) lookAt(pid uint32) {
 		} else {
 			t.found[pid] = f.access.String()
 			t.stats.Processes++
+			t.setSource(bpf.TctxSrcProcs, true)
 		}
 		t.mu.Unlock()
 		if err == nil {
 			t.labels.readKeys(pid)
 		}
 		return
+	}
+}
+
+// obiEvery: how often otel_traces_ctx_v1 is looked at for entries (one
+// system call): the instrumentation's first entries are read from then on.
+const obiEvery = 50 * time.Millisecond
+
+// watchOBI tells the programs whether otel_traces_ctx_v1 holds anything
+// (the instrumentation's entries are looked up from the next tick on).
+func (t *tctxTracker) watchOBI() {
+	var k uint64
+	err := t.obi.NextKey(nil, &k)
+	t.mu.Lock()
+	t.setSource(bpf.TctxSrcObi, err == nil)
+	t.mu.Unlock()
+}
+
+// setSource sets or clears a source bit of tctx_sources (t.mu held).
+func (t *tctxTracker) setSource(bit uint32, on bool) {
+	b := t.srcBits &^ bit
+	if on {
+		b |= bit
+	}
+	if b != t.srcBits && t.sources != nil && t.sources.Set(b) == nil {
+		t.srcBits = b
 	}
 }
 
