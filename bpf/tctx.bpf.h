@@ -52,6 +52,18 @@ struct {
 	__type(value, struct tctx_link);
 } tctx_scratch SEC(".maps");
 
+/* murmur3's 64-bit finalizer step over one word. */
+static __always_inline u64 tctx_mix(u64 h, u64 w)
+{
+	h ^= w;
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ULL;
+	h ^= h >> 33;
+	return h;
+}
+
 /* Keeps record v (its head read; rec: where its attributes are, 0 for
  * none) of process tgid in tctx_links once per trace and span: its id
  * (0: no ids, or not kept: counted). */
@@ -63,9 +75,12 @@ static __always_inline u64 tctx_keep(u32 tgid, struct tctx_link *v, u64 rec)
 	__builtin_memcpy(&sp, v->span_id, 8);
 	if (!id0 && !id1 && !sp)
 		return 0;
-	h = (h ^ id0) * 1099511628211ULL;
-	h = (h ^ id1) * 1099511628211ULL;
-	h = (h ^ sp) * 1099511628211ULL;
+	/* Each word mixed down as well as up (a product alone never carries a
+	 * high byte's change into the low ones): ids that differ only in
+	 * their last bytes, as sequential ones do, stay apart. */
+	h = tctx_mix(h, id0);
+	h = tctx_mix(h, id1);
+	h = tctx_mix(h, sp);
 	if (!h)
 		h = 1;
 	struct tctx_key k = { .tgid = tgid, .id = h };

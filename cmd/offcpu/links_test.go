@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -158,7 +156,7 @@ func TestContinuousThreadContextLinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	// span route off-CPU ns; the server's trace id: 0xab, then the span's
-	// value in native (little-endian) order in its last 8 bytes.
+	// bytes.
 	spans, own := map[string]string{}, map[string]int64{}
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		var span, route string
@@ -166,11 +164,7 @@ func TestContinuousThreadContextLinks(t *testing.T) {
 		if _, err := fmt.Sscan(line, &span, &route, &ns); err != nil {
 			t.Fatalf("report line %q: %v", line, err)
 		}
-		v, _ := strconv.ParseUint(span, 16, 64)
-		var trace [16]byte
-		trace[0] = 0xab
-		binary.LittleEndian.PutUint64(trace[8:], v)
-		spans[span] = hex.EncodeToString(trace[:])
+		spans[span] = "ab00000000000000" + span
 		own[route] += ns
 	}
 	files, _ := filepath.Glob(filepath.Join(outDir, "offcpu-*.pb.gz"))

@@ -123,11 +123,14 @@ static void *worker(void *arg)
 		/* A fixed record per thread: valid 0 while it changes. */
 		rec->valid = 0;
 		atomic_signal_fence(memory_order_seq_cst);
+		/* Sequential ids, as hex prints them: they differ in their last
+		 * bytes only. */
 		memset(rec->trace_id, 0, 16);
 		rec->trace_id[0] = 0xab;
-		memcpy(rec->trace_id + 8, &span, 8);
-		for (int i = 0; i < 8; i++)
+		for (int i = 0; i < 8; i++) {
+			rec->trace_id[8 + i] = span >> (56 - 8 * i);
 			rec->span_id[i] = span >> (56 - 8 * i);
+		}
 		rec->trace_flags = 1;
 		rec->attrs_size = 0;
 		put_attr(rec, 0, routes[route]);
