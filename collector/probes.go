@@ -314,6 +314,12 @@ func sizeMaps(spec *ebpf.CollectionSpec, o Options) {
 	}
 }
 
+// IsBPFFS tells whether dir is a BPF file system.
+func IsBPFFS(dir string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(dir, &st) == nil && st.Type == unix.BPF_FS_MAGIC
+}
+
 // traceMapPin pins OTEP 4855's map in Options.TraceMapPin where that is
 // a BPF file system; elsewhere it is left unshared (noted).
 func (p *probes) traceMapPin(spec *ebpf.CollectionSpec) ebpf.CollectionOptions {
@@ -321,8 +327,7 @@ func (p *probes) traceMapPin(spec *ebpf.CollectionSpec) ebpf.CollectionOptions {
 	if dir == "" {
 		return ebpf.CollectionOptions{}
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil || st.Type != unix.BPF_FS_MAGIC {
+	if !IsBPFFS(dir) {
 		p.warnings = append(p.warnings, fmt.Sprintf("%s is not a BPF file system: trace-context map not shared (mount -t bpf bpf %s)", dir, dir))
 		return ebpf.CollectionOptions{}
 	}

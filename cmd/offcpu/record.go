@@ -192,6 +192,9 @@ func (f *recordFlags) run(cmd *cobra.Command, args []string) error {
 	} else if n < 0 && len(args) > 0 {
 		return fmt.Errorf("unexpected argument %q: put the command to record after --", args[0])
 	}
+	if !cmd.Flags().Changed("trace-map-pin") && !collector.IsBPFFS(f.traceMapPin) {
+		f.traceMapPin = "" // the default where no BPF file system is mounted: nothing to share, said nothing
+	}
 	if f.agent.continuous {
 		for _, name := range []string{"output", "folded", "cpu-folded", "wakeups-output", "wakeups-folded", "offwake-folded"} {
 			if cmd.Flags().Changed(name) {
@@ -485,6 +488,13 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 			100*share, st.CompleteStacks, st.TruncatedStacks)
 	}
 	printGoroutines(w, st.Goroutines, f)
+	if tc := st.ThreadContext; tc != nil {
+		fmt.Fprintf(w, "thread context (OpenTelemetry): %d processes, %d records (%d from the eBPF instrumentation's map), %d lost, %d cut short\n",
+			tc.Processes, tc.Records, tc.Instrumentation, tc.Lost, tc.Truncated)
+		for _, s := range tc.Skipped {
+			fmt.Fprintf(w, "  not read: %s\n", s)
+		}
+	}
 	printWalkers(w, st)
 	printRuntimes(w, st)
 	if st.NoStart > 0 {
