@@ -357,15 +357,15 @@ func (s *Session) AddPID(pid int) error {
 // close frees what a session holds in the kernel.
 func (s *Session) close() {
 	s.budget.stop()
+	if s.tctx != nil { // it reads the maps until closed
+		s.tctx.close()
+	}
 	if s.p != nil {
 		s.p.close()
 	}
 	if s.gor != nil {
 		s.gor.close()
 		s.gor = nil
-	}
-	if s.tctx != nil {
-		s.tctx.close()
 	}
 	if s.cont != nil {
 		s.cont.agg.close()
