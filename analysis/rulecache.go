@@ -68,11 +68,12 @@ func ruleInput(s *Stack) string {
 	return b.String()
 }
 
-// frameMatches: re matches the name as written or normalised. Results
+// frameMatches: re matches the name (h: hash128(name)) as written or
+// normalised. Results
 // are cached: the same few thousand names meet the same rules in every
 // stack, and running the regexps was most of an analysis's time.
-func frameMatches(re *regexp.Regexp, name string) bool {
-	k := matchKey{re, hash128(name)}
+func frameMatches(re *regexp.Regexp, name string, h [2]uint64) bool {
+	k := matchKey{re, h}
 	matchMu.RLock()
 	v, ok := matchCache[k]
 	matchMu.RUnlock()
@@ -105,7 +106,18 @@ var (
 	hashSeeds  = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
 )
 
-// hash128 is s's 128-bit hash: a cache key that keeps no copy of s.
-func hash128(s string) [2]uint64 {
-	return [2]uint64{maphash.String(hashSeeds[0], s), maphash.String(hashSeeds[1], s)}
+// hash128 is the 128-bit hash of the strings ss: a cache key that keeps
+// no copy of them.
+func hash128(ss ...string) [2]uint64 {
+	var out [2]uint64
+	for i, seed := range hashSeeds {
+		var h maphash.Hash
+		h.SetSeed(seed)
+		for _, s := range ss {
+			h.WriteString(s)
+			h.WriteByte(0)
+		}
+		out[i] = h.Sum64()
+	}
+	return out
 }

@@ -106,6 +106,8 @@ type Rules struct {
 	// hold many rows that differ by goroutine alone.
 	catMu sync.RWMutex
 	cats  map[[2]uint64][]string // by a 128-bit hash of ruleInput: no copy of the stacks kept
+	appMu sync.RWMutex
+	apps  map[[2]uint64]bool // IsApp by a hash of the frame's name and module
 }
 
 type rule struct {
@@ -382,6 +384,26 @@ func (r *Rules) IsApp(f Frame) bool {
 	if f.Kernel {
 		return false
 	}
+	k := hash128(f.Name, f.Module)
+	r.appMu.RLock()
+	v, ok := r.apps[k]
+	r.appMu.RUnlock()
+	if ok {
+		return v
+	}
+	v = r.isApp(f)
+	r.appMu.Lock()
+	if r.apps == nil || len(r.apps) >= maxMatchCache {
+		r.apps = map[[2]uint64]bool{} // bounded, as matchCache
+	}
+	r.apps[k] = v
+	r.appMu.Unlock()
+	return v
+}
+
+// isApp is IsApp without the cache: a user frame whose module and name no
+// not-application pattern matches.
+func (r *Rules) isApp(f Frame) bool {
 	if f.Module != "" {
 		for _, re := range r.notModules {
 			if re.MatchString(f.Module) {
@@ -524,8 +546,9 @@ func matchFrame(frames []Frame, res []*regexp.Regexp, kernel bool) *Frame {
 		if kernel && !f.Kernel {
 			continue
 		}
+		h := hash128(f.Name)
 		for _, re := range res {
-			if frameMatches(re, f.Name) {
+			if frameMatches(re, f.Name, h) {
 				return f
 			}
 		}
