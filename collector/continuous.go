@@ -260,6 +260,7 @@ func (c *continuous) delta(d *recording, read Stats) Stats {
 	st.Keys, st.Stacks, st.StacksMoved, st.Unwind, st.JVM, st.Programs = read.Keys, read.Stacks, read.StacksMoved, read.Unwind, read.JVM, read.Programs
 	st.StacksMissing = read.StacksMissing
 	st.Runtimes = read.Runtimes
+	st.ThreadContext = read.ThreadContext // running totals
 	st.AggMoved, c.movedAtCut = c.movedAtCut, 0
 	st.Budget, c.budget = read.Budget.since(c.budget), read.Budget
 	st.addCounters(&read, 1)
