@@ -121,3 +121,43 @@ func hash128(ss ...string) [2]uint64 {
 	}
 	return out
 }
+
+// IsApp reports whether a frame is application code.
+func (r *Rules) IsApp(f Frame) bool {
+	if f.Kernel {
+		return false
+	}
+	k := hash128(f.Name, f.Module)
+	r.appMu.RLock()
+	v, ok := r.apps[k]
+	r.appMu.RUnlock()
+	if ok {
+		return v
+	}
+	v = r.isApp(f)
+	r.appMu.Lock()
+	if r.apps == nil || len(r.apps) >= maxMatchCache {
+		r.apps = map[[2]uint64]bool{} // bounded, as matchCache
+	}
+	r.apps[k] = v
+	r.appMu.Unlock()
+	return v
+}
+
+// isApp is IsApp without the cache: a user frame whose module and name no
+// not-application pattern matches.
+func (r *Rules) isApp(f Frame) bool {
+	if f.Module != "" {
+		for _, re := range r.notModules {
+			if re.MatchString(f.Module) {
+				return false
+			}
+		}
+	}
+	for _, re := range r.notApp {
+		if re.MatchString(f.Name) {
+			return false
+		}
+	}
+	return true
+}
