@@ -488,13 +488,7 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 			100*share, st.CompleteStacks, st.TruncatedStacks)
 	}
 	printGoroutines(w, st.Goroutines, f)
-	if tc := st.ThreadContext; tc != nil {
-		fmt.Fprintf(w, "thread context (OpenTelemetry): %d processes, %d records (%d from the eBPF instrumentation's map), %d lost, %d cut short\n",
-			tc.Processes, tc.Records, tc.Instrumentation, tc.Lost, tc.Truncated)
-		for _, s := range tc.Skipped {
-			fmt.Fprintf(w, "  not read: %s\n", s)
-		}
-	}
+	printThreadContext(w, st.ThreadContext)
 	printWalkers(w, st)
 	printRuntimes(w, st)
 	if st.NoStart > 0 {
@@ -551,6 +545,18 @@ func printRuntimes(w io.Writer, st collector.Stats) {
 }
 
 // printGoroutines describes the goroutine waits recorded (nil: not asked).
+// printThreadContext: the OpenTelemetry thread context read, if any.
+func printThreadContext(w io.Writer, tc *collector.ThreadContextStats) {
+	if tc == nil {
+		return
+	}
+	fmt.Fprintf(w, "thread context (OpenTelemetry): %d processes, %d records (%d from the eBPF instrumentation's map), %d lost, %d cut short\n",
+		tc.Processes, tc.Records, tc.Instrumentation, tc.Lost, tc.Truncated)
+	for _, s := range tc.Skipped {
+		fmt.Fprintf(w, "  not read: %s\n", s)
+	}
+}
+
 func printGoroutines(w io.Writer, g *collector.GoroutineStats, f *recordFlags) {
 	if g == nil {
 		return
