@@ -260,11 +260,7 @@ func (t *tctxTracker) file(pid uint32, m *procfs.ProcMap) *tctxFile {
 	if ok {
 		return f
 	}
-	ef, err := elf.Open(fmt.Sprintf("/proc/%d/root%s", pid, m.Pathname))
-	if err == nil {
-		f, err = readTctxFile(ef)
-		ef.Close()
-	}
+	f, err := openTctxFile(fmt.Sprintf("/proc/%d/root%s", pid, m.Pathname))
 	if err != nil && err != errNoTctx {
 		t.mu.Lock()
 		t.stats.Skipped = appendSkipped(t.stats.Skipped, fmt.Sprintf("%s: %v", m.Pathname, err))
@@ -274,6 +270,27 @@ func (t *tctxTracker) file(pid uint32, m *procfs.ProcMap) *tctxFile {
 	t.files[key] = f
 	t.mu.Unlock()
 	return f
+}
+
+// openTctxFile reads the variable's access in an ELF file; files that are
+// not ELF (locale archives, fonts, the kernel's BTF a forked child still
+// maps before its exec) have none and are no error.
+func openTctxFile(path string) (*tctxFile, error) {
+	r, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	var magic [4]byte
+	if _, err := r.ReadAt(magic[:], 0); err != nil || string(magic[:]) != elf.ELFMAG {
+		return nil, errNoTctx
+	}
+	ef, err := elf.NewFile(r)
+	if err != nil {
+		return nil, err
+	}
+	defer ef.Close()
+	return readTctxFile(ef)
 }
 
 func appendSkipped(s []string, why string) []string {

@@ -156,6 +156,34 @@ func TestAttributeKeyMap(t *testing.T) {
 	}
 }
 
+// Mapped files that are not ELF (the kernel's BTF a forked child maps
+// before its exec, locale archives) hold no variable and are no error; a
+// damaged ELF file is one.
+func TestTctxFileKinds(t *testing.T) {
+	dir := t.TempDir()
+	for name, b := range map[string][]byte{
+		"btf":   {0x9f, 0xeb, 0x01, 0x00, 0x18, 0, 0, 0},
+		"empty": nil,
+		"elf":   append([]byte(elf.ELFMAG), 2, 1, 1, 0, 0xff),
+	} {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := openTctxFile(path)
+		if f != nil || (err == errNoTctx) != (name != "elf") || err == nil {
+			t.Errorf("%s: %v, %v", name, f, err)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, err := openTctxFile(self); f != nil || err != errNoTctx {
+		t.Errorf("test binary: %v, %v", f, err)
+	}
+}
+
 // The OpenTelemetry eBPF Instrumentation's map (OTEP 4855): offcpu pins
 // otel_traces_ctx_v1 in a BPF file system, the test fills it as the
 // instrumentation does for threads serving requests (by pid_tgid), and
