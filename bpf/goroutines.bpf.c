@@ -14,6 +14,7 @@
 #include "offcpu_types.h"
 #include <bpf/bpf_helpers.h>
 #include "goroutines_shared.h"
+#include "mix.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -309,7 +310,7 @@ __attribute__((noinline)) u64 go_link_read(u32 tgid, u64 lp, u32 layout)
 	if (!b)
 		return 0;
 	u64 *hdr = b->hdr;
-	u64 h = 14695981039346656037ULL;
+	u64 h = 0;
 	u64 n = 0, arr = 0;
 	if (!lp)
 		return 0;
@@ -319,9 +320,9 @@ __attribute__((noinline)) u64 go_link_read(u32 tgid, u64 lp, u32 layout)
 			return 0;
 		arr = hdr[0];
 		n = hdr[1];
-		h = (h ^ lp) * 1099511628211ULL;
-		h = (h ^ arr) * 1099511628211ULL;
-		h = (h ^ n) * 1099511628211ULL;
+		h = mix64(h, lp);
+		h = mix64(h, arr);
+		h = mix64(h, n);
 	} else {
 		/* *labelMap -> hmap{count, flags, B, noverflow, hash0, buckets} */
 		u64 m = go_u64(lp);
@@ -329,10 +330,10 @@ __attribute__((noinline)) u64 go_link_read(u32 tgid, u64 lp, u32 layout)
 			return 0;
 		n = hdr[0];
 		arr = hdr[2]; /* bucket 0 */
-		h = (h ^ m) * 1099511628211ULL;
-		h = (h ^ (hdr[1] >> 32)) * 1099511628211ULL; /* hash0: a random seed per map */
-		h = (h ^ arr) * 1099511628211ULL;
-		h = (h ^ n) * 1099511628211ULL;
+		h = mix64(h, m);
+		h = mix64(h, hdr[1] >> 32); /* hash0: a random seed per map */
+		h = mix64(h, arr);
+		h = mix64(h, n);
 	}
 	if (!n || !arr)
 		return 0;
@@ -436,7 +437,7 @@ static __always_inline u64 go_walk(u64 pc, u64 ret, u64 bp, u64 hi)
 	len &= GO_CHUNK - 1;
 	if (!bp || bpf_probe_read_user(c, len, (void *)bp))
 		len = 0;
-	u64 h = 14695981039346656037ULL; /* FNV-1a over the addresses */
+	u64 h = 0; /* FNV-1a over the addresses */
 	st->ips[0] = pc;
 	h = (h ^ pc) * 1099511628211ULL;
 	u32 n = 1;

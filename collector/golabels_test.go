@@ -129,6 +129,7 @@ func checkSpanTimes(t *testing.T, reqs []labelledRequest, bySpan map[string]*spa
 			waited++
 			if bySpan[r.Span] == nil {
 				missing++
+				t.Logf("no span recorded for request %+v", r)
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package collector
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -241,6 +242,12 @@ func checkAgainstSchedstat(t *testing.T, pids []int, load func(stop <-chan struc
 		t.Errorf("on-CPU time not recorded exactly (attach %s)", s.Stats().Attach)
 	}
 	t.Logf("%d threads checked, %d with 20ms or more of run-queue wait", checked, runqChecked)
+	if t.Failed() {
+		// What the kernel side dropped or filtered, to tell a lost interval
+		// from one never opened.
+		b, _ := json.Marshal(s.Stats())
+		t.Logf("stats: %s", b)
+	}
 	return p
 }
 
