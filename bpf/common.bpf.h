@@ -73,6 +73,9 @@ const volatile bool want_maps = false;     /* send code mappings as they are mad
  * end of __schedule (sched_exit_tp), once the interval's length is known,
  * rather than at every switch-out: see account_deferred(). */
 const volatile bool deferred_walks = false;
+/* Tests only: a target's first switch-in runs no program, as the kernel
+ * sometimes skips one (pruned as dead code when false). */
+const volatile bool skip_first_in = false;
 
 /* With deferred walks: intervals at least this long are always walked,
  * shorter ones by lot. Written by user space (the --budget controller). */

@@ -67,17 +67,21 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 			account(ntid, next, s, &s->waker, now, now_rq);
 			remember_wait(s, now);
 			s->waker.valid = 0;
+		} else if (!s->counting && skip_first_in) {
+			return 0;
 		} else if (!s->counting && target_task(next)) {
 			/* No switch seen, blocked since before the start (the record
 			 * is a waker's stack cache): as below. */
-			account_prestart(next, STATE_UNKNOWN, 0, prestart_runq(next));
+			account_prestart(next, STATE_UNKNOWN, 0, prestart_runq(next), 0, true);
 		}
 		switched_in(s, next, now);
+	} else if (skip_first_in) {
+		return 0;
 	} else if (target_task(next)) {
 		/* First switch-in, no switch-out seen: off-CPU since before
 		 * the start, waiting for a CPU since its enqueue. The record
 		 * created here marks it counted. */
-		account_prestart(next, STATE_UNKNOWN, 0, prestart_runq(next));
+		account_prestart(next, STATE_UNKNOWN, 0, prestart_runq(next), 0, true);
 		s = bpf_task_storage_get(&task_starts, next, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (s)
 			switched_in(s, next, now);
@@ -224,7 +228,7 @@ int offcpu_flush_open(struct bpf_iter__task *ctx)
 	if (!s && (filter_tgid || filter_tid) && task->pid && target_task(task)) {
 		unsigned int st = task->__state;
 		if (st != 0) {
-			account_prestart(task, classify(false, st), 1, 0);
+			account_prestart(task, classify(false, st), 1, 0, 0, true);
 		} else if (task->on_cpu && rec_start_ns && end > rec_start_ns) {
 			store_oncpu(task, end - rec_start_ns, 0);
 		}

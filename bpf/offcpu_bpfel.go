@@ -519,6 +519,7 @@ const (
 	OffcpuVarRecStartNs         = "rec_start_ns"
 	OffcpuVarRecStopNs          = "rec_stop_ns"
 	OffcpuVarReuseStacks        = "reuse_stacks"
+	OffcpuVarSkipFirstIn        = "skip_first_in"
 	OffcpuVarStatCount          = "stat_count"
 	OffcpuVarStateMask          = "state_mask"
 	OffcpuVarTctxSources        = "tctx_sources"
@@ -666,6 +667,7 @@ type OffcpuVariableSpecs struct {
 	RecStartNs        *ebpf.VariableSpec `ebpf:"rec_start_ns"`
 	RecStopNs         *ebpf.VariableSpec `ebpf:"rec_stop_ns"`
 	ReuseStacks       *ebpf.VariableSpec `ebpf:"reuse_stacks"`
+	SkipFirstIn       *ebpf.VariableSpec `ebpf:"skip_first_in"`
 	StatCount         *ebpf.VariableSpec `ebpf:"stat_count"`
 	StateMask         *ebpf.VariableSpec `ebpf:"state_mask"`
 	TctxSources       *ebpf.VariableSpec `ebpf:"tctx_sources"`
@@ -818,6 +820,7 @@ type OffcpuVariables struct {
 	RecStartNs        *ebpf.Variable `ebpf:"rec_start_ns"`
 	RecStopNs         *ebpf.Variable `ebpf:"rec_stop_ns"`
 	ReuseStacks       *ebpf.Variable `ebpf:"reuse_stacks"`
+	SkipFirstIn       *ebpf.Variable `ebpf:"skip_first_in"`
 	StatCount         *ebpf.Variable `ebpf:"stat_count"`
 	StateMask         *ebpf.Variable `ebpf:"state_mask"`
 	TctxSources       *ebpf.Variable `ebpf:"tctx_sources"`

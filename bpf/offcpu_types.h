@@ -34,6 +34,7 @@ struct sched_entity {
  * /proc/PID/task/TID/schedstat). */
 struct sched_info {
 	unsigned long long run_delay;
+	unsigned long long last_arrival; /* rq clock at its last switch-in */
 	unsigned long long last_queued;
 } __attribute__((preserve_access_index));
 

@@ -611,11 +611,13 @@ static __always_inline u64 prestart_runq(struct task_struct *t)
 	return gained + queued_now(t, rq_clock_of(t));
 }
 
-/* Accounts a thread blocked since before the start of the window, with its
- * kernel stack; whole: it is still blocked at the end. */
-static __always_inline void account_prestart(struct task_struct *t, u32 state, u32 whole, u64 runq)
+/* Accounts a thread blocked since before the start of the window until
+ * end (0: now), with its kernel stack if kstack (it is still in the wait's
+ * __schedule); whole: it is still blocked at the end. */
+static __always_inline void account_prestart(struct task_struct *t, u32 state, u32 whole, u64 runq, u64 end,
+					     bool kstack)
 {
-	u64 start = rec_start_ns, now = window_now();
+	u64 start = rec_start_ns, now = end ? end : window_now();
 	if (!start || now <= start)
 		return;
 	/* Created inside the window: its wait for a first run is not blocking. */
@@ -644,10 +646,24 @@ static __always_inline void account_prestart(struct task_struct *t, u32 state, u
 	v->ustack = us ? *us : -1;
 	/* The helper zero-fills what the stack does not use. */
 	v->kstack[0] = 0;
-	if (want_kernel_stacks && bpf_get_task_stack(t, v->kstack, sizeof(v->kstack), 0) < 0)
+	if (kstack && want_kernel_stacks && bpf_get_task_stack(t, v->kstack, sizeof(v->kstack), 0) < 0)
 		v->kstack[0] = 0;
 	if (bpf_map_update_elem(&prestart, &tid, v, BPF_NOEXIST) == 0)
 		stat_add(STAT_NO_START, 1);
+}
+
+/* The first switch-out of a target with no switch-in seen (the kernel ran
+ * no program for it, about one switch in 10^4): if its run began inside
+ * the window, it was blocked from the start until that switch-in (the
+ * run queue's clock at its arrival), as a first switch-in would have
+ * counted. Its kernel stack is no longer the wait's. */
+static __always_inline void prestart_missed_in(struct task_struct *t, u64 now, u64 now_rq)
+{
+	u64 start = rec_start_ns, arrived = t->sched_info.last_arrival;
+	if (!start || !arrived || now_rq < arrived || now - start <= now_rq - arrived)
+		return;
+	stat_add(STAT_MISSED_IN, 1);
+	account_prestart(t, STATE_UNKNOWN, 0, prestart_runq(t), now - (now_rq - arrived), false);
 }
 
 /* A recorded thread leaves the CPU: its run is counted, and unless it is
@@ -662,6 +678,8 @@ static __always_inline void switch_out(void *ctx, struct start_rec *s, struct ta
 		walk_missed(ptid, s, AGG_SCHED);
 	if (s->pending)
 		recover_missed_in(ptid, s, ran, prev->sched_info.run_delay, now);
+	else if (!s->running && !s->counting)
+		prestart_missed_in(prev, now, now_rq);
 	add_run(s, prev, ran, now);
 	if (prev_state & TASK_DEAD) {
 		/* Its last switch-out starts no interval; its name is still

@@ -153,6 +153,10 @@ type Options struct {
 	// about this share of one CPU (0.01: 1%), starting from WalkThreshold
 	// or 100µs; it turns kernel.bpf_stats_enabled on while recording.
 	Budget float64
+
+	// skipFirstIn (tests): a target's first switch-in runs no program, as
+	// the kernel sometimes skips one.
+	skipFirstIn bool
 }
 
 func (o *Options) withDefaults() Options {

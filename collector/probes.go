@@ -255,6 +255,7 @@ func (p *probes) spec(cgroupID uint64, btfMode bool) (*ebpf.CollectionSpec, erro
 		bpf.OffcpuVarWantUnwind:        !o.FramePointersOnly,
 		bpf.OffcpuVarWantMaps:          wantMaps,
 		bpf.OffcpuVarDeferredWalks:     o.deferred() && btfMode,
+		bpf.OffcpuVarSkipFirstIn:       o.skipFirstIn,
 	} {
 		if err := set(name, v); err != nil {
 			return nil, fmt.Errorf("setting %s: %w", name, err)
