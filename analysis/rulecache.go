@@ -19,19 +19,11 @@ import (
 // idle.
 func (r *Rules) Categorize(s *Stack) []string {
 	k := hash128(ruleInput(s))
-	r.catMu.RLock()
-	out, ok := r.cats[k]
-	r.catMu.RUnlock()
-	if ok {
+	if out, ok := r.cats.get(k); ok {
 		return out
 	}
-	out = r.categorize(s)
-	r.catMu.Lock()
-	if r.cats == nil || len(r.cats) >= maxMatchCache {
-		r.cats = map[[2]uint64][]string{} // bounded, as matchCache
-	}
-	r.cats[k] = out
-	r.catMu.Unlock()
+	out := r.categorize(s)
+	r.cats.put(k, out)
 	return out
 }
 
@@ -74,20 +66,12 @@ func ruleInput(s *Stack) string {
 // stack, and running the regexps was most of an analysis's time.
 func frameMatches(re *regexp.Regexp, name string, h [2]uint64) bool {
 	k := matchKey{re, h}
-	matchMu.RLock()
-	v, ok := matchCache[k]
-	matchMu.RUnlock()
-	if ok {
+	if v, ok := matches.get(k); ok {
 		return v
 	}
 	norm := NormalizeFrame(name)
 	m := re.MatchString(name) || (norm != name && re.MatchString(norm))
-	matchMu.Lock()
-	if len(matchCache) >= maxMatchCache {
-		clear(matchCache) // bounded: long-lived users see ever new names
-	}
-	matchCache[k] = m
-	matchMu.Unlock()
+	matches.put(k, m)
 	return m
 }
 
@@ -101,10 +85,32 @@ type matchKey struct {
 const maxMatchCache = 1 << 17 // a few MB: an agent runs for months
 
 var (
-	matchMu    sync.RWMutex
-	matchCache = map[matchKey]bool{}
-	hashSeeds  = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
+	matches   hashCache[matchKey, bool]
+	hashSeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
 )
+
+// hashCache is a concurrent map emptied when it reaches maxMatchCache
+// entries: bounded for long-lived users who see ever new names.
+type hashCache[K comparable, V any] struct {
+	mu sync.RWMutex
+	m  map[K]V
+}
+
+func (c *hashCache[K, V]) get(k K) (V, bool) {
+	c.mu.RLock()
+	v, ok := c.m[k]
+	c.mu.RUnlock()
+	return v, ok
+}
+
+func (c *hashCache[K, V]) put(k K, v V) {
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxMatchCache {
+		c.m = map[K]V{}
+	}
+	c.m[k] = v
+	c.mu.Unlock()
+}
 
 // hash128 is the 128-bit hash of the strings ss: a cache key that keeps
 // no copy of them.
@@ -128,19 +134,11 @@ func (r *Rules) IsApp(f Frame) bool {
 		return false
 	}
 	k := hash128(f.Name, f.Module)
-	r.appMu.RLock()
-	v, ok := r.apps[k]
-	r.appMu.RUnlock()
-	if ok {
+	if v, ok := r.apps.get(k); ok {
 		return v
 	}
-	v = r.isApp(f)
-	r.appMu.Lock()
-	if r.apps == nil || len(r.apps) >= maxMatchCache {
-		r.apps = map[[2]uint64]bool{} // bounded, as matchCache
-	}
-	r.apps[k] = v
-	r.appMu.Unlock()
+	v := r.isApp(f)
+	r.apps.put(k, v)
 	return v
 }
 

@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/goccy/go-yaml"
@@ -104,10 +103,8 @@ type Rules struct {
 	notModules []*regexp.Regexp
 	// Categories by what the rules read of a stack: goroutine profiles
 	// hold many rows that differ by goroutine alone.
-	catMu sync.RWMutex
-	cats  map[[2]uint64][]string // by a 128-bit hash of ruleInput: no copy of the stacks kept
-	appMu sync.RWMutex
-	apps  map[[2]uint64]bool // IsApp by a hash of the frame's name and module
+	cats hashCache[[2]uint64, []string] // by a 128-bit hash of ruleInput: no copy of the stacks kept
+	apps hashCache[[2]uint64, bool]     // IsApp by a hash of the frame's name and module
 }
 
 type rule struct {
