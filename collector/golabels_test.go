@@ -77,7 +77,7 @@ func checkGoLabels(t *testing.T, gobin string) {
 	// offcpu's time per span (blocked and waiting for a CPU after it: the
 	// request's clock runs through both) and per route.
 	bySpan, byRoute, routeOf := spanTimes(gp, 0, 1)
-	checkSpanTimes(t, reqs, bySpan, byRoute, routeOf, 5)
+	checkSpanTimes(t, reqs, bySpan, byRoute, routeOf, 5, "/mutex")
 	checkLabelledVerdicts(t, gp, "monitor-wait", "peer-wait", "downstream-wait", "request-timer")
 }
 
@@ -107,8 +107,10 @@ func spanTimes(p *profile.Profile, bi, ri int) (bySpan map[string]*spanSum, byRo
 
 // checkSpanTimes: every request that waited over 1 ms has its span, with
 // its route; the 20 that waited most are within 5% of their own clocks,
-// each route within 2%.
-func checkSpanTimes(t *testing.T, reqs []labelledRequest, bySpan map[string]*spanSum, byRoute map[string]int64, routeOf map[string]string, routes int) {
+// each route within 2%. A request of route mayNotPark (a lock taken
+// without parking, its thread preempted by the kernel meanwhile: no
+// goroutine wait) may lack its span, at most one waiting request in 200.
+func checkSpanTimes(t *testing.T, reqs []labelledRequest, bySpan map[string]*spanSum, byRoute map[string]int64, routeOf map[string]string, routes int, mayNotPark string) {
 	t.Helper()
 	own := map[string]labelledRequest{}
 	ownRoute := map[string]int64{}
@@ -123,19 +125,24 @@ func checkSpanTimes(t *testing.T, reqs []labelledRequest, bySpan map[string]*spa
 	}
 	// A request that waited parked at least once (an uncontended lock
 	// does not): its span is recorded.
-	var waited, missing int
+	var waited, missing, unparked int
 	for _, r := range reqs {
 		if r.Wait > int64(time.Millisecond) {
 			waited++
 			if bySpan[r.Span] == nil {
-				missing++
 				t.Logf("no span recorded for request %+v", r)
+				if r.Route == mayNotPark {
+					unparked++
+				} else {
+					missing++
+				}
 			}
 		}
 	}
-	t.Logf("%d requests, %d waited over 1 ms, %d of them without their span in the recording", len(reqs), waited, missing)
-	if waited == 0 || missing > 0 {
-		t.Errorf("%d of %d requests that waited over 1 ms have no span in the recording", missing, waited)
+	t.Logf("%d requests, %d waited over 1 ms, %d of them without their span in the recording (%d of route %q)",
+		len(reqs), waited, missing+unparked, unparked, mayNotPark)
+	if waited == 0 || missing > 0 || unparked > waited/200 {
+		t.Errorf("%d of %d requests that waited over 1 ms have no span in the recording", missing+unparked, waited)
 	}
 	// The 20 requests with the most blocked time, each within 5%.
 	sort.Slice(reqs, func(i, j int) bool { return reqs[i].Wait > reqs[j].Wait })

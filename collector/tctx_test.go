@@ -74,7 +74,7 @@ func TestThreadContext(t *testing.T) {
 				t.Errorf("thread context: %+v for %d requests", *st, len(reqs))
 			}
 			bySpan, byRoute, routeOf := spanTimes(p, 3, 4)
-			checkSpanTimes(t, reqs, bySpan, byRoute, routeOf, 3)
+			checkSpanTimes(t, reqs, bySpan, byRoute, routeOf, 3, "")
 			checkTenants(t, p)
 			checkLabelledVerdicts(t, p, "monitor-wait", "io", "request-timer")
 		})
