@@ -437,7 +437,7 @@ static __always_inline u64 go_walk(u64 pc, u64 ret, u64 bp, u64 hi)
 	len &= GO_CHUNK - 1;
 	if (!bp || bpf_probe_read_user(c, len, (void *)bp))
 		len = 0;
-	u64 h = 0; /* FNV-1a over the addresses */
+	u64 h = 14695981039346656037ULL; /* FNV-1a over the addresses */
 	st->ips[0] = pc;
 	h = (h ^ pc) * 1099511628211ULL;
 	u32 n = 1;
