@@ -14,7 +14,6 @@
 #include "offcpu_types.h"
 #include <bpf/bpf_helpers.h>
 #include "goroutines_shared.h"
-#include "mix.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -310,7 +309,7 @@ __attribute__((noinline)) u64 go_link_read(u32 tgid, u64 lp, u32 layout)
 	if (!b)
 		return 0;
 	u64 *hdr = b->hdr;
-	u64 h = 0;
+	u64 h = 14695981039346656037ULL;
 	u64 n = 0, arr = 0;
 	if (!lp)
 		return 0;
@@ -320,9 +319,9 @@ __attribute__((noinline)) u64 go_link_read(u32 tgid, u64 lp, u32 layout)
 			return 0;
 		arr = hdr[0];
 		n = hdr[1];
-		h = mix64(h, lp);
-		h = mix64(h, arr);
-		h = mix64(h, n);
+		h = (h ^ lp) * 1099511628211ULL;
+		h = (h ^ arr) * 1099511628211ULL;
+		h = (h ^ n) * 1099511628211ULL;
 	} else {
 		/* *labelMap -> hmap{count, flags, B, noverflow, hash0, buckets} */
 		u64 m = go_u64(lp);
@@ -330,10 +329,10 @@ __attribute__((noinline)) u64 go_link_read(u32 tgid, u64 lp, u32 layout)
 			return 0;
 		n = hdr[0];
 		arr = hdr[2]; /* bucket 0 */
-		h = mix64(h, m);
-		h = mix64(h, hdr[1] >> 32); /* hash0: a random seed per map */
-		h = mix64(h, arr);
-		h = mix64(h, n);
+		h = (h ^ m) * 1099511628211ULL;
+		h = (h ^ (hdr[1] >> 32)) * 1099511628211ULL; /* hash0: a random seed per map */
+		h = (h ^ arr) * 1099511628211ULL;
+		h = (h ^ n) * 1099511628211ULL;
 	}
 	if (!n || !arr)
 		return 0;
