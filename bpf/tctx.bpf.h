@@ -11,7 +11,6 @@
 #define OFFCPU_TCTX_H
 
 #include "common.bpf.h"
-#include "mix.h"
 
 /* Which sources user space has seen (TCTX_SRC_*): with none, a walked
  * wait costs one load here rather than two map lookups. */
@@ -53,6 +52,18 @@ struct {
 	__type(value, struct tctx_link);
 } tctx_scratch SEC(".maps");
 
+/* murmur3's 64-bit finalizer step over one word. */
+static __always_inline u64 tctx_mix(u64 h, u64 w)
+{
+	h ^= w;
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ULL;
+	h ^= h >> 33;
+	return h;
+}
+
 /* Keeps record v (its head read; rec: where its attributes are, 0 for
  * none) of process tgid in tctx_links once per trace and span: its id
  * (0: no ids, or not kept: counted). */
@@ -67,9 +78,9 @@ static __always_inline u64 tctx_keep(u32 tgid, struct tctx_link *v, u64 rec)
 	/* Each word mixed down as well as up (a product alone never carries a
 	 * high byte's change into the low ones): ids that differ only in
 	 * their last bytes, as sequential ones do, stay apart. */
-	h = mix64(h, id0);
-	h = mix64(h, id1);
-	h = mix64(h, sp);
+	h = tctx_mix(h, id0);
+	h = tctx_mix(h, id1);
+	h = tctx_mix(h, sp);
 	if (!h)
 		h = 1;
 	struct tctx_key k = { .tgid = tgid, .id = h };
