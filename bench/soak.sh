@@ -14,12 +14,16 @@
 #   sudo DURATION=30m bash bench/soak.sh
 #   sudo IDLE=1 DURATION=5m bash bench/soak.sh   # the agent alone
 #   sudo AGENT_FLAGS="--memory-limit 0" bash bench/soak.sh   # more record flags
+#   sudo LABELLED=1 bash bench/soak.sh   # and a labelled Go server: a new
+#                                        # label set per request, its threads'
+#                                        # waits linked (collector/testdata/golabels)
 set -euo pipefail
 trap 'echo "soak: failed at line $LINENO" >&2' ERR
 DURATION=${DURATION:-30m}
 INTERVAL=${INTERVAL:-10s}
 CHURN=${CHURN:-200}
 IDLE=${IDLE:-0} # 1: no load, for the agent's cost on an idle machine
+LABELLED=${LABELLED:-0}
 AGENT_FLAGS=${AGENT_FLAGS:-}
 AGENT_ENV=${AGENT_ENV:-} # e.g. GOGC=25, for the agent alone
 OUT=${OUT:-$(mktemp -d /tmp/offcpu-soak.XXXXXX)}
@@ -33,6 +37,12 @@ go build -o "$OUT/offcpu" ./cmd/offcpu
 (cd tools/otelcol && go build -o "$OUT/otelcol" .)
 gcc -O2 -o "$OUT/churn" collector/testdata/churn/churn.c
 gcc -O2 -o "$OUT/nap" collector/testdata/churn/nap.c
+if [[ $LABELLED == 1 ]]; then
+	mkdir -p "$OUT/golabels"
+	cp collector/testdata/golabels/main.go "$OUT/golabels/"
+	printf 'module golabels\n\ngo 1.19\n' > "$OUT/golabels/go.mod"
+	(cd "$OUT/golabels" && GOFLAGS= go build -o "$OUT/golabels-server" .)
+fi
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 grpc=127.0.0.1:$(port)
@@ -66,6 +76,13 @@ if [[ $IDLE != 1 ]]; then
 	churnpid=$!
 	( while :; do "$OUT/offcpu" dispatch --duration 20s -q >/dev/null 2>&1 || true; done ) &
 	corepid=$!
+fi
+labpid=
+if [[ $LABELLED == 1 ]]; then
+	# Requests whose threads block in system calls under pprof.Do: a new
+	# label set each, linked on the machine-wide agent's thread waits.
+	( while :; do "$OUT/golabels-server" "$OUT/golabels.json" 60s threads || true; done ) &
+	labpid=$!
 fi
 
 # BPF map memory in $mapmem: the memlock of every map the agent holds,
@@ -132,6 +149,8 @@ done
 curl -sf -o "$OUT/heap-end.pb.gz" "http://$debug/debug/pprof/heap" || true
 cpu1=$(awk '{print $14+$15}' /proc/$agent/stat)
 [[ -n $churnpid ]] && kill "$churnpid" "$corepid" 2>/dev/null || true
+[[ -n $labpid ]] && kill "$labpid" 2>/dev/null || true
+pkill -f "$OUT/golabels-server" 2>/dev/null || true
 pkill -f "$OUT/churn" 2>/dev/null || true
 pkill -f "$OUT/offcpu dispatch" 2>/dev/null || true
 kill -TERM "$agent"
@@ -159,4 +178,10 @@ EOF
 echo "soak: agent CPU $(( cpu1 - cpu0 )) ticks in ${total} s ($(python3 -c "print(f'{($cpu1-$cpu0)/($total*100)*100:.2f}')")% of a CPU$([[ $IDLE == 1 ]] && echo ", idle machine" || echo ", churn and the core running"))"
 echo "soak: $intervals intervals cut, $received messages at the collector"
 grep -E '^offcpu: (OTLP|[0-9]+ intervals over|.*evicted)' "$OUT/agent.log" || true
+if [[ $LABELLED == 1 ]]; then
+	# The last full interval's labelled waits, per route.
+	last=$(ls -t "$OUT"/profiles/*.pb.gz | grep -v -e wakeups -e goroutines | sed -n 2p)
+	echo "soak: labelled waits in $(basename "$last"):"
+	"$OUT/offcpu" analyze --by http.route "$last" | head -20 || true
+fi
 echo "soak: files in $OUT" >&2

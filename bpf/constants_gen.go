@@ -57,6 +57,7 @@ const (
 	TctxAttrs            = 612                // TCTX_ATTRS
 	TctxTruncated        = 1                  // TCTX_TRUNCATED
 	TctxObi              = 2                  // TCTX_OBI
+	TctxGoBit            = 63                 // TCTX_GO_BIT
 	TctxSrcProcs         = 1                  // TCTX_SRC_PROCS
 	TctxSrcObi           = 2                  // TCTX_SRC_OBI
 )

@@ -44,6 +44,33 @@ type OffcpuFrameBuf struct {
 	B [136]uint8
 }
 
+type OffcpuGoLinkBuf struct {
+	_   structs.HostLayout
+	Hdr [4]uint64
+	Top [8]uint8
+	V   OffcpuGoLinkVal
+}
+
+type OffcpuGoLinkKey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Pad  uint32
+	Id   uint64
+}
+
+type OffcpuGoLinkVal struct {
+	_     structs.HostLayout
+	N     uint32
+	Flags uint32
+	L     [8]struct {
+		_     structs.HostLayout
+		Klen  uint8
+		Vlen  uint8
+		Key   [32]int8
+		Value [64]int8
+	}
+}
+
 type OffcpuIrqWaker struct {
 	_      structs.HostLayout
 	Ctx    uint64
@@ -143,7 +170,9 @@ const (
 	OffcpuOffcpuStatSTAT_IRQ_WAKES_REUSED OffcpuOffcpuStat = 31
 	OffcpuOffcpuStatSTAT_TCTX_LINKS       OffcpuOffcpuStat = 32
 	OffcpuOffcpuStatSTAT_TCTX_LOST        OffcpuOffcpuStat = 33
-	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 34
+	OffcpuOffcpuStatSTAT_TCTX_GO_SETS     OffcpuOffcpuStat = 34
+	OffcpuOffcpuStatSTAT_TCTX_GO_LOST     OffcpuOffcpuStat = 35
+	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 36
 )
 
 type OffcpuOffcpuVal struct {
@@ -322,10 +351,12 @@ type OffcpuTctxLink struct {
 }
 
 type OffcpuTctxProc struct {
-	_      structs.HostLayout
-	Offset int64
-	Module uint32
-	Pad    uint32
+	_        structs.HostLayout
+	Offset   int64
+	Module   uint32
+	GoLabels uint16
+	GoLayout uint8
+	Pad      uint8
 }
 
 type OffcpuThreadCpu struct {
@@ -448,6 +479,8 @@ const (
 	OffcpuMapCpuSamples         = "cpu_samples"
 	OffcpuMapExecMmaps          = "exec_mmaps"
 	OffcpuMapFrameScratch       = "frame_scratch"
+	OffcpuMapGoLinkScratch      = "go_link_scratch"
+	OffcpuMapGoLinks            = "go_links"
 	OffcpuMapIrqWakers          = "irq_wakers"
 	OffcpuMapJavaMethods        = "java_methods"
 	OffcpuMapJavaProcs          = "java_procs"
@@ -608,6 +641,8 @@ type OffcpuMapSpecs struct {
 	CpuSamples      *ebpf.MapSpec `ebpf:"cpu_samples"`
 	ExecMmaps       *ebpf.MapSpec `ebpf:"exec_mmaps"`
 	FrameScratch    *ebpf.MapSpec `ebpf:"frame_scratch"`
+	GoLinkScratch   *ebpf.MapSpec `ebpf:"go_link_scratch"`
+	GoLinks         *ebpf.MapSpec `ebpf:"go_links"`
 	IrqWakers       *ebpf.MapSpec `ebpf:"irq_wakers"`
 	JavaMethods     *ebpf.MapSpec `ebpf:"java_methods"`
 	JavaProcs       *ebpf.MapSpec `ebpf:"java_procs"`
@@ -710,6 +745,8 @@ type OffcpuMaps struct {
 	CpuSamples      *ebpf.Map `ebpf:"cpu_samples"`
 	ExecMmaps       *ebpf.Map `ebpf:"exec_mmaps"`
 	FrameScratch    *ebpf.Map `ebpf:"frame_scratch"`
+	GoLinkScratch   *ebpf.Map `ebpf:"go_link_scratch"`
+	GoLinks         *ebpf.Map `ebpf:"go_links"`
 	IrqWakers       *ebpf.Map `ebpf:"irq_wakers"`
 	JavaMethods     *ebpf.Map `ebpf:"java_methods"`
 	JavaProcs       *ebpf.Map `ebpf:"java_procs"`
@@ -760,6 +797,8 @@ func (m *OffcpuMaps) Close() error {
 		m.CpuSamples,
 		m.ExecMmaps,
 		m.FrameScratch,
+		m.GoLinkScratch,
+		m.GoLinks,
 		m.IrqWakers,
 		m.JavaMethods,
 		m.JavaProcs,

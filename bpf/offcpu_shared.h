@@ -58,6 +58,8 @@ enum offcpu_stat {
 	/* OpenTelemetry thread context (tctx.bpf.h). */
 	STAT_TCTX_LINKS,       /* thread-context records read into tctx_links */
 	STAT_TCTX_LOST,        /* records not kept: tctx_links full (waits counted without their link) */
+	STAT_TCTX_GO_SETS,     /* a Go thread's goroutine's label sets read into go_links */
+	STAT_TCTX_GO_LOST,     /* label sets not kept: go_links full (waits counted without their labels) */
 	STAT_MAX,
 };
 
@@ -384,11 +386,15 @@ struct prestart_val {
  * otel_thread_ctx_v1, a pointer to the record of the request its thread
  * serves. Static TLS: the variable's offset from the thread pointer;
  * dynamic TLS (module != 0): its offset in the module's block, found
- * through glibc's DTV. */
+ * through glibc's DTV. A Go process (go_labels != 0): offset is where
+ * the thread's current g is kept from the thread pointer, go_labels
+ * g.labels' offset, go_layout how the set is laid out (GO_LABELS_*). */
 struct tctx_proc {
 	s64 offset;
 	u32 module;
-	u32 pad;
+	u16 go_labels;
+	u8 go_layout;
+	u8 pad;
 };
 
 /* The record's fixed head (28 bytes) and its attributes: key index,
@@ -397,6 +403,9 @@ struct tctx_proc {
 #define TCTX_ATTRS 612
 #define TCTX_TRUNCATED 1 /* tctx_link.flags: attributes cut at TCTX_ATTRS */
 #define TCTX_OBI 2       /* tctx_link.flags: from otel_traces_ctx_v1 */
+/* A wait's link with this bit (1 << TCTX_GO_BIT) names a Go label set in
+ * the thread programs' go_links, without it a record in tctx_links. */
+#define TCTX_GO_BIT 63
 /* tctx_sources */
 #define TCTX_SRC_PROCS 1 /* some process in tctx_procs */
 #define TCTX_SRC_OBI 2   /* otel_traces_ctx_v1 not empty */

@@ -6,11 +6,17 @@
  * a wait keeps its id (offcpu_key.link). User space finds where each
  * process keeps the variable (tctx_procs). A thread without one may have
  * its trace context in the OpenTelemetry eBPF Instrumentation's map
- * (OTEP 4855: otel_traces_ctx_v1, pinned by user space). */
+ * (OTEP 4855: otel_traces_ctx_v1, pinned by user space). A Go thread's
+ * request is its running goroutine's pprof labels (golinks.bpf.h). */
 #ifndef OFFCPU_TCTX_H
 #define OFFCPU_TCTX_H
 
 #include "common.bpf.h"
+
+#define GO_LINKS_MAX 1024 /* 0.8 MB */
+#define GO_LINK_KEPT() stat_add(STAT_TCTX_GO_SETS, 1)
+#define GO_LINK_LOST() stat_add(STAT_TCTX_GO_LOST, 1)
+#include "golinks.bpf.h"
 
 /* Which sources user space has seen (TCTX_SRC_*): with none, a walked
  * wait costs one load here rather than two map lookups. */
@@ -80,7 +86,7 @@ static __always_inline u64 tctx_keep(u32 tgid, struct tctx_link *v, u64 rec)
 	 * their last bytes, as sequential ones do, stay apart. */
 	h = tctx_mix(h, id0);
 	h = tctx_mix(h, id1);
-	h = tctx_mix(h, sp);
+	h = tctx_mix(h, sp) & ~(1ULL << TCTX_GO_BIT);
 	if (!h)
 		h = 1;
 	struct tctx_key k = { .tgid = tgid, .id = h };
@@ -106,7 +112,8 @@ static __always_inline u64 tctx_keep(u32 tgid, struct tctx_link *v, u64 rec)
 /* The request the current thread (of process tgid) serves: the id of its
  * record in tctx_links, 0 for none (no record, not valid, no trace id) or
  * not kept (tctx_links full: counted); without a variable, its entry in
- * otel_traces_ctx_v1. glibc's x86-64 layout: the thread
+ * otel_traces_ctx_v1; in a Go process, the id of its goroutine's label
+ * set in go_links, with TCTX_GO_BIT. glibc's x86-64 layout: the thread
  * pointer is fsbase, the DTV's address at fsbase + 8, 16 bytes a module.
  * A global function: verified once, apart from its callers. */
 __attribute__((noinline)) u64 tctx_read(u32 tgid)
@@ -137,6 +144,17 @@ __attribute__((noinline)) u64 tctx_read(u32 tgid)
 	u64 tp = t->thread.fsbase, slot = 0, rec = 0;
 	if (!tp)
 		return 0;
+	if (p->go_labels) {
+		/* In a system call, or preempted, g is the goroutine the thread
+		 * runs; parked or idle, its g0, which has no labels. */
+		u64 g = 0, lp = 0;
+		if (bpf_probe_read_user(&g, 8, (void *)(tp + p->offset)) || !g)
+			return 0;
+		if (bpf_probe_read_user(&lp, 8, (void *)(g + p->go_labels)) || !lp)
+			return 0;
+		u64 id = go_link_read(tgid, lp, p->go_layout);
+		return id ? id | 1ULL << TCTX_GO_BIT : 0;
+	}
 	if (p->module) {
 		u64 dtv = 0, blk = 0;
 		if (bpf_probe_read_user(&dtv, 8, (void *)(tp + 8)) || !dtv)

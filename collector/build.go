@@ -406,6 +406,10 @@ func (d *recording) finishProfile(p *profile.Profile) {
 	if tc := st.ThreadContext; tc != nil {
 		p.Comments = append(p.Comments, fmt.Sprintf("thread_context: processes=%d records=%d lost_records=%d truncated_records=%d shed_records=%d (OpenTelemetry otel_thread_ctx_v1, read at waits whose stacks are walked)",
 			tc.Processes, tc.Records, tc.Lost, tc.Truncated, tc.Shed))
+		if tc.GoProcesses > 0 {
+			p.Comments = append(p.Comments, fmt.Sprintf("thread_context: go_processes=%d go_label_sets=%d lost_go_label_sets=%d truncated_go_label_sets=%d (a Go thread's goroutine's pprof labels, read at waits whose stacks are walked)",
+				tc.GoProcesses, tc.GoLabelSets, tc.LostGoLabelSets, tc.TruncatedGoSets))
+		}
 	}
 	if st.Budget != nil {
 		p.Comments = append(p.Comments, st.Budget.comment())

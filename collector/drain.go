@@ -428,7 +428,8 @@ func (s *drainer) readStats() error {
 	s.stats.ThreadCPUFull = get(bpf.OffcpuOffcpuStatSTAT_THREAD_CPU_FULL)
 	s.stats.ForkUnwindFull = get(bpf.OffcpuOffcpuStatSTAT_FORK_UNWIND_FULL)
 	if s.tctx != nil {
-		s.stats.ThreadContext = s.tctx.statsCopy(get(bpf.OffcpuOffcpuStatSTAT_TCTX_LINKS), get(bpf.OffcpuOffcpuStatSTAT_TCTX_LOST))
+		s.stats.ThreadContext = s.tctx.statsCopy(get(bpf.OffcpuOffcpuStatSTAT_TCTX_LINKS), get(bpf.OffcpuOffcpuStatSTAT_TCTX_LOST),
+			get(bpf.OffcpuOffcpuStatSTAT_TCTX_GO_SETS), get(bpf.OffcpuOffcpuStatSTAT_TCTX_GO_LOST))
 	}
 	s.stats.Budget = s.budget.stats(get)
 	if s.unw != nil {

@@ -349,7 +349,7 @@ func (s *Session) AddPID(pid int) error {
 		s.gor.add(uint32(pid))
 	}
 	if s.tctx != nil {
-		s.tctx.add(uint32(pid))
+		s.tctx.addNow(uint32(pid))
 	}
 	return nil
 }

@@ -87,7 +87,8 @@ type Stats struct {
 	Runtimes []RuntimeStats `json:"runtimes,omitempty"`
 	// Goroutine waits of Go programs (Options.Goroutines); nil without.
 	Goroutines *GoroutineStats `json:"goroutines,omitempty"`
-	// ThreadContext: the OpenTelemetry thread context (OTEP 4947) read.
+	// ThreadContext: the OpenTelemetry thread context (OTEP 4947) and Go
+	// threads' labels read.
 	ThreadContext *ThreadContextStats `json:"thread_context,omitempty"`
 	// User stacks of the off-CPU profile that reach a thread-start frame
 	// (clone3, start_thread, _start, runtime.goexit...) versus the others,

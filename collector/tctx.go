@@ -37,7 +37,8 @@ type tctxTracker struct {
 	done   sync.WaitGroup
 }
 
-// ThreadContextStats describes the OpenTelemetry thread context read.
+// ThreadContextStats describes the OpenTelemetry thread context and the
+// Go threads' labels read.
 type ThreadContextStats struct {
 	Processes int `json:"processes"` // processes that publish it, read
 	// Records read (one per span), the waits counted without theirs (the
@@ -49,7 +50,15 @@ type ThreadContextStats struct {
 	Shed      uint64 `json:"shed_records"`
 	// Instrumentation: records from the OpenTelemetry eBPF
 	// Instrumentation's map (OTEP 4855), by thread rather than process.
-	Instrumentation uint64   `json:"instrumentation_records"`
+	Instrumentation uint64 `json:"instrumentation_records"`
+	// Go programs: processes whose threads' goroutine labels are read at
+	// their waits (a thread in a system call or preempted inside a
+	// labelled request), the label sets read, the waits counted without
+	// theirs (the kernel's map full), and the sets cut short.
+	GoProcesses     int      `json:"go_processes"`
+	GoLabelSets     uint64   `json:"go_label_sets"`
+	LostGoLabelSets uint64   `json:"lost_go_label_sets"`
+	TruncatedGoSets uint64   `json:"truncated_go_label_sets"`
 	Skipped         []string `json:"skipped,omitempty"` // processes whose variable could not be reached
 }
 
@@ -68,7 +77,7 @@ const tctxLook = 10 * time.Second
 func newTctxTracker(coll *ebpf.Collection) *tctxTracker {
 	t := &tctxTracker{procs: coll.Maps[bpf.OffcpuMapTctxProcs], obi: coll.Maps[bpf.OffcpuMapOtelTracesCtxV1],
 		sources: coll.Variables[bpf.OffcpuVarTctxSources], pending: map[uint32]*tctxPending{}, wake: make(chan struct{}, 1), found: map[uint32]string{},
-		files: map[string]*tctxFile{}, labels: newTctxLabels(coll.Maps[bpf.OffcpuMapTctxLinks]), stop: make(chan struct{})}
+		files: map[string]*tctxFile{}, labels: newTctxLabels(coll.Maps[bpf.OffcpuMapTctxLinks], coll.Maps[bpf.OffcpuMapGoLinks]), stop: make(chan struct{})}
 	t.done.Add(1)
 	go t.run()
 	return t
@@ -87,6 +96,13 @@ func (t *tctxTracker) add(pid uint32) {
 	case t.wake <- struct{}{}:
 	default:
 	}
+}
+
+// addNow: as add, and looked at before it returns: a command held at its
+// exec has its links from its first wait.
+func (t *tctxTracker) addNow(pid uint32) {
+	t.add(pid)
+	t.lookAt(pid)
 }
 
 // exec: pid runs a new program: its variable is looked for again.
@@ -203,17 +219,25 @@ func (t *tctxTracker) lookAt(pid uint32) {
 		}
 		t.mu.Lock()
 		delete(t.pending, pid)
+		if _, ok := t.found[pid]; ok { // looked at by addNow and run at once
+			t.mu.Unlock()
+			return
+		}
 		if err != nil {
 			t.stats.Skipped = appendSkipped(t.stats.Skipped, fmt.Sprintf("pid %d (%s): %v", pid, m.Pathname, err))
 		} else if err = t.procs.Put(pid, v); err != nil {
 			t.stats.Skipped = appendSkipped(t.stats.Skipped, fmt.Sprintf("pid %d: tctx_procs: %v", pid, err))
 		} else {
 			t.found[pid] = f.access.String()
-			t.stats.Processes++
+			if f.access == tlsGo {
+				t.stats.GoProcesses++
+			} else {
+				t.stats.Processes++
+			}
 			t.setSource(bpf.TctxSrcProcs, true)
 		}
 		t.mu.Unlock()
-		if err == nil {
+		if err == nil && f.access != tlsGo {
 			t.labels.readKeys(pid)
 		}
 		return
@@ -290,7 +314,11 @@ func openTctxFile(path string) (*tctxFile, error) {
 		return nil, err
 	}
 	defer ef.Close()
-	return readTctxFile(ef)
+	f, err := readTctxFile(ef)
+	if err == errNoTctx {
+		return goTctxFile(r, ef)
+	}
+	return f, err
 }
 
 func appendSkipped(s []string, why string) []string {
@@ -302,14 +330,14 @@ func appendSkipped(s []string, why string) []string {
 
 // statsCopy: the stats with the kernel's counts of records read and lost;
 // nil where no process publishes thread context.
-func (t *tctxTracker) statsCopy(records, lost uint64) *ThreadContextStats {
+func (t *tctxTracker) statsCopy(records, lost, goSets, goLost uint64) *ThreadContextStats {
 	t.mu.Lock()
 	st := t.stats
-	st.Records, st.Lost = records, lost
+	st.Records, st.Lost, st.GoLabelSets, st.LostGoLabelSets = records, lost, goSets, goLost
 	st.Skipped = append([]string(nil), t.stats.Skipped...)
 	t.mu.Unlock()
 	t.labels.addStats(&st)
-	if st.Processes == 0 && len(st.Skipped) == 0 && records == 0 {
+	if st.Processes == 0 && st.GoProcesses == 0 && len(st.Skipped) == 0 && records == 0 {
 		return nil
 	}
 	return &st
@@ -321,8 +349,11 @@ var errTctxNotYet = fmt.Errorf("%s not resolved yet", tctxSymbol)
 // tctxLocate reads where pid's threads keep the variable of file f, loaded
 // at bias.
 func tctxLocate(pid uint32, f *tctxFile, bias uint64) (bpf.OffcpuTctxProc, error) {
-	if f.access == tlsLocalExec {
+	switch f.access {
+	case tlsLocalExec:
 		return bpf.OffcpuTctxProc{Offset: f.offset}, nil
+	case tlsGo:
+		return bpf.OffcpuTctxProc{Offset: f.offset, GoLabels: f.goLabels, GoLayout: f.goLayout}, nil
 	}
 	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
 	if err != nil {

@@ -74,7 +74,7 @@ func TestThreadContext(t *testing.T) {
 				t.Errorf("thread context: %+v for %d requests", *st, len(reqs))
 			}
 			bySpan, byRoute, routeOf := spanTimes(p, 3, 4)
-			checkSpanTimes(t, reqs, bySpan, byRoute, routeOf, 3, "")
+			checkSpanTimes(t, reqs, bySpan, byRoute, routeOf, 3, "", 0.02)
 			checkTenants(t, p)
 			checkLabelledVerdicts(t, p, "monitor-wait", "io", "request-timer")
 		})
@@ -158,7 +158,7 @@ func TestAttributeKeyMap(t *testing.T) {
 
 // Mapped files that are not ELF (the kernel's BTF a forked child maps
 // before its exec, locale archives) hold no variable and are no error; a
-// damaged ELF file is one.
+// damaged ELF file is one; a Go executable is read for its labels.
 func TestTctxFileKinds(t *testing.T) {
 	dir := t.TempDir()
 	for name, b := range map[string][]byte{
@@ -179,8 +179,9 @@ func TestTctxFileKinds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f, err := openTctxFile(self); f != nil || err != errNoTctx {
-		t.Errorf("test binary: %v, %v", f, err)
+	// A Go executable: its threads' goroutine labels.
+	if f, err := openTctxFile(self); f == nil || f.access != tlsGo || f.offset != -8 || f.goLabels == 0 || f.goLayout != bpf.GoLabelsSlice {
+		t.Errorf("test binary: %+v, %v", f, err)
 	}
 }
 

@@ -1,11 +1,14 @@
 package collector
 
 import (
+	"debug/buildinfo"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/offcpu/offcpu/bpf"
 )
 
 // OpenTelemetry thread context (OTEP 4947): how a file that defines
@@ -32,10 +35,11 @@ const (
 	tlsDesc                           // a descriptor's argument: an offset (static) or a tls_index
 	tlsGlobalDynamic                  // a GOT tls_index {module, offset}
 	tlsLocalDynamic                   // a GOT module id; the offset is the symbol's value
+	tlsGo                             // a Go executable: g's slot from the thread pointer, known from the file
 )
 
 func (a tlsAccess) String() string {
-	return [...]string{"local-exec", "initial-exec", "tlsdesc", "global-dynamic", "local-dynamic"}[a]
+	return [...]string{"local-exec", "initial-exec", "tlsdesc", "global-dynamic", "local-dynamic", "go"}[a]
 }
 
 // tctxFile is how a file's threads reach otel_thread_ctx_v1.
@@ -44,6 +48,10 @@ type tctxFile struct {
 	slot   uint64 // the GOT slot or descriptor's address in the file (not local-exec)
 	offset int64  // local-exec: from the thread pointer; local-dynamic: in the module's block
 	load   uint64 // the page of the first loadable segment: where a mapping at offset 0 starts
+
+	// A Go executable (tlsGo): g.labels' offset and layout (GO_LABELS_*).
+	goLabels uint16
+	goLayout uint8
 }
 
 // errNoTctx: the file does not define otel_thread_ctx_v1.
@@ -174,4 +182,60 @@ func eachRela(ef *elf.File, f func(off uint64, sym, typ uint32)) error {
 		}
 	}
 	return nil
+}
+
+// goTctxFile: how a Go executable's threads reach their goroutine's pprof
+// labels: g is kept in TLS (runtime.tlsg), g.labels at an offset of its
+// release. errNoTctx for a file that is not Go; an error for a Go one
+// whose labels cannot be found.
+func goTctxFile(r io.ReaderAt, ef *elf.File) (*tctxFile, error) {
+	bi, err := buildinfo.Read(r)
+	if err != nil || ef.Machine != elf.EM_X86_64 {
+		return nil, errNoTctx
+	}
+	// The table first: a machine-wide recording looks at every Go program,
+	// and DWARF's sections are read whole (tens of MB for a large one).
+	layout := goLabelLayout(bi.GoVersion)
+	off, ok := goOffsetTable[goMinor(bi.GoVersion)]
+	if !ok || off.Labels == 0 {
+		off, ok = goOffsetsDWARF(ef)
+	}
+	if !ok || off.Labels == 0 || off.Labels > 0xffff || layout == bpf.GoLabelsNone {
+		return nil, fmt.Errorf("Go labels: g.labels' offset not known for %s without DWARF (known: go1.19, go1.26, or any release built with DWARF)", bi.GoVersion)
+	}
+	g, err := goTLSOffset(ef)
+	if err != nil {
+		return nil, err
+	}
+	return &tctxFile{access: tlsGo, offset: g, goLabels: uint16(off.Labels), goLayout: uint8(layout)}, nil
+}
+
+// goTLSOffset: where a Go thread's current g is, from the thread pointer
+// (src/runtime/sys_linux_amd64.s, settls; cmd/link's TLS relocations).
+// Linked internally the executable has no TLS segment and Go points the
+// thread pointer just past m.tls[0]: -8. Linked externally runtime.tlsg
+// lies in the executable's static block, which ends at the thread pointer.
+func goTLSOffset(ef *elf.File) (int64, error) {
+	var tls *elf.Prog
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_TLS {
+			tls = p
+		}
+	}
+	if tls == nil {
+		return -8, nil
+	}
+	align := max(tls.Align, 1)
+	size := (tls.Memsz + align - 1) &^ (align - 1)
+	if syms, err := ef.Symbols(); err == nil {
+		for _, s := range syms {
+			if s.Name == "runtime.tlsg" && elf.ST_TYPE(s.Info) == elf.STT_TLS {
+				return int64(s.Value) - int64(size), nil
+			}
+		}
+	}
+	if size == 8 { // runtime.tlsg alone
+		return -8, nil
+	}
+	return 0, fmt.Errorf("Go labels: runtime.tlsg not found (stripped) in a TLS block of %d bytes", tls.Memsz)
 }

@@ -26,26 +26,29 @@ import (
 // index (OTEP 4719's threadlocal.attribute_key_map; attr.N when it
 // publishes none).
 type tctxLabels struct {
-	m *ebpf.Map
+	m      *ebpf.Map
+	goSets *ebpf.Map // go_links: Go threads' label sets (ids with TCTX_GO_BIT)
 
-	mu     sync.Mutex
-	recs   map[bpf.OffcpuTctxKey]tctxRecord
-	use    map[bpf.OffcpuTctxKey]int // the last cut that used a record
-	cuts   int
-	keys   map[uint32][]string // attribute names by process
-	shed   uint64
-	nTrunc uint64
-	nObi   uint64
+	mu      sync.Mutex
+	recs    map[bpf.OffcpuTctxKey]tctxRecord
+	use     map[bpf.OffcpuTctxKey]int // the last cut that used a record
+	cuts    int
+	keys    map[uint32][]string // attribute names by process
+	shed    uint64
+	nTrunc  uint64
+	nObi    uint64
+	goTrunc uint64
 }
 
-// tctxRecord is one record as labels; truncated: its attributes were cut.
+// tctxRecord is one record (or Go label set) as labels; truncated: its
+// attributes were cut.
 type tctxRecord struct {
 	pairs     [][2]string
 	truncated bool
 }
 
-func newTctxLabels(m *ebpf.Map) *tctxLabels {
-	return &tctxLabels{m: m, recs: map[bpf.OffcpuTctxKey]tctxRecord{}, use: map[bpf.OffcpuTctxKey]int{},
+func newTctxLabels(m, goSets *ebpf.Map) *tctxLabels {
+	return &tctxLabels{m: m, goSets: goSets, recs: map[bpf.OffcpuTctxKey]tctxRecord{}, use: map[bpf.OffcpuTctxKey]int{},
 		keys: map[uint32][]string{}}
 }
 
@@ -76,6 +79,39 @@ func (l *tctxLabels) take() {
 	l.mu.Unlock()
 	if len(keys) > 0 {
 		deleteKeys(l.m, keys)
+	}
+	l.takeGo()
+}
+
+// takeGo moves the Go label sets read since the last time, under their
+// ids as waits carry them.
+func (l *tctxLabels) takeGo() {
+	if l.goSets == nil {
+		return
+	}
+	var k bpf.OffcpuGoLinkKey
+	var v bpf.OffcpuGoLinkVal
+	var keys []bpf.OffcpuGoLinkKey
+	l.mu.Lock()
+	for it := l.goSets.Iterate(); it.Next(&k, &v); {
+		keys = append(keys, k)
+		rk := bpf.OffcpuTctxKey{Tgid: k.Tgid, Id: k.Id | 1<<bpf.TctxGoBit}
+		if _, ok := l.recs[rk]; ok {
+			continue
+		}
+		if len(l.recs) >= maxLabelSets {
+			l.shed++
+			continue
+		}
+		g := decodeLabels((*bpf.GoroutinesGoLinkVal)(&v))
+		if g.truncated {
+			l.goTrunc++
+		}
+		l.recs[rk] = tctxRecord{pairs: g.pairs, truncated: g.truncated}
+	}
+	l.mu.Unlock()
+	if len(keys) > 0 {
+		deleteKeys(l.goSets, keys)
 	}
 }
 
@@ -165,7 +201,7 @@ func (l *tctxLabels) cut() {
 
 func (l *tctxLabels) addStats(st *ThreadContextStats) {
 	l.mu.Lock()
-	st.Shed, st.Truncated, st.Instrumentation = l.shed, l.nTrunc, l.nObi
+	st.Shed, st.Truncated, st.Instrumentation, st.TruncatedGoSets = l.shed, l.nTrunc, l.nObi, l.goTrunc
 	l.mu.Unlock()
 }
 

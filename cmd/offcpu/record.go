@@ -550,8 +550,14 @@ func printThreadContext(w io.Writer, tc *collector.ThreadContextStats) {
 	if tc == nil {
 		return
 	}
-	fmt.Fprintf(w, "thread context (OpenTelemetry): %d processes, %d records (%d from the eBPF instrumentation's map), %d lost, %d cut short\n",
-		tc.Processes, tc.Records, tc.Instrumentation, tc.Lost, tc.Truncated)
+	if tc.Processes > 0 || tc.Records > 0 {
+		fmt.Fprintf(w, "thread context (OpenTelemetry): %d processes, %d records (%d from the eBPF instrumentation's map), %d lost, %d cut short\n",
+			tc.Processes, tc.Records, tc.Instrumentation, tc.Lost, tc.Truncated)
+	}
+	if tc.GoProcesses > 0 {
+		fmt.Fprintf(w, "Go threads' labels: %d processes, %d label sets, %d lost, %d cut short\n",
+			tc.GoProcesses, tc.GoLabelSets, tc.LostGoLabelSets, tc.TruncatedGoSets)
+	}
 	for _, s := range tc.Skipped {
 		fmt.Fprintf(w, "  not read: %s\n", s)
 	}

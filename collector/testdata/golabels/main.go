@@ -5,8 +5,11 @@
 // sleep, measuring each of its own waits. It writes, per request, its
 // ids, route and measured wait time to the file named by its first
 // argument. Builds with Go 1.19 (labels kept in a map) and the newest.
+// With "threads" its handlers instead block their thread in a system call
+// (a read of a blocking pipe, a nanosleep): waits no goroutine park holds,
+// which only the thread's own g carries the labels of.
 //
-// Usage: golabels REPORT DURATION
+// Usage: golabels REPORT DURATION [threads]
 package main
 
 import (
@@ -22,6 +25,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -80,12 +84,56 @@ func waitDownstream(sum *int64) {
 
 func waitSleep(sum *int64) { timed(sum, func() { time.Sleep(6 * time.Millisecond) }) }
 
+// feeds takes the pipes waitPipe reads: their writers are started from
+// an unlabelled goroutine, so that their own waits carry no request.
+var feeds = make(chan int, 256)
+
+func feeder() {
+	for fd := range feeds {
+		go func(fd int) {
+			time.Sleep(5 * time.Millisecond)
+			syscall.Write(fd, []byte{1})
+		}(fd)
+	}
+}
+
+// waitPipe blocks its thread in read(2) on a blocking pipe written to
+// 5 ms later.
+func waitPipe(sum *int64) {
+	var p [2]int
+	if err := syscall.Pipe(p[:]); err != nil {
+		panic(err)
+	}
+	feeds <- p[1]
+	var b [1]byte
+	timed(sum, func() {
+		for {
+			if _, err := syscall.Read(p[0], b[:]); err != syscall.EINTR {
+				break
+			}
+		}
+	})
+	syscall.Close(p[0])
+	syscall.Close(p[1])
+}
+
+// waitNanosleep blocks its thread in nanosleep(2) for 3 ms.
+func waitNanosleep(sum *int64) {
+	timed(sum, func() {
+		ts := syscall.NsecToTimespec(3e6)
+		for syscall.Nanosleep(&ts, &ts) == syscall.EINTR {
+		}
+	})
+}
+
 var routes = map[string][]func(*int64){
-	"/mutex": {waitMutex},
-	"/chan":  {waitWorker},
-	"/down":  {waitDownstream},
-	"/sleep": {waitSleep},
-	"/mix":   {waitMutex, waitWorker, waitDownstream, waitSleep},
+	"/mutex":     {waitMutex},
+	"/chan":      {waitWorker},
+	"/down":      {waitDownstream},
+	"/sleep":     {waitSleep},
+	"/mix":       {waitMutex, waitWorker, waitDownstream, waitSleep},
+	"/pipe":      {waitPipe},
+	"/nanosleep": {waitNanosleep},
 }
 
 func handle(w http.ResponseWriter, r *http.Request) {
@@ -151,8 +199,8 @@ func downstream(ln net.Listener) {
 }
 
 func main() {
-	if len(os.Args) != 3 {
-		fmt.Fprintln(os.Stderr, "usage: golabels REPORT DURATION")
+	if len(os.Args) != 3 && (len(os.Args) != 4 || os.Args[3] != "threads") {
+		fmt.Fprintln(os.Stderr, "usage: golabels REPORT DURATION [threads]")
 		os.Exit(2)
 	}
 	dur, err := time.ParseDuration(os.Args[2])
@@ -175,6 +223,7 @@ func main() {
 	for i := 0; i < 2; i++ {
 		go worker()
 	}
+	go feeder()
 	stop := make(chan struct{})
 	go holder(stop)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -186,10 +235,15 @@ func main() {
 	// The load: 6 clients, each on its own connection, round the routes.
 	// Waits of milliseconds: the CPU a wait takes (its system calls, a
 	// thread preempted under it) is within a request's clock, not a wait.
+	// Threads: 2 clients, so that a thread back from its system call
+	// finds a P (otherwise its goroutine waits for one on g0's stack).
 	var wg sync.WaitGroup
 	end := time.Now().Add(dur)
-	names := []string{"/mutex", "/chan", "/down", "/sleep", "/mix"}
-	for c := 0; c < 6; c++ {
+	names, clients := []string{"/mutex", "/chan", "/down", "/sleep", "/mix"}, 6
+	if len(os.Args) == 4 {
+		names, clients = []string{"/pipe", "/nanosleep"}, 2
+	}
+	for c := 0; c < clients; c++ {
 		wg.Add(1)
 		go func(c int) {
 			defer wg.Done()
