@@ -14,9 +14,9 @@
 #   sudo DURATION=30m bash bench/soak.sh
 #   sudo IDLE=1 DURATION=5m bash bench/soak.sh   # the agent alone
 #   sudo AGENT_FLAGS="--memory-limit 0" bash bench/soak.sh   # more record flags
-#   sudo LABELLED=1 bash bench/soak.sh   # and a labelled Go server: a new
-#                                        # label set per request, its threads'
-#                                        # waits linked (collector/testdata/golabels)
+#   sudo LABELLED=1 CORE=0 bash bench/soak.sh   # a labelled Go server in the
+#       # core's place: a new label set per request, its threads' waits linked
+#       # (collector/testdata/golabels; with the core too, 2 CPUs are overrun)
 set -euo pipefail
 trap 'echo "soak: failed at line $LINENO" >&2' ERR
 DURATION=${DURATION:-30m}
@@ -24,6 +24,7 @@ INTERVAL=${INTERVAL:-10s}
 CHURN=${CHURN:-200}
 IDLE=${IDLE:-0} # 1: no load, for the agent's cost on an idle machine
 LABELLED=${LABELLED:-0}
+CORE=${CORE:-1} # 0: no bundled core (the labelled server in its place)
 AGENT_FLAGS=${AGENT_FLAGS:-}
 AGENT_ENV=${AGENT_ENV:-} # e.g. GOGC=25, for the agent alone
 OUT=${OUT:-$(mktemp -d /tmp/offcpu-soak.XXXXXX)}
@@ -74,8 +75,10 @@ churnpid= corepid=
 if [[ $IDLE != 1 ]]; then
 	( while :; do "$OUT/churn" "$CHURN" 60 "$OUT/nap" 1000 >/dev/null; done ) &
 	churnpid=$!
-	( while :; do "$OUT/offcpu" dispatch --duration 20s -q >/dev/null 2>&1 || true; done ) &
-	corepid=$!
+	if [[ $CORE == 1 ]]; then
+		( while :; do "$OUT/offcpu" dispatch --duration 20s -q >/dev/null 2>&1 || true; done ) &
+		corepid=$!
+	fi
 fi
 labpid=
 if [[ $LABELLED == 1 ]]; then
@@ -148,7 +151,7 @@ while (( EPOCHSECONDS - start < total )); do
 done
 curl -sf -o "$OUT/heap-end.pb.gz" "http://$debug/debug/pprof/heap" || true
 cpu1=$(awk '{print $14+$15}' /proc/$agent/stat)
-[[ -n $churnpid ]] && kill "$churnpid" "$corepid" 2>/dev/null || true
+[[ -n $churnpid ]] && kill "$churnpid" $corepid 2>/dev/null || true
 [[ -n $labpid ]] && kill "$labpid" 2>/dev/null || true
 pkill -f "$OUT/golabels-server" 2>/dev/null || true
 pkill -f "$OUT/churn" 2>/dev/null || true
@@ -175,7 +178,7 @@ if per_s:
 print(f"soak: BPF map memory {late[0][2]/2**20:.1f} MB after 2 min, {rows[-1][2]/2**20:.1f} MB at the end; slope {slope(2)*3600/2**20:+.3f} MB/h")
 EOF
 [[ -n ${cpu120:-} ]] && echo "soak: agent CPU after two minutes: $(python3 -c "print(f'{($cpu1-$cpu120)/(($total-$t120)*100)*100:.2f}')")% of a CPU"
-echo "soak: agent CPU $(( cpu1 - cpu0 )) ticks in ${total} s ($(python3 -c "print(f'{($cpu1-$cpu0)/($total*100)*100:.2f}')")% of a CPU$([[ $IDLE == 1 ]] && echo ", idle machine" || echo ", churn and the core running"))"
+echo "soak: agent CPU $(( cpu1 - cpu0 )) ticks in ${total} s ($(python3 -c "print(f'{($cpu1-$cpu0)/($total*100)*100:.2f}')")% of a CPU$([[ $IDLE == 1 ]] && echo ", idle machine" || echo ", churn$([[ $CORE == 1 ]] && echo " and the core")$([[ $LABELLED == 1 ]] && echo " and the labelled server") running"))"
 echo "soak: $intervals intervals cut, $received messages at the collector"
 grep -E '^offcpu: (OTLP|[0-9]+ intervals over|.*evicted)' "$OUT/agent.log" || true
 if [[ $LABELLED == 1 ]]; then

@@ -99,7 +99,7 @@ func checkGoLabels(t *testing.T, gobin string) {
 	// offcpu's time per span (blocked and waiting for a CPU after it: the
 	// request's clock runs through both) and per route.
 	bySpan, byRoute, routeOf := spanTimes(gp, 0, 1)
-	checkSpanTimes(t, reqs, bySpan, byRoute, routeOf, 5, "/mutex", 0.02)
+	checkSpanTimes(t, reqs, bySpan, byRoute, routeOf, 5, "/mutex", 0.02, 0)
 	checkLabelledVerdicts(t, gp, "monitor-wait", "peer-wait", "downstream-wait", "request-timer")
 }
 
@@ -129,10 +129,12 @@ func spanTimes(p *profile.Profile, bi, ri int) (bySpan map[string]*spanSum, byRo
 
 // checkSpanTimes: every request that waited over 1 ms has its span, with
 // its route; the 20 that waited most are within 5% of their own clocks,
-// each route within routeTol. A request of route mayNotPark (a lock taken
+// each route within routeTol. With deferred walks, as many requests as
+// the kernel ran no program for a switch-in of (missedIns: their walk
+// never ran) may lack their span. A request of route mayNotPark (a lock taken
 // without parking, its thread preempted by the kernel meanwhile: no
 // goroutine wait) may lack its span, at most one waiting request in 200.
-func checkSpanTimes(t *testing.T, reqs []labelledRequest, bySpan map[string]*spanSum, byRoute map[string]int64, routeOf map[string]string, routes int, mayNotPark string, routeTol float64) {
+func checkSpanTimes(t *testing.T, reqs []labelledRequest, bySpan map[string]*spanSum, byRoute map[string]int64, routeOf map[string]string, routes int, mayNotPark string, routeTol float64, missedIns uint64) {
 	t.Helper()
 	own := map[string]labelledRequest{}
 	ownRoute := map[string]int64{}
@@ -163,7 +165,17 @@ func checkSpanTimes(t *testing.T, reqs []labelledRequest, bySpan map[string]*spa
 	}
 	t.Logf("%d requests, %d waited over 1 ms, %d of them without their span in the recording (%d of route %q)",
 		len(reqs), waited, missing+unparked, unparked, mayNotPark)
-	if waited == 0 || missing > 0 || unparked > waited/200 {
+	// A span holding more than its request waited holds another's waits
+	// (a label set misnamed): logged.
+	surplus := 0
+	for span, v := range bySpan {
+		if r, ok := own[span]; ok && v.blocked+v.runq > r.Wait+max(r.Wait/20, int64(time.Millisecond)) {
+			surplus++
+			t.Logf("span %s (%s): offcpu %v, the request's own %v", span, r.Route, time.Duration(v.blocked+v.runq), time.Duration(r.Wait))
+		}
+	}
+	t.Logf("%d spans hold over 5%% and 1 ms more than their request waited", surplus)
+	if waited == 0 || uint64(missing) > missedIns || unparked > waited/200 {
 		t.Errorf("%d of %d requests that waited over 1 ms have no span in the recording", missing+unparked, waited)
 	}
 	// The 20 requests with the most blocked time, each within 5%.
@@ -251,31 +263,41 @@ func checkLabelledVerdicts(t *testing.T, gp *profile.Profile, cats ...string) {
 // the thread's own g (read through its TLS). Linked internally (g at -8
 // from the thread pointer), externally with C's thread-local variables
 // (runtime.tlsg after them in the executable's TLS block) and with Go
-// 1.19 (labels in a map).
+// 1.19 (labels in a map); and with deferred walks (a walk threshold).
 func TestGoThreadLabels(t *testing.T) {
 	requireBPF(t)
-	cases := map[string][]string{"current": {"go"}, "external-c-tls": {"go", "-tags=ctls", "-ldflags=-linkmode=external"}}
+	type build struct {
+		tool []string
+		opts Options
+	}
+	cases := map[string]build{"current": {[]string{"go"}, Options{NoWakeups: true}},
+		"external-c-tls": {[]string{"go", "-tags=ctls", "-ldflags=-linkmode=external"}, Options{NoWakeups: true}},
+		// Walked at the switch-in where the kernel has sched_exit_tp.
+		"deferred-walks": {[]string{"go"}, Options{NoWakeups: true, WalkThreshold: 100 * time.Microsecond}}}
 	if _, err := os.Stat(go119Bin); err == nil || os.Getenv(testenv.EnvPrebuilt) != "" {
-		cases["go1.19"] = []string{go119Bin}
+		cases["go1.19"] = build{[]string{go119Bin}, Options{NoWakeups: true}}
 	} else if os.Getenv("CI") != "" {
 		t.Fatalf("no %s: .ci/run installs golang-1.19-go", go119Bin)
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			bin, report := buildGoLabels(t, c[0], c[1:]...)
+			bin, report := buildGoLabels(t, c.tool[0], c.tool[1:]...)
 			f, err := openTctxFile(bin)
 			// With C's variables the slot moves (where, the linker says):
 			// the labels read below tell whether it was found.
 			if err != nil || f.access != tlsGo || (f.offset == -8) == (name == "external-c-tls") {
 				t.Fatalf("%s: %+v, %v; want Go's g in TLS (at -8 without C's variables)", name, f, err)
 			}
-			p, s := recordCommand(t, Options{NoWakeups: true}, exec.Command(bin, report, "2s", "threads"))
+			p, s := recordCommand(t, c.opts, exec.Command(bin, report, "2s", "threads"))
 			reqs := readLabelledRequests(t, report)
 			st := s.Stats().ThreadContext
 			if st == nil {
 				t.Fatal("no thread context read")
 			}
 			t.Logf("%d requests; thread context %+v", len(reqs), *st)
+			if b := s.Stats().Budget; b != nil {
+				t.Logf("walks: %+v; missed switch-ins %d", *b, s.Stats().MissedSwitchIn)
+			}
 			if st.GoProcesses != 1 || st.GoLabelSets == 0 || st.LostGoLabelSets+st.Shed+st.TruncatedGoSets != 0 || len(st.Skipped) > 0 {
 				t.Errorf("thread context: %+v for %d requests", *st, len(reqs))
 			}
@@ -287,7 +309,11 @@ func TestGoThreadLabels(t *testing.T) {
 			if testenv.Scale() > 1 {
 				tol = 0.5
 			}
-			checkSpanTimes(t, reqs, bySpan, byRoute, routeOf, 2, "", tol)
+			var missedIns uint64
+			if c.opts.WalkThreshold > 0 {
+				missedIns = s.Stats().MissedSwitchIn
+			}
+			checkSpanTimes(t, reqs, bySpan, byRoute, routeOf, 2, "", tol, missedIns)
 			checkLabelledVerdicts(t, p)
 		})
 	}

@@ -74,7 +74,11 @@ func TestThreadContext(t *testing.T) {
 				t.Errorf("thread context: %+v for %d requests", *st, len(reqs))
 			}
 			bySpan, byRoute, routeOf := spanTimes(p, 3, 4)
-			checkSpanTimes(t, reqs, bySpan, byRoute, routeOf, 3, "", 0.02)
+			var missedIns uint64
+			if c.opts.WalkThreshold > 0 {
+				missedIns = s.Stats().MissedSwitchIn
+			}
+			checkSpanTimes(t, reqs, bySpan, byRoute, routeOf, 3, "", 0.02, missedIns)
 			checkTenants(t, p)
 			checkLabelledVerdicts(t, p, "monitor-wait", "io", "request-timer")
 		})
