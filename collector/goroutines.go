@@ -118,26 +118,18 @@ func (r *goRecorder) moveLinks() {
 // takeLinks moves the label sets the probe read into r.labels: the probe
 // reads a set again if its goroutine parks with it after.
 func (r *goRecorder) takeLinks() {
-	var k bpf.GoroutinesGoLinkKey
-	var v bpf.GoroutinesGoLinkVal
-	var keys []bpf.GoroutinesGoLinkKey
-	it := r.objs.GoLinks.Iterate()
 	r.linkMu.Lock()
-	for it.Next(&k, &v) {
-		keys = append(keys, k)
+	defer r.linkMu.Unlock()
+	moveOut(r.objs.GoLinks, func(k bpf.GoroutinesGoLinkKey, v *bpf.GoroutinesGoLinkVal) {
 		if _, ok := r.labels[k]; ok {
-			continue
+			return
 		}
 		if len(r.labels) >= maxLabelSets {
 			r.stats.ShedLabelSets++
-			continue
+			return
 		}
-		r.labels[k] = decodeLabels(&v)
-	}
-	r.linkMu.Unlock()
-	if len(keys) > 0 {
-		r.objs.GoLinks.BatchDelete(keys, nil)
-	}
+		r.labels[k] = decodeLabels(v)
+	})
 }
 
 // decodeLabels reads one label set of the probe's.

@@ -54,20 +54,13 @@ func newTctxLabels(m, goSets *ebpf.Map) *tctxLabels {
 
 // take moves the records read since the last time.
 func (l *tctxLabels) take() {
-	var k bpf.OffcpuTctxKey
-	var v bpf.OffcpuTctxLink
-	var keys []bpf.OffcpuTctxKey
 	l.mu.Lock()
-	for it := l.m.Iterate(); it.Next(&k, &v); {
-		keys = append(keys, k)
-		if _, ok := l.recs[k]; ok {
-			continue
+	defer l.mu.Unlock()
+	moveOut(l.m, func(k bpf.OffcpuTctxKey, v *bpf.OffcpuTctxLink) {
+		if !l.fresh(k) {
+			return
 		}
-		if len(l.recs) >= maxLabelSets {
-			l.shed++
-			continue
-		}
-		r := l.decode(k.Tgid, &v)
+		r := l.decode(k.Tgid, v)
 		if r.truncated {
 			l.nTrunc++
 		}
@@ -75,44 +68,47 @@ func (l *tctxLabels) take() {
 			l.nObi++
 		}
 		l.recs[k] = r
-	}
-	l.mu.Unlock()
-	if len(keys) > 0 {
-		deleteKeys(l.m, keys)
-	}
-	l.takeGo()
-}
-
-// takeGo moves the Go label sets read since the last time, under their
-// ids as waits carry them.
-func (l *tctxLabels) takeGo() {
+	})
 	if l.goSets == nil {
 		return
 	}
-	var k bpf.OffcpuGoLinkKey
-	var v bpf.OffcpuGoLinkVal
-	var keys []bpf.OffcpuGoLinkKey
-	l.mu.Lock()
-	for it := l.goSets.Iterate(); it.Next(&k, &v); {
-		keys = append(keys, k)
+	// Go threads' label sets, under their ids as waits carry them.
+	moveOut(l.goSets, func(k bpf.OffcpuGoLinkKey, v *bpf.OffcpuGoLinkVal) {
 		rk := bpf.OffcpuTctxKey{Tgid: k.Tgid, Id: k.Id | 1<<bpf.TctxGoBit}
-		if _, ok := l.recs[rk]; ok {
-			continue
+		if !l.fresh(rk) {
+			return
 		}
-		if len(l.recs) >= maxLabelSets {
-			l.shed++
-			continue
-		}
-		g := decodeLabels((*bpf.GoroutinesGoLinkVal)(&v))
+		g := decodeLabels((*bpf.GoroutinesGoLinkVal)(v))
 		if g.truncated {
 			l.goTrunc++
 		}
 		l.recs[rk] = tctxRecord{pairs: g.pairs, truncated: g.truncated}
+	})
+}
+
+// moveOut calls f for each entry of m, then deletes the entries seen.
+func moveOut[K, V any](m *ebpf.Map, f func(K, *V)) {
+	var k K
+	var v V
+	var keys []K
+	for it := m.Iterate(); it.Next(&k, &v); {
+		keys = append(keys, k)
+		f(k, &v)
 	}
-	l.mu.Unlock()
-	if len(keys) > 0 {
-		deleteKeys(l.goSets, keys)
+	deleteKeys(m, keys)
+}
+
+// fresh: record k is not held yet and the recording's bound leaves room
+// for it (else counted as shed). l.mu held.
+func (l *tctxLabels) fresh(k bpf.OffcpuTctxKey) bool {
+	if _, ok := l.recs[k]; ok {
+		return false
 	}
+	if len(l.recs) >= maxLabelSets {
+		l.shed++
+		return false
+	}
+	return true
 }
 
 // decode reads one record; unknown key indexes refresh the process's key
