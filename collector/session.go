@@ -153,7 +153,11 @@ func (s *Session) afterAttach(ctx context.Context) error {
 	if s.events, err = newEventReader(coll, s.procs, s.cont != nil); err != nil {
 		return err
 	}
-	s.tctx = newTctxTracker(coll)
+	var targets *ebpf.Map
+	if len(s.opts.PIDs) > 0 || s.opts.TargetsOnly {
+		targets = coll.Maps[bpf.OffcpuMapTargetTgids]
+	}
+	s.tctx = newTctxTracker(coll, targets)
 	s.events.unw, s.events.gor, s.events.tctx, s.events.kernelMaps = s.unw, s.gor, s.tctx, s.p.kernelMaps
 	for _, p := range s.opts.PIDs {
 		s.tctx.add(uint32(p))

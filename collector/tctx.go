@@ -22,6 +22,7 @@ import (
 type tctxTracker struct {
 	procs   *ebpf.Map
 	obi     *ebpf.Map      // otel_traces_ctx_v1
+	targets *ebpf.Map      // target_tgids where the recording has targets: others are not read
 	sources *ebpf.Variable // tctx_sources: the programs look only where there is something
 	srcBits uint32
 
@@ -74,8 +75,10 @@ type tctxPending struct {
 // its libraries are looked at.
 const tctxLook = 10 * time.Second
 
-func newTctxTracker(coll *ebpf.Collection) *tctxTracker {
-	t := &tctxTracker{procs: coll.Maps[bpf.OffcpuMapTctxProcs], obi: coll.Maps[bpf.OffcpuMapOtelTracesCtxV1],
+// targets: the recording's target filter (target_tgids), nil when it
+// records every process.
+func newTctxTracker(coll *ebpf.Collection, targets *ebpf.Map) *tctxTracker {
+	t := &tctxTracker{procs: coll.Maps[bpf.OffcpuMapTctxProcs], obi: coll.Maps[bpf.OffcpuMapOtelTracesCtxV1], targets: targets,
 		sources: coll.Variables[bpf.OffcpuVarTctxSources], pending: map[uint32]*tctxPending{}, wake: make(chan struct{}, 1), found: map[uint32]string{},
 		files: map[string]*tctxFile{}, labels: newTctxLabels(coll.Maps[bpf.OffcpuMapTctxLinks], coll.Maps[bpf.OffcpuMapGoLinks]), stop: make(chan struct{})}
 	t.done.Add(1)
@@ -108,6 +111,13 @@ func (t *tctxTracker) addNow(pid uint32) {
 // exec: pid runs a new program: its variable is looked for again.
 func (t *tctxTracker) exec(pid uint32) {
 	t.mu.Lock()
+	// Counted for the program it runs now (a command's child is often
+	// seen as its Go parent's image before its exec).
+	if a, ok := t.found[pid]; ok && a == tlsGo.String() {
+		t.stats.GoProcesses--
+	} else if ok {
+		t.stats.Processes--
+	}
 	delete(t.found, pid)
 	t.mu.Unlock()
 	_ = t.procs.Delete(pid)
@@ -194,6 +204,13 @@ func (t *tctxTracker) look() time.Time {
 // lookAt finds pid's variable; a process whose loader has not yet filled
 // in its slot stays pending.
 func (t *tctxTracker) lookAt(pid uint32) {
+	// A process seen as a waker of a target is no target: its own waits
+	// are not recorded.
+	var one uint8
+	if t.targets != nil && t.targets.Lookup(pid, &one) != nil {
+		t.forgetPending(pid)
+		return
+	}
 	p, err := procfs.NewProc(int(pid))
 	if err != nil {
 		t.forgetPending(pid)

@@ -555,8 +555,12 @@ func printThreadContext(w io.Writer, tc *collector.ThreadContextStats) {
 			tc.Processes, tc.Records, tc.Instrumentation, tc.Lost, tc.Truncated)
 	}
 	if tc.GoProcesses > 0 {
-		fmt.Fprintf(w, "Go threads' labels: %d processes, %d label sets, %d lost, %d cut short\n",
-			tc.GoProcesses, tc.GoLabelSets, tc.LostGoLabelSets, tc.TruncatedGoSets)
+		procs := "processes"
+		if tc.GoProcesses == 1 {
+			procs = "process"
+		}
+		fmt.Fprintf(w, "Go threads' labels: %d %s, %d label sets, %d lost, %d cut short\n",
+			tc.GoProcesses, procs, tc.GoLabelSets, tc.LostGoLabelSets, tc.TruncatedGoSets)
 	}
 	for _, s := range tc.Skipped {
 		fmt.Fprintf(w, "  not read: %s\n", s)
