@@ -125,12 +125,8 @@ func tctxAccess(ef *elf.File, syms []elf.Symbol, idx int) (*tctxFile, error) {
 		// The executable's block sits just below the thread pointer, its
 		// size rounded up to its alignment (what the linker's local-exec
 		// offsets assume).
-		for _, p := range ef.Progs {
-			if p.Type == elf.PT_TLS {
-				align := max(p.Align, 1)
-				size := (p.Memsz + align - 1) &^ (align - 1)
-				return &tctxFile{access: tlsLocalExec, offset: int64(sym.Value) - int64(size)}, nil
-			}
+		if tls := tlsSegment(ef); tls != nil {
+			return &tctxFile{access: tlsLocalExec, offset: int64(sym.Value) - int64(tlsBlockSize(tls))}, nil
 		}
 		return nil, fmt.Errorf("%s: no TLS segment", tctxSymbol)
 	case has(module, rX8664TLSDESC):
@@ -216,17 +212,11 @@ func goTctxFile(r io.ReaderAt, ef *elf.File) (*tctxFile, error) {
 // thread pointer just past m.tls[0]: -8. Linked externally runtime.tlsg
 // lies in the executable's static block, which ends at the thread pointer.
 func goTLSOffset(ef *elf.File) (int64, error) {
-	var tls *elf.Prog
-	for _, p := range ef.Progs {
-		if p.Type == elf.PT_TLS {
-			tls = p
-		}
-	}
+	tls := tlsSegment(ef)
 	if tls == nil {
 		return -8, nil
 	}
-	align := max(tls.Align, 1)
-	size := (tls.Memsz + align - 1) &^ (align - 1)
+	size := tlsBlockSize(tls)
 	if syms, err := ef.Symbols(); err == nil {
 		for _, s := range syms {
 			if s.Name == "runtime.tlsg" && elf.ST_TYPE(s.Info) == elf.STT_TLS {
@@ -238,4 +228,21 @@ func goTLSOffset(ef *elf.File) (int64, error) {
 		return -8, nil
 	}
 	return 0, fmt.Errorf("Go labels: runtime.tlsg not found (stripped) in a TLS block of %d bytes", tls.Memsz)
+}
+
+func tlsSegment(ef *elf.File) *elf.Prog {
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_TLS {
+			return p
+		}
+	}
+	return nil
+}
+
+// tlsBlockSize: the executable's static TLS block, which ends at the
+// thread pointer: its size rounded up to its alignment (what the linker's
+// local-exec offsets assume).
+func tlsBlockSize(p *elf.Prog) uint64 {
+	align := max(p.Align, 1)
+	return (p.Memsz + align - 1) &^ (align - 1)
 }
