@@ -1,11 +1,15 @@
 package bench
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/workload"
 )
 
 // The cool-down line says what the waits did, giving up included.
@@ -45,5 +49,28 @@ func TestReadPIDFile(t *testing.T) {
 	}
 	if _, err := readPIDFile(p); err == nil || !strings.Contains(err.Error(), "wrote no pid file") {
 		t.Errorf("missing pid file: %v", err)
+	}
+}
+
+// The wake-up table keeps the story's pair when a dozen others moved more.
+func TestWakeupsByPairKeepsStory(t *testing.T) {
+	w, err := workload.NewBundled(workload.BundledConfig{Scenarios: []string{"publish-throttle-100p"}, Variants: []string{"baseline", "candidate"}, Rate: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &Config{Variants: []string{"baseline", "candidate"}, workload: w}
+	b := &analysis.Report{Messages: 1000}
+	c := &analysis.Report{Messages: 1000}
+	b.Wakeups.ByPair = map[string]int64{"broker-rate-mon → broker-io-N": 27}
+	c.Wakeups.ByPair = map[string]int64{"broker-rate-mon → broker-io-N": 33}
+	for i := 0; i < 14; i++ {
+		c.Wakeups.ByPair[fmt.Sprintf("g%d → h", i)] = int64(100 + i)
+	}
+	got := wakeupsByPair(&analysis.DiffReport{BaseReport: b, CandReport: c}, cfg)
+	if !strings.Contains(got, "| broker-rate-mon → broker-io-N | 0.0270 | 0.0330 |") {
+		t.Errorf("the story's pair left out:\n%s", got)
+	}
+	if strings.Contains(got, "| g0 → h |") || !strings.Contains(got, "| g13 → h |") {
+		t.Errorf("want the 12 pairs that moved most:\n%s", got)
 	}
 }

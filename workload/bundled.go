@@ -130,7 +130,7 @@ func (w *Bundled) Story() *Story {
 	sc := w.specs[w.names[0]]
 	// A client pool's blocked time is its idle wait for tasks: its story
 	// is where its CPU goes, as seed 003's flame graphs show it.
-	return &Story{CPU: sc.Change != dispatcher.ChangeFlow, Functions: sc.StoryFunctions()}
+	return &Story{CPU: sc.Change != dispatcher.ChangeFlow, Functions: sc.StoryFunctions(), Wakeups: sc.StoryWakeups()}
 }
 
 // ScenarioLabel is a scenario's name in file and run names: a YAML

@@ -47,6 +47,8 @@ type Story struct {
 	// CPU: its flame graphs draw on-CPU samples rather than blocked time.
 	CPU       bool
 	Functions []string
+	// Wakeups: the wake-up pairs ("waker group → woken group") it follows.
+	Wakeups []string
 }
 
 // Commands runs `sh -c CMD`, baseline's on side 0 and candidate's on 1.

@@ -92,6 +92,19 @@ func (s Scenario) StoryFunctions() []string {
 	return []string{"internalConsumerFlow", "readMoreEntries", "wakeup"}
 }
 
+// StoryWakeups names the wake-ups (waker's thread group → woken's) the
+// scenario's change is about: its report shows them however little they
+// moved.
+func (s Scenario) StoryWakeups() []string {
+	switch s.Change {
+	case ChangeBatch:
+		return []string{"pulsar-timer → pulsar-intern-N"}
+	case ChangeThrottle:
+		return []string{"broker-rate-mon → broker-io-N"}
+	}
+	return nil
+}
+
 // Subscription is one application of a scenario.
 type Subscription struct {
 	Name      string `yaml:"name" json:"name"`
