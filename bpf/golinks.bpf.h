@@ -19,9 +19,12 @@
 #define GO_LINK_LOST()
 #endif
 
-/* A label set by its id: the labelMap's address and what tells one
- * labelMap from a later one at that address (a map's hash seed, a slice's
- * array), so that a freed one's address reused is not misnamed. */
+/* A label set by its id: the labelMap's address, its array's and length
+ * (a map's hash seed too), and the GC cycles completed when it was read
+ * (runtime.memstats.numgc): a set read in cycle n is alive then, so it is
+ * not freed before cycle n+1's sweep, and a later set at its address is
+ * read in a later cycle. Without the count (a stripped executable) a
+ * freed set's address reused can take its id. */
 struct go_link_key {
 	u32 tgid;
 	u32 pad;
@@ -88,11 +91,20 @@ static __always_inline void go_label_read(struct go_label *l, u64 *hdr, u32 *fla
 		l->vlen = vl;
 }
 
+/* The GC cycles completed, at gc (runtime.memstats.numgc); 0: not known. */
+static __always_inline u32 go_gc_cycles(u64 gc)
+{
+	u32 n = 0;
+	if (gc)
+		bpf_probe_read_user(&n, sizeof(n), (void *)gc);
+	return n;
+}
+
 /* The label set at lp (a g.labels) of process tgid, laid out as layout
- * says: its id, read into go_links the first time it is seen; 0: none,
- * or not kept (go_links full: counted). A global function: verified once,
- * apart from the probe that calls it. */
-__attribute__((noinline)) u64 go_link_read(u32 tgid, u64 lp, u32 layout)
+ * says, read in GC cycle gc: its id, read into go_links the first time it
+ * is seen; 0: none, or not kept (go_links full: counted). A global
+ * function: verified once, apart from the probe that calls it. */
+__attribute__((noinline)) u64 go_link_read(u32 tgid, u64 lp, u32 layout, u32 gc)
 {
 	u32 zero = 0;
 	struct go_link_buf *b = bpf_map_lookup_elem(&go_link_scratch, &zero);
@@ -126,6 +138,7 @@ __attribute__((noinline)) u64 go_link_read(u32 tgid, u64 lp, u32 layout)
 	}
 	if (!n || !arr)
 		return 0;
+	h = (h ^ gc) * 1099511628211ULL;
 	if (!h)
 		h = 1;
 	struct go_link_key k = { .tgid = tgid, .id = h };

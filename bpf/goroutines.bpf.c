@@ -42,6 +42,7 @@ struct go_offsets {
 	u32 labels;       /* g.labels (pprof labels); 0: not known */
 	u32 label_layout; /* GO_LABELS_* */
 	u64 probed_ns; /* when the probe was put on the process */
+	u64 gc_cycles; /* runtime.memstats.numgc's address; 0: not known */
 };
 
 /* A parked goroutine, by its runtime.g's address: every transition has
@@ -76,6 +77,8 @@ struct go_park {
 	u64 startpc;
 	u64 link;   /* its labels at the park (go_links), 0: none */
 	u64 labels; /* g.labels then: the same pointer again is the same set */
+	u32 gc;     /* the GC cycles completed then */
+	u32 pad;
 	u32 reason;
 	u32 tid;       /* the thread it parked on */
 	u32 waker_tid; /* the thread that made it runnable */
@@ -245,11 +248,12 @@ static __always_inline u64 go_link(struct go_offsets *o, u32 tgid, u64 gp, struc
 	p->labels = lp;
 	if (!lp)
 		return 0;
-	/* The goroutine's g.labels keeps its set alive, and a set never
-	 * changes: the same pointer as at its last park is the same set. */
-	if (prev && prev->goid == p->goid && prev->labels == lp && prev->link)
+	p->gc = go_gc_cycles(o->gc_cycles);
+	/* A set never changes: the same pointer as at its last park, in the
+	 * same GC cycle, is the same set (golinks.bpf.h). */
+	if (prev && prev->goid == p->goid && prev->labels == lp && prev->gc == p->gc && prev->link)
 		return prev->link;
-	return go_link_read(tgid, lp, o->label_layout);
+	return go_link_read(tgid, lp, o->label_layout, p->gc);
 }
 
 /* A goroutine's frames, read in one go from its innermost frame pointer

@@ -87,6 +87,7 @@ type GoroutinesGoOffsets struct {
 	Labels      uint32
 	LabelLayout uint32
 	ProbedNs    uint64
+	GcCycles    uint64
 }
 
 type GoroutinesGoPark struct {
@@ -104,6 +105,8 @@ type GoroutinesGoPark struct {
 	Startpc        uint64
 	Link           uint64
 	Labels         uint64
+	Gc             uint32
+	Pad            uint32
 	Reason         uint32
 	Tid            uint32
 	WakerTid       uint32

@@ -357,6 +357,7 @@ type OffcpuTctxProc struct {
 	GoLabels uint16
 	GoLayout uint8
 	Pad      uint8
+	GoGc     uint64
 }
 
 type OffcpuThreadCpu struct {

@@ -395,6 +395,7 @@ struct tctx_proc {
 	u16 go_labels;
 	u8 go_layout;
 	u8 pad;
+	u64 go_gc; /* runtime.memstats.numgc's address; 0: not known */
 };
 
 /* The record's fixed head (28 bytes) and its attributes: key index,

@@ -152,7 +152,7 @@ __attribute__((noinline)) u64 tctx_read(u32 tgid)
 			return 0;
 		if (bpf_probe_read_user(&lp, 8, (void *)(g + p->go_labels)) || !lp)
 			return 0;
-		u64 id = go_link_read(tgid, lp, p->go_layout);
+		u64 id = go_link_read(tgid, lp, p->go_layout, go_gc_cycles(p->go_gc));
 		return id ? id | 1ULL << TCTX_GO_BIT : 0;
 	}
 	if (p->module) {

@@ -410,6 +410,9 @@ func (d *recording) finishProfile(p *profile.Profile) {
 			p.Comments = append(p.Comments, fmt.Sprintf("thread_context: go_processes=%d go_label_sets=%d lost_go_label_sets=%d truncated_go_label_sets=%d (a Go thread's goroutine's pprof labels, read at waits whose stacks are walked)",
 				tc.GoProcesses, tc.GoLabelSets, tc.LostGoLabelSets, tc.TruncatedGoSets))
 		}
+		if tc.GoIDsByAddress > 0 {
+			p.Comments = append(p.Comments, fmt.Sprintf("thread_context: go_label_ids_by_address=%d (runtime.memstats not found: a label set freed can lend its id to one allocated at its address)", tc.GoIDsByAddress))
+		}
 	}
 	if st.Budget != nil {
 		p.Comments = append(p.Comments, st.Budget.comment())

@@ -32,8 +32,16 @@ func TestGoLabels(t *testing.T) {
 	} else if os.Getenv("CI") != "" {
 		t.Fatalf("no %s: .ci/run installs golang-1.19-go", go119Bin)
 	}
+	// A collection after every request: a request's label set is often
+	// allocated where the last one's was freed, and must not take its id.
+	tools["gc-each-request"] = "go"
 	for name, gobin := range tools {
-		t.Run(name, func(t *testing.T) { checkGoLabels(t, gobin) })
+		t.Run(name, func(t *testing.T) {
+			if name == "gc-each-request" {
+				t.Setenv("GOLABELS_GC", "1")
+			}
+			checkGoLabels(t, gobin)
+		})
 	}
 }
 
@@ -178,11 +186,19 @@ func checkSpanTimes(t *testing.T, reqs []labelledRequest, bySpan map[string]*spa
 	if waited == 0 || uint64(missing) > missedIns || unparked > waited/200 {
 		t.Errorf("%d of %d requests that waited over 1 ms have no span in the recording", missing+unparked, waited)
 	}
-	// The 20 requests with the most blocked time, each within 5%.
+	// The 20 requests with the most blocked time, each within 5%. A wait
+	// whose switch-in ran no program lost its link (deferred walks): as
+	// many spans as such switch-ins left over may be short.
 	sort.Slice(reqs, func(i, j int) bool { return reqs[i].Wait > reqs[j].Wait })
 	checked, worstSpan, over := 0, 0.0, 0
+	unlinked := int(missedIns) - missing
 	for _, r := range reqs[:min(20, len(reqs))] {
 		v := bySpan[r.Span]
+		if short := v == nil || v.blocked+v.runq < r.Wait*9/10; short && unlinked > 0 {
+			unlinked--
+			t.Logf("span %s (%s, %v of waits): short of a wait, its switch-in missed (%d missed)", r.Span, r.Route, time.Duration(r.Wait), missedIns)
+			continue
+		}
 		if v == nil {
 			t.Errorf("span %s (%s, %v of waits): not recorded", r.Span, r.Route, time.Duration(r.Wait))
 			continue
@@ -273,7 +289,9 @@ func TestGoThreadLabels(t *testing.T) {
 	cases := map[string]build{"current": {[]string{"go"}, Options{NoWakeups: true}},
 		"external-c-tls": {[]string{"go", "-tags=ctls", "-ldflags=-linkmode=external"}, Options{NoWakeups: true}},
 		// Walked at the switch-in where the kernel has sched_exit_tp.
-		"deferred-walks": {[]string{"go"}, Options{NoWakeups: true, WalkThreshold: 100 * time.Microsecond}}}
+		"deferred-walks": {[]string{"go"}, Options{NoWakeups: true, WalkThreshold: 100 * time.Microsecond}},
+		// A request's set at the address of the last one's, freed.
+		"gc-each-request": {[]string{"go"}, Options{NoWakeups: true}}}
 	if _, err := os.Stat(go119Bin); err == nil || os.Getenv(testenv.EnvPrebuilt) != "" {
 		cases["go1.19"] = build{[]string{go119Bin}, Options{NoWakeups: true}}
 	} else if os.Getenv("CI") != "" {
@@ -281,6 +299,9 @@ func TestGoThreadLabels(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
+			if name == "gc-each-request" {
+				t.Setenv("GOLABELS_GC", "1")
+			}
 			bin, report := buildGoLabels(t, c.tool[0], c.tool[1:]...)
 			f, err := openTctxFile(bin)
 			// With C's variables the slot moves (where, the linker says):

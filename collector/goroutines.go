@@ -67,11 +67,15 @@ type GoroutineStats struct {
 	// Label sets (pprof labels) read, the waits counted without theirs
 	// (label map full), and the sets cut short (more than 8 labels, a key
 	// over 32 bytes or a value over 64).
-	LabelSets      uint64   `json:"label_sets"`
-	LostLabelSets  uint64   `json:"lost_label_sets"`
-	TruncatedLabel uint64   `json:"truncated_label_sets"`
-	ShedLabelSets  uint64   `json:"shed_label_sets"` // past the recording's bound (262,144 sets)
-	Skipped        []string `json:"skipped,omitempty"`
+	LabelSets      uint64 `json:"label_sets"`
+	LostLabelSets  uint64 `json:"lost_label_sets"`
+	TruncatedLabel uint64 `json:"truncated_label_sets"`
+	ShedLabelSets  uint64 `json:"shed_label_sets"` // past the recording's bound (262,144 sets)
+	// IDsByAddress: processes whose sets are told apart by their addresses
+	// alone (runtime.memstats stripped): after a collection a set at a
+	// freed one's address can take its id.
+	IDsByAddress int      `json:"label_ids_by_address,omitempty"`
+	Skipped      []string `json:"skipped,omitempty"`
 }
 
 func newGoRecorder(maxGoroutines int) (*goRecorder, error) {
@@ -177,6 +181,9 @@ func (r *goRecorder) add(pid uint32) {
 	off.Preempted = 0xff
 	if i := slices.Index(rt.reasons, "preempted"); i >= 0 {
 		off.Preempted = uint32(i) // a goroutine the GC suspended: not a park
+	}
+	if off.GcCycles = rt.gcCyclesIn(pid); off.GcCycles == 0 && off.Labels != 0 {
+		r.stats.IDsByAddress++
 	}
 	off.ProbedNs = monotonicNow() // the probe traps from here on
 	if err := r.objs.GoProcs.Put(pid, off); err != nil {
@@ -534,6 +541,9 @@ func (st *GoroutineStats) comments() []string {
 	out := []string{fmt.Sprintf("offcpu goroutines: processes=%d parks=%d readies=%d runs=%d open=%d unseen=%d lost_parks=%d lost_waits=%d lost_stacks=%d merged_waits=%d reused_stacks=%d label_sets=%d lost_label_sets=%d truncated_label_sets=%d shed_label_sets=%d",
 		st.Processes, st.Parks, st.Readies, st.Runs, st.Open, st.Unseen, st.LostParks, st.LostWaits, st.LostStack, st.Merged, st.ReusedStacks,
 		st.LabelSets, st.LostLabelSets, st.TruncatedLabel, st.ShedLabelSets)}
+	if st.IDsByAddress > 0 {
+		out = append(out, fmt.Sprintf("label_ids_by_address=%d (runtime.memstats not found: a label set freed can lend its id to one allocated at its address)", st.IDsByAddress))
+	}
 	for _, s := range st.Skipped {
 		out = append(out, "skipped: "+s)
 	}

@@ -3,6 +3,7 @@ package collector
 import (
 	"bufio"
 	"context"
+	"debug/elf"
 	"fmt"
 	"io"
 	"math"
@@ -58,8 +59,8 @@ func checkTableOffsets(t *testing.T, gobin string) {
 	if err := os.WriteFile(filepath.Join(dir, "main.go"), src, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	withDWARF, without := filepath.Join(dir, "with"), filepath.Join(dir, "without")
-	for _, args := range [][]string{{"-o", withDWARF}, {"-ldflags=-s -w", "-o", without}} {
+	withDWARF, without, symsOnly := filepath.Join(dir, "with"), filepath.Join(dir, "without"), filepath.Join(dir, "syms")
+	for _, args := range [][]string{{"-o", withDWARF}, {"-ldflags=-s -w", "-o", without}, {"-ldflags=-w", "-o", symsOnly}} {
 		cmd := exec.Command(gobin, append(append([]string{"build"}, args...), "main.go")...)
 		cmd.Dir = dir
 		// Outside the module: an older toolchain builds the file alone.
@@ -83,6 +84,17 @@ func checkTableOffsets(t *testing.T, gobin string) {
 	if a.offsets != b.offsets {
 		t.Errorf("%s: table %+v, DWARF %+v", a.version, b.offsets, a.offsets)
 	}
+	// runtime.memstats.numgc: from DWARF, from the table with symbols,
+	// not at all stripped.
+	c, err := readGoRuntime(symsOnly)
+	if err != nil {
+		t.Fatalf("without DWARF: %v", err)
+	}
+	offA, offC := a.gcCycles-memstatsAddr(t, withDWARF), c.gcCycles-memstatsAddr(t, symsOnly)
+	t.Logf("runtime.memstats.numgc at +%d (DWARF), +%d (table)", offA, offC)
+	if a.gcCycles == 0 || c.gcCycles == 0 || offA != offC || b.gcCycles != 0 {
+		t.Errorf("runtime.memstats.numgc at %#x (DWARF), %#x (table and symbols), %#x (stripped; want 0)", a.gcCycles, c.gcCycles, b.gcCycles)
+	}
 	if a.casgstatus == 0 || a.casgstatus != b.casgstatus {
 		t.Errorf("runtime.casgstatus at %#x (symbols), %#x (pclntab)", a.casgstatus, b.casgstatus)
 	}
@@ -91,6 +103,22 @@ func checkTableOffsets(t *testing.T, gobin string) {
 			t.Errorf("wait reasons %q", rt.reasons)
 		}
 	}
+}
+
+func memstatsAddr(t *testing.T, path string) uint64 {
+	ef, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	syms, _ := ef.Symbols()
+	for _, s := range syms {
+		if s.Name == "runtime.memstats" {
+			return s.Value
+		}
+	}
+	t.Fatalf("%s: no runtime.memstats", path)
+	return 0
 }
 
 // goWaitKey is a wait's innermost function of package main and the class

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/prometheus/procfs"
+
 	"github.com/offcpu/offcpu/bpf"
 	"github.com/offcpu/offcpu/collector/symtab"
 )
@@ -20,6 +22,9 @@ import (
 type goRuntime struct {
 	version    string // "go1.26.8"
 	casgstatus uint64 // file offset of runtime.casgstatus
+	gcCycles   uint64 // runtime.memstats.numgc's address in the file; 0: not found
+	pie        bool   // position-independent: loaded at a bias
+	load       uint64 // where a mapping at file offset 0 starts in the file
 	offsets    bpf.GoroutinesGoOffsets
 	fromDWARF  bool
 	reasons    []string // waitReason -> its name, as the runtime prints it
@@ -67,8 +72,10 @@ func readGoRuntime(path string) (*goRuntime, error) {
 	if ef.Machine != elf.EM_X86_64 {
 		return nil, fmt.Errorf("%s: goroutine waits are read on x86-64 only", path)
 	}
-	rt := &goRuntime{version: bi.GoVersion}
-	if off, ok := goOffsetsDWARF(ef); ok {
+	rt := &goRuntime{version: bi.GoVersion, pie: ef.Type == elf.ET_DYN, load: firstLoad(ef)}
+	off, numgc, ok := goOffsetsDWARF(ef)
+	rt.gcCycles = goGCCycles(ef, bi.GoVersion, numgc)
+	if ok {
 		rt.offsets, rt.fromDWARF = off, true
 	} else if off, ok := goOffsetTable[goMinor(bi.GoVersion)]; ok {
 		rt.offsets = off
@@ -88,6 +95,32 @@ func readGoRuntime(path string) (*goRuntime, error) {
 	}
 	rt.reasons = goWaitReasons(ef)
 	return rt, nil
+}
+
+// gcCyclesIn: runtime.memstats.numgc's address in process pid; 0 where
+// not known.
+func (rt *goRuntime) gcCyclesIn(pid uint32) uint64 {
+	if rt.gcCycles == 0 || !rt.pie {
+		return rt.gcCycles
+	}
+	p, err := procfs.NewProc(int(pid))
+	if err != nil {
+		return 0
+	}
+	exe, err := p.Executable()
+	if err != nil {
+		return 0
+	}
+	maps, err := p.ProcMaps()
+	if err != nil {
+		return 0
+	}
+	for _, m := range maps {
+		if m.Offset == 0 && m.Pathname == exe {
+			return uint64(m.StartAddr) - rt.load + rt.gcCycles
+		}
+	}
+	return 0
 }
 
 // gWords is how much of runtime.g the probe reads in one go.
@@ -136,16 +169,44 @@ func goMinor(v string) string {
 	return parts[0] + "." + minor
 }
 
-// goOffsetsDWARF reads the offsets from the executable's DWARF.
-func goOffsetsDWARF(ef *elf.File) (bpf.GoroutinesGoOffsets, bool) {
+// goNumgcTable: runtime.mstats.numgc's offset, read from DWARF of each
+// release (TestGoOffsetsTable), for executables built without it.
+var goNumgcTable = map[string]uint64{"go1.19": 7704, "go1.26": 7680}
+
+// goGCCycles: the address in ef of runtime.memstats.numgc (the GC cycles
+// completed), numgc its offset (0: from the table); 0 where the symbol
+// is stripped or the offset not known.
+func goGCCycles(ef *elf.File, version string, numgc uint64) uint64 {
+	if numgc == 0 {
+		numgc = goNumgcTable[goMinor(version)]
+	}
+	if numgc == 0 {
+		return 0
+	}
+	syms, err := ef.Symbols()
+	if err != nil {
+		return 0
+	}
+	for _, s := range syms {
+		if s.Name == "runtime.memstats" && s.Size >= numgc+4 {
+			return s.Value + numgc
+		}
+	}
+	return 0
+}
+
+// goOffsetsDWARF reads the offsets from the executable's DWARF, and
+// runtime.mstats.numgc's (0: not found).
+func goOffsetsDWARF(ef *elf.File) (bpf.GoroutinesGoOffsets, uint64, bool) {
 	d, err := ef.DWARF()
 	if err != nil {
-		return bpf.GoroutinesGoOffsets{}, false
+		return bpf.GoroutinesGoOffsets{}, 0, false
 	}
 	want := map[string][]string{
-		"runtime.g":     {"goid", "waitreason", "m", "sched", "gopc", "startpc", "labels"},
-		"runtime.gobuf": {"sp", "pc", "bp"},
-		"runtime.m":     {"curg"},
+		"runtime.g":      {"goid", "waitreason", "m", "sched", "gopc", "startpc", "labels"},
+		"runtime.gobuf":  {"sp", "pc", "bp"},
+		"runtime.m":      {"curg"},
+		"runtime.mstats": {"numgc"},
 	}
 	got := map[string]uint64{}
 	r := d.Reader()
@@ -183,8 +244,10 @@ func goOffsetsDWARF(ef *elf.File) (bpf.GoroutinesGoOffsets, bool) {
 			break
 		}
 	}
+	numgc := got["runtime.mstats.numgc"]
+	delete(got, "runtime.mstats.numgc")
 	if len(got) != 11 {
-		return bpf.GoroutinesGoOffsets{}, false
+		return bpf.GoroutinesGoOffsets{}, numgc, false
 	}
 	sched := got["runtime.g.sched"]
 	return bpf.GoroutinesGoOffsets{
@@ -192,7 +255,7 @@ func goOffsetsDWARF(ef *elf.File) (bpf.GoroutinesGoOffsets, bool) {
 		SchedSp: uint32(sched + got["runtime.gobuf.sp"]), SchedPc: uint32(sched + got["runtime.gobuf.pc"]),
 		SchedBp: uint32(sched + got["runtime.gobuf.bp"]), M_curg: uint32(got["runtime.m.curg"]), Gopc: uint32(got["runtime.g.gopc"]),
 		Startpc: uint32(got["runtime.g.startpc"]), Labels: uint32(got["runtime.g.labels"]),
-	}, true
+	}, numgc, true
 }
 
 // goFuncAddr finds a function by its symbol, or in a stripped executable

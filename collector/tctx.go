@@ -56,11 +56,14 @@ type ThreadContextStats struct {
 	// their waits (a thread in a system call or preempted inside a
 	// labelled request), the label sets read, the waits counted without
 	// theirs (the kernel's map full), and the sets cut short.
-	GoProcesses     int      `json:"go_processes"`
-	GoLabelSets     uint64   `json:"go_label_sets"`
-	LostGoLabelSets uint64   `json:"lost_go_label_sets"`
-	TruncatedGoSets uint64   `json:"truncated_go_label_sets"`
-	Skipped         []string `json:"skipped,omitempty"` // processes whose variable could not be reached
+	GoProcesses     int    `json:"go_processes"`
+	GoLabelSets     uint64 `json:"go_label_sets"`
+	LostGoLabelSets uint64 `json:"lost_go_label_sets"`
+	TruncatedGoSets uint64 `json:"truncated_go_label_sets"`
+	// GoIDsByAddress: Go processes whose sets are told apart by their
+	// addresses alone (runtime.memstats stripped; GoroutineStats).
+	GoIDsByAddress int      `json:"go_label_ids_by_address,omitempty"`
+	Skipped        []string `json:"skipped,omitempty"` // processes whose variable could not be reached
 }
 
 // tctxPending: a process looked at until its variable is found or until
@@ -113,8 +116,11 @@ func (t *tctxTracker) exec(pid uint32) {
 	t.mu.Lock()
 	// Counted for the program it runs now (a command's child is often
 	// seen as its Go parent's image before its exec).
-	if a, ok := t.found[pid]; ok && a == tlsGo.String() {
+	if a, ok := t.found[pid]; ok && strings.HasPrefix(a, tlsGo.String()) {
 		t.stats.GoProcesses--
+		if a != tlsGo.String() {
+			t.stats.GoIDsByAddress--
+		}
 	} else if ok {
 		t.stats.Processes--
 	}
@@ -248,6 +254,10 @@ func (t *tctxTracker) lookAt(pid uint32) {
 			t.found[pid] = f.access.String()
 			if f.access == tlsGo {
 				t.stats.GoProcesses++
+				if f.goGC == 0 {
+					t.stats.GoIDsByAddress++
+					t.found[pid] += ", ids by address"
+				}
 			} else {
 				t.stats.Processes++
 			}
@@ -370,7 +380,11 @@ func tctxLocate(pid uint32, f *tctxFile, bias uint64) (bpf.OffcpuTctxProc, error
 	case tlsLocalExec:
 		return bpf.OffcpuTctxProc{Offset: f.offset}, nil
 	case tlsGo:
-		return bpf.OffcpuTctxProc{Offset: f.offset, GoLabels: f.goLabels, GoLayout: f.goLayout}, nil
+		v := bpf.OffcpuTctxProc{Offset: f.offset, GoLabels: f.goLabels, GoLayout: f.goLayout}
+		if f.goGC != 0 {
+			v.GoGc = bias + f.goGC
+		}
+		return v, nil
 	}
 	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
 	if err != nil {

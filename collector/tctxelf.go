@@ -49,9 +49,11 @@ type tctxFile struct {
 	offset int64  // local-exec: from the thread pointer; local-dynamic: in the module's block
 	load   uint64 // the page of the first loadable segment: where a mapping at offset 0 starts
 
-	// A Go executable (tlsGo): g.labels' offset and layout (GO_LABELS_*).
+	// A Go executable (tlsGo): g.labels' offset and layout (GO_LABELS_*),
+	// runtime.memstats.numgc's address in the file (0: not found).
 	goLabels uint16
 	goLayout uint8
+	goGC     uint64
 }
 
 // errNoTctx: the file does not define otel_thread_ctx_v1.
@@ -81,13 +83,19 @@ func readTctxFile(ef *elf.File) (*tctxFile, error) {
 	if err != nil {
 		return nil, err
 	}
+	f.load = firstLoad(ef)
+	return f, nil
+}
+
+// firstLoad: the page of ef's first loadable segment, where a mapping at
+// file offset 0 starts.
+func firstLoad(ef *elf.File) uint64 {
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_LOAD {
-			f.load = p.Vaddr &^ 0xfff
-			break
+			return p.Vaddr &^ 0xfff
 		}
 	}
-	return f, nil
+	return 0
 }
 
 // tctxAccess: how symbol idx (otel_thread_ctx_v1) of ef is reached.
@@ -193,8 +201,9 @@ func goTctxFile(r io.ReaderAt, ef *elf.File) (*tctxFile, error) {
 	// and DWARF's sections are read whole (tens of MB for a large one).
 	layout := goLabelLayout(bi.GoVersion)
 	off, ok := goOffsetTable[goMinor(bi.GoVersion)]
+	var numgc uint64
 	if !ok || off.Labels == 0 {
-		off, ok = goOffsetsDWARF(ef)
+		off, numgc, ok = goOffsetsDWARF(ef)
 	}
 	if !ok || off.Labels == 0 || off.Labels > 0xffff || layout == bpf.GoLabelsNone {
 		return nil, fmt.Errorf("Go labels: g.labels' offset not known for %s without DWARF (known: go1.19, go1.26, or any release built with DWARF)", bi.GoVersion)
@@ -203,7 +212,8 @@ func goTctxFile(r io.ReaderAt, ef *elf.File) (*tctxFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &tctxFile{access: tlsGo, offset: g, goLabels: uint16(off.Labels), goLayout: uint8(layout)}, nil
+	return &tctxFile{access: tlsGo, offset: g, load: firstLoad(ef), goLabels: uint16(off.Labels), goLayout: uint8(layout),
+		goGC: goGCCycles(ef, bi.GoVersion, numgc)}, nil
 }
 
 // goTLSOffset: where a Go thread's current g is, from the thread pointer

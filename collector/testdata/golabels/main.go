@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"sync"
 	"syscall"
@@ -136,6 +137,9 @@ var routes = map[string][]func(*int64){
 	"/nanosleep": {waitNanosleep},
 }
 
+// gcEach: a collection after every request (GOLABELS_GC=1).
+var gcEach = os.Getenv("GOLABELS_GC") != ""
+
 func handle(w http.ResponseWriter, r *http.Request) {
 	steps, ok := routes[r.URL.Path]
 	if !ok {
@@ -151,6 +155,10 @@ func handle(w http.ResponseWriter, r *http.Request) {
 	reportMu.Lock()
 	reports = append(reports, rq)
 	reportMu.Unlock()
+	if gcEach {
+		// The set is garbage now: the next request's may take its address.
+		runtime.GC()
+	}
 	io.WriteString(w, "ok\n")
 }
 
