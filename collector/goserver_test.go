@@ -301,7 +301,11 @@ func checkRequestVerdicts(t *testing.T, gp *profile.Profile, truth *windowWaits)
 			if idle {
 				loopIdle += st.Value
 			} else {
-				against["loop, blocked: "+st.Thread+" "+st.Reason+" "+cat] += st.Value
+				k := "loop, blocked: " + st.Thread + " " + st.Reason + " " + cat
+				if against[k] == 0 { // which rule, and why: a flake in CI once
+					t.Logf("%s: waker %s (%s), in request %v %q; %s", k, st.Waker, st.Class, st.InRequest, st.InRequestWhy, strings.Join(r.Explain(st), "; "))
+				}
+				against[k] += st.Value
 			}
 		}
 	}
