@@ -105,8 +105,6 @@ type GoroutinesGoPark struct {
 	Startpc        uint64
 	Link           uint64
 	Labels         uint64
-	Gc             uint32
-	Pad            uint32
 	Reason         uint32
 	Tid            uint32
 	WakerTid       uint32

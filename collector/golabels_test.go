@@ -183,6 +183,17 @@ func checkSpanTimes(t *testing.T, reqs []labelledRequest, bySpan map[string]*spa
 		}
 	}
 	t.Logf("%d spans hold over 5%% and 1 ms more than their request waited", surplus)
+	// A collection after every request (GOLABELS_GC) checks the sets' ids:
+	// a misnamed set gives its waits to another request. Its stops of the
+	// world run inside other requests' clocks, not in a wait: the top 20
+	// are logged, not held to 5%, and routes to 5%.
+	gcEach := os.Getenv("GOLABELS_GC") != ""
+	if gcEach {
+		routeTol = max(routeTol, 0.05)
+		if surplus > 0 {
+			t.Errorf("%d spans hold another request's waits", surplus)
+		}
+	}
 	if waited == 0 || uint64(missing) > missedIns || unparked > waited/200 {
 		t.Errorf("%d of %d requests that waited over 1 ms have no span in the recording", missing+unparked, waited)
 	}
@@ -216,8 +227,8 @@ func checkSpanTimes(t *testing.T, reqs []labelledRequest, bySpan map[string]*spa
 		// preempted for milliseconds at the edge of its request's
 		// publication counts in the request's clock only, and the top 20
 		// by that clock select those requests: logged, the routes checked.
-		if testenv.Scale() > 1 && math.Abs(d) > 0.05 {
-			t.Logf("span %s (%s): offcpu %v, the request's own %v: %+.1f%% (emulated: not checked)", r.Span, r.Route, time.Duration(got), time.Duration(r.Wait), 100*d)
+		if (gcEach || testenv.Scale() > 1) && math.Abs(d) > 0.05 {
+			t.Logf("span %s (%s): offcpu %v, the request's own %v: %+.1f%% (emulated or collecting: not checked)", r.Span, r.Route, time.Duration(got), time.Duration(r.Wait), 100*d)
 		} else if math.Abs(d) > 0.10 || (math.Abs(d) > 0.05 && over > 1) {
 			t.Errorf("span %s (%s): offcpu %v (blocked %v), the request's own %v: %+.1f%%", r.Span, r.Route, time.Duration(got), time.Duration(v.blocked), time.Duration(r.Wait), 100*d)
 		}
