@@ -41,6 +41,7 @@ struct go_offsets {
 	u32 preempted; /* the wait reason of a goroutine the GC suspended (not a park); 0xff: none */
 	u32 labels;       /* g.labels (pprof labels); 0: not known */
 	u32 label_layout; /* GO_LABELS_* */
+	u32 framed;       /* the probe sits past casgstatus's frame set-up: the return address is at bp+8 */
 	u64 probed_ns; /* when the probe was put on the process */
 	u64 gc_cycles; /* runtime.memstats.numgc's address; 0: not known */
 };
@@ -353,6 +354,13 @@ static __always_inline u64 go_stack_at(struct go_site *c, u64 ip, u64 sp, u64 bp
 	return h;
 }
 
+/* The return address of casgstatus not yet in a frame: at sp at its
+ * entry; past the frame set-up (o->framed) the walk from bp finds it. */
+static __always_inline u64 go_entry_ret(struct go_offsets *o, struct go_regs *ctx)
+{
+	return o->framed ? 0 : go_u64(ctx->sp);
+}
+
 /* GO_MERGED stands for the goroutine ids of waits aggregated without
  * them: with more goroutines than go_waits holds, their time still counts. */
 #define GO_MERGED (~0ULL)
@@ -456,7 +464,7 @@ static __always_inline int go_park_state(struct go_offsets *o, u32 tgid, u64 gp,
 	if (prev && prev->goid == p->goid)
 		site = prev->at;
 	if (ctx) /* changed its own state, not parked by mcall: sched is stale */
-		p->stack = go_stack_at(&site, ctx->ip, ctx->sp, ctx->bp, go_u64(ctx->sp), go_gword(g, G_STACK_HI));
+		p->stack = go_stack_at(&site, ctx->ip, ctx->sp, ctx->bp, go_entry_ret(o, ctx), go_gword(g, G_STACK_HI));
 	else
 		p->stack = go_stack_at(&site, go_gword(g, o->sched_pc), go_gword(g, o->sched_sp), go_gword(g, o->sched_bp), 0,
 				       go_gword(g, G_STACK_HI));
@@ -528,7 +536,7 @@ int go_casgstatus(struct go_regs *ctx)
 		if (cur && cur_goid) {
 			p->waker_goid = cur_goid;
 			struct go_park *w = go_waker_entry(tgid, cur, cur_goid);
-			p->waker_stack = go_stack_at(w ? &w->wk : 0, ctx->ip, ctx->sp, ctx->bp, go_u64(ctx->sp), go_gword(g, G_STACK_HI));
+			p->waker_stack = go_stack_at(w ? &w->wk : 0, ctx->ip, ctx->sp, ctx->bp, go_entry_ret(o, ctx), go_gword(g, G_STACK_HI));
 			go_waker_wait(w, p);
 		} else {
 			u64 curg = go_u64(go_gword(g, o->m) + o->m_curg);
@@ -542,7 +550,7 @@ int go_casgstatus(struct go_regs *ctx)
 				go_waker_wait(w, p);
 			} else {
 				p->waker_goid = 0;
-				p->waker_stack = go_walk(ctx->ip, go_u64(ctx->sp), ctx->bp, go_gword(g, G_STACK_HI));
+				p->waker_stack = go_walk(ctx->ip, go_entry_ret(o, ctx), ctx->bp, go_gword(g, G_STACK_HI));
 				p->waker_wait_stack = 0;
 				p->waker_wait_ns = 0;
 			}

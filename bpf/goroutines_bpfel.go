@@ -86,6 +86,8 @@ type GoroutinesGoOffsets struct {
 	Preempted   uint32
 	Labels      uint32
 	LabelLayout uint32
+	Framed      uint32
+	_           [4]byte
 	ProbedNs    uint64
 	GcCycles    uint64
 }

@@ -78,6 +78,8 @@ func checkTableOffsets(t *testing.T, gobin string) {
 		t.Fatalf("stripped: %v", err)
 	}
 	t.Logf("%s: %+v", a.version, a.offsets)
+	checkProbeSite(t, withDWARF, a)
+	checkProbeSite(t, without, b)
 	if !a.fromDWARF || b.fromDWARF {
 		t.Fatalf("DWARF read %v for the plain build, %v for the stripped one", a.fromDWARF, b.fromDWARF)
 	}

@@ -21,7 +21,7 @@ import (
 // it reads, and the names of the wait reasons.
 type goRuntime struct {
 	version    string // "go1.26.8"
-	casgstatus uint64 // file offset of runtime.casgstatus
+	casgstatus uint64 // file offset of the probe on runtime.casgstatus (gosite.go)
 	gcCycles   uint64 // runtime.memstats.numgc's address in the file; 0: not found
 	pie        bool   // position-independent: loaded at a bias
 	load       uint64 // where a mapping at file offset 0 starts in the file
@@ -90,7 +90,11 @@ func readGoRuntime(path string) (*goRuntime, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: runtime.casgstatus not found", path)
 	}
-	if rt.casgstatus, ok = fileOffset(ef, addr); !ok {
+	site, framed := casgstatusSite(funcCode(ef, addr, siteScan))
+	if framed {
+		rt.offsets.Framed = 1
+	}
+	if rt.casgstatus, ok = fileOffset(ef, addr+site); !ok {
 		return nil, fmt.Errorf("%s: runtime.casgstatus at %#x is in no loaded segment", path, addr)
 	}
 	rt.reasons = goWaitReasons(ef)
