@@ -354,11 +354,20 @@ static __always_inline u64 go_stack_at(struct go_site *c, u64 ip, u64 sp, u64 bp
 	return h;
 }
 
-/* The return address of casgstatus not yet in a frame: at sp at its
- * entry; past the frame set-up (o->framed) the walk from bp finds it. */
-static __always_inline u64 go_entry_ret(struct go_offsets *o, struct go_regs *ctx)
+/* casgstatus's return address and its caller's frame pointer (*bp), as
+ * at its entry: at sp and in bp there, in its own frame past the frame's
+ * set-up (o->framed). The walks and the stack cache see the same either
+ * way. */
+static __always_inline u64 go_entry_ret(struct go_offsets *o, struct go_regs *ctx, u64 *bp)
 {
-	return o->framed ? 0 : go_u64(ctx->sp);
+	u64 fr[2] = {};
+	if (!o->framed) {
+		*bp = ctx->bp;
+		return go_u64(ctx->sp);
+	}
+	bpf_probe_read_user(fr, sizeof(fr), (void *)ctx->bp);
+	*bp = fr[0];
+	return fr[1];
 }
 
 /* GO_MERGED stands for the goroutine ids of waits aggregated without
@@ -463,11 +472,13 @@ static __always_inline int go_park_state(struct go_offsets *o, u32 tgid, u64 gp,
 	struct go_site site = {};
 	if (prev && prev->goid == p->goid)
 		site = prev->at;
-	if (ctx) /* changed its own state, not parked by mcall: sched is stale */
-		p->stack = go_stack_at(&site, ctx->ip, ctx->sp, ctx->bp, go_entry_ret(o, ctx), go_gword(g, G_STACK_HI));
-	else
+	if (ctx) { /* changed its own state, not parked by mcall: sched is stale */
+		u64 bp, ret = go_entry_ret(o, ctx, &bp);
+		p->stack = go_stack_at(&site, ctx->ip, ctx->sp, bp, ret, go_gword(g, G_STACK_HI));
+	} else {
 		p->stack = go_stack_at(&site, go_gword(g, o->sched_pc), go_gword(g, o->sched_sp), go_gword(g, o->sched_bp), 0,
 				       go_gword(g, G_STACK_HI));
+	}
 	p->at = site;
 	if (prev && prev->goid == p->goid)
 		p->wk = prev->wk;
@@ -536,7 +547,8 @@ int go_casgstatus(struct go_regs *ctx)
 		if (cur && cur_goid) {
 			p->waker_goid = cur_goid;
 			struct go_park *w = go_waker_entry(tgid, cur, cur_goid);
-			p->waker_stack = go_stack_at(w ? &w->wk : 0, ctx->ip, ctx->sp, ctx->bp, go_entry_ret(o, ctx), go_gword(g, G_STACK_HI));
+			u64 bp, ret = go_entry_ret(o, ctx, &bp);
+			p->waker_stack = go_stack_at(w ? &w->wk : 0, ctx->ip, ctx->sp, bp, ret, go_gword(g, G_STACK_HI));
 			go_waker_wait(w, p);
 		} else {
 			u64 curg = go_u64(go_gword(g, o->m) + o->m_curg);
@@ -550,7 +562,8 @@ int go_casgstatus(struct go_regs *ctx)
 				go_waker_wait(w, p);
 			} else {
 				p->waker_goid = 0;
-				p->waker_stack = go_walk(ctx->ip, go_entry_ret(o, ctx), ctx->bp, go_gword(g, G_STACK_HI));
+				u64 bp, ret = go_entry_ret(o, ctx, &bp);
+				p->waker_stack = go_walk(ctx->ip, ret, bp, go_gword(g, G_STACK_HI));
 				p->waker_wait_stack = 0;
 				p->waker_wait_ns = 0;
 			}
