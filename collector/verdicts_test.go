@@ -371,7 +371,9 @@ func TestWaitChains(t *testing.T) {
 	}
 	for _, depth := range []int{2, 3, 4} {
 		t.Run(fmt.Sprintf("depth-%d", depth), func(t *testing.T) {
-			p := recordRunning(t, exec.Command(bin, strconv.Itoa(depth), "5", "3000"), 200*time.Millisecond, 1500*time.Millisecond, Options{})
+			// Runs 30 s, killed after the window: a start that took 3 s
+			// in CI once saw a 3 s run's threads gone.
+			p := recordRunning(t, exec.Command(bin, strconv.Itoa(depth), "5", "30000"), 200*time.Millisecond, 1500*time.Millisecond, Options{})
 			rep := analysis.Analyze(loadRecorded(t, p), r, analysis.Options{Top: 100})
 			total, root, sleep := map[string]int64{}, map[string]int64{}, map[string]int64{}
 			for _, rc := range rep.Chains {
@@ -419,7 +421,7 @@ func TestDebugInfoSameCategories(t *testing.T) {
 		t.Fatal(err)
 	}
 	threads := map[string]bool{"lock-a": true, "lock-b": true, "pool-1": true, "pool-2": true, "submit": true, "timed": true, "pipe-rd": true, "pipe-wr": true}
-	with := recordRunning(t, exec.Command(bin, "3000"), 200*time.Millisecond, 2*time.Second, Options{})
+	with := recordRunning(t, exec.Command(bin, "30000"), 200*time.Millisecond, 2*time.Second, Options{}) // killed after the window
 	without, renamed := withoutDebugNames(t, with)
 	sort.Strings(renamed)
 	t.Logf("frames named from the debug files only: %v", renamed)
