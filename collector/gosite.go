@@ -11,8 +11,8 @@ import (
 // a debug trap of its own: go1.19's casgstatus starts with SUBQ, and each
 // system call of a go1.19 program (two status changes) took 17 µs instead
 // of 0.3 µs on this machine's VM. arch/x86/kernel/uprobes.c emulates a
-// one-byte nop and the jumps (branch_setup_xol_ops; a push only since
-// 6.x), so the probe goes on the first of them in the function's
+// one-byte nop and the jumps (branch_setup_xol_ops; a push in recent
+// kernels only), so the probe goes on the first of them in the function's
 // straight-line start, provided nothing before it writes a register the
 // probe reads (the arguments in AX, BX and CX, the g in R14). framed: the
 // frame pointer is set up there (the return address is at bp+8).
@@ -37,7 +37,7 @@ func casgstatusSite(code []byte) (off uint64, framed bool) {
 		case writes == 0:
 		case writes == x86asm.RSP:
 			spMoved = true
-		case writes == x86asm.RBP && (inst.Op == x86asm.MOV || inst.Op == x86asm.LEA):
+		case writes == x86asm.RBP && fromSP(inst):
 			framed = true
 		default:
 			return 0, false
@@ -87,6 +87,17 @@ func destReg(inst x86asm.Inst) x86asm.Reg {
 }
 
 const otherReg = x86asm.Reg(0xff)
+
+// fromSP: MOV RBP, RSP or LEA RBP, [RSP+d], the frame pointer's set-up.
+func fromSP(inst x86asm.Inst) bool {
+	switch a := inst.Args[1].(type) {
+	case x86asm.Reg:
+		return inst.Op == x86asm.MOV && a == x86asm.RSP
+	case x86asm.Mem:
+		return inst.Op == x86asm.LEA && a.Base == x86asm.RSP
+	}
+	return false
+}
 
 // funcCode is up to n bytes of the code at addr.
 func funcCode(ef *elf.File, addr uint64, n int) []byte {

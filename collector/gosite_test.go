@@ -23,6 +23,8 @@ func TestCasgstatusSite(t *testing.T) {
 		// is at neither place the probe reads it from.
 		{"no frame", "4883ec40" + "720a", 0, false},
 		{"call first", "e800000000" + "720a", 0, false},
+		// BP written from another register: not a frame.
+		{"bp from ax", "4889c5" + "720a", 0, false},
 		{"near jcc", "55" + "4889e5" + "0f8400010000", 4, true},
 	} {
 		code, err := hex.DecodeString(c.code)
