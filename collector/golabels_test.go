@@ -344,12 +344,14 @@ func TestGoThreadLabels(t *testing.T) {
 				t.Errorf("thread context: %+v for %d requests", *st, len(reqs))
 			}
 			bySpan, byRoute, routeOf := spanTimes(p, 3, 4)
-			// Emulated (one vCPU): a thread back from its system call often
-			// finds no P and waits for one on g0, unlabelled, inside the
-			// request's clock: routes are held to 50% there, 2% here.
+			// Emulated (one vCPU): a thread back from its system call may
+			// find no P and wait for one on g0, unlabelled, inside the
+			// request's clock. With GOMAXPROCS 1 that read -8% to -21%
+			// per route in Debian's guests here, single spans -84% in CI's;
+			// the program's 8 Ps read -0.1% to -7.4%: 25% there, 2% here.
 			tol := 0.02
 			if testenv.Scale() > 1 {
-				tol = 0.5
+				tol = 0.25
 			}
 			var missedIns uint64
 			if c.opts.WalkThreshold > 0 {

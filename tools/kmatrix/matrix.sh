@@ -48,7 +48,13 @@ if ((status)); then
 	for r in "${runs[@]}"; do
 		grep -q '^KMATRIX-EXIT 0$' "$r" && continue
 		echo "kmatrix: failures in $(basename "$r"):" >&2
-		grep -aE -- '--- FAIL|^\s+\S+_test.go:[0-9]+:' "$r" | head -60 >&2 || tail -40 "$r" >&2
+		# Each failed test's last 30 log lines (its errors are among its
+		# last checks), else the run's tail.
+		awk '{ sub(/\r$/, "") }
+			/^=== (RUN|CONT)/ { name = $3 }
+			/^[ \t]+[^ \t]+_test\.go:[0-9]+:/ { log_[name, n[name]++] = $0 }
+			/--- FAIL: / { failed = 1; print; for (i = (n[$3] > 30 ? n[$3] - 30 : 0); i < n[$3]; i++) print log_[$3, i] }
+			END { exit !failed }' "$r" >&2 || tail -40 "$r" >&2
 	done
 fi
 exit $status
