@@ -27,7 +27,7 @@ import (
 func TestGoLabels(t *testing.T) {
 	requireBPF(t)
 	tools := map[string]string{"current": "go"}
-	if _, err := os.Stat(go119Bin); err == nil {
+	if _, err := os.Stat(go119Bin); err == nil || os.Getenv(testenv.EnvPrebuilt) != "" {
 		tools["go1.19"] = go119Bin
 	} else if os.Getenv("CI") != "" {
 		t.Fatalf("no %s: .ci/run installs golang-1.19-go", go119Bin)
@@ -107,11 +107,50 @@ func checkGoLabels(t *testing.T, gobin string) {
 	// offcpu's time per span (blocked and waiting for a CPU after it: the
 	// request's clock runs through both) and per route.
 	bySpan, byRoute, routeOf := spanTimes(gp, 0, 1)
-	checkSpanTimes(t, reqs, bySpan, byRoute, routeOf, 5, "/mutex", 0.02, 0)
+	reqs = withoutPreempted(t, reqs, bySpan, s.Profiles().OffCPU)
+	// Emulated (one vCPU): a route read -2.8% in Debian 6.1's guest.
+	tol := 0.02
+	if testenv.Scale() > 1 {
+		tol = 0.05
+	}
+	checkSpanTimes(t, reqs, bySpan, byRoute, routeOf, 5, "/mutex", tol, 0)
 	checkLabelledVerdicts(t, gp, "monitor-wait", "peer-wait", "downstream-wait", "request-timer")
 }
 
-type spanSum struct{ blocked, runq int64 }
+// spanSum: a span's blocked time, waiting for a CPU, and the part of
+// its blocked time spent in the runtime's collection (an assist, a stop
+// of the world: a request's labels, not always inside its own clock).
+type spanSum struct{ blocked, runq, gc int64 }
+
+// gcWait: a goroutine wait reason of Go's collector (runtime2.go's
+// waitReasonStrings).
+func gcWait(reason string) bool {
+	for _, p := range []string{"GC ", "garbage collection", "stopping the world", "flushing proc caches", "wait for GC cycle"} {
+		if strings.HasPrefix(reason, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// withoutPreempted sets aside a request with no goroutine wait whose
+// thread was off-CPU for at least half of its wait, labelled with its
+// span through the thread's g (threads: the thread profile): preempted
+// between its write and its read, its reply came meanwhile and it never
+// parked (1 of 606 in Debian 6.12's guest).
+func withoutPreempted(t *testing.T, reqs []labelledRequest, bySpan map[string]*spanSum, threads *profile.Profile) []labelledRequest {
+	t.Helper()
+	th, _, _ := spanTimes(threads, 3, 4)
+	kept := make([]labelledRequest, 0, len(reqs))
+	for _, r := range reqs {
+		if v := th[r.Span]; r.Wait > int64(time.Millisecond) && bySpan[r.Span] == nil && v != nil && 2*(v.blocked+v.runq) >= r.Wait {
+			t.Logf("request %+v: no goroutine wait; its thread off-CPU %v (%v waiting for a CPU)", r, time.Duration(v.blocked+v.runq), time.Duration(v.runq))
+			continue
+		}
+		kept = append(kept, r)
+	}
+	return kept
+}
 
 // spanTimes sums a profile's labelled samples by span (blocked and
 // waiting for a CPU: the values at bi and ri) and by route.
@@ -129,6 +168,9 @@ func spanTimes(p *profile.Profile, bi, ri int) (bySpan map[string]*spanSum, byRo
 		}
 		v.blocked += smp.Value[bi]
 		v.runq += smp.Value[ri]
+		if r := smp.Label[schema.LabelReason]; len(r) > 0 && gcWait(r[0]) {
+			v.gc += smp.Value[bi]
+		}
 		byRoute[l["http.route"]] += smp.Value[bi] + smp.Value[ri]
 		routeOf[l["span_id"]] = l["http.route"]
 	}
@@ -175,8 +217,11 @@ func checkSpanTimes(t *testing.T, reqs []labelledRequest, bySpan map[string]*spa
 		len(reqs), waited, missing+unparked, unparked, mayNotPark)
 	// A span holding more than its request waited holds another's waits
 	// (a label set misnamed), or its thread's time preempted outside the
-	// request's own clock (waiting for a CPU): logged. Blocked beyond it
-	// is the misnamed set's.
+	// request's own clock (waiting for a CPU), or a collector's wait
+	// outside it (in a Debian 6.1 guest one span read 2.8 ms over, with
+	// 23.7 ms of collector waits among the run's labelled ones): logged.
+	// Blocked beyond it, the collector's waits aside, is the misnamed
+	// set's.
 	surplus, blockedSurplus := 0, 0
 	for span, v := range bySpan {
 		r, ok := own[span]
@@ -186,9 +231,9 @@ func checkSpanTimes(t *testing.T, reqs []labelledRequest, bySpan map[string]*spa
 		tol := r.Wait + max(r.Wait/20, int64(time.Millisecond))
 		if v.blocked+v.runq > tol {
 			surplus++
-			t.Logf("span %s (%s): offcpu %v (blocked %v), the request's own %v", span, r.Route, time.Duration(v.blocked+v.runq), time.Duration(v.blocked), time.Duration(r.Wait))
+			t.Logf("span %s (%s): offcpu %v (blocked %v, %v of it in the collector), the request's own %v", span, r.Route, time.Duration(v.blocked+v.runq), time.Duration(v.blocked), time.Duration(v.gc), time.Duration(r.Wait))
 		}
-		if v.blocked > tol {
+		if v.blocked-v.gc > tol {
 			blockedSurplus++
 		}
 	}
