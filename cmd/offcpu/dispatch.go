@@ -146,8 +146,8 @@ func printDispatch(w io.Writer, r *dispatcher.Result) {
 			r.PublishBytesPerS, r.RateLimitBytesPerS, r.RateOverLimit, r.PublishFirstP50ms, r.PublishFirstP99ms, r.PublishLastP50ms, r.PublishLastP99ms, r.AutoReadOff, r.AutoReadOffBySend, r.ThrottleChecks)
 	}
 	if r.ScenarioDetails.Topics > 1 {
-		fmt.Fprintf(w, "applications: %.0f msg/s received, CPU %.2fs (%.2f µs/msg), %d batch receives timed out (%d empty), %.2f timer tasks/msg (%.2f called futex wake), worst application's e2e p99 %.2f ms\n",
-			r.ConsumeRate, r.AppCPUs, r.AppCPUPerMsgUs, r.BatchReceiveTimeouts, r.EmptyBatchReceives, r.TimerTasksPerMsg, r.TimerWakeCallsPerMsg, r.WorstAppE2EP99ms)
+		fmt.Fprintf(w, "applications: %.0f msg/s received, CPU %.2fs (%.2f µs/msg), %d batch receives timed out (%d empty), %.2f timer tasks/msg (%.2f called futex wake, %.2f woke the executor), worst application's e2e p99 %.2f ms\n",
+			r.ConsumeRate, r.AppCPUs, r.AppCPUPerMsgUs, r.BatchReceiveTimeouts, r.EmptyBatchReceives, r.TimerTasksPerMsg, r.TimerWakeCallsPerMsg, r.TimerWakesPerMsg, r.WorstAppE2EP99ms)
 	} else if r.ScenarioDetails.Listener {
 		fmt.Fprintf(w, "listeners: %.0f msg/s received, %.2f hand-offs/msg between the internal and listener pools (%.2f called futex wake), pools' CPU %.2fs (%.2f µs/msg)\n",
 			r.ConsumeRate, r.ListenerHandoffsPerMsg, r.ListenerWakeCallsPerMsg, r.PoolsCPUs, r.PoolsCPUPerMsgUs)

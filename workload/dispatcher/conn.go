@@ -20,9 +20,10 @@ func NewExecutor(name string) *Executor {
 
 func (e *Executor) Start() { StartThread(e.name, e.run) }
 
-// Execute queues a task; it reports whether the thread slept and was
-// woken (a futex wake, as LinkedBlockingQueue.offer's signalNotEmpty).
-func (e *Executor) Execute(task func()) bool { return e.q.Put(task) }
+// Execute queues a task; it reports whether the thread had announced its
+// sleep (called: a futex wake, as LinkedBlockingQueue.offer's
+// signalNotEmpty) and whether the kernel found it asleep (woke).
+func (e *Executor) Execute(task func()) (called, woke bool) { return e.q.Put(task) }
 
 func (e *Executor) run() {
 	defer close(e.done)

@@ -131,9 +131,9 @@ func (lc *listenerConsumer) messageReceived(d delivery) {
 //
 //go:noinline
 func (lc *listenerConsumer) tryTriggerListener(fromPool bool) {
-	woke := lc.internal.Execute(func() { lc.variant.triggerListener(lc) })
+	called, _ := lc.internal.Execute(func() { lc.variant.triggerListener(lc) })
 	if fromPool {
-		lc.pools.count(woke)
+		lc.pools.count(called)
 	}
 }
 
@@ -176,7 +176,8 @@ func (p *listenerPools) externalFor(keyShared bool, pinned *listenerThread, d de
 //
 //go:noinline
 func (lc *listenerConsumer) handToListener(t *listenerThread, call func()) {
-	lc.pools.count(t.exec.Execute(call))
+	called, _ := t.exec.Execute(call)
+	lc.pools.count(called)
 }
 
 // increaseAvailablePermits returns n permits and sends a Flow once half

@@ -218,8 +218,12 @@ func (ic *internalConsumer) triggerBatchReceiveTimeoutTask(d time.Duration) {
 func (ic *internalConsumer) pendingBatchReceiveTask() {
 	mc := ic.mt.cl.multi
 	mc.timerTasks.Add(1)
-	if ic.exec.Execute(ic.doPendingBatchReceiveTask) {
+	called, woke := ic.exec.Execute(ic.doPendingBatchReceiveTask)
+	if called {
 		mc.timerWakes.Add(1)
+	}
+	if woke {
+		mc.timerWoke.Add(1)
 	}
 }
 
@@ -274,6 +278,7 @@ type multiClient struct {
 
 	timerTasks    atomic.Uint64 // pendingBatchReceiveTask runs
 	timerWakes    atomic.Uint64 // of them, hand-offs that called futex wake
+	timerWoke     atomic.Uint64 // of those, calls that woke the executor
 	batchTimeouts atomic.Uint64 // batch receives completed by their timeout
 	emptyBatches  atomic.Uint64 // of them, with no message
 }

@@ -84,6 +84,7 @@ type Result struct {
 	EmptyBatchReceives   uint64  `json:"empty_batch_receives,omitempty"`   // of them, with no message
 	TimerTasksPerMsg     float64 `json:"timer_tasks_per_msg,omitempty"`    // pendingBatchReceiveTask runs
 	TimerWakeCallsPerMsg float64 `json:"timer_wake_calls_per_msg,omitempty"`
+	TimerWakesPerMsg     float64 `json:"timer_wakes_per_msg,omitempty"` // of the calls, those that woke the executor (FUTEX_WAKE's count)
 	WorstAppE2EP99ms     float64 `json:"worst_app_e2e_p99_ms"`
 
 	// Seed 004 (publish throttling): the steady publish rate in bytes
@@ -217,6 +218,7 @@ func collectRates(r *Result, sc Scenario, b *Broker, cl *Client) {
 		r.EmptyBatchReceives = mc.emptyBatches.Load()
 		r.TimerTasksPerMsg = float64(mc.timerTasks.Load()) / n
 		r.TimerWakeCallsPerMsg = float64(mc.timerWakes.Load()) / n
+		r.TimerWakesPerMsg = float64(mc.timerWoke.Load()) / n
 	}
 	for _, s := range r.Subscriptions {
 		r.WorstAppE2EP99ms = max(r.WorstAppE2EP99ms, s.E2EP99ms)

@@ -19,9 +19,15 @@ func futexWait(addr *atomic.Uint32, val uint32) {
 	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWaitPrivate, uintptr(val), 0, 0, 0)
 }
 
+// futexWake wakes up to n waiters; it returns how many it woke.
+//
 //go:noinline
-func futexWake(addr *atomic.Uint32, n int) {
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakePrivate, uintptr(n), 0, 0, 0)
+func futexWake(addr *atomic.Uint32, n int) int {
+	r, _, errno := unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakePrivate, uintptr(n), 0, 0, 0)
+	if errno != 0 {
+		return 0
+	}
+	return int(r)
 }
 
 // Monitor is the dispatcher monitor: a lock whose waiters sleep in the
@@ -184,14 +190,15 @@ func (n *Notifier) Wait(token uint32) {
 	n.waiters.Add(-1)
 }
 
-// Notify wakes the waiter; it reports whether one slept (a futex wake).
-func (n *Notifier) Notify() bool {
+// Notify wakes the waiter: called, whether one had announced its sleep
+// (a futex wake call); woke, whether the kernel found it asleep (the call
+// finds none when the waiter has announced but not yet slept).
+func (n *Notifier) Notify() (called, woke bool) {
 	n.seq.Add(1)
 	if n.waiters.Load() > 0 {
-		futexWake(&n.seq, 1)
-		return true
+		return true, futexWake(&n.seq, 1) > 0
 	}
-	return false
+	return false, false
 }
 
 // BlockingQueue is an executor's task queue: take sleeps in the kernel
@@ -203,8 +210,8 @@ type BlockingQueue[T any] struct {
 
 func NewBlockingQueue[T any]() *BlockingQueue[T] { return &BlockingQueue[T]{q: newMPSC[T]()} }
 
-// Put adds v and wakes the taker if it sleeps; it reports whether it did.
-func (b *BlockingQueue[T]) Put(v T) bool {
+// Put adds v and wakes the taker if it sleeps (Notifier.Notify).
+func (b *BlockingQueue[T]) Put(v T) (called, woke bool) {
 	b.q.push(v)
 	return b.n.Notify()
 }
