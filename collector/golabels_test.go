@@ -396,9 +396,15 @@ func TestGoThreadLabels(t *testing.T) {
 			// the program's 8 Ps read -0.1% to -12.3% (the worst with a
 			// collection after every request) in 50 subtest runs: 25% there,
 			// 2% here.
+			// A stop of the world after every request holds such a thread
+			// on g0 whatever the Ps: -25.5% in a 6.1 guest of .ci/run here;
+			// held to 50%.
 			tol := 0.02
 			if testenv.Scale() > 1 {
 				tol = 0.25
+				if name == "gc-each-request" {
+					tol = 0.5
+				}
 			}
 			var missedIns uint64
 			if c.opts.WalkThreshold > 0 {
