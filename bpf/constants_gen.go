@@ -64,14 +64,15 @@ const (
 
 // From goroutines_shared.h.
 const (
-	GoStackDepth    = 32 // GO_STACK_DEPTH
-	GoBeforeStart   = 1  // GO_BEFORE_START
-	GBaseWords      = 32 // G_BASE_WORDS
-	GoLinkLabels    = 8  // GO_LINK_LABELS
-	GoLinkKey       = 32 // GO_LINK_KEY
-	GoLinkValue     = 64 // GO_LINK_VALUE
-	GoLabelsNone    = 0  // GO_LABELS_NONE
-	GoLabelsMap     = 1  // GO_LABELS_MAP
-	GoLabelsSlice   = 2  // GO_LABELS_SLICE
-	GoLinkTruncated = 1  // GO_LINK_TRUNCATED
+	GoStackDepth     = 32  // GO_STACK_DEPTH
+	GoReasonRunnable = 256 // GO_REASON_RUNNABLE
+	GoBeforeStart    = 1   // GO_BEFORE_START
+	GBaseWords       = 32  // G_BASE_WORDS
+	GoLinkLabels     = 8   // GO_LINK_LABELS
+	GoLinkKey        = 32  // GO_LINK_KEY
+	GoLinkValue      = 64  // GO_LINK_VALUE
+	GoLabelsNone     = 0   // GO_LABELS_NONE
+	GoLabelsMap      = 1   // GO_LABELS_MAP
+	GoLabelsSlice    = 2   // GO_LABELS_SLICE
+	GoLinkTruncated  = 1   // GO_LINK_TRUNCATED
 )

@@ -3,7 +3,9 @@
 // Goroutine waits, from outside: a uprobe on the Go runtime's casgstatus
 // (every goroutine state change goes through it) sees a goroutine park
 // (running -> waiting), made runnable (waiting -> runnable) and run again
-// (runnable -> running). The park's stack is walked from the goroutine's
+// (runnable -> running); and put back on a run queue (running or in a
+// system call -> runnable: preempted, yielded, or back from a system call
+// without a P), a wait for a P alone. The park's stack is walked from the goroutine's
 // saved state by frame pointers (Go keeps them); the waker is the
 // goroutine running on the thread that made it runnable, or none (the
 // scheduler: netpoll, timers). Time is aggregated in the kernel by
@@ -19,6 +21,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #define G_RUNNABLE 1
 #define G_RUNNING 2
+#define G_SYSCALL 3
 #define G_WAITING 4
 
 /* x86-64 user registers as a uprobe sees them. */
@@ -125,6 +128,7 @@ enum go_stat {
 	GO_STAT_REUSED,      /* parks and wake-ups at a goroutine's last place: stack reused */
 	GO_STAT_LINKS,       /* label sets read */
 	GO_STAT_LOST_LINKS,  /* go_links full: waits counted without their labels */
+	GO_STAT_REQUEUES,    /* running goroutines put back on a run queue */
 	GO_STAT_MAX,
 };
 
@@ -495,10 +499,13 @@ int go_casgstatus(struct go_regs *ctx)
 		return 0; /* not a target, or the window closed: drain counts what is open */
 	u64 gp = ctx->ax;
 	u32 from = ctx->bx, to = ctx->cx;
-	int park = from == G_RUNNING && to == G_WAITING;
+	/* Requeued: goschedImpl (preempted, Gosched), exitsyscall0 and from
+	 * go1.26 exitsyscallNoP (its P taken while in a system call). */
+	int requeue = to == G_RUNNABLE && (from == G_RUNNING || from == G_SYSCALL);
+	int park = (from == G_RUNNING && to == G_WAITING) || requeue;
 	int ready = from == G_WAITING && (to == G_RUNNABLE || to == G_RUNNING);
 	if (!park && !ready && !(from == G_RUNNABLE && to == G_RUNNING))
-		return 0; /* system calls, preemption, exits: not followed */
+		return 0; /* system calls, exits, the GC's suspensions: not followed */
 	u64 now = bpf_ktime_get_ns();
 	struct go_gkey gk = { .tgid = tgid, .g = gp };
 
@@ -508,7 +515,11 @@ int go_casgstatus(struct go_regs *ctx)
 		struct go_park p = {};
 		if (go_park_state(o, tgid, gp, gp == ctx->r14 ? ctx : 0, now, (u32)id, &p, prev))
 			return 0;
-		go_count(GO_STAT_PARKS);
+		if (requeue) { /* runnable at once: no waker, its g.waitreason stale */
+			p.reason = GO_REASON_RUNNABLE;
+			p.ready_ns = now;
+		}
+		go_count(requeue ? GO_STAT_REQUEUES : GO_STAT_PARKS);
 		if (prev)
 			*prev = p;
 		else if (bpf_map_update_elem(&go_parked, &gk, &p, BPF_ANY))

@@ -150,7 +150,8 @@ const (
 	GoroutinesGoStatGO_STAT_REUSED      GoroutinesGoStat = 8
 	GoroutinesGoStatGO_STAT_LINKS       GoroutinesGoStat = 9
 	GoroutinesGoStatGO_STAT_LOST_LINKS  GoroutinesGoStat = 10
-	GoroutinesGoStatGO_STAT_MAX         GoroutinesGoStat = 11
+	GoroutinesGoStatGO_STAT_REQUEUES    GoroutinesGoStat = 11
+	GoroutinesGoStatGO_STAT_MAX         GoroutinesGoStat = 12
 )
 
 type GoroutinesGoVal struct {

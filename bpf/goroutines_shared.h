@@ -4,6 +4,11 @@
 
 #define GO_STACK_DEPTH 32 /* frames of a parked goroutine's stack */
 
+/* go_key.reason of a goroutine put back on a run queue (preempted,
+ * yielded, or back from a system call without a P): above any of the
+ * runtime's (a uint8). */
+#define GO_REASON_RUNNABLE 0x100
+
 /* go_key.flags */
 #define GO_BEFORE_START 1 /* the wait began before the window (or the probe) */
 

@@ -54,30 +54,41 @@ type labelledRequest struct {
 
 // buildGoLabels builds testdata/golabels with gobin (and go build's
 // extra flags): the executable and where it writes its report.
-// The build directory is named by the toolchain and flags, so that the
-// kernel matrix's guests find the host's build (testenv's prebuilt).
 func buildGoLabels(t *testing.T, gobin string, flags ...string) (bin, report string) {
 	t.Helper()
+	return buildGoTestdata(t, "golabels", gobin, flags...), filepath.Join(t.TempDir(), "report.json")
+}
+
+// buildGoTestdata builds the program in testdata/prog as a module of Go
+// 1.19 with gobin (and go build's extra flags). The build directory is
+// named by the program, toolchain and flags, so that the kernel matrix's
+// guests find the host's build (testenv's prebuilt).
+func buildGoTestdata(t *testing.T, prog, gobin string, flags ...string) string {
+	t.Helper()
 	name := strings.NewReplacer("/", "_", "=", "_").Replace(strings.Join(append([]string{gobin}, flags...), ""))
-	dir := filepath.Join(os.TempDir(), "offcpu-golabels", name)
+	dir := filepath.Join(os.TempDir(), "offcpu-"+prog, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"main.go", "ctls.go"} {
-		src, err := os.ReadFile(filepath.Join("testdata/golabels", f))
-		if err != nil && os.Getenv(testenv.EnvPrebuilt) == "" {
+	srcs, err := filepath.Glob(filepath.Join("testdata", prog, "*.go"))
+	if (err != nil || len(srcs) == 0) && os.Getenv(testenv.EnvPrebuilt) == "" {
+		t.Fatalf("testdata/%s: no Go files (%v)", prog, err)
+	}
+	for _, f := range srcs {
+		src, err := os.ReadFile(f)
+		if err != nil {
 			t.Fatal(err)
 		}
-		os.WriteFile(filepath.Join(dir, f), src, 0o644)
+		os.WriteFile(filepath.Join(dir, filepath.Base(f)), src, 0o644)
 	}
-	os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module golabels\n\ngo 1.19\n"), 0o644)
-	bin, report = filepath.Join(dir, "golabels"), filepath.Join(t.TempDir(), "report.json")
+	os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module "+prog+"\n\ngo 1.19\n"), 0o644)
+	bin := filepath.Join(dir, prog)
 	t.Setenv("GOFLAGS", "")
 	t.Setenv("GOTOOLCHAIN", "local")
 	if err := testenv.BuildIn(dir, gobin, append(append([]string{"build"}, flags...), "-o", bin, ".")...); err != nil {
 		t.Fatal(err)
 	}
-	return bin, report
+	return bin
 }
 
 func readLabelledRequests(t *testing.T, report string) []labelledRequest {

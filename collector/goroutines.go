@@ -52,6 +52,9 @@ type GoroutineStats struct {
 	Processes int    `json:"processes"` // Go processes probed
 	Parks     uint64 `json:"parks"`
 	Readies   uint64 `json:"readies"`
+	// Requeues: running goroutines put back on a run queue (preempted,
+	// yielded, back from a system call without a P): waits for a P alone.
+	Requeues  uint64 `json:"requeues"`
 	Runs      uint64 `json:"runs"`
 	Open      uint64 `json:"open"`       // still parked or runnable at the end, counted up to it
 	Unseen    uint64 `json:"unseen"`     // made runnable, parked before the probe: counted from the probe (or the start)
@@ -334,7 +337,7 @@ func (r *goRecorder) readStacks() map[uint64][]uint64 {
 		bpf.GoroutinesGoStatGO_STAT_LOST_WAITS: &r.stats.LostWaits, bpf.GoroutinesGoStatGO_STAT_LOST_STACKS: &r.stats.LostStack,
 		bpf.GoroutinesGoStatGO_STAT_UNSEEN: &r.stats.Unseen, bpf.GoroutinesGoStatGO_STAT_MERGED: &r.stats.Merged,
 		bpf.GoroutinesGoStatGO_STAT_REUSED: &r.stats.ReusedStacks, bpf.GoroutinesGoStatGO_STAT_LINKS: &r.stats.LabelSets,
-		bpf.GoroutinesGoStatGO_STAT_LOST_LINKS: &r.stats.LostLabelSets} {
+		bpf.GoroutinesGoStatGO_STAT_LOST_LINKS: &r.stats.LostLabelSets, bpf.GoroutinesGoStatGO_STAT_REQUEUES: &r.stats.Requeues} {
 		if err := r.objs.GoStats.Lookup(uint32(i), &per); err == nil {
 			*dst = 0
 			for _, n := range per {
@@ -538,8 +541,8 @@ func goCreator(sym *symbolize.Symbolizer, pid uint32, pc uint64) string {
 
 // comments are the profile's comments on what was recorded and lost.
 func (st *GoroutineStats) comments() []string {
-	out := []string{fmt.Sprintf("offcpu goroutines: processes=%d parks=%d readies=%d runs=%d open=%d unseen=%d lost_parks=%d lost_waits=%d lost_stacks=%d merged_waits=%d reused_stacks=%d label_sets=%d lost_label_sets=%d truncated_label_sets=%d shed_label_sets=%d",
-		st.Processes, st.Parks, st.Readies, st.Runs, st.Open, st.Unseen, st.LostParks, st.LostWaits, st.LostStack, st.Merged, st.ReusedStacks,
+	out := []string{fmt.Sprintf("offcpu goroutines: processes=%d parks=%d readies=%d requeues=%d runs=%d open=%d unseen=%d lost_parks=%d lost_waits=%d lost_stacks=%d merged_waits=%d reused_stacks=%d label_sets=%d lost_label_sets=%d truncated_label_sets=%d shed_label_sets=%d",
+		st.Processes, st.Parks, st.Readies, st.Requeues, st.Runs, st.Open, st.Unseen, st.LostParks, st.LostWaits, st.LostStack, st.Merged, st.ReusedStacks,
 		st.LabelSets, st.LostLabelSets, st.TruncatedLabel, st.ShedLabelSets)}
 	if st.IDsByAddress > 0 {
 		out = append(out, fmt.Sprintf("label_ids_by_address=%d (runtime.memstats not found: a label set freed can lend its id to one allocated at its address)", st.IDsByAddress))
@@ -568,7 +571,7 @@ func goInterval(w goWait) string {
 // GoReasonClass groups the Go runtime's wait reasons (as it names them in
 // g.waitreason, every release since 1.11) into the kinds a developer
 // acts on: chan, select, sync (mutexes, conditions, wait groups,
-// semaphores), network, sleep, gc, other.
+// semaphores), network, sleep, gc, runnable (waiting for a P), other.
 func GoReasonClass(reason string) string {
 	switch {
 	case strings.HasPrefix(reason, "chan "):
@@ -581,6 +584,8 @@ func GoReasonClass(reason string) string {
 		return "network"
 	case reason == "sleep":
 		return "sleep"
+	case reason == GoReasonRunnable:
+		return "runnable"
 	case strings.Contains(strings.ToLower(reason), "gc") || strings.HasPrefix(reason, "garbage collection") ||
 		reason == "wait for GC cycle" || reason == "finalizer wait":
 		return "gc"

@@ -400,6 +400,9 @@ func checkGoroutineVerdicts(t *testing.T, gp *profile.Profile) {
 func offcpuWakers(p *profile.Profile) map[[2]int64]int64 {
 	out := map[[2]int64]int64{}
 	for _, s := range p.Sample {
+		if s.Label[schema.LabelReason][0] == GoReasonRunnable {
+			continue // no wake-up: a wait for a P alone
+		}
 		out[[2]int64{s.NumLabel[schema.LabelGoid][0], s.NumLabel[schema.LabelWakerGoid][0]}] += s.Value[2]
 	}
 	return out

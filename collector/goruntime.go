@@ -361,8 +361,16 @@ func printable(s string) bool {
 	return true
 }
 
+// GoReasonRunnable is the reason of a goroutine's wait for a P alone:
+// put back on a run queue while running (preempted, runtime.Gosched) or
+// back from a system call whose P was taken.
+const GoReasonRunnable = "runnable (preempted, yielded or back from a system call without a P)"
+
 // reason names wait reason r.
 func (rt *goRuntime) reason(r uint16) string {
+	if r == bpf.GoReasonRunnable {
+		return GoReasonRunnable
+	}
 	if rt != nil && int(r) < len(rt.reasons) && rt.reasons[r] != "" {
 		return rt.reasons[r]
 	}

@@ -530,17 +530,22 @@ func (p *probes) switchMisses() uint64 {
 func (p *probes) programStats() []ProgramStat {
 	var out []ProgramStat
 	for name, p := range p.coll.Programs {
-		st, err := p.Stats()
-		if err != nil {
-			continue
-		}
-		ps := ProgramStat{Name: name, Runs: st.RunCount, Runtime: st.Runtime}
-		if st.RunCount > 0 {
-			ps.MeanCost = st.Runtime / time.Duration(st.RunCount)
-		}
-		out = append(out, ps)
+		out = appendProgramStat(out, name, p)
 	}
 	return out
+}
+
+// appendProgramStat appends prog's run-time accounting, if it has one.
+func appendProgramStat(out []ProgramStat, name string, prog *ebpf.Program) []ProgramStat {
+	st, err := prog.Stats()
+	if err != nil {
+		return out
+	}
+	ps := ProgramStat{Name: name, Runs: st.RunCount, Runtime: st.Runtime}
+	if st.RunCount > 0 {
+		ps.MeanCost = st.Runtime / time.Duration(st.RunCount)
+	}
+	return append(out, ps)
 }
 
 // attachLoaders puts a uprobe on the hook of every dynamic loader the

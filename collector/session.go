@@ -456,6 +456,9 @@ func (s *Session) halt() {
 	s.stats.SwitchMissed = s.p.switchMisses()
 	if s.opts.Stats {
 		s.stats.Programs = s.p.programStats()
+		if s.gor != nil {
+			s.stats.Programs = appendProgramStat(s.stats.Programs, "go_casgstatus", s.gor.objs.GoCasgstatus)
+		}
 		s.bpfOn.Close()
 	}
 	s.flushing.halt()

@@ -1,0 +1,137 @@
+package collector
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+	"golang.org/x/exp/trace"
+
+	"github.com/offcpu/offcpu/internal/testenv"
+	"github.com/offcpu/offcpu/schema"
+)
+
+// On one P, goroutines preempted, yielding and back from a system call
+// without their P wait for it without parking: each one's time waiting
+// for the P (its "runnable" waits) matches the execution trace's time
+// runnable after running or a system call, within 5%. Built with the
+// building toolchain (exitsyscallNoP: running -> runnable) and Debian's
+// Go 1.19 (exitsyscall0: in a system call -> runnable).
+func TestGoroutineRequeuesMatchTrace(t *testing.T) {
+	requireBPF(t)
+	tools := map[string]string{"current": "go"}
+	if _, err := os.Stat(go119Bin); err == nil || os.Getenv(testenv.EnvPrebuilt) != "" {
+		tools["go1.19"] = go119Bin
+	} else if os.Getenv("CI") != "" {
+		t.Fatalf("no %s: .ci/run installs golang-1.19-go", go119Bin)
+	}
+	for name, gobin := range tools {
+		t.Run(name, func(t *testing.T) {
+			bin := buildGoTestdata(t, "gorequeue", gobin)
+			tr := filepath.Join(t.TempDir(), "trace.out")
+			checkRequeues(t, recordGoCommand(t, bin, tr, "1s"), tr)
+		})
+	}
+}
+
+func checkRequeues(t *testing.T, s *Session, tr string) {
+	gp := s.Profiles().Goroutines
+	if gp == nil {
+		t.Fatal("no goroutine profile")
+	}
+	st := s.Stats().Goroutines
+	t.Logf("goroutine stats %+v", *st)
+	if st.Requeues == 0 || st.LostParks+st.LostWaits+st.LostStack != 0 {
+		t.Errorf("requeues %d (want some), lost %d/%d/%d", st.Requeues, st.LostParks, st.LostWaits, st.LostStack)
+	}
+	want, created := traceRequeues(t, tr)
+	got, fnOf := offcpuRequeues(gp)
+	compared := map[string]bool{}
+	for goid, w := range want {
+		fn := fnOf[goid]
+		if !created[goid] || !strings.HasPrefix(fn, "main.") || strings.HasPrefix(fn, "main.main") {
+			continue
+		}
+		g := got[goid]
+		diff := float64(g-w) / float64(max(w, 1))
+		t.Logf("goroutine %d %-16s trace %8.2f ms runnable  offcpu %8.2f ms  %+6.2f%%", goid, fn, float64(w)/1e6, float64(g)/1e6, 100*diff)
+		if w < int64(20*time.Millisecond) || diff > 0.05 || diff < -0.05 {
+			t.Errorf("goroutine %d (%s): offcpu %.2f ms waiting for a P, trace %.2f ms: off by %+.1f%%", goid, fn, float64(g)/1e6, float64(w)/1e6, 100*diff)
+		}
+		compared[fn] = true
+	}
+	for _, fn := range []string{"main.spinA", "main.spinB", "main.yielder", "main.syscaller"} {
+		if !compared[fn] {
+			t.Errorf("%s: no wait for a P compared (offcpu's goroutines %v)", fn, fnOf)
+		}
+	}
+	// Analyzed, it is waiting for a CPU, none of it blocked.
+	d := loadRecorded(t, gp)
+	for i := range d.Stacks {
+		if st := &d.Stacks[i]; st.Reason == GoReasonRunnable && !st.WaitsForCPU() {
+			t.Errorf("a runnable wait analyzed as blocked: %v in state %q", time.Duration(st.Value), st.State)
+		}
+	}
+}
+
+// traceRequeues sums, by goroutine, an execution trace's time runnable
+// after running (preempted, yielded) or a system call (its P lost), and
+// says which goroutines the trace saw created.
+func traceRequeues(t *testing.T, path string) (runnable map[int64]int64, created map[int64]bool) {
+	r := openTrace(t, path)
+	runnable, created = map[int64]int64{}, map[int64]bool{}
+	since := map[trace.GoID]trace.Time{}
+	for {
+		ev, err := r.ReadEvent()
+		if err != nil {
+			break
+		}
+		if ev.Kind() != trace.EventStateTransition {
+			continue
+		}
+		st := ev.StateTransition()
+		if st.Resource.Kind != trace.ResourceGoroutine {
+			continue
+		}
+		id := st.Resource.Goroutine()
+		from, to := st.Goroutine()
+		switch {
+		case from == trace.GoNotExist && to == trace.GoRunnable:
+			created[int64(id)] = true
+		case (from == trace.GoRunning || from == trace.GoSyscall) && to == trace.GoRunnable:
+			since[id] = ev.Time()
+		case from == trace.GoRunnable && to == trace.GoRunning:
+			if at, ok := since[id]; ok {
+				runnable[int64(id)] += int64(ev.Time() - at)
+				delete(since, id)
+			}
+		}
+	}
+	return runnable, created
+}
+
+// offcpuRequeues sums the goroutine profile's runnable waits by
+// goroutine, and names each goroutine by the innermost main. function of
+// its stacks.
+func offcpuRequeues(p *profile.Profile) (runq map[int64]int64, fnOf map[int64]string) {
+	runq, fnOf = map[int64]int64{}, map[int64]string{}
+	for _, s := range p.Sample {
+		goid := s.NumLabel[schema.LabelGoid][0]
+	find:
+		for _, l := range s.Location {
+			for _, ln := range l.Line {
+				if strings.HasPrefix(ln.Function.Name, "main.") {
+					fnOf[goid] = ln.Function.Name
+					break find
+				}
+			}
+		}
+		if s.Label[schema.LabelReason][0] == GoReasonRunnable {
+			runq[goid] += s.Value[1]
+		}
+	}
+	return runq, fnOf
+}
