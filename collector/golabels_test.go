@@ -27,10 +27,8 @@ import (
 func TestGoLabels(t *testing.T) {
 	requireBPF(t)
 	tools := map[string]string{"current": "go"}
-	if _, err := os.Stat(go119Bin); err == nil || os.Getenv(testenv.EnvPrebuilt) != "" {
+	if haveGo119(t) {
 		tools["go1.19"] = go119Bin
-	} else if os.Getenv("CI") != "" {
-		t.Fatalf("no %s: .ci/run installs golang-1.19-go", go119Bin)
 	}
 	// A collection after every request: a request's label set is often
 	// allocated where the last one's was freed, and must not take its id.
@@ -119,10 +117,13 @@ func checkGoLabels(t *testing.T, gobin string) {
 	// request's clock runs through both) and per route.
 	bySpan, byRoute, routeOf := spanTimes(gp, 0, 1)
 	reqs = withoutPreempted(t, reqs, bySpan, s.Profiles().OffCPU)
-	// Emulated (one vCPU): a route read -2.8% in Debian 6.1's guest.
+	// Emulated (one vCPU) the probe's traps and the system calls inside a
+	// request's clock run slowly, on the CPU: in Debian's guests routes
+	// read up to -6.3% (-12.0% before waits for a P were recorded), on
+	// this machine up to -0.4%.
 	tol := 0.02
 	if testenv.Scale() > 1 {
-		tol = 0.05
+		tol = 0.10
 	}
 	checkSpanTimes(t, reqs, bySpan, byRoute, routeOf, 5, "/mutex", tol, 0)
 	checkLabelledVerdicts(t, gp, "monitor-wait", "peer-wait", "downstream-wait", "request-timer")
@@ -161,6 +162,26 @@ func withoutPreempted(t *testing.T, reqs []labelledRequest, bySpan map[string]*s
 		kept = append(kept, r)
 	}
 	return kept
+}
+
+// addRequeues adds a goroutine profile's labelled waits for a P alone
+// (a goroutine put back on a run queue: no thread runs it meanwhile) to
+// spanTimes' sums of a thread profile, as time waiting for a CPU.
+func addRequeues(bySpan map[string]*spanSum, byRoute map[string]int64, routeOf map[string]string, gp *profile.Profile) {
+	for _, smp := range gp.Sample {
+		l := schema.ProgramLabels(smp)
+		if l["span_id"] == "" || smp.Label[schema.LabelReason][0] != GoReasonRunnable {
+			continue
+		}
+		v := bySpan[l["span_id"]]
+		if v == nil {
+			v = &spanSum{}
+			bySpan[l["span_id"]] = v
+		}
+		v.runq += smp.Value[1]
+		byRoute[l["http.route"]] += smp.Value[1]
+		routeOf[l["span_id"]] = l["http.route"]
+	}
 }
 
 // spanTimes sums a profile's labelled samples by span (blocked and
@@ -367,12 +388,13 @@ func TestGoThreadLabels(t *testing.T) {
 		"external-c-tls": {[]string{"go", "-tags=ctls", "-ldflags=-linkmode=external"}, Options{NoWakeups: true}},
 		// Walked at the switch-in where the kernel has sched_exit_tp.
 		"deferred-walks": {[]string{"go"}, Options{NoWakeups: true, WalkThreshold: 100 * time.Microsecond}},
-		// A request's set at the address of the last one's, freed.
-		"gc-each-request": {[]string{"go"}, Options{NoWakeups: true}}}
-	if _, err := os.Stat(go119Bin); err == nil || os.Getenv(testenv.EnvPrebuilt) != "" {
+		// A request's set at the address of the last one's, freed. A stop
+		// of the world holds a thread back from its system call: its
+		// goroutine, put back on a run queue, waits for a P with no thread
+		// (the goroutine profile's runnable waits, labelled, count too).
+		"gc-each-request": {[]string{"go"}, Options{NoWakeups: true, Goroutines: true}}}
+	if haveGo119(t) {
 		cases["go1.19"] = build{[]string{go119Bin}, Options{NoWakeups: true}}
-	} else if os.Getenv("CI") != "" {
-		t.Fatalf("no %s: .ci/run installs golang-1.19-go", go119Bin)
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -400,6 +422,9 @@ func TestGoThreadLabels(t *testing.T) {
 				t.Errorf("thread context: %+v for %d requests", *st, len(reqs))
 			}
 			bySpan, byRoute, routeOf := spanTimes(p, 3, 4)
+			if gp := s.Profiles().Goroutines; c.opts.Goroutines && gp != nil {
+				addRequeues(bySpan, byRoute, routeOf, gp)
+			}
 			// Emulated (one vCPU): a thread back from its system call may
 			// find no P and wait for one on g0, unlabelled, inside the
 			// request's clock. With GOMAXPROCS 1 that read -8% to -21%

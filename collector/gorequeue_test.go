@@ -1,7 +1,6 @@
 package collector
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,7 +9,6 @@ import (
 	"github.com/google/pprof/profile"
 	"golang.org/x/exp/trace"
 
-	"github.com/offcpu/offcpu/internal/testenv"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -23,10 +21,8 @@ import (
 func TestGoroutineRequeuesMatchTrace(t *testing.T) {
 	requireBPF(t)
 	tools := map[string]string{"current": "go"}
-	if _, err := os.Stat(go119Bin); err == nil || os.Getenv(testenv.EnvPrebuilt) != "" {
+	if haveGo119(t) {
 		tools["go1.19"] = go119Bin
-	} else if os.Getenv("CI") != "" {
-		t.Fatalf("no %s: .ci/run installs golang-1.19-go", go119Bin)
 	}
 	for name, gobin := range tools {
 		t.Run(name, func(t *testing.T) {
@@ -89,15 +85,11 @@ func traceRequeues(t *testing.T, path string) (runnable map[int64]int64, created
 		if err != nil {
 			break
 		}
-		if ev.Kind() != trace.EventStateTransition {
-			continue
-		}
-		st := ev.StateTransition()
-		if st.Resource.Kind != trace.ResourceGoroutine {
+		st, from, to, ok := goTransition(&ev)
+		if !ok {
 			continue
 		}
 		id := st.Resource.Goroutine()
-		from, to := st.Goroutine()
 		switch {
 		case from == trace.GoNotExist && to == trace.GoRunnable:
 			created[int64(id)] = true

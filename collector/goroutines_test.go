@@ -202,15 +202,11 @@ func traceWaits(t *testing.T, path string) *traceSums {
 			}
 			break
 		}
-		if ev.Kind() != trace.EventStateTransition {
-			continue
-		}
-		st := ev.StateTransition()
-		if st.Resource.Kind != trace.ResourceGoroutine {
+		st, from, to, ok := goTransition(&ev)
+		if !ok {
 			continue
 		}
 		id := st.Resource.Goroutine()
-		from, to := st.Goroutine()
 		switch {
 		case from == trace.GoNotExist && to == trace.GoRunnable:
 			sums.created[int64(id)] = true

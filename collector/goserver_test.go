@@ -91,15 +91,11 @@ func traceWindowWaits(t *testing.T, path string, from, to time.Duration) *window
 			first = ev.Time()
 		}
 		last = ev.Time()
-		if ev.Kind() != trace.EventStateTransition {
-			continue
-		}
-		st := ev.StateTransition()
-		if st.Resource.Kind != trace.ResourceGoroutine {
+		st, from, to, ok := goTransition(&ev)
+		if !ok {
 			continue
 		}
 		id := st.Resource.Goroutine()
-		from, to := st.Goroutine()
 		if from == trace.GoNotExist {
 			w.created[int64(id)] = true
 			born[int64(id)] = ev.Time()
@@ -540,14 +536,8 @@ func traceStartOf(t *testing.T, path string, gp *profile.Profile, guess time.Dur
 		if at > guess+time.Second {
 			break
 		}
-		if ev.Kind() != trace.EventStateTransition || at < guess-50*time.Millisecond {
-			continue
-		}
-		st := ev.StateTransition()
-		if st.Resource.Kind != trace.ResourceGoroutine {
-			continue
-		}
-		if from, _ := st.Goroutine(); from != trace.GoWaiting {
+		st, from, _, ok := goTransition(&ev)
+		if !ok || from != trace.GoWaiting || at < guess-50*time.Millisecond {
 			continue
 		}
 		if b, ok := blocked[int64(st.Resource.Goroutine())]; ok {

@@ -1,0 +1,36 @@
+package collector
+
+import (
+	"os"
+	"testing"
+
+	"golang.org/x/exp/trace"
+
+	"github.com/offcpu/offcpu/internal/testenv"
+)
+
+// haveGo119: Debian's Go 1.19 is there, or its builds are (the kernel
+// matrix's guests); under CI its absence fails the test.
+func haveGo119(t *testing.T) bool {
+	t.Helper()
+	if _, err := os.Stat(go119Bin); err == nil || os.Getenv(testenv.EnvPrebuilt) != "" {
+		return true
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("no %s: .ci/run installs golang-1.19-go", go119Bin)
+	}
+	return false
+}
+
+// goTransition is ev as a goroutine's change of state, if it is one.
+func goTransition(ev *trace.Event) (st trace.StateTransition, from, to trace.GoState, ok bool) {
+	if ev.Kind() != trace.EventStateTransition {
+		return st, 0, 0, false
+	}
+	st = ev.StateTransition()
+	if st.Resource.Kind != trace.ResourceGoroutine {
+		return st, 0, 0, false
+	}
+	from, to = st.Goroutine()
+	return st, from, to, true
+}
