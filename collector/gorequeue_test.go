@@ -106,23 +106,35 @@ func traceRequeues(t *testing.T, path string) (runnable map[int64]int64, created
 }
 
 // offcpuRequeues sums the goroutine profile's runnable waits by
-// goroutine, and names each goroutine by the innermost main. function of
-// its stacks.
+// goroutine, and names each goroutine by the innermost main. function
+// that holds most of its waits (preempted before its first call, a
+// goroutine is in its go statement's closure).
 func offcpuRequeues(p *profile.Profile) (runq map[int64]int64, fnOf map[int64]string) {
 	runq, fnOf = map[int64]int64{}, map[int64]string{}
+	byFn := map[int64]map[string]int64{}
 	for _, s := range p.Sample {
 		goid := s.NumLabel[schema.LabelGoid][0]
+		if byFn[goid] == nil {
+			byFn[goid] = map[string]int64{}
+		}
 	find:
 		for _, l := range s.Location {
 			for _, ln := range l.Line {
 				if strings.HasPrefix(ln.Function.Name, "main.") {
-					fnOf[goid] = ln.Function.Name
+					byFn[goid][ln.Function.Name] += s.Value[0] + s.Value[1]
 					break find
 				}
 			}
 		}
 		if s.Label[schema.LabelReason][0] == GoReasonRunnable {
 			runq[goid] += s.Value[1]
+		}
+	}
+	for goid, fns := range byFn {
+		for fn, ns := range fns {
+			if fnOf[goid] == "" || ns > fns[fnOf[goid]] {
+				fnOf[goid] = fn
+			}
 		}
 	}
 	return runq, fnOf
