@@ -5,8 +5,8 @@
 // (running -> waiting), made runnable (waiting -> runnable) and run again
 // (runnable -> running); and put back on a run queue (running or in a
 // system call -> runnable: preempted, yielded, or back from a system call
-// without a P), a wait for a P alone. The park's stack is walked from the goroutine's
-// saved state by frame pointers (Go keeps them); the waker is the
+// without a P), a wait for a P alone. The park's stack is walked from the
+// goroutine's saved state by frame pointers (Go keeps them); the waker is the
 // goroutine running on the thread that made it runnable, or none (the
 // scheduler: netpoll, timers). Time is aggregated in the kernel by
 // (process, goroutine, reason, park stack, waker, waker stack).

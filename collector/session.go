@@ -457,7 +457,7 @@ func (s *Session) halt() {
 	if s.opts.Stats {
 		s.stats.Programs = s.p.programStats()
 		if s.gor != nil {
-			s.stats.Programs = appendProgramStat(s.stats.Programs, "go_casgstatus", s.gor.objs.GoCasgstatus)
+			s.stats.Programs = appendProgramStat(s.stats.Programs, bpf.GoroutinesProgGoCasgstatus, s.gor.objs.GoCasgstatus)
 		}
 		s.bpfOn.Close()
 	}
