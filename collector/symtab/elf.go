@@ -102,7 +102,7 @@ func GoTable(ef *elf.File) *gosym.Table {
 	if err != nil {
 		return nil
 	}
-	tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, goTextStart(data, text.Addr)))
+	tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, goTextStart(ef, data, text.Addr)))
 	if err != nil {
 		return nil
 	}
@@ -137,15 +137,26 @@ func buildID(ef *elf.File) string {
 
 // goTextStart is where the Go function table's addresses count from: the
 // table's own header says so since Go 1.18 (the first Go function, after
-// the C code of a cgo binary), else the .text section's start.
-func goTextStart(pcln []byte, text uint64) uint64 {
-	if len(pcln) < 32 || pcln[7] != 8 {
+// the C code of a cgo binary), except where the external linker left it
+// 0; then the symbol runtime.text (as cmd/internal/objfile reads it: 256
+// bytes past .text's start in a test program linked by gcc), else the
+// .text section's start.
+func goTextStart(ef *elf.File, pcln []byte, text uint64) uint64 {
+	if len(pcln) >= 32 && pcln[7] == 8 {
+		switch binary.LittleEndian.Uint32(pcln) {
+		case 0xfffffff0, 0xfffffff1: // Go 1.18, Go 1.20 and later
+			if v := binary.LittleEndian.Uint64(pcln[24:]); v >= text {
+				return v
+			}
+		}
+	}
+	syms, err := ef.Symbols()
+	if err != nil {
 		return text
 	}
-	switch binary.LittleEndian.Uint32(pcln) {
-	case 0xfffffff0, 0xfffffff1: // Go 1.18, Go 1.20 and later
-		if v := binary.LittleEndian.Uint64(pcln[24:]); v >= text {
-			return v
+	for _, sym := range syms {
+		if sym.Name == "runtime.text" && sym.Value >= text {
+			return sym.Value
 		}
 	}
 	return text

@@ -38,7 +38,7 @@ func openGoFuncs(file io.ReaderAt, ef *elf.File) *goFuncs {
 	}
 	g := &goFuncs{r: io.NewSectionReader(file, int64(sec.Offset), int64(sec.Size))}
 	hdr := make([]byte, 72)
-	if _, err := g.r.ReadAt(hdr, 0); err != nil || !g.parse(hdr, text.Addr, int64(sec.Size)) {
+	if _, err := g.r.ReadAt(hdr, 0); err != nil || !g.parse(hdr, goTextStart(ef, hdr, text.Addr), int64(sec.Size)) {
 		return nil
 	}
 	raw := make([]byte, (g.nfunc+1)*8)
@@ -55,7 +55,7 @@ func openGoFuncs(file io.ReaderAt, ef *elf.File) *goFuncs {
 
 // parse reads the header (runtime.pcHeader): magic, two pad bytes, the
 // instruction quantum, the pointer size, then eight pointer-sized words.
-func (g *goFuncs) parse(d []byte, text uint64, size int64) bool {
+func (g *goFuncs) parse(d []byte, textStart uint64, size int64) bool {
 	if m := binary.LittleEndian.Uint32(d); (m != 0xfffffff0 && m != 0xfffffff1) || d[4] != 0 || d[5] != 0 || d[7] != 8 {
 		return false
 	}
@@ -65,7 +65,7 @@ func (g *goFuncs) parse(d []byte, text uint64, size int64) bool {
 	if binary.LittleEndian.Uint32(d) == 0xfffffff0 {
 		g.funcIDAt = 36
 	}
-	g.textStart = goTextStart(d, text)
+	g.textStart = textStart
 	off := func(i int) int64 {
 		if o := word(i); o < uint64(size) {
 			return int64(o)

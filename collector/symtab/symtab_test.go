@@ -189,6 +189,48 @@ func openSymFile(path string) (*File, error) {
 // does: entries, interiors and last instructions, and nothing outside.
 // Binaries: the workload, a program built by Go 1.19 (the Go 1.18 layout)
 // where /usr/lib/go-1.19 exists, and OFFCPU_GO_BINARY (a real server).
+// An externally linked Go program: gcc's start-up code comes before
+// runtime.text and the function table's header leaves its start 0. Every
+// function of package main resolves to itself, from its entry to its end.
+func TestSymbolizeGoExternallyLinked(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("no gcc: external linking needs it")
+	}
+	bin := filepath.Join(t.TempDir(), "wl")
+	build(t, "go", "build", "-ldflags=-linkmode=external", "-o", bin, "../testdata/workload")
+	ef, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	syms, err := ef.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := ef.Section(".text"); symbolAddr(t, bin, "runtime.text") == text.Addr {
+		t.Fatalf("runtime.text at .text's start %#x: not the layout this checks", text.Addr)
+	}
+	f, err := openSymFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, sym := range syms {
+		if elf.ST_TYPE(sym.Info) != elf.STT_FUNC || sym.Size == 0 || !strings.HasPrefix(sym.Name, "main.") {
+			continue
+		}
+		for _, pc := range []uint64{sym.Value, sym.Value + sym.Size - 1} {
+			if fr, ok := f.Lookup(pc); !ok || (fr.Func != sym.Name && !strings.HasPrefix(fr.Func, sym.Name+".")) {
+				t.Errorf("%#x in %s: %+v, %v", pc, sym.Name, fr, ok)
+			}
+		}
+		checked++
+	}
+	if checked < 5 {
+		t.Errorf("%d functions of package main checked, want 5 or more", checked)
+	}
+}
+
 func TestGoFuncsMatchGosym(t *testing.T) {
 	dir := t.TempDir()
 	bins := []string{filepath.Join(dir, "wl")}
