@@ -5,7 +5,9 @@
 // (running -> waiting), made runnable (waiting -> runnable) and run again
 // (runnable -> running); and put back on a run queue (running or in a
 // system call -> runnable: preempted, yielded, or back from a system call
-// without a P), a wait for a P alone. The park's stack is walked from the
+// without a P), a wait for a P alone. A second uprobe, on preemptPark,
+// sees a running goroutine the GC suspends to scan its stack (it leaves
+// running without casgstatus; the GC makes it runnable through it). The park's stack is walked from the
 // goroutine's saved state by frame pointers (Go keeps them); the waker is the
 // goroutine running on the thread that made it runnable, or none (the
 // scheduler: netpoll, timers). Time is aggregated in the kernel by
@@ -41,7 +43,7 @@ struct go_offsets {
 	u32 m_curg;
 	u32 gopc;    /* the pc of the go statement that created it; 0: not known */
 	u32 startpc; /* the function it runs; 0: not known */
-	u32 preempted; /* the wait reason of a goroutine the GC suspended (not a park); 0xff: none */
+	u32 preempted; /* the wait reason of a goroutine the GC suspended (go_preempt_park); 0xff: none */
 	u32 labels;       /* g.labels (pprof labels); 0: not known */
 	u32 label_layout; /* GO_LABELS_* */
 	u32 framed;       /* the probe sits past casgstatus's frame set-up: the return address is at bp+8 */
@@ -129,6 +131,7 @@ enum go_stat {
 	GO_STAT_LINKS,       /* label sets read */
 	GO_STAT_LOST_LINKS,  /* go_links full: waits counted without their labels */
 	GO_STAT_REQUEUES,    /* running goroutines put back on a run queue */
+	GO_STAT_SUSPENDS,    /* running goroutines the GC suspended (preemptPark) */
 	GO_STAT_MAX,
 };
 
@@ -529,7 +532,7 @@ int go_casgstatus(struct go_regs *ctx)
 	if (ready) {
 		struct go_park *p = bpf_map_lookup_elem(&go_parked, &gk);
 		if (p && p->run_ns)
-			return 0; /* seen running since: not a park (the GC suspended it) */
+			return 0; /* seen running since: a GC suspension go_preempt_park missed */
 		if (!p) {
 			/* Never seen: parked before the probe, its saved state
 			 * still the park's; its wait counted from the probe. */
@@ -593,5 +596,32 @@ int go_casgstatus(struct go_regs *ctx)
 	go_count(GO_STAT_RUNS);
 	go_aggregate(tgid, p, now);
 	p->run_ns = now;
+	return 0;
+}
+
+/* runtime.preemptPark(gp), on g0: the GC suspends a running goroutine
+ * (suspendG, to scan its stack) until resumeG readies it; its state was
+ * saved (mcall, morestack). A park with the runtime's reason "preempted":
+ * casgstatus sees the rest. */
+SEC("uprobe/preemptPark")
+int go_preempt_park(struct go_regs *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32;
+	struct go_offsets *o = bpf_map_lookup_elem(&go_procs, &tgid);
+	if (!o || go_stop_ns || o->preempted >= 0xff)
+		return 0;
+	u64 gp = ctx->ax;
+	struct go_gkey gk = { .tgid = tgid, .g = gp };
+	struct go_park *prev = bpf_map_lookup_elem(&go_parked, &gk);
+	struct go_park p = {};
+	if (go_park_state(o, tgid, gp, 0, bpf_ktime_get_ns(), (u32)id, &p, prev))
+		return 0;
+	p.reason = o->preempted;
+	go_count(GO_STAT_SUSPENDS);
+	if (prev)
+		*prev = p;
+	else if (bpf_map_update_elem(&go_parked, &gk, &p, BPF_ANY))
+		go_count(GO_STAT_LOST_PARKS);
 	return 0;
 }

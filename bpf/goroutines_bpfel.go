@@ -151,7 +151,8 @@ const (
 	GoroutinesGoStatGO_STAT_LINKS       GoroutinesGoStat = 9
 	GoroutinesGoStatGO_STAT_LOST_LINKS  GoroutinesGoStat = 10
 	GoroutinesGoStatGO_STAT_REQUEUES    GoroutinesGoStat = 11
-	GoroutinesGoStatGO_STAT_MAX         GoroutinesGoStat = 12
+	GoroutinesGoStatGO_STAT_SUSPENDS    GoroutinesGoStat = 12
+	GoroutinesGoStatGO_STAT_MAX         GoroutinesGoStat = 13
 )
 
 type GoroutinesGoVal struct {
@@ -166,21 +167,22 @@ type GoroutinesGoVal struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	GoroutinesMapGoChunkbuf    = "go_chunkbuf"
-	GoroutinesMapGoGbuf        = "go_gbuf"
-	GoroutinesMapGoLinkScratch = "go_link_scratch"
-	GoroutinesMapGoLinks       = "go_links"
-	GoroutinesMapGoParked      = "go_parked"
-	GoroutinesMapGoProcs       = "go_procs"
-	GoroutinesMapGoScratch     = "go_scratch"
-	GoroutinesMapGoStacks      = "go_stacks"
-	GoroutinesMapGoStats       = "go_stats"
-	GoroutinesMapGoWaits       = "go_waits"
-	GoroutinesMapGoWaitsMerged = "go_waits_merged"
-	GoroutinesProgGoCasgstatus = "go_casgstatus"
-	GoroutinesVarGoStartNs     = "go_start_ns"
-	GoroutinesVarGoStatCount   = "go_stat_count"
-	GoroutinesVarGoStopNs      = "go_stop_ns"
+	GoroutinesMapGoChunkbuf     = "go_chunkbuf"
+	GoroutinesMapGoGbuf         = "go_gbuf"
+	GoroutinesMapGoLinkScratch  = "go_link_scratch"
+	GoroutinesMapGoLinks        = "go_links"
+	GoroutinesMapGoParked       = "go_parked"
+	GoroutinesMapGoProcs        = "go_procs"
+	GoroutinesMapGoScratch      = "go_scratch"
+	GoroutinesMapGoStacks       = "go_stacks"
+	GoroutinesMapGoStats        = "go_stats"
+	GoroutinesMapGoWaits        = "go_waits"
+	GoroutinesMapGoWaitsMerged  = "go_waits_merged"
+	GoroutinesProgGoCasgstatus  = "go_casgstatus"
+	GoroutinesProgGoPreemptPark = "go_preempt_park"
+	GoroutinesVarGoStartNs      = "go_start_ns"
+	GoroutinesVarGoStatCount    = "go_stat_count"
+	GoroutinesVarGoStopNs       = "go_stop_ns"
 )
 
 // LoadGoroutines returns the embedded CollectionSpec for Goroutines.
@@ -225,7 +227,8 @@ type GoroutinesSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type GoroutinesProgramSpecs struct {
-	GoCasgstatus *ebpf.ProgramSpec `ebpf:"go_casgstatus"`
+	GoCasgstatus  *ebpf.ProgramSpec `ebpf:"go_casgstatus"`
+	GoPreemptPark *ebpf.ProgramSpec `ebpf:"go_preempt_park"`
 }
 
 // GoroutinesMapSpecs contains maps before they are loaded into the kernel.
@@ -316,12 +319,14 @@ type GoroutinesVariables struct {
 //
 // It can be passed to LoadGoroutinesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type GoroutinesPrograms struct {
-	GoCasgstatus *ebpf.Program `ebpf:"go_casgstatus"`
+	GoCasgstatus  *ebpf.Program `ebpf:"go_casgstatus"`
+	GoPreemptPark *ebpf.Program `ebpf:"go_preempt_park"`
 }
 
 func (p *GoroutinesPrograms) Close() error {
 	return _GoroutinesClose(
 		p.GoCasgstatus,
+		p.GoPreemptPark,
 	)
 }
 

@@ -27,7 +27,7 @@ type goRecorder struct {
 	objs bpf.GoroutinesObjects
 
 	mu    sync.Mutex
-	links map[uint32]link.Link // by process
+	links map[uint32][]link.Link // by process
 	procs map[uint32]*goRuntime
 	stats GoroutineStats
 
@@ -54,7 +54,10 @@ type GoroutineStats struct {
 	Readies   uint64 `json:"readies"`
 	// Requeues: running goroutines put back on a run queue (preempted,
 	// yielded, back from a system call without a P): waits for a P alone.
-	Requeues  uint64 `json:"requeues"`
+	Requeues uint64 `json:"requeues"`
+	// Suspends: running goroutines the GC stopped to scan their stacks
+	// (wait reason "preempted"), until it made them runnable.
+	Suspends  uint64 `json:"suspends"`
 	Runs      uint64 `json:"runs"`
 	Open      uint64 `json:"open"`       // still parked or runnable at the end, counted up to it
 	Unseen    uint64 `json:"unseen"`     // made runnable, parked before the probe: counted from the probe (or the start)
@@ -89,7 +92,7 @@ func newGoRecorder(maxGoroutines int) (*goRecorder, error) {
 	if maxGoroutines > 0 {
 		spec.Maps[bpf.GoroutinesMapGoParked].MaxEntries = uint32(maxGoroutines)
 	}
-	r := &goRecorder{links: map[uint32]link.Link{}, procs: map[uint32]*goRuntime{},
+	r := &goRecorder{links: map[uint32][]link.Link{}, procs: map[uint32]*goRuntime{},
 		labels: map[bpf.GoroutinesGoLinkKey]goLabels{}, linkUse: map[bpf.GoroutinesGoLinkKey]int{}, stopMove: make(chan struct{})}
 	if err := spec.LoadAndAssign(&r.objs, nil); err != nil {
 		return nil, fmt.Errorf("loading the goroutine probe: %w", err)
@@ -183,7 +186,7 @@ func (r *goRecorder) add(pid uint32) {
 	off := rt.offsets
 	off.Preempted = 0xff
 	if i := slices.Index(rt.reasons, "preempted"); i >= 0 {
-		off.Preempted = uint32(i) // a goroutine the GC suspended: not a park
+		off.Preempted = uint32(i) // a goroutine the GC suspended (preemptPark)
 	}
 	if off.GcCycles = rt.gcCyclesIn(pid); off.GcCycles == 0 && off.Labels != 0 {
 		r.stats.IDsByAddress++
@@ -197,9 +200,10 @@ func (r *goRecorder) add(pid uint32) {
 	r.stats.Processes++
 }
 
-// attach puts the probe on the process's executable for that process
+// attach puts the probes on the process's executable for that process
 // alone: other processes that run it (the recorder itself, when it
-// records its own workload) do not trap.
+// records its own workload) do not trap. Without preemptPark (not found),
+// the GC's suspensions are not followed.
 func (r *goRecorder) attach(pid uint32, exe string, rt *goRuntime) error {
 	ex, err := link.OpenExecutable(exe)
 	if err != nil {
@@ -209,7 +213,14 @@ func (r *goRecorder) attach(pid uint32, exe string, rt *goRuntime) error {
 	if err != nil {
 		return fmt.Errorf("uprobe on runtime.casgstatus: %w", err)
 	}
-	r.links[pid] = l
+	r.links[pid] = []link.Link{l}
+	if rt.preemptPark != 0 {
+		l, err := ex.Uprobe("runtime.preemptPark", r.objs.GoPreemptPark, &link.UprobeOptions{Address: rt.preemptPark, PID: int(pid)})
+		if err != nil {
+			return fmt.Errorf("uprobe on runtime.preemptPark: %w", err)
+		}
+		r.links[pid] = append(r.links[pid], l)
+	}
 	return nil
 }
 
@@ -217,8 +228,8 @@ func (r *goRecorder) attach(pid uint32, exe string, rt *goRuntime) error {
 func (r *goRecorder) exit(pid uint32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if l, ok := r.links[pid]; ok {
-		l.Close()
+	if ls, ok := r.links[pid]; ok {
+		closeLinks(ls)
 		delete(r.links, pid)
 	}
 }
@@ -237,9 +248,15 @@ func (r *goRecorder) setWindow(start bool, ns uint64) error {
 func (r *goRecorder) detach() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for k, l := range r.links {
-		l.Close()
+	for k, ls := range r.links {
+		closeLinks(ls)
 		delete(r.links, k)
+	}
+}
+
+func closeLinks(ls []link.Link) {
+	for _, l := range ls {
+		l.Close()
 	}
 }
 
@@ -337,7 +354,8 @@ func (r *goRecorder) readStacks() map[uint64][]uint64 {
 		bpf.GoroutinesGoStatGO_STAT_LOST_WAITS: &r.stats.LostWaits, bpf.GoroutinesGoStatGO_STAT_LOST_STACKS: &r.stats.LostStack,
 		bpf.GoroutinesGoStatGO_STAT_UNSEEN: &r.stats.Unseen, bpf.GoroutinesGoStatGO_STAT_MERGED: &r.stats.Merged,
 		bpf.GoroutinesGoStatGO_STAT_REUSED: &r.stats.ReusedStacks, bpf.GoroutinesGoStatGO_STAT_LINKS: &r.stats.LabelSets,
-		bpf.GoroutinesGoStatGO_STAT_LOST_LINKS: &r.stats.LostLabelSets, bpf.GoroutinesGoStatGO_STAT_REQUEUES: &r.stats.Requeues} {
+		bpf.GoroutinesGoStatGO_STAT_LOST_LINKS: &r.stats.LostLabelSets, bpf.GoroutinesGoStatGO_STAT_REQUEUES: &r.stats.Requeues,
+		bpf.GoroutinesGoStatGO_STAT_SUSPENDS: &r.stats.Suspends} {
 		if err := r.objs.GoStats.Lookup(uint32(i), &per); err == nil {
 			*dst = 0
 			for _, n := range per {
@@ -541,8 +559,8 @@ func goCreator(sym *symbolize.Symbolizer, pid uint32, pc uint64) string {
 
 // comments are the profile's comments on what was recorded and lost.
 func (st *GoroutineStats) comments() []string {
-	out := []string{fmt.Sprintf("offcpu goroutines: processes=%d parks=%d readies=%d requeues=%d runs=%d open=%d unseen=%d lost_parks=%d lost_waits=%d lost_stacks=%d merged_waits=%d reused_stacks=%d label_sets=%d lost_label_sets=%d truncated_label_sets=%d shed_label_sets=%d",
-		st.Processes, st.Parks, st.Readies, st.Requeues, st.Runs, st.Open, st.Unseen, st.LostParks, st.LostWaits, st.LostStack, st.Merged, st.ReusedStacks,
+	out := []string{fmt.Sprintf("offcpu goroutines: processes=%d parks=%d readies=%d requeues=%d suspends=%d runs=%d open=%d unseen=%d lost_parks=%d lost_waits=%d lost_stacks=%d merged_waits=%d reused_stacks=%d label_sets=%d lost_label_sets=%d truncated_label_sets=%d shed_label_sets=%d",
+		st.Processes, st.Parks, st.Readies, st.Requeues, st.Suspends, st.Runs, st.Open, st.Unseen, st.LostParks, st.LostWaits, st.LostStack, st.Merged, st.ReusedStacks,
 		st.LabelSets, st.LostLabelSets, st.TruncatedLabel, st.ShedLabelSets)}
 	if st.IDsByAddress > 0 {
 		out = append(out, fmt.Sprintf("label_ids_by_address=%d (runtime.memstats not found: a label set freed can lend its id to one allocated at its address)", st.IDsByAddress))
@@ -571,7 +589,8 @@ func goInterval(w goWait) string {
 // GoReasonClass groups the Go runtime's wait reasons (as it names them in
 // g.waitreason, every release since 1.11) into the kinds a developer
 // acts on: chan, select, sync (mutexes, conditions, wait groups,
-// semaphores), network, sleep, gc, runnable (waiting for a P), other.
+// semaphores), network, sleep, gc (the runtime's "preempted": suspended
+// by the GC), runnable (waiting for a P), other.
 func GoReasonClass(reason string) string {
 	switch {
 	case strings.HasPrefix(reason, "chan "):
@@ -587,7 +606,7 @@ func GoReasonClass(reason string) string {
 	case reason == GoReasonRunnable:
 		return "runnable"
 	case strings.Contains(strings.ToLower(reason), "gc") || strings.HasPrefix(reason, "garbage collection") ||
-		reason == "wait for GC cycle" || reason == "finalizer wait":
+		reason == "wait for GC cycle" || reason == "finalizer wait" || reason == "preempted":
 		return "gc"
 	}
 	return "other"

@@ -20,14 +20,15 @@ import (
 // runtime.casgstatus is, the offsets of the runtime.g and runtime.m fields
 // it reads, and the names of the wait reasons.
 type goRuntime struct {
-	version    string // "go1.26.8"
-	casgstatus uint64 // file offset of the probe on runtime.casgstatus (gosite.go)
-	gcCycles   uint64 // runtime.memstats.numgc's address in the file; 0: not found
-	pie        bool   // position-independent: loaded at a bias
-	load       uint64 // where a mapping at file offset 0 starts in the file
-	offsets    bpf.GoroutinesGoOffsets
-	fromDWARF  bool
-	reasons    []string // waitReason -> its name, as the runtime prints it
+	version     string // "go1.26.8"
+	casgstatus  uint64 // file offset of the probe on runtime.casgstatus (gosite.go)
+	preemptPark uint64 // and on runtime.preemptPark; 0: not found
+	gcCycles    uint64 // runtime.memstats.numgc's address in the file; 0: not found
+	pie         bool   // position-independent: loaded at a bias
+	load        uint64 // where a mapping at file offset 0 starts in the file
+	offsets     bpf.GoroutinesGoOffsets
+	fromDWARF   bool
+	reasons     []string // waitReason -> its name, as the runtime prints it
 }
 
 // errNotGo: the executable has no Go build information.
@@ -90,12 +91,17 @@ func readGoRuntime(path string) (*goRuntime, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: runtime.casgstatus not found", path)
 	}
-	site, framed := casgstatusSite(funcCode(ef, addr, siteScan))
+	site, framed := probeSite(funcCode(ef, addr, siteScan))
 	if framed {
 		rt.offsets.Framed = 1
 	}
 	if rt.casgstatus, ok = fileOffset(ef, addr+site); !ok {
 		return nil, fmt.Errorf("%s: runtime.casgstatus at %#x is in no loaded segment", path, addr)
+	}
+	// Its program reads gp (AX) and the saved state alone: any site does.
+	if addr, ok := goFuncAddr(ef, "runtime.preemptPark"); ok {
+		site, _ := probeSite(funcCode(ef, addr, siteScan))
+		rt.preemptPark, _ = fileOffset(ef, addr+site)
 	}
 	rt.reasons = goWaitReasons(ef)
 	return rt, nil

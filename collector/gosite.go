@@ -6,8 +6,8 @@ import (
 	"golang.org/x/arch/x86/x86asm"
 )
 
-// Where on runtime.casgstatus the goroutine probe goes. A uprobe on an
-// instruction the kernel does not emulate is single-stepped out of line,
+// Where on runtime.casgstatus (and preemptPark) the goroutine probes go.
+// A uprobe on an instruction the kernel does not emulate is single-stepped out of line,
 // a debug trap of its own: go1.19's casgstatus starts with SUBQ, and each
 // system call of a go1.19 program (two status changes) took 17 µs instead
 // of 0.3 µs on this machine's VM. arch/x86/kernel/uprobes.c emulates a
@@ -18,9 +18,9 @@ import (
 // frame pointer is set up there (the return address is at bp+8).
 const siteScan = 64 // bytes of the function's start looked at
 
-// casgstatusSite returns the probe's offset from the function's start
+// probeSite returns the probe's offset from the function's start
 // (0: its entry) and whether the frame is set up there.
-func casgstatusSite(code []byte) (off uint64, framed bool) {
+func probeSite(code []byte) (off uint64, framed bool) {
 	spMoved := false
 	for pc := 0; pc < len(code) && pc < siteScan; {
 		if emulatedByUprobes(code[pc:]) {

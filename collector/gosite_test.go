@@ -31,7 +31,7 @@ func TestCasgstatusSite(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		off, framed := casgstatusSite(code)
+		off, framed := probeSite(code)
 		if off != c.off || framed != c.framed {
 			t.Errorf("%s: site %#x framed %v, want %#x %v", c.name, off, framed, c.off, c.framed)
 		}

@@ -154,29 +154,36 @@ func checkMode(r *KernelReport, o Options, mode string, btfMode bool) bool {
 	return all
 }
 
-// checkGoroutines loads the goroutine probe (--goroutines), labels
-// reader and all.
+// checkGoroutines loads the goroutine probes (--goroutines), labels
+// reader and all, one program at a time: each one's figures and error.
 func checkGoroutines(r *KernelReport) {
-	c := ProgramCheck{Mode: "goroutines", Name: "go_casgstatus"}
-	spec, err := bpf.LoadGoroutines()
-	if err == nil {
-		var coll *ebpf.Collection
-		coll, err = ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}})
+	for _, name := range []string{bpf.GoroutinesProgGoCasgstatus, bpf.GoroutinesProgGoPreemptPark} {
+		c := ProgramCheck{Mode: "goroutines", Name: name}
+		spec, err := bpf.LoadGoroutines()
 		if err == nil {
-			c.Loaded = true
-			c.Insns, c.Limit, c.Stack = verifierFigures(coll.Programs[c.Name].VerifierLog)
-			coll.Close()
+			for other := range spec.Programs {
+				if other != name {
+					delete(spec.Programs, other)
+				}
+			}
+			var coll *ebpf.Collection
+			coll, err = ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}})
+			if err == nil {
+				c.Loaded = true
+				c.Insns, c.Limit, c.Stack = verifierFigures(coll.Programs[name].VerifierLog)
+				coll.Close()
+			}
 		}
-	}
-	if err != nil {
-		c.Error = err.Error()
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			c.Insns, c.Limit, c.Stack = verifierFigures(fmt.Sprintf("%+v", ve))
-			c.Error = verifierReason(ve.Log)
+		if err != nil {
+			c.Error = err.Error()
+			var ve *ebpf.VerifierError
+			if errors.As(err, &ve) {
+				c.Insns, c.Limit, c.Stack = verifierFigures(fmt.Sprintf("%+v", ve))
+				c.Error = verifierReason(ve.Log)
+			}
 		}
+		r.Programs = append(r.Programs, c)
 	}
-	r.Programs = append(r.Programs, c)
 }
 
 func verifierFigures(log string) (insns, limit int, stack string) {

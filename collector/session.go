@@ -458,6 +458,7 @@ func (s *Session) halt() {
 		s.stats.Programs = s.p.programStats()
 		if s.gor != nil {
 			s.stats.Programs = appendProgramStat(s.stats.Programs, bpf.GoroutinesProgGoCasgstatus, s.gor.objs.GoCasgstatus)
+			s.stats.Programs = appendProgramStat(s.stats.Programs, bpf.GoroutinesProgGoPreemptPark, s.gor.objs.GoPreemptPark)
 		}
 		s.bpfOn.Close()
 	}

@@ -574,8 +574,8 @@ func printGoroutines(w io.Writer, g *collector.GoroutineStats, f *recordFlags) {
 	if g.Processes == 0 {
 		fmt.Fprintf(w, "goroutines: no Go program among the targets\n")
 	} else {
-		fmt.Fprintf(w, "goroutines: %d Go processes, %d parks, %d made runnable, %d put back on a run queue, %d still waiting at the end; written to %s\n",
-			g.Processes, g.Parks, g.Readies, g.Requeues, g.Open, f.goroutinesOut)
+		fmt.Fprintf(w, "goroutines: %d Go processes, %d parks, %d made runnable, %d put back on a run queue, %d suspended by the GC, %d still waiting at the end; written to %s\n",
+			g.Processes, g.Parks, g.Readies, g.Requeues, g.Suspends, g.Open, f.goroutinesOut)
 	}
 	if g.Merged > 0 {
 		fmt.Fprintf(w, "goroutines: %d waits counted without their goroutine ids (goid -1): more goroutines than the aggregation map holds\n", g.Merged)

@@ -5,7 +5,7 @@
 # repository, whose package directories the tests build from.
 D=$1
 SRC=${2:-}
-COLLECTOR_TESTS='^(TestCheckKernel|TestRecordWorkload|TestWakeups|TestTracepointWakeupsOfCommand|TestSchedstatWorkload|TestUnwindWithoutFramePointers|TestRecordTracepointFallback|TestBlockedBeforeStart|TestThreadContext|TestGoThreadLabels|TestTraceContextMap|TestGoLabels|TestGoroutineWaitsMatchTrace|TestGoroutineWaitsInsideWindow|TestGoroutineWaitChain|TestGoroutineRequeuesMatchTrace)$'
+COLLECTOR_TESTS='^(TestCheckKernel|TestRecordWorkload|TestWakeups|TestTracepointWakeupsOfCommand|TestSchedstatWorkload|TestUnwindWithoutFramePointers|TestRecordTracepointFallback|TestBlockedBeforeStart|TestThreadContext|TestGoThreadLabels|TestTraceContextMap|TestGoLabels|TestGoroutineWaitsMatchTrace|TestGoroutineWaitsInsideWindow|TestGoroutineWaitChain|TestGoroutineRequeuesMatchTrace|TestGoroutineSuspensionsMatchTrace)$'
 CMD_TESTS='^(TestContinuousOTLP)$'
 export OFFCPU_REQUIRE_BPF=1
 if [ -n "$SRC" ]; then

@@ -1,9 +1,11 @@
 // The program behind TestGoroutineRequeuesMatchTrace: on one P, two
 // goroutines spin (the runtime preempts each every 10 ms), one yields in
 // a loop and one sleeps in a system call, its P handed to a spinner
-// meanwhile: each waits for the P, and none of them parks.
+// meanwhile: each waits for the P, and none of them parks. With "gc", on
+// two Ps, a fifth goroutine collects in a loop: the collector suspends
+// the running spinners to scan their stacks.
 //
-// Usage: gorequeue TRACE DURATION
+// Usage: gorequeue TRACE DURATION [gc]
 package main
 
 import (
@@ -56,9 +58,17 @@ func syscaller() {
 	}
 }
 
+func collector() {
+	for !stop.Load() {
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func main() {
-	if len(os.Args) != 3 {
-		os.Stderr.WriteString("usage: gorequeue TRACE DURATION\n")
+	gc := len(os.Args) == 4 && os.Args[3] == "gc"
+	if len(os.Args) != 3 && !gc {
+		os.Stderr.WriteString("usage: gorequeue TRACE DURATION [gc]\n")
 		os.Exit(2)
 	}
 	d, err := time.ParseDuration(os.Args[2])
@@ -66,6 +76,11 @@ func main() {
 		panic(err)
 	}
 	runtime.GOMAXPROCS(1)
+	fns := []func(){spinA, spinB, yielder, syscaller}
+	if gc {
+		runtime.GOMAXPROCS(2)
+		fns = append(fns, collector)
+	}
 	f, err := os.Create(os.Args[1])
 	if err != nil {
 		panic(err)
@@ -74,7 +89,7 @@ func main() {
 		panic(err)
 	}
 	var wg sync.WaitGroup
-	for _, fn := range []func(){spinA, spinB, yielder, syscaller} {
+	for _, fn := range fns {
 		wg.Add(1)
 		go func(fn func()) { defer wg.Done(); fn() }(fn)
 	}
