@@ -78,7 +78,7 @@ func TestThreadContext(t *testing.T) {
 			if c.opts.WalkThreshold > 0 {
 				missedIns = s.Stats().MissedSwitchIn
 			}
-			checkSpanTimes(t, reqs, bySpan, byRoute, routeOf, 3, "", 0.02, missedIns)
+			checkSpanTimes(t, reqs, bySpan, byRoute, routeOf, 3, "", 0.02, missedIns, false)
 			checkTenants(t, p)
 			checkLabelledVerdicts(t, p, "monitor-wait", "io", "request-timer")
 		})
