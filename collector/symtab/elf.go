@@ -5,6 +5,7 @@ import (
 	"debug/gosym"
 	"encoding/binary"
 	"encoding/hex"
+	"io"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -138,9 +139,9 @@ func buildID(ef *elf.File) string {
 // goTextStart is where the Go function table's addresses count from: the
 // table's own header says so since Go 1.18 (the first Go function, after
 // the C code of a cgo binary), except where the external linker left it
-// 0; then the symbol runtime.text (as cmd/internal/objfile reads it: 256
-// bytes past .text's start in a test program linked by gcc), else the
-// .text section's start.
+// 0; then runtime.firstmoduledata's text (256 bytes past .text's start in
+// a test program linked by gcc; found without the symbol table, which a
+// stripped binary lacks), else the .text section's start.
 func goTextStart(ef *elf.File, pcln []byte, text uint64) uint64 {
 	if len(pcln) >= 32 && pcln[7] == 8 {
 		switch binary.LittleEndian.Uint32(pcln) {
@@ -150,14 +151,37 @@ func goTextStart(ef *elf.File, pcln []byte, text uint64) uint64 {
 			}
 		}
 	}
-	syms, err := ef.Symbols()
-	if err != nil {
-		return text
-	}
-	for _, sym := range syms {
-		if sym.Name == "runtime.text" && sym.Value >= text {
-			return sym.Value
-		}
+	if v, ok := goModuleText(ef); ok {
+		return v
 	}
 	return text
+}
+
+// goModuleText reads moduledata.text: the word after the one that points
+// at the pclntab (pcHeader, at 0) and its slices, minpc and maxpc (at 176,
+// etext at 184), inside .text.
+func goModuleText(ef *elf.File) (uint64, bool) {
+	pcln, text := ef.Section(".gopclntab"), ef.Section(".text")
+	if pcln == nil || text == nil {
+		return 0, false
+	}
+	const chunk = 64 << 10
+	buf := make([]byte, chunk+192)
+	for _, name := range []string{".go.module", ".noptrdata", ".data", ".data.rel.ro"} {
+		sec := ef.Section(name)
+		if sec == nil || sec.Type == elf.SHT_NOBITS {
+			continue
+		}
+		r := sec.Open().(io.ReaderAt)
+		for base := int64(0); base < int64(sec.Size); base += chunk {
+			n, _ := r.ReadAt(buf, base)
+			for off := 0; off+192 <= n && off < chunk; off += 8 {
+				w := func(at int) uint64 { return binary.LittleEndian.Uint64(buf[off+at:]) }
+				if w(0) == pcln.Addr && w(176) >= text.Addr && w(176) < w(184) && w(184) <= text.Addr+text.Size {
+					return w(176), true
+				}
+			}
+		}
+	}
+	return 0, false
 }

@@ -191,7 +191,8 @@ func openSymFile(path string) (*File, error) {
 // where /usr/lib/go-1.19 exists, and OFFCPU_GO_BINARY (a real server).
 // An externally linked Go program: gcc's start-up code comes before
 // runtime.text and the function table's header leaves its start 0. Every
-// function of package main resolves to itself, from its entry to its end.
+// function of package main resolves to itself, from its entry to its end,
+// in the program and in a stripped copy.
 func TestSymbolizeGoExternallyLinked(t *testing.T) {
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("no gcc: external linking needs it")
@@ -210,24 +211,28 @@ func TestSymbolizeGoExternallyLinked(t *testing.T) {
 	if text := ef.Section(".text"); symbolAddr(t, bin, "runtime.text") == text.Addr {
 		t.Fatalf("runtime.text at .text's start %#x: not the layout this checks", text.Addr)
 	}
-	f, err := openSymFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checked := 0
-	for _, sym := range syms {
-		if elf.ST_TYPE(sym.Info) != elf.STT_FUNC || sym.Size == 0 || !strings.HasPrefix(sym.Name, "main.") {
-			continue
+	stripped := bin + ".stripped"
+	build(t, "strip", "-s", "-o", stripped, bin)
+	for _, path := range []string{bin, stripped} {
+		f, err := openSymFile(path)
+		if err != nil {
+			t.Fatal(err)
 		}
-		for _, pc := range []uint64{sym.Value, sym.Value + sym.Size - 1} {
-			if fr, ok := f.Lookup(pc); !ok || (fr.Func != sym.Name && !strings.HasPrefix(fr.Func, sym.Name+".")) {
-				t.Errorf("%#x in %s: %+v, %v", pc, sym.Name, fr, ok)
+		checked := 0
+		for _, sym := range syms {
+			if elf.ST_TYPE(sym.Info) != elf.STT_FUNC || sym.Size == 0 || !strings.HasPrefix(sym.Name, "main.") {
+				continue
 			}
+			for _, pc := range []uint64{sym.Value, sym.Value + sym.Size - 1} {
+				if fr, ok := f.Lookup(pc); !ok || (fr.Func != sym.Name && !strings.HasPrefix(fr.Func, sym.Name+".")) {
+					t.Errorf("%s: %#x in %s: %+v, %v", filepath.Base(path), pc, sym.Name, fr, ok)
+				}
+			}
+			checked++
 		}
-		checked++
-	}
-	if checked < 5 {
-		t.Errorf("%d functions of package main checked, want 5 or more", checked)
+		if checked < 5 {
+			t.Errorf("%s: %d functions of package main checked, want 5 or more", filepath.Base(path), checked)
+		}
 	}
 }
 
