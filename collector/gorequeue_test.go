@@ -10,6 +10,7 @@ import (
 	"github.com/google/pprof/profile"
 	"golang.org/x/exp/trace"
 
+	"github.com/offcpu/offcpu/analysis"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -145,53 +146,63 @@ func offcpuRequeues(p *profile.Profile) (runq map[int64]int64, fnOf map[int64]st
 // goroutines to scan their stacks (runtime.preemptPark): each spinner's
 // time suspended until it ran again (offcpu's waits of reason
 // "preempted") matches the execution trace's (running -> waiting,
-// "preempted", up to running), within 10% and 0.5 ms (5 to 7 suspensions
-// a second here: +0.08%, 0.00%, +0.13%).
+// "preempted", up to running) in count and within 10% and 0.5 ms (5 to 7
+// suspensions a second here: +0.08%, 0.00%, +0.13%).
 func TestGoroutineSuspensionsMatchTrace(t *testing.T) {
 	requireBPF(t)
 	bin := buildGoTestdata(t, "gorequeue", "go")
 	tr := filepath.Join(t.TempDir(), "trace.out")
-	s := recordGoCommand(t, bin, tr, "1s", "gc")
+	s := recordGoCommand(t, bin, tr, "2s", "gc")
 	gp := s.Profiles().Goroutines
 	st := s.Stats().Goroutines
 	t.Logf("goroutine stats %+v", *st)
 	if st.Suspends == 0 || st.LostParks+st.LostWaits+st.LostStack != 0 {
 		t.Fatalf("suspends %d (want some), lost %d/%d/%d", st.Suspends, st.LostParks, st.LostWaits, st.LostStack)
 	}
-	want := traceSuspensions(t, tr)
-	got, fnOf := offcpuSuspensions(gp)
+	want, wantN := traceSuspensions(t, tr)
+	got, gotN, fnOf := offcpuSuspensions(gp)
 	var total int64
 	for _, fn := range []string{"main.spinA", "main.spinB"} {
-		var g, w int64
+		var g, w, gn, wn int64
 		for goid, f := range fnOf {
 			if f == fn {
-				g += got[goid]
-				w += want[goid]
+				g, w, gn, wn = g+got[goid], w+want[goid], gn+gotN[goid], wn+wantN[goid]
 			}
 		}
-		diff := float64(g-w) / float64(max(w, 1))
-		t.Logf("%-12s trace %8.3f ms suspended  offcpu %8.3f ms  %+6.2f%%", fn, float64(w)/1e6, float64(g)/1e6, 100*diff)
-		if math.Abs(float64(g-w)) > 0.1*float64(w)+5e5 {
-			t.Errorf("%s: offcpu %.3f ms suspended by the GC, trace %.3f ms", fn, float64(g)/1e6, float64(w)/1e6)
+		t.Logf("%-12s trace %8.3f ms suspended in %d  offcpu %8.3f ms in %d", fn, float64(w)/1e6, wn, float64(g)/1e6, gn)
+		if math.Abs(float64(g-w)) > 0.1*float64(w)+5e5 || gn != wn {
+			t.Errorf("%s: offcpu %.3f ms suspended by the GC in %d, trace %.3f ms in %d", fn, float64(g)/1e6, gn, float64(w)/1e6, wn)
 		}
-		total += w
+		total += wn
 	}
-	if total < int64(time.Millisecond) {
-		t.Errorf("the spinners were suspended %v in all (trace): too little to compare", time.Duration(total))
+	if total < 3 {
+		t.Errorf("the spinners were suspended %d times (trace): too few to compare", total)
+	}
+	// Analyzed, it is the GC's: blocked, category gc.
+	r, err := analysis.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
 	}
 	d := loadRecorded(t, gp)
+	analysis.Analyze(d, r, analysis.Options{})
 	for i := range d.Stacks {
-		if st := &d.Stacks[i]; st.Reason == "preempted" && GoReasonClass(st.Reason) != "gc" {
-			t.Errorf("a GC suspension classed %q", GoReasonClass(st.Reason))
+		st := &d.Stacks[i]
+		if st.Reason != "preempted" || st.WaitsForCPU() {
+			continue
+		}
+		if cat := r.Categorize(st)[0]; cat != "gc" || GoReasonClass(st.Reason) != "gc" {
+			t.Errorf("a GC suspension of %v: category %q, class %q", time.Duration(st.Value), cat, GoReasonClass(st.Reason))
 		}
 	}
 }
 
-// traceSuspensions sums, by goroutine, an execution trace's time from a
-// park of reason "preempted" (the collector's suspension) until it runs.
-func traceSuspensions(t *testing.T, path string) map[int64]int64 {
+// traceSuspensions sums and counts, by goroutine, an execution trace's
+// time from a park of reason "preempted" (the collector's suspension)
+// until it runs.
+func traceSuspensions(t *testing.T, path string) (ns, n map[int64]int64) {
 	r := openTrace(t, path)
-	out, since := map[int64]int64{}, map[trace.GoID]trace.Time{}
+	ns, n = map[int64]int64{}, map[int64]int64{}
+	since := map[trace.GoID]trace.Time{}
 	for {
 		ev, err := r.ReadEvent()
 		if err != nil {
@@ -207,23 +218,26 @@ func traceSuspensions(t *testing.T, path string) map[int64]int64 {
 			since[id] = ev.Time()
 		case to == trace.GoRunning:
 			if at, ok := since[id]; ok {
-				out[int64(id)] += int64(ev.Time() - at)
+				ns[int64(id)] += int64(ev.Time() - at)
+				n[int64(id)]++
 				delete(since, id)
 			}
 		}
 	}
-	return out
+	return ns, n
 }
 
-// offcpuSuspensions sums the goroutine profile's waits of reason
-// "preempted" by goroutine, named as offcpuRequeues names them.
-func offcpuSuspensions(p *profile.Profile) (map[int64]int64, map[int64]string) {
-	out := map[int64]int64{}
+// offcpuSuspensions sums and counts the goroutine profile's waits of
+// reason "preempted" by goroutine, named as offcpuRequeues names them.
+func offcpuSuspensions(p *profile.Profile) (ns, n map[int64]int64, fnOf map[int64]string) {
+	ns, n = map[int64]int64{}, map[int64]int64{}
 	for _, s := range p.Sample {
 		if s.Label[schema.LabelReason][0] == "preempted" {
-			out[s.NumLabel[schema.LabelGoid][0]] += s.Value[0] + s.Value[1]
+			g := s.NumLabel[schema.LabelGoid][0]
+			ns[g] += s.Value[0] + s.Value[1]
+			n[g] += s.Value[2]
 		}
 	}
-	_, fnOf := offcpuRequeues(p)
-	return out, fnOf
+	_, fnOf = offcpuRequeues(p)
+	return ns, n, fnOf
 }
