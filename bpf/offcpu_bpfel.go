@@ -358,6 +358,9 @@ type OffcpuTctxProc struct {
 	GoLayout uint8
 	Pad      uint8
 	GoGc     uint64
+	GoM      uint16
+	GoCurg   uint16
+	Pad2     uint32
 }
 
 type OffcpuThreadCpu struct {

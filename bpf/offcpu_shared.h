@@ -396,6 +396,9 @@ struct tctx_proc {
 	u8 go_layout;
 	u8 pad;
 	u64 go_gc; /* runtime.memstats.numgc's address; 0: not known */
+	u16 go_m;    /* g.m's offset */
+	u16 go_curg; /* m.curg's offset; 0: not known */
+	u32 pad2;
 };
 
 /* The record's fixed head (28 bytes) and its attributes: key index,

@@ -145,11 +145,18 @@ __attribute__((noinline)) u64 tctx_read(u32 tgid)
 	if (!tp)
 		return 0;
 	if (p->go_labels) {
-		/* In a system call, or preempted, g is the goroutine the thread
-		 * runs; parked or idle, its g0, which has no labels. */
+		/* The goroutine the thread runs: m.curg, also on the system
+		 * stack (g0) on its behalf (exitsyscall taking a P, a lock in
+		 * the runtime); none when parked or idle (dropg). */
 		u64 g = 0, lp = 0;
 		if (bpf_probe_read_user(&g, 8, (void *)(tp + p->offset)) || !g)
 			return 0;
+		if (p->go_curg) {
+			u64 m = 0;
+			if (bpf_probe_read_user(&m, 8, (void *)(g + p->go_m)) || !m ||
+			    bpf_probe_read_user(&g, 8, (void *)(m + p->go_curg)) || !g)
+				return 0;
+		}
 		if (bpf_probe_read_user(&lp, 8, (void *)(g + p->go_labels)) || !lp)
 			return 0;
 		u64 id = go_link_read(tgid, lp, p->go_layout, go_gc_cycles(p->go_gc));

@@ -220,7 +220,7 @@ func spanTimes(p *profile.Profile, bi, ri int) (bySpan map[string]*spanSum, byRo
 
 // checkSpanTimes: every request that waited over 1 ms has its span, with
 // its route; the 20 that waited most are within 5% of their own clocks
-// (Go's thread view, goThreads: two may miss),
+// (Go's thread view, goThreads: surplus run-queue time logged),
 // each route within routeTol. With deferred walks, as many requests as
 // the kernel ran no program for a switch-in of (missedIns: their walk
 // never ran) may lack their span. A request of route mayNotPark (a lock taken
@@ -328,17 +328,15 @@ func checkSpanTimes(t *testing.T, reqs []labelledRequest, bySpan map[string]*spa
 		// by that clock select those requests: logged, the routes checked.
 		if (gcEach || testenv.Scale() > 1) && math.Abs(d) > 0.05 {
 			t.Logf("span %s (%s): offcpu %v (%v on no thread), the request's own %v: %+.1f%% (emulated or collecting: not checked)", r.Span, r.Route, time.Duration(got), time.Duration(v.threadless), time.Duration(r.Wait), 100*d)
-		} else if goThreads && math.Abs(d) > 0.05 && over <= 2 {
-			// Go's thread view: a thread's waits carry its goroutine's
-			// labels, not the goroutine's time on no thread nor on the CPU.
-			// In CI's host run two of a run's top 20 read -43% and -55%
-			// (routes -1.6% and -0.5%); here, idle, one of six runs read
-			// -44% (a 3 ms nanosleep blocked 6.0 ms of its 10.7 ms clock,
-			// nothing else of its thread labelled; no wait for a P nor GC
-			// suspension in the goroutine profile). Not explained yet: two
-			// may miss, logged, a third fails; the routes hold to 2%.
-			t.Logf("span %s (%s): offcpu %v (blocked %v, %v on no thread), the request's own %v: %+.1f%% (two may miss)", r.Span, r.Route, time.Duration(got), time.Duration(v.blocked), time.Duration(v.threadless), time.Duration(r.Wait), 100*d)
-		} else if math.Abs(d) > 0.10 || (math.Abs(d) > 0.05 && over > 1) {
+		} else if goThreads && d > 0.05 && v.blocked <= r.Wait+max(r.Wait/20, int64(time.Millisecond)) {
+			// Go's thread view under load: a thread preempted just after
+			// its request's clock, its goroutine's labels still on (+12%
+			// to +28% with two CPU burners): run-queue time, logged.
+			over--
+			t.Logf("span %s (%s): offcpu %v (blocked %v), the request's own %v: %+.1f%% (waiting for a CPU after its clock)", r.Span, r.Route, time.Duration(got), time.Duration(v.blocked), time.Duration(r.Wait), 100*d)
+		} else if math.Abs(d) > 0.05 && (over > 1 || (math.Abs(d) > 0.10 && !goThreads)) {
+			// Go's thread view: one may miss by more than 10% (one of 32
+			// subtests read -12.9% with two CPU burners).
 			t.Errorf("span %s (%s): offcpu %v (blocked %v, %v on no thread), the request's own %v: %+.1f%%", r.Span, r.Route, time.Duration(got), time.Duration(v.blocked), time.Duration(v.threadless), time.Duration(r.Wait), 100*d)
 		}
 		checked++

@@ -380,7 +380,7 @@ func tctxLocate(pid uint32, f *tctxFile, bias uint64) (bpf.OffcpuTctxProc, error
 	case tlsLocalExec:
 		return bpf.OffcpuTctxProc{Offset: f.offset}, nil
 	case tlsGo:
-		v := bpf.OffcpuTctxProc{Offset: f.offset, GoLabels: f.goLabels, GoLayout: f.goLayout}
+		v := bpf.OffcpuTctxProc{Offset: f.offset, GoLabels: f.goLabels, GoLayout: f.goLayout, GoM: f.goM, GoCurg: f.goCurg}
 		if f.goGC != 0 {
 			v.GoGc = bias + f.goGC
 		}

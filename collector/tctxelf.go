@@ -50,10 +50,12 @@ type tctxFile struct {
 	load   uint64 // the page of the first loadable segment: where a mapping at offset 0 starts
 
 	// A Go executable (tlsGo): g.labels' offset and layout (GO_LABELS_*),
-	// runtime.memstats.numgc's address in the file (0: not found).
-	goLabels uint16
-	goLayout uint8
-	goGC     uint64
+	// runtime.memstats.numgc's address in the file (0: not found), g.m's
+	// and m.curg's offsets.
+	goLabels    uint16
+	goLayout    uint8
+	goGC        uint64
+	goM, goCurg uint16
 }
 
 // errNoTctx: the file does not define otel_thread_ctx_v1.
@@ -213,7 +215,7 @@ func goTctxFile(r io.ReaderAt, ef *elf.File) (*tctxFile, error) {
 		return nil, err
 	}
 	return &tctxFile{access: tlsGo, offset: g, load: firstLoad(ef), goLabels: uint16(off.Labels), goLayout: uint8(layout),
-		goGC: goGCCycles(ef, bi.GoVersion, numgc)}, nil
+		goGC: goGCCycles(ef, bi.GoVersion, numgc), goM: uint16(off.M), goCurg: uint16(off.M_curg)}, nil
 }
 
 // goTLSOffset: where a Go thread's current g is, from the thread pointer
