@@ -392,11 +392,13 @@ func (cc *clientConn) handle(typ byte, body []byte) {
 			}
 			(*h)[sec].RecordValue(max((now-sent)/1000, 1))
 		}
-		p.inflight.Add(-1)
-		p.thread.wake.Notify()
+		// Counted before its slot is freed: a run reads published once
+		// nothing is in flight (CI read 19999 published, 20000 delivered).
 		cc.cl.pubTopic[p.topic].Add(1)
 		cc.cl.published.Add(1)
 		cc.cl.pubEnded.Store(now)
+		p.inflight.Add(-1)
+		p.thread.wake.Notify()
 	case cmdMessage:
 		cc.mu.Lock()
 		c := cc.consumers[u32(body, 0)]
