@@ -428,7 +428,10 @@ func TestGoThreadLabels(t *testing.T) {
 		// profile's waits on no thread (for a P, the GC's suspensions),
 		// labelled, count too: with two CPU burners here, spans read -64%
 		// and -66% without them (5.4 and 6.0 ms waiting for a P).
-		c.opts.Goroutines = true
+		// Emulated, its traps are slow (92 s for the test in a 6.12 guest,
+		// 32 s in an earlier run without), under tolerances that hold
+		// without them.
+		c.opts.Goroutines = testenv.Scale() == 1 || name == "gc-each-request"
 		t.Run(name, func(t *testing.T) {
 			if name == "gc-each-request" {
 				t.Setenv("GOLABELS_GC", "1")
@@ -454,11 +457,11 @@ func TestGoThreadLabels(t *testing.T) {
 				t.Errorf("thread context: %+v for %d requests", *st, len(reqs))
 			}
 			bySpan, byRoute, routeOf := spanTimes(p, 3, 4)
-			gp := s.Profiles().Goroutines
-			if gp == nil {
+			if gp := s.Profiles().Goroutines; gp != nil {
+				addThreadless(bySpan, byRoute, routeOf, gp)
+			} else if c.opts.Goroutines {
 				t.Fatal("no goroutine profile")
 			}
-			addThreadless(bySpan, byRoute, routeOf, gp)
 			// Emulated (one vCPU): a thread back from its system call may
 			// find no P and wait for one on g0, unlabelled, inside the
 			// request's clock. With GOMAXPROCS 1 that read -8% to -21%

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/exp/trace"
 
 	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/internal/testenv"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -79,19 +80,9 @@ func checkRequeues(t *testing.T, s *Session, tr string) {
 // after running (preempted, yielded) or a system call (its P lost), and
 // says which goroutines the trace saw created.
 func traceRequeues(t *testing.T, path string) (runnable map[int64]int64, created map[int64]bool) {
-	r := openTrace(t, path)
 	runnable, created = map[int64]int64{}, map[int64]bool{}
 	since := map[trace.GoID]trace.Time{}
-	for {
-		ev, err := r.ReadEvent()
-		if err != nil {
-			break
-		}
-		st, from, to, ok := goTransition(&ev)
-		if !ok {
-			continue
-		}
-		id := st.Resource.Goroutine()
+	eachGoTransition(t, path, func(ev *trace.Event, st trace.StateTransition, id trace.GoID, from, to trace.GoState) {
 		switch {
 		case from == trace.GoNotExist && to == trace.GoRunnable:
 			created[int64(id)] = true
@@ -103,7 +94,7 @@ func traceRequeues(t *testing.T, path string) (runnable map[int64]int64, created
 				delete(since, id)
 			}
 		}
-	}
+	})
 	return runnable, created
 }
 
@@ -143,11 +134,12 @@ func offcpuRequeues(p *profile.Profile) (runq map[int64]int64, fnOf map[int64]st
 }
 
 // With a collection in a loop on two Ps, the collector suspends running
-// goroutines to scan their stacks (runtime.preemptPark): each spinner's
+// goroutines to scan their stacks (runtime.preemptPark): each one's
 // time suspended until it ran again (offcpu's waits of reason
 // "preempted") matches the execution trace's (running -> waiting,
-// "preempted", up to running) in count and within 10% and 0.5 ms (5 to 7
-// suspensions a second here: +0.08%, 0.00%, +0.13%).
+// "preempted", up to running) in count and within 10% and 0.5 ms, for
+// every goroutine suspended (6 to 9 for each spinner here, 0.08 ms apart
+// at most).
 func TestGoroutineSuspensionsMatchTrace(t *testing.T) {
 	requireBPF(t)
 	bin := buildGoTestdata(t, "gorequeue", "go")
@@ -161,22 +153,32 @@ func TestGoroutineSuspensionsMatchTrace(t *testing.T) {
 	}
 	want, wantN := traceSuspensions(t, tr)
 	got, gotN, fnOf := offcpuSuspensions(gp)
+	// Every goroutine suspended, by either: on one emulated CPU the
+	// spinners were never caught running (the 6.1 guest's five went to
+	// others).
+	goids := map[int64]bool{}
+	for goid := range wantN {
+		goids[goid] = true
+	}
+	for goid := range gotN {
+		goids[goid] = true
+	}
 	var total int64
-	for _, fn := range []string{"main.spinA", "main.spinB"} {
-		var g, w, gn, wn int64
-		for goid, f := range fnOf {
-			if f == fn {
-				g, w, gn, wn = g+got[goid], w+want[goid], gn+gotN[goid], wn+wantN[goid]
-			}
-		}
-		t.Logf("%-12s trace %8.3f ms suspended in %d  offcpu %8.3f ms in %d", fn, float64(w)/1e6, wn, float64(g)/1e6, gn)
+	for goid := range goids {
+		g, w, gn, wn := got[goid], want[goid], gotN[goid], wantN[goid]
+		t.Logf("goroutine %d %-16s trace %8.3f ms suspended in %d  offcpu %8.3f ms in %d", goid, fnOf[goid], float64(w)/1e6, wn, float64(g)/1e6, gn)
 		if math.Abs(float64(g-w)) > 0.1*float64(w)+5e5 || gn != wn {
-			t.Errorf("%s: offcpu %.3f ms suspended by the GC in %d, trace %.3f ms in %d", fn, float64(g)/1e6, gn, float64(w)/1e6, wn)
+			t.Errorf("goroutine %d (%s): offcpu %.3f ms suspended by the GC in %d, trace %.3f ms in %d", goid, fnOf[goid], float64(g)/1e6, gn, float64(w)/1e6, wn)
 		}
 		total += wn
 	}
-	if total < 3 {
-		t.Errorf("the spinners were suspended %d times (trace): too few to compare", total)
+	// Here 12 to 17 in all; one emulated CPU (a 6.1 guest) caught 5.
+	least := int64(3)
+	if testenv.Scale() > 1 {
+		least = 1
+	}
+	if total < least {
+		t.Errorf("%d suspensions in the trace: too few to compare", total)
 	}
 	// Analyzed, it is the GC's: blocked, category gc.
 	r, err := analysis.LoadRules("")
@@ -200,19 +202,9 @@ func TestGoroutineSuspensionsMatchTrace(t *testing.T) {
 // time from a park of reason "preempted" (the collector's suspension)
 // until it runs.
 func traceSuspensions(t *testing.T, path string) (ns, n map[int64]int64) {
-	r := openTrace(t, path)
 	ns, n = map[int64]int64{}, map[int64]int64{}
 	since := map[trace.GoID]trace.Time{}
-	for {
-		ev, err := r.ReadEvent()
-		if err != nil {
-			break
-		}
-		st, from, to, ok := goTransition(&ev)
-		if !ok {
-			continue
-		}
-		id := st.Resource.Goroutine()
+	eachGoTransition(t, path, func(ev *trace.Event, st trace.StateTransition, id trace.GoID, from, to trace.GoState) {
 		switch {
 		case from == trace.GoRunning && to == trace.GoWaiting && st.Reason == "preempted":
 			since[id] = ev.Time()
@@ -223,7 +215,7 @@ func traceSuspensions(t *testing.T, path string) (ns, n map[int64]int64) {
 				delete(since, id)
 			}
 		}
-	}
+	})
 	return ns, n
 }
 

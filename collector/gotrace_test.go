@@ -34,3 +34,19 @@ func goTransition(ev *trace.Event) (st trace.StateTransition, from, to trace.GoS
 	from, to = st.Goroutine()
 	return st, from, to, true
 }
+
+// eachGoTransition calls f with each goroutine state transition of the
+// execution trace at path, in order, up to its end.
+func eachGoTransition(t *testing.T, path string, f func(ev *trace.Event, st trace.StateTransition, id trace.GoID, from, to trace.GoState)) {
+	t.Helper()
+	r := openTrace(t, path)
+	for {
+		ev, err := r.ReadEvent()
+		if err != nil {
+			return
+		}
+		if st, from, to, ok := goTransition(&ev); ok {
+			f(&ev, st, st.Resource.Goroutine(), from, to)
+		}
+	}
+}
