@@ -24,6 +24,7 @@ import (
 	"golang.org/x/exp/trace"
 
 	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/internal/testenv"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -643,10 +644,16 @@ func TestGoroutineWaitsInsideWindow(t *testing.T) {
 	if len(totals) != 4 {
 		t.Fatalf("%d sleeping goroutines recorded, want 4", len(totals))
 	}
+	// Each 1 ms sleep's loop and traps run on the CPU: slowly under
+	// emulation (a 6.1 guest read 97.9% in CI's run of a slow day).
+	least := 0.98
+	if testenv.Scale() > 1 {
+		least = 0.96
+	}
 	for g, ns := range totals {
 		t.Logf("goroutine %d: %.2f ms of a %.2f ms window (%.2f%%)", g, float64(ns)/1e6, float64(window)/1e6, 100*float64(ns)/float64(window))
-		if ns > window || float64(ns) < 0.98*float64(window) {
-			t.Errorf("goroutine %d waited %.2f ms in a %.2f ms window: want at most the window and 98%% of it", g, float64(ns)/1e6, float64(window)/1e6)
+		if ns > window || float64(ns) < least*float64(window) {
+			t.Errorf("goroutine %d waited %.2f ms in a %.2f ms window: want at most the window and %.0f%% of it", g, float64(ns)/1e6, float64(window)/1e6, 100*least)
 		}
 	}
 	t.Logf("%d waits open at the end", open)
