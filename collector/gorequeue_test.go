@@ -137,9 +137,9 @@ func offcpuRequeues(p *profile.Profile) (runq map[int64]int64, fnOf map[int64]st
 // goroutines to scan their stacks (runtime.preemptPark): each one's
 // time suspended until it ran again (offcpu's waits of reason
 // "preempted") matches the execution trace's (running -> waiting,
-// "preempted", up to running) in count and within 10% and 0.5 ms, for
-// every goroutine suspended (6 to 9 for each spinner here, 0.08 ms apart
-// at most).
+// "preempted", up to running) in count and within 10% and 0.5 ms (5 ms a
+// suspension emulated), for every goroutine suspended (6 to 9 for each
+// spinner here, 0.08 ms apart at most).
 func TestGoroutineSuspensionsMatchTrace(t *testing.T) {
 	requireBPF(t)
 	bin := buildGoTestdata(t, "gorequeue", "go")
@@ -163,11 +163,17 @@ func TestGoroutineSuspensionsMatchTrace(t *testing.T) {
 	for goid := range gotN {
 		goids[goid] = true
 	}
+	// One emulated CPU may preempt a thread between the probe's stamp and
+	// the tracer's: -3.3 to +0.7 ms a suspension in a 6.1 guest.
 	var total int64
 	for goid := range goids {
 		g, w, gn, wn := got[goid], want[goid], gotN[goid], wantN[goid]
 		t.Logf("goroutine %d %-16s trace %8.3f ms suspended in %d  offcpu %8.3f ms in %d", goid, fnOf[goid], float64(w)/1e6, wn, float64(g)/1e6, gn)
-		if math.Abs(float64(g-w)) > 0.1*float64(w)+5e5 || gn != wn {
+		slack := 5e5
+		if testenv.Scale() > 1 {
+			slack = 5e6 * float64(wn)
+		}
+		if math.Abs(float64(g-w)) > 0.1*float64(w)+slack || gn != wn {
 			t.Errorf("goroutine %d (%s): offcpu %.3f ms suspended by the GC in %d, trace %.3f ms in %d", goid, fnOf[goid], float64(g)/1e6, gn, float64(w)/1e6, wn)
 		}
 		total += wn
