@@ -213,14 +213,16 @@ func (r *goRecorder) attach(pid uint32, exe string, rt *goRuntime) error {
 	if err != nil {
 		return fmt.Errorf("uprobe on runtime.casgstatus: %w", err)
 	}
-	r.links[pid] = []link.Link{l}
+	links := []link.Link{l}
 	if rt.preemptPark != 0 {
 		l, err := ex.Uprobe("runtime.preemptPark", r.objs.GoPreemptPark, &link.UprobeOptions{Address: rt.preemptPark, PID: int(pid)})
 		if err != nil {
+			closeLinks(links)
 			return fmt.Errorf("uprobe on runtime.preemptPark: %w", err)
 		}
-		r.links[pid] = append(r.links[pid], l)
+		links = append(links, l)
 	}
+	r.links[pid] = links
 	return nil
 }
 
