@@ -37,8 +37,7 @@ func Analyze(d *Data, r *Rules, o Options) *Report {
 	if o.Top == 0 {
 		o.Top = 10
 	}
-	markChainWaits(d.Stacks, r)
-	markPassedOn(d.Stacks, r)
+	Judge(d.Stacks, r)
 	a := newAnalyzer(d, r, o)
 	for i := range d.Stacks {
 		s := &d.Stacks[i]

@@ -19,6 +19,6 @@ dispatch core, written as a Measurements report.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRecordCmd(), newDispatchCmd(), newAnalyzeCmd(), newDiffCmd(), newBenchCmd(), newFlamegraphCmd(), newKernelCmd())
+	root.AddCommand(newRecordCmd(), newDispatchCmd(), newAnalyzeCmd(), newDiffCmd(), newBenchCmd(), newFlamegraphCmd(), newKernelCmd(), newExpectCmd())
 	return root
 }
