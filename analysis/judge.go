@@ -5,6 +5,7 @@ package analysis
 // a wait chain, the wake-ups passed on by idle peers. Analyze calls it;
 // so does whoever categorizes stacks one by one (Rules.Categorize).
 func Judge(stacks []Stack, r *Rules) {
+	markLoops(stacks, r)
 	markChainWaits(stacks, r)
 	markPassedOn(stacks, r)
 }

@@ -30,7 +30,7 @@ func (r *Rules) Categorize(s *Stack) []string {
 // ruleInput is all that rules and verdicts read of a stack.
 func ruleInput(s *Stack) string {
 	var b strings.Builder
-	for _, f := range []string{s.Kind, s.Thread, s.State, s.Reason, s.WakerRelation(), s.Class, s.InRequestWhy} {
+	for _, f := range []string{s.Kind, s.Thread, s.State, s.Reason, s.WakerRelation(), s.Class, s.InRequestWhy, s.Loop} {
 		b.WriteString(f)
 		b.WriteByte(0)
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
+
+	"github.com/offcpu/offcpu/schema"
 )
 
 //go:embed default_rules.yaml
@@ -75,6 +77,9 @@ type fileRule struct {
 	// CallsApp false: nor does it call one (the wait is not in code the
 	// loop ran for an event).
 	CallsApp *bool `yaml:"calls_app"`
+	// Loop: where the wait lies in its thread's loop (Stack.Loop): top,
+	// beneath, or unknown (the analysis could not tell).
+	Loop []string `yaml:"loop"`
 }
 
 // WakerRelations are who can end an off-CPU interval, relative to the
@@ -128,6 +133,7 @@ type rule struct {
 	passedOn     bool
 	fromApp      *bool
 	callsApp     *bool
+	loop         map[string]bool
 	isApp        func(Frame) bool
 }
 
@@ -367,11 +373,28 @@ func (p *ruleParser) rule(base string, fr fileRule, known map[string]bool) (rule
 		}
 		ru.waker[w] = true
 	}
-	if len(ru.frames) == 0 && len(ru.allFrames) == 0 && ru.innermostApp == nil && ru.threads == nil && ru.states == nil && len(ru.reasons) == 0 &&
+	for j, l := range fr.Loop {
+		if l != schema.LoopTop && l != schema.LoopBeneath && l != "unknown" {
+			return rule{}, fmt.Errorf("%s: unknown loop place %q (top, beneath or unknown)", p.at(fmt.Sprintf("%s.loop[%d]", base, j)), l)
+		}
+		if ru.loop == nil {
+			ru.loop = map[string]bool{}
+		}
+		ru.loop[l] = true
+	}
+	if len(ru.frames) == 0 && len(ru.allFrames) == 0 && ru.innermostApp == nil && ru.loop == nil && ru.threads == nil && ru.states == nil && len(ru.reasons) == 0 &&
 		len(ru.wakerFrames) == 0 && ru.wakerClasses == nil && ru.waker == nil && !ru.inRequest && !ru.dispatching && !ru.inTrace && !ru.passedOn {
-		return rule{}, fmt.Errorf("%s: rule for %s matches everything: give frames, all_frames, innermost_app, threads, states, reasons or a waker condition", p.at(base), fr.Category)
+		return rule{}, fmt.Errorf("%s: rule for %s matches everything: give frames, all_frames, innermost_app, threads, states, reasons, loop or a waker condition", p.at(base), fr.Category)
 	}
 	return ru, nil
+}
+
+// loopPlace is Stack.Loop, "unknown" where the analysis could not tell.
+func loopPlace(s *Stack) string {
+	if s.Loop == "" {
+		return "unknown"
+	}
+	return s.Loop
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
@@ -428,7 +451,9 @@ func (r *Rules) verdict(s *Stack, inner string) *rule {
 		return nil
 	}
 	for i := range r.verdicts {
-		if v := &r.verdicts[i]; v.matches(s, inner) {
+		// Beneath a work item a wait is blocked whatever ended it: the
+		// waker says only what it waited for.
+		if v := &r.verdicts[i]; (s.Loop != schema.LoopBeneath || !r.IsIdle(v.category)) && v.matches(s, inner) {
 			v.hits.Add(1)
 			return v
 		}
@@ -453,6 +478,9 @@ func (ru *rule) matches(s *Stack, inner string) bool {
 		return false
 	}
 	if ru.waker != nil && !ru.waker[s.WakerRelation()] {
+		return false
+	}
+	if ru.loop != nil && !ru.loop[loopPlace(s)] {
 		return false
 	}
 	if ru.inRequest && !s.InRequest {
@@ -579,87 +607,4 @@ func NormalizeFrame(name string) string {
 		n = a
 	}
 	return n
-}
-
-// Explain tells, line by line, how the rules read a stack: which frames
-// are application code, which rules match and through which frame, the
-// first match, and whether the time counts as idle or blocked.
-func (r *Rules) Explain(s *Stack) []string {
-	var out []string
-	var app []string
-	for _, f := range s.Frames {
-		if r.IsApp(f) {
-			app = append(app, f.Name)
-		}
-	}
-	inner := r.InnermostApp(s)
-	if inner == "" {
-		out = append(out, "application frames: none (every frame is kernel, runtime, libc or event-loop machinery: see application.not and not_modules)")
-	} else {
-		out = append(out, fmt.Sprintf("application frames: %s; innermost: %s", strings.Join(app, ", "), inner))
-	}
-	first := ""
-	for i, ru := range r.rules {
-		if !ru.matches(s, inner) {
-			continue
-		}
-		why := ru.why(s)
-		if first == "" {
-			first = ru.category
-		}
-		out = append(out, fmt.Sprintf("rule %d (%s) matches%s", i+1, ru.category, why))
-	}
-	if first == "" {
-		first = "other"
-		out = append(out, "no rule matches: other")
-	}
-	out = append(out, r.explainWaker(s)...)
-	if cs := r.Categorize(s); cs[0] != first {
-		out = append(out, fmt.Sprintf("the waker disagrees with the waiter's frames (%s is %s, %s is %s): the waker wins", first, idleWord(r.IsIdle(first)), cs[0], idleWord(r.IsIdle(cs[0]))))
-		first = cs[0]
-	}
-	verdict := "blocked time with an application frame"
-	switch {
-	case s.WaitsForCPU():
-		verdict = s.State + ": runnable, waiting for a CPU, not blocked"
-	case r.IsIdle(first):
-		verdict = "idle: " + first + " waits for work and is never counted as blocked"
-	case inner == "":
-		verdict = "off-CPU without an application frame: not in the blocked figure"
-	}
-	out = append(out, fmt.Sprintf("first match: %s; counts as %s", first, verdict))
-	return out
-}
-
-func idleWord(idle bool) string {
-	if idle {
-		return "idle"
-	}
-	return "blocked"
-}
-
-// explainWaker tells who ended the wait and which verdict its side
-// gives.
-func (r *Rules) explainWaker(s *Stack) []string {
-	if s.Kind != KindOffCPU || s.WaitsForCPU() {
-		return nil
-	}
-	rel := s.WakerRelation()
-	if rel == "none" {
-		return []string{"waker: none recorded (not woken inside the window, or wake-ups off)"}
-	}
-	who := fmt.Sprintf("waker: %s (%s", s.Waker, rel)
-	if s.Class != "" {
-		who += ", wake-up class " + s.Class
-	}
-	who += ")"
-	out := []string{who}
-	if len(s.WakerFrames) > 0 {
-		out = append(out, "waker stack: "+(&Stack{Frames: s.WakerFrames}).Folded())
-	}
-	v := r.verdict(s, r.InnermostApp(s))
-	if v == nil {
-		return append(out, "no verdict matches the waker")
-	}
-	return append(out, fmt.Sprintf("verdict %s (%s, %s)%s", v.at, v.category, idleWord(r.IsIdle(v.category)), v.why(&Stack{Frames: s.WakerFrames, Class: s.Class, State: s.State, InRequestWhy: s.InRequestWhy, Links: s.Links})))
 }

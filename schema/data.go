@@ -69,6 +69,10 @@ type Stack struct {
 	// it passed on input it received (a listener handing a connection to a
 	// pooled thread), which is a hand-off, not a release.
 	WakerDispatching bool
+	// Loop: where the wait lies in its thread's loop, found by the
+	// analysis from the thread's own waits (LoopTop, LoopBeneath, or ""
+	// where it cannot tell); LoopWhy says which wait is the top and why.
+	Loop, LoopWhy string
 	// WakerPassedOn: the waker had been waiting at this same place through
 	// most of this wait, idle there, and passed the wake-up on, handing no
 	// work (set by the analysis: it needs the waker's own waits judged).
@@ -95,6 +99,13 @@ type Stack struct {
 	// input); several stacks share one when its wait for a CPU is split.
 	Sample *profile.Sample
 }
+
+// Where a wait lies in its thread's loop (Stack.Loop): at the top, where
+// the thread waits between work items, or beneath a work item.
+const (
+	LoopTop     = "top"
+	LoopBeneath = "beneath"
+)
 
 // StateRunQueue is the state of the part of an off-CPU interval after its
 // wake-up, waiting for a CPU; with "preempted" it is not blocked time.
