@@ -102,6 +102,9 @@ type Select struct {
 	// e.g. analysis.Rules.AppBlocked: blocked time with an application
 	// frame, without idle loops and pools or runnable threads.
 	Keep func(*schema.Stack) bool
+	// Judge, if set, sees all of a load's pprof stacks before Keep: what
+	// Keep decides may rest on a thread's other waits (its top of loop).
+	Judge func([]schema.Stack)
 }
 
 // apply drops the stacks of other threads and shortens names.
@@ -167,6 +170,9 @@ func Load(sampleType string, sel Select, paths ...string) (*Profile, error) {
 			return nil, err
 		}
 		if sel.Keep != nil && kind == schema.KindOffCPU {
+			if sel.Judge != nil {
+				sel.Judge(d.Stacks)
+			}
 			kept := d.Stacks[:0]
 			for i := range d.Stacks {
 				if sel.Keep(&d.Stacks[i]) {

@@ -75,6 +75,28 @@ type Categorizer interface {
 	IsIdle(category string) bool
 }
 
+// loopIndexer is a Categorizer whose verdicts rest on each thread's top
+// of loop: every off-CPU stack of a profile is observed, then each is
+// marked before it is categorized (analysis.Rules).
+type loopIndexer interface {
+	LoopIndex() interface {
+		Observe(*schema.Stack)
+		Mark(*schema.Stack)
+	}
+}
+
+// loopIndex observes stacks for c's rules' tops of loop; nil when they
+// have none.
+func (c *Converter) loopIndex(each func(func(*schema.Stack))) interface{ Mark(*schema.Stack) } {
+	li, ok := c.Rules.(loopIndexer)
+	if !ok {
+		return nil
+	}
+	x := li.LoopIndex()
+	each(x.Observe)
+	return x
+}
+
 // Converter builds OTLP profiles. Processes, when set, names a pid's
 // resource; Rules decide each off-CPU stack's category and verdict.
 type Converter struct {
@@ -138,6 +160,7 @@ func stackHash(seed maphash.Seed, st *schema.Stack) uint64 {
 	}
 	h.WriteByte(flags)
 	h.WriteString(st.InRequestWhy)
+	h.WriteString(st.Loop)
 	for _, frames := range [][]schema.Frame{st.Frames, st.WakerFrames} {
 		for _, f := range frames {
 			h.WriteString(f.Name)
@@ -244,6 +267,17 @@ func (c *Converter) entries(off, wake *profile.Profile) ([]entry, error) {
 		}
 		r.Reuse()
 		x := r.RequestIndex(off.Sample)
+		var loops interface{ Mark(*schema.Stack) }
+		if c.Rules != nil {
+			loops = c.loopIndex(func(observe func(*schema.Stack)) {
+				for _, s := range off.Sample {
+					buf = r.Stacks(buf[:0], s)
+					for i := range buf {
+						observe(&buf[i])
+					}
+				}
+			})
+		}
 		for _, s := range off.Sample {
 			buf = r.Stacks(buf[:0], s)
 			for i := range buf {
@@ -258,6 +292,9 @@ func (c *Converter) entries(off, wake *profile.Profile) ([]entry, error) {
 					e.typ = TypeOffCPU
 					if c.Rules != nil {
 						x.Mark(st)
+						if loops != nil {
+							loops.Mark(st)
+						}
 						e.category, e.verdict = c.categorize(st)
 					}
 				default:
@@ -294,10 +331,21 @@ func (c *Converter) goroutineEntries(es []entry, gp *profile.Profile) ([]entry, 
 	if err != nil {
 		return es, fmt.Errorf("reading the goroutine profile: %w", err)
 	}
+	var loops interface{ Mark(*schema.Stack) }
+	if c.Rules != nil {
+		loops = c.loopIndex(func(observe func(*schema.Stack)) {
+			for i := range d.Stacks {
+				observe(&d.Stacks[i])
+			}
+		})
+	}
 	for i := range d.Stacks {
 		st := &d.Stacks[i]
 		if st.Kind != schema.KindOffCPU || st.Sample == nil {
 			continue
+		}
+		if loops != nil {
+			loops.Mark(st)
 		}
 		e := entry{typ: TypeGoroutineBlocked, s: st.Sample, value: st.Value, pid: st.PID}
 		if st.WaitsForCPU() {

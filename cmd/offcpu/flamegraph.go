@@ -81,10 +81,11 @@ func (f *flameFlags) run(cmd *cobra.Command, args []string) error {
 		}
 		sel.Threads = re
 	}
-	st, keep, err := flameSelection(cmd, f.blocked, f.idle, f.cpu, f.wup, f.rules, f.process)
+	st, keep, judge, err := flameSelection(cmd, f.blocked, f.idle, f.cpu, f.wup, f.rules, f.process)
 	if err != nil {
 		return err
 	}
+	sel.Judge = judge
 	if st != "" {
 		sampleType = st
 	}
@@ -128,24 +129,26 @@ func (f *flameFlags) run(cmd *cobra.Command, args []string) error {
 
 // flameSelection turns --blocked, --idle, --cpu, --wakeups and --process
 // into a sample type ("" unchanged) and a stack filter.
-func flameSelection(cmd *cobra.Command, blocked, idle, cpu, wakeups bool, rulesFile, process string) (string, func(*schema.Stack) bool, error) {
+func flameSelection(cmd *cobra.Command, blocked, idle, cpu, wakeups bool, rulesFile, process string) (string, func(*schema.Stack) bool, func([]schema.Stack), error) {
 	var procRE *regexp.Regexp
 	if process != "" {
 		re, err := regexp.Compile("^(?:" + process + ")$")
 		if err != nil {
-			return "", nil, fmt.Errorf("--process: %v", err)
+			return "", nil, nil, fmt.Errorf("--process: %v", err)
 		}
 		procRE = re
 	}
 	if (blocked || idle || cpu || wakeups) && cmd.Flags().Changed("sample-type") {
-		return "", nil, fmt.Errorf("--sample-type and --blocked/--idle/--cpu/--wakeups pick the same thing: give one")
+		return "", nil, nil, fmt.Errorf("--sample-type and --blocked/--idle/--cpu/--wakeups pick the same thing: give one")
 	}
 	var verdict func(*schema.Stack) bool
+	var judge func([]schema.Stack)
 	if blocked || idle {
 		r, err := analysis.LoadRules(rulesFile)
 		if err != nil {
-			return "", nil, err
+			return "", nil, nil, err
 		}
+		judge = func(st []schema.Stack) { analysis.Judge(st, r) }
 		verdict = func(s *schema.Stack) bool {
 			if s.WaitsForCPU() {
 				return false
@@ -162,9 +165,9 @@ func flameSelection(cmd *cobra.Command, blocked, idle, cpu, wakeups bool, rulesF
 	}
 	switch {
 	case cpu:
-		return schema.CPU, keep, nil
+		return schema.CPU, keep, judge, nil
 	case wakeups:
-		return schema.Wakeups, keep, nil
+		return schema.Wakeups, keep, judge, nil
 	}
-	return "", keep, nil
+	return "", keep, judge, nil
 }
