@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -348,5 +350,66 @@ func TestConvertSplit(t *testing.T) {
 	}
 	if got != want || len(pids) != 300 {
 		t.Errorf("the messages hold %d ns of %d processes, want %d of 300", got, len(pids), want)
+	}
+}
+
+// The export judges a profile's waits as analyze does: a wait beneath its
+// thread's top of loop (a Node.js handler's synchronous FIFO read, a Go
+// goroutine's downstream call, both woken by another program or the
+// network)
+// is blocked in both, to the nanosecond.
+func TestConvertLoops(t *testing.T) {
+	rules, err := analysis.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"node", "gunicorn", "goloop.goroutines"} {
+		path := filepath.Join("..", "analysis", "testdata", "corpus", name+".pb.gz")
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := profile.Parse(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &Converter{Rules: rules}
+		typ := TypeOffCPU
+		var es []entry
+		if strings.HasSuffix(name, ".goroutines") {
+			typ = TypeGoroutineBlocked
+			es, err = c.goroutineEntries(nil, p)
+		} else {
+			es, err = c.entries(p, nil)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got int64
+		for _, e := range es {
+			if e.typ == typ && e.verdict == verdictBlocked {
+				got += e.value
+			}
+		}
+		d, err := analysis.Load(schema.FoldedNanoseconds, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		analysis.Judge(d.Stacks, rules)
+		var want, beneath int64
+		for i := range d.Stacks {
+			s := &d.Stacks[i]
+			if s.Kind == schema.KindOffCPU && !s.WaitsForCPU() && !rules.IsIdle(rules.Categorize(s)[0]) {
+				want += s.Value
+				if s.Loop == schema.LoopBeneath {
+					beneath += s.Value
+				}
+			}
+		}
+		t.Logf("%s: blocked %d ns exported, %d ns analyzed (%d ns beneath a top of loop)", name, got, want, beneath)
+		if got != want || beneath == 0 {
+			t.Errorf("%s: blocked %d ns exported, %d ns analyzed (%d beneath a top of loop): want equal, some beneath", name, got, want, beneath)
+		}
 	}
 }
