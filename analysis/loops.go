@@ -18,21 +18,30 @@ import (
 // other wait of a server thread, and every wait beneath the top of any
 // thread, is beneath a work item.
 //
-// A loop unit is a thread or a goroutine. (Goroutines of one start
-// function are not pooled: a wrapper that starts every goroutine of a
-// program would make one unit of its loops.)
-type loopKey struct {
-	pid, tid, goid int64
+// A loop unit is a thread, or goroutines of one start function in a
+// process that wait at a common site (a pool of connection goroutines
+// loops as one; goroutines that a wrapper starts for unrelated loops
+// share no site and stay apart).
+type poolKey struct {
+	pid, tid int64
+	start    string
 }
 
 type loopSite struct {
-	path    []string // user frames, root first, to the innermost application frame
-	ns, n   int64
-	woken   int64 // waits some recorded waker ended
-	input   int64 // of them, by another program or the network
-	ids     map[int64]bool
-	example *Stack
-	top     bool
+	path  []string // user frames, root first, to the innermost application frame
+	ns, n int64
+	woken int64 // waits some recorded waker ended
+	input int64 // of them, by another program or the network
+	ids   int   // threads or goroutines that waited there
+	top   bool
+}
+
+func (s *loopSite) add(o *loopSite) {
+	s.ns += o.ns
+	s.n += o.n
+	s.woken += o.woken
+	s.input += o.input
+	s.ids++
 }
 
 type loopUnit struct {
@@ -40,6 +49,13 @@ type loopUnit struct {
 	ns, n  int64
 	tops   []*loopSite
 	server bool // its top is a wait for input: it serves another program
+}
+
+// loopPool is what was observed of one pool: each thread's or
+// goroutine's waits by site, and, once found, the unit each belongs to.
+type loopPool struct {
+	byID   map[int64]map[string]*loopSite
+	unitOf map[int64]*loopUnit
 }
 
 // loopMinShare: a site holding less of its unit's waits and time than
@@ -61,12 +77,12 @@ func markLoops(stacks []Stack, r *Rules) {
 // Mark each.
 type LoopIndex struct {
 	r     *Rules
-	units map[loopKey]*loopUnit
+	pools map[poolKey]*loopPool
 	found bool
 }
 
 // NewLoopIndex returns an empty index judged with r's application frames.
-func NewLoopIndex(r *Rules) *LoopIndex { return &LoopIndex{r: r, units: map[loopKey]*loopUnit{}} }
+func NewLoopIndex(r *Rules) *LoopIndex { return &LoopIndex{r: r, pools: map[poolKey]*loopPool{}} }
 
 // LoopIndex lets a reader that takes the rules as an interface find the
 // tops of loop (otlp.Categorizer).
@@ -77,35 +93,39 @@ func (r *Rules) LoopIndex() interface {
 	return NewLoopIndex(r)
 }
 
-func (x *LoopIndex) unitOf(s *Stack) *loopUnit {
-	k := loopKey{pid: s.PID, tid: s.TID}
+func poolOf(s *Stack) (poolKey, int64) {
 	if s.Goid > 0 {
-		k = loopKey{pid: s.PID, goid: s.Goid}
+		return poolKey{pid: s.PID, start: s.Thread}, s.Goid
 	}
-	u := x.units[k]
-	if u == nil {
-		u = &loopUnit{sites: map[string]*loopSite{}}
-		x.units[k] = u
-	}
-	return u
+	return poolKey{pid: s.PID, tid: s.TID}, s.TID
 }
 
 func loopWait(s *Stack) bool {
 	return s.Kind == KindOffCPU && !s.WaitsForCPU() && (s.TID != 0 || s.Goid > 0)
 }
 
-// Observe notes a wait of s's unit at s's site.
+// Observe notes a wait of s's thread or goroutine at s's site.
 func (x *LoopIndex) Observe(s *Stack) {
 	if !loopWait(s) {
 		return
 	}
-	u := x.unitOf(s)
+	k, id := poolOf(s)
+	p := x.pools[k]
+	if p == nil {
+		p = &loopPool{byID: map[int64]map[string]*loopSite{}}
+		x.pools[k] = p
+	}
+	sites := p.byID[id]
+	if sites == nil {
+		sites = map[string]*loopSite{}
+		p.byID[id] = sites
+	}
 	path := appPath(s, x.r)
 	pk := strings.Join(path, ";")
-	site := u.sites[pk]
+	site := sites[pk]
 	if site == nil {
 		site = &loopSite{path: path}
-		u.sites[pk] = site
+		sites[pk] = site
 	}
 	n := max(s.Count, 1)
 	site.ns += s.Value
@@ -116,8 +136,60 @@ func (x *LoopIndex) Observe(s *Stack) {
 			site.input += n
 		}
 	}
-	u.ns += s.Value
-	u.n += n
+}
+
+// units groups a pool's threads or goroutines that share a site (other
+// than the runtime's own, with no application frame) into units.
+func (p *loopPool) units() {
+	parent := map[int64]int64{}
+	var find func(int64) int64
+	find = func(a int64) int64 {
+		for parent[a] != a {
+			parent[a] = parent[parent[a]]
+			a = parent[a]
+		}
+		return a
+	}
+	first := map[string]int64{} // a site's first id
+	for id := range p.byID {
+		parent[id] = id
+	}
+	for id, sites := range p.byID {
+		for pk, s := range sites {
+			if len(s.path) == 0 {
+				continue
+			}
+			if o, ok := first[pk]; ok {
+				parent[find(id)] = find(o)
+			} else {
+				first[pk] = id
+			}
+		}
+	}
+	byRoot := map[int64]*loopUnit{}
+	p.unitOf = map[int64]*loopUnit{}
+	for id, sites := range p.byID {
+		root := find(id)
+		u := byRoot[root]
+		if u == nil {
+			u = &loopUnit{sites: map[string]*loopSite{}}
+			byRoot[root] = u
+		}
+		p.unitOf[id] = u
+		for pk, s := range sites {
+			us := u.sites[pk]
+			if us == nil {
+				us = &loopSite{path: s.path}
+				u.sites[pk] = us
+			}
+			us.add(s)
+			u.ns += s.ns
+			u.n += s.n
+		}
+	}
+	for _, u := range byRoot {
+		u.findTops()
+	}
 }
 
 // Mark sets where s lies in its unit's loop (Stack.Loop), and what
@@ -127,15 +199,20 @@ func (x *LoopIndex) Mark(s *Stack) {
 		return
 	}
 	if !x.found {
-		for _, u := range x.units {
-			u.findTops()
+		for _, p := range x.pools {
+			p.units()
 		}
 		x.found = true
 	}
-	u := x.unitOf(s)
+	k, id := poolOf(s)
+	p := x.pools[k]
+	if p == nil || p.unitOf[id] == nil {
+		return // not observed
+	}
+	u := p.unitOf[id]
 	site := u.sites[strings.Join(appPath(s, x.r), ";")]
 	if site == nil {
-		return // not observed
+		return
 	}
 	s.Loop, s.LoopWhy = u.place(site)
 	switch {
@@ -185,8 +262,9 @@ func beneath(path, top []string) bool {
 func (u *loopUnit) findTops() {
 	var cands []*loopSite
 	for _, s := range u.sites {
-		// A loop's wait recurs; a one-shot goroutine's does not.
-		if len(s.path) == 0 || s.n < 2 ||
+		// A loop's wait recurs: more waits there than threads or
+		// goroutines that made them (a one-shot goroutine's does not).
+		if len(s.path) == 0 || s.n < 2*int64(s.ids) ||
 			(float64(s.n) < loopMinShare*float64(u.n) && float64(s.ns) < loopMinShare*float64(u.ns)) {
 			continue
 		}
