@@ -8,6 +8,8 @@ import (
 )
 
 // waits is n waits of one stack by one thread (tid) or goroutine (goid).
+// A goroutine's Thread (its start function) is the folded line's first
+// field.
 func waits(folded string, tid, goid, n int64, waker string, wakerPID int64, wakerProcess, class, reason string) Stack {
 	s := schema.FoldedStack(folded)
 	s.Value, s.Count, s.State, s.PID, s.Process, s.TID, s.Goid, s.Reason = n*1e6, n, "sleeping", 10, "srv", tid, goid, reason
@@ -86,5 +88,45 @@ func TestLoopTops(t *testing.T) {
 	Judge(one, r)
 	if cs := r.Categorize(&one[0]); one[0].Loop != schema.LoopTop || cs[0] != "monitor-wait" {
 		t.Errorf("a lock at a loop's top: loop %q, categories %v; want top, monitor-wait first", one[0].Loop, cs)
+	}
+}
+
+// Goroutines of one start function loop as one where they share a site
+// (a pool of connection goroutines: one that served a single request has
+// the pool's top), and apart where they do not (a wrapper that starts
+// unrelated loops).
+func TestLoopPools(t *testing.T) {
+	r, err := LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := "net/http.(*conn).serve;runtime.goexit;net/http.(*conn).serve;net/http.(*connReader).Read;net.(*conn).Read;internal/poll.(*FD).Read;runtime.gopark"
+	handler := "net/http.(*conn).serve;runtime.goexit;net/http.(*conn).serve;net/http.serverHandler.ServeHTTP;main.query;runtime.chanrecv1;runtime.gopark"
+	stacks := []Stack{
+		waits(read, 0, 1, 50, "[scheduler]", 0, "", "", "IO wait"),
+		waits(handler, 0, 1, 10, "main.worker", 10, "srv", "", "chan receive"),
+		waits(read, 0, 2, 40, "[scheduler]", 0, "", "", "IO wait"),
+		// One request, whose read did not wait, and a handler that waits
+		// twice: the pool's top decides.
+		waits(handler, 0, 3, 2, "main.worker", 10, "srv", "", "chan receive"),
+		// A wrapper's goroutines: a network client and a channel loop.
+		waits("main.main.func1;runtime.goexit;main.main.func1;main.netClient;net.(*conn).Read;internal/poll.(*FD).Read;runtime.gopark", 0, 20, 300, "[scheduler]", 0, "", "", "IO wait"),
+		waits("main.main.func1;runtime.goexit;main.main.func1;main.chanRecv;runtime.chanrecv2;runtime.gopark", 0, 21, 200, "main.main.func1", 10, "srv", "", "chan receive"),
+	}
+	Judge(stacks, r)
+	for _, c := range []struct {
+		i     int
+		loop  string
+		first string
+	}{
+		{1, schema.LoopBeneath, "peer-wait"},
+		{3, schema.LoopBeneath, "peer-wait"},
+		{4, schema.LoopTop, "input-wait"},
+		{5, schema.LoopTop, "queue-wait"},
+	} {
+		s := &stacks[c.i]
+		if cs := r.Categorize(s); s.Loop != c.loop || cs[0] != c.first {
+			t.Errorf("goroutine %d %s: loop %q, categories %v; want %q, %s first\n%s", s.Goid, s.Folded(), s.Loop, cs, c.loop, c.first, strings.Join(r.Explain(s), "\n"))
+		}
 	}
 }
