@@ -313,6 +313,11 @@ func (u *loopUnit) place(s *loopSite) (string, string) {
 		return schema.LoopTop, "at its thread's top of loop, " + desc(s)
 	}
 	for _, t := range u.tops {
+		if beneath(t.path, s.path) {
+			// The top is beneath it: an outer loop's wait for its next
+			// work item (a thread cache waiting for a connection).
+			return schema.LoopTop, "enclosing its thread's top of loop, " + desc(t) + ": an outer loop's wait for its next work item"
+		}
 		if beneath(s.path, t.path) {
 			return schema.LoopBeneath, "beneath its thread's top of loop, " + desc(t) + ": a wait made while handling what the top brought"
 		}
