@@ -14,8 +14,8 @@ import (
 // tools/corpus/record.sh): real programs recorded with their wakers, each
 // with an expectations file that says how every wait site holding 1% of
 // the judged time must be judged, and why. Every program must agree on at
-// least 95% of its time: a rule change that fixes one program and breaks
-// another fails here.
+// least 95% of its time (but the known gaps, held where they stand): a
+// rule change that fixes one program and breaks another fails here.
 func TestCorpus(t *testing.T) {
 	// Each thread's top of loop, found from its own waits, decides these
 	// (the kinds of program where verdicts added for one changed another's).
@@ -38,6 +38,11 @@ func TestCorpus(t *testing.T) {
 			e, err := LoadExpectations(f, rules)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if why, ok := knownGaps[name]; ok {
+				t.Logf("known gap, held at %.0f%%: %s", e.MinAgreement, why)
+			} else if e.MinAgreement < 95 {
+				t.Errorf("%s asks %.0f%% agreement: the corpus holds every program to 95%% (or lists it in knownGaps, with why)", f, e.MinAgreement)
 			}
 			d, err := Load(schema.FoldedNanoseconds, filepath.Join("testdata", "corpus", name+".pb.gz"))
 			if err != nil {
@@ -88,4 +93,10 @@ var loopCases = []struct{ program, site, why string }{
 	{"node", `^node;.*(readSync|openSync)`, "a Node.js handler reading a FIFO synchronously, blocking the loop"},
 	{"netty", `NioEventLoop\.select`, "a Netty event loop woken through its eventfd to run submitted tasks"},
 	{"jdknio", `NioEcho\.run;.*(select|EPoll)`, "a JDK NIO server's own selector loop"},
+}
+
+// knownGaps are the corpus's programs below 95%, each held where it stands
+// (its file's min_agreement) so that it cannot get worse, and why.
+var knownGaps = map[string]string{
+	"etcd.goroutines": "per-request watcher goroutines (the JSON gateway's cancel watcher, net/http's backgroundRead) read blocked, through a wait chain on their creator or as goroutines created inside a request, though nothing waits for them; 78.4% on 10dad21 too",
 }

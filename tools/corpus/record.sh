@@ -3,7 +3,8 @@
 # from Debian's packages and the runtimes offcpu reads, each under a load
 # made on loopback, recorded with wake-ups by `offcpu record -p`. Needs
 # root and what .ci/deps installs. Usage: record.sh [NAME...] (all by
-# default). Then `go test ./analysis -run TestCorpus -v` judges them.
+# default). MariaDB is driven by sysbench (Debian's package). Then
+# `go test ./analysis -run TestCorpus -v` judges them.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -92,6 +93,28 @@ CONF
 	waitport "$P"; sleep 2
 	q="http://127.0.0.1:$P/api/v1/query?query=rate(prometheus_http_requests_total%5B5s%5D)"
 	rec prometheus "${pids[-1]}" "$work/load -mode http -addr '$q,http://127.0.0.1:$P/metrics' -c 4 -d $(loadfor)" --goroutines
+	kill "${pids[-1]}"
+fi
+
+if want etcd; then
+	P=$(port)
+	bg /usr/bin/etcd --data-dir "$work/etcd" --listen-client-urls "http://127.0.0.1:$P" --advertise-client-urls "http://127.0.0.1:$P" \
+		--listen-peer-urls "http://127.0.0.1:$(port)" --log-level error
+	waitport "$P"; sleep 2
+	rec etcd "${pids[-1]}" "$work/load -mode http -body '{\"key\":\"a2V5\",\"value\":\"dmFsdWU=\"}' -addr http://127.0.0.1:$P/v3/kv/put -c 4 -d $(loadfor)" --goroutines
+	kill "${pids[-1]}"
+fi
+
+if want mariadb; then
+	# sysbench (Debian's package) drives it: 4 threads updating 10 rows.
+	db=$work/mariadb; mkdir -p "$db"
+	mariadb-install-db --no-defaults --datadir="$db/data" --user=root --auth-root-authentication-method=normal > /dev/null
+	bg /usr/sbin/mariadbd --no-defaults --datadir="$db/data" --socket="$db/sock" --skip-networking --user=root --innodb-buffer-pool-size=64M
+	for _ in $(seq 100); do [ -S "$db/sock" ] && break; sleep 0.1; done
+	mariadb --no-defaults -S "$db/sock" -uroot -e 'CREATE DATABASE sbtest'
+	sb="sysbench oltp_update_index --db-driver=mysql --mysql-socket=$db/sock --mysql-user=root --tables=1 --table-size=10 --threads=4"
+	$sb prepare > /dev/null
+	rec mariadb "${pids[-1]}" "$sb --time=${DUR%s} run"
 	kill "${pids[-1]}"
 fi
 

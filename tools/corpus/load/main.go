@@ -19,6 +19,7 @@ import (
 
 func main() {
 	mode := flag.String("mode", "http", "http, memcached or echo")
+	body := flag.String("body", "", "http: POST this JSON body instead of a GET")
 	addr := flag.String("addr", "", "URL (http: a comma-separated list is cycled) or host:port")
 	conns := flag.Int("c", 8, "connections")
 	d := flag.Duration("d", 3*time.Second, "duration")
@@ -40,7 +41,7 @@ func main() {
 			var err error
 			switch *mode {
 			case "http":
-				err = httpLoop(strings.Split(*addr, ","), i, end, &done)
+				err = httpLoop(strings.Split(*addr, ","), *body, i, end, &done)
 			case "memcached":
 				err = mcLoop(*addr, end, &done)
 			case "echo":
@@ -70,10 +71,16 @@ func rest() {
 	}
 }
 
-func httpLoop(urls []string, i int, end time.Time, done *atomic.Int64) error {
+func httpLoop(urls []string, body string, i int, end time.Time, done *atomic.Int64) error {
 	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}, Timeout: 10 * time.Second}
 	for n := i; time.Now().Before(end); n++ {
-		resp, err := c.Get(urls[n%len(urls)])
+		var resp *http.Response
+		var err error
+		if body != "" {
+			resp, err = c.Post(urls[n%len(urls)], "application/json", strings.NewReader(body))
+		} else {
+			resp, err = c.Get(urls[n%len(urls)])
+		}
 		if err != nil {
 			return err
 		}
