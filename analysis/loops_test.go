@@ -43,6 +43,9 @@ func TestLoopTops(t *testing.T) {
 		// lock elsewhere in its code is inside a request.
 		waits("conn;main;handle_connection;do_command;net_read;poll;-;do_sys_poll", 60, 0, 200, "client", 30, "load", "pipe/socket", ""),
 		waits("conn;main;handle_connection;do_command;dispatch;row_lock;pthread_cond_wait;-;futex_wait", 60, 0, 50, "conn", 60, "srv", "futex", ""),
+		// The same thread's wait in its thread cache, between
+		// connections: an outer loop's, enclosing the top.
+		waits("conn;main;handle_connection;pthread_cond_timedwait;-;futex_wait", 60, 0, 1, "", 0, "", "", ""),
 		// One-shot goroutines, each waiting once: no loop.
 		waits("query.func1;runtime.goexit;query.func1;sync.(*WaitGroup).Wait;runtime.gopark", 0, 100, 1, "query.func2", 10, "srv", "", "sync.WaitGroup.Wait"),
 		waits("query.func1;runtime.goexit;query.func1;sync.(*WaitGroup).Wait;runtime.gopark", 0, 101, 1, "query.func2", 10, "srv", "", "sync.WaitGroup.Wait"),
@@ -66,9 +69,10 @@ func TestLoopTops(t *testing.T) {
 		{4, schema.LoopTop, "event-loop-idle"},
 		{5, schema.LoopTop, "event-loop-idle"},
 		{6, schema.LoopBeneath, "peer-wait"},
-		{7, "", "join-wait"},
-		{9, "", "runtime"},
-		{10, "", "event-loop-idle"},
+		{7, schema.LoopTop, "queue-wait"},
+		{8, "", "join-wait"},
+		{10, "", "runtime"},
+		{11, "", "event-loop-idle"},
 	} {
 		s := &stacks[c.i]
 		if cs := r.Categorize(s); s.Loop != c.loop || cs[0] != c.first {
