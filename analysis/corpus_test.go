@@ -3,8 +3,11 @@ package analysis
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/offcpu/offcpu/schema"
@@ -30,57 +33,67 @@ func TestCorpus(t *testing.T) {
 	if len(files) < 10 {
 		t.Fatalf("%d programs in the corpus, want at least 10", len(files))
 	}
-	var table strings.Builder
-	fmt.Fprintf(&table, "%-22s %9s %9s %9s %9s %9s\n", "program", "agree", "idle→idle", "idle→blk", "blk→idle", "blk→blk")
-	for _, f := range files {
-		name := strings.TrimSuffix(filepath.Base(f), ".expect.yaml")
-		t.Run(name, func(t *testing.T) {
-			e, err := LoadExpectations(f, rules)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if why, ok := knownGaps[name]; ok {
-				t.Logf("known gap, held at %.0f%%: %s", e.MinAgreement, why)
-			} else if e.MinAgreement < 95 {
-				t.Errorf("%s asks %.0f%% agreement: the corpus holds every program to 95%% (or lists it in knownGaps, with why)", f, e.MinAgreement)
-			}
-			d, err := Load(schema.FoldedNanoseconds, filepath.Join("testdata", "corpus", name+".pb.gz"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			rep := CheckExpectations(d, rules, e)
-			c := rep.Confusion
-			fmt.Fprintf(&table, "%-22s %8.1f%% %9s %9s %9s %9s\n", name, rep.Agreement, Secs(c.IdleAsIdle), Secs(c.IdleAsBlocked), Secs(c.BlockedAsIdle), Secs(c.BlockedAsBlocked))
-			if rep.Failed() || testing.Verbose() {
-				var buf bytes.Buffer
-				rep.Write(&buf)
-				t.Log("\n" + buf.String())
-			}
-			if rep.Failed() {
-				t.Errorf("%s: %s", name, strings.Join(rep.Failures, "; "))
-			}
-			for _, c := range loopCases {
-				if c.program != name {
-					continue
+	rows := map[string]string{}
+	var mu sync.Mutex
+	// Programs are judged in parallel: under -race each takes seconds.
+	t.Run("programs", func(t *testing.T) {
+		for _, f := range files {
+			name := strings.TrimSuffix(filepath.Base(f), ".expect.yaml")
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				e, err := LoadExpectations(f, rules)
+				if err != nil {
+					t.Fatal(err)
 				}
-				found := false
-				for _, x := range rep.Expectations {
-					if x.Site != c.site {
+				if why, ok := knownGaps[name]; ok {
+					t.Logf("known gap, held at %.0f%%: %s", e.MinAgreement, why)
+				} else if e.MinAgreement < 95 {
+					t.Errorf("%s asks %.0f%% agreement: the corpus holds every program to 95%% (or lists it in knownGaps, with why)", f, e.MinAgreement)
+				}
+				d, err := Load(schema.FoldedNanoseconds, filepath.Join("testdata", "corpus", name+".pb.gz"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				rep := CheckExpectations(d, rules, e)
+				c := rep.Confusion
+				mu.Lock()
+				rows[name] = fmt.Sprintf("%-22s %8.1f%% %9s %9s %9s %9s\n", name, rep.Agreement, Secs(c.IdleAsIdle), Secs(c.IdleAsBlocked), Secs(c.BlockedAsIdle), Secs(c.BlockedAsBlocked))
+				mu.Unlock()
+				if rep.Failed() || testing.Verbose() {
+					var buf bytes.Buffer
+					rep.Write(&buf)
+					t.Log("\n" + buf.String())
+				}
+				if rep.Failed() {
+					t.Errorf("%s: %s", name, strings.Join(rep.Failures, "; "))
+				}
+				for _, c := range loopCases {
+					if c.program != name {
 						continue
 					}
-					found = true
-					t.Logf("%s: %s: %.1f%% of %s judged %s", c.why, x.Site, x.Agreement, Secs(x.TimeNs), x.Verdict)
-					if x.TimeNs == 0 || x.Agreement < 90 {
-						t.Errorf("%s: %s: %.1f%% of %s judged %s, want >= 90%%", c.why, x.Site, x.Agreement, Secs(x.TimeNs), x.Verdict)
+					found := false
+					for _, x := range rep.Expectations {
+						if x.Site != c.site {
+							continue
+						}
+						found = true
+						t.Logf("%s: %s: %.1f%% of %s judged %s", c.why, x.Site, x.Agreement, Secs(x.TimeNs), x.Verdict)
+						if x.TimeNs == 0 || x.Agreement < 90 {
+							t.Errorf("%s: %s: %.1f%% of %s judged %s, want >= 90%%", c.why, x.Site, x.Agreement, Secs(x.TimeNs), x.Verdict)
+						}
+					}
+					if !found {
+						t.Errorf("%s: no expectation %q", name, c.site)
 					}
 				}
-				if !found {
-					t.Errorf("%s: no expectation %q", name, c.site)
-				}
-			}
-		})
+			})
+		}
+	})
+	table := fmt.Sprintf("%-22s %9s %9s %9s %9s %9s\n", "program", "agree", "idle→idle", "idle→blk", "blk→idle", "blk→blk")
+	for _, k := range slices.Sorted(maps.Keys(rows)) {
+		table += rows[k]
 	}
-	t.Log("confusion (expected→got, off-CPU time):\n" + table.String())
+	t.Log("confusion (expected→got, off-CPU time):\n" + table)
 }
 
 // loopCases are the waits the top of loop decides, each of which must be
