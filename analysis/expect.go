@@ -246,88 +246,124 @@ func (rep *ExpectReport) Failed() bool { return len(rep.Failures) > 0 }
 // the first expectation that matches it.
 func CheckExpectations(d *Data, r *Rules, e *Expectations) *ExpectReport {
 	Judge(d.Stacks, r) // verdicts read what it marks
+	c := newExpectCheck(r, e)
+	for i := range d.Stacks {
+		if s := &d.Stacks[i]; s.Kind == KindOffCPU && !s.WaitsForCPU() && s.Value > 0 {
+			c.add(s)
+		}
+	}
+	c.finish()
+	return c.rep
+}
+
+// expectCheck sums one check's stacks into its report.
+type expectCheck struct {
+	r       *Rules
+	e       *Expectations
+	rep     *ExpectReport
+	mism    map[mismatchKey]*Mismatch
+	mismEx  map[mismatchKey]int64 // the example's time
+	sites   map[[2]string]*uncoveredAcc
+	decided map[[2]uint64]string // Decided runs every rule: once per rule input
+}
+
+type mismatchKey struct {
+	exp           int
+	cat, decision string
+}
+
+// uncoveredAcc is an uncovered site's time by category as it is summed.
+type uncoveredAcc struct {
+	UncoveredSite
+	cats    map[string]int64
+	example int64
+}
+
+func newExpectCheck(r *Rules, e *Expectations) *expectCheck {
 	// Empty lists, not nulls, in JSON.
 	rep := &ExpectReport{Source: e.Source, Program: e.Program, MinAgreement: e.MinAgreement, MinSite: e.MinSite,
 		Mismatches: []Mismatch{}, Uncovered: []UncoveredSite{}, Failures: []string{}, Warnings: []string{}}
 	for _, x := range e.Expect {
 		rep.Expectations = append(rep.Expectations, ExpectResult{Expectation: x})
 	}
-	type mkey struct {
-		exp           int
-		cat, decision string
+	return &expectCheck{r: r, e: e, rep: rep, mism: map[mismatchKey]*Mismatch{}, mismEx: map[mismatchKey]int64{},
+		sites: map[[2]string]*uncoveredAcc{}, decided: map[[2]uint64]string{}}
+}
+
+// add judges one off-CPU wait and sums it where its expectation says.
+func (c *expectCheck) add(s *Stack) {
+	rep := c.rep
+	cat := c.r.Categorize(s)[0]
+	gotIdle := c.r.IsIdle(cat)
+	rep.JudgedNs += s.Value
+	folded := s.Folded()
+	xi := slices.IndexFunc(c.e.Expect, func(x Expectation) bool { return x.matches(s, folded) })
+	if xi < 0 {
+		c.uncovered(s, cat, gotIdle, folded)
+		return
 	}
-	type site struct {
-		thread, frames string
+	x := &c.e.Expect[xi]
+	res := &rep.Expectations[xi]
+	rep.CoveredNs += s.Value
+	res.TimeNs += s.Value
+	expIdle := x.Verdict == "idle"
+	*rep.Confusion.cell(expIdle, gotIdle) += s.Value
+	if expIdle == gotIdle && (x.Category == "" || x.Category == cat) {
+		rep.AgreeingNs += s.Value
+		res.AgreeingNs += s.Value
+		return
 	}
-	type siteAcc struct {
-		UncoveredSite
-		cats    map[string]int64
-		example int64
+	c.mismatch(s, xi, cat, gotIdle, folded)
+}
+
+// uncovered sums a wait no expectation matched under its site.
+func (c *expectCheck) uncovered(s *Stack, cat string, gotIdle bool, folded string) {
+	k := [2]string{schema.ThreadGroup(s.Thread), userFrames(s)}
+	a := c.sites[k]
+	if a == nil {
+		a = &uncoveredAcc{UncoveredSite: UncoveredSite{Thread: k[0], Frames: k[1]}, cats: map[string]int64{}}
+		c.sites[k] = a
 	}
-	mism := map[mkey]*Mismatch{}
-	mismEx := map[mkey]int64{}
-	sites := map[site]*siteAcc{}
-	decided := map[[2]uint64]string{} // Decided runs every rule: once per rule input
-	for i := range d.Stacks {
-		s := &d.Stacks[i]
-		if s.Kind != KindOffCPU || s.WaitsForCPU() || s.Value <= 0 {
-			continue
-		}
-		cat := r.Categorize(s)[0]
-		gotIdle := r.IsIdle(cat)
-		rep.JudgedNs += s.Value
-		folded := s.Folded()
-		xi := slices.IndexFunc(e.Expect, func(x Expectation) bool { return x.matches(s, folded) })
-		if xi < 0 {
-			k := site{schema.ThreadGroup(s.Thread), userFrames(s)}
-			a := sites[k]
-			if a == nil {
-				a = &siteAcc{UncoveredSite: UncoveredSite{Thread: k.thread, Frames: k.frames}, cats: map[string]int64{}}
-				sites[k] = a
-			}
-			a.TimeNs += s.Value
-			a.cats[cat] += s.Value
-			if gotIdle {
-				a.IdleNs += s.Value
-			}
-			if s.Value > a.example {
-				a.example, a.Example = s.Value, folded
-			}
-			rep.UncoveredNs += s.Value
-			continue
-		}
-		x := &e.Expect[xi]
-		res := &rep.Expectations[xi]
-		rep.CoveredNs += s.Value
-		res.TimeNs += s.Value
-		expIdle := x.Verdict == "idle"
-		*rep.Confusion.cell(expIdle, gotIdle) += s.Value
-		if expIdle == gotIdle && (x.Category == "" || x.Category == cat) {
-			rep.AgreeingNs += s.Value
-			res.AgreeingNs += s.Value
-			continue
-		}
-		h := hash128(ruleInput(s))
-		dec, ok := decided[h]
-		if !ok {
-			dec = r.Decided(s)
-			decided[h] = dec
-		}
-		k := mkey{xi, cat, dec}
-		m := mism[k]
-		if m == nil {
-			exp := x.Verdict
-			if x.Category != "" {
-				exp += " (" + x.Category + ")"
-			}
-			m = &Mismatch{At: x.At, Site: x.Site, Expected: exp, GotVerdict: idleWord(gotIdle), GotCategory: cat, DecidedBy: dec}
-			mism[k] = m
-		}
-		m.TimeNs += s.Value
-		if s.Value > mismEx[k] {
-			mismEx[k], m.Example = s.Value, folded
-		}
+	a.TimeNs += s.Value
+	a.cats[cat] += s.Value
+	if gotIdle {
+		a.IdleNs += s.Value
 	}
+	if s.Value > a.example {
+		a.example, a.Example = s.Value, folded
+	}
+	c.rep.UncoveredNs += s.Value
+}
+
+// mismatch sums a wait judged against its expectation, by what the rules
+// said and which rule said it.
+func (c *expectCheck) mismatch(s *Stack, xi int, cat string, gotIdle bool, folded string) {
+	h := hash128(ruleInput(s))
+	dec, ok := c.decided[h]
+	if !ok {
+		dec = c.r.Decided(s)
+		c.decided[h] = dec
+	}
+	k := mismatchKey{xi, cat, dec}
+	m := c.mism[k]
+	if m == nil {
+		x := &c.e.Expect[xi]
+		exp := x.Verdict
+		if x.Category != "" {
+			exp += " (" + x.Category + ")"
+		}
+		m = &Mismatch{At: x.At, Site: x.Site, Expected: exp, GotVerdict: idleWord(gotIdle), GotCategory: cat, DecidedBy: dec}
+		c.mism[k] = m
+	}
+	m.TimeNs += s.Value
+	if s.Value > c.mismEx[k] {
+		c.mismEx[k], m.Example = s.Value, folded
+	}
+}
+
+// finish orders what was summed and says what failed.
+func (c *expectCheck) finish() {
+	rep, e := c.rep, c.e
 	rep.Agreement = pctf(rep.AgreeingNs, rep.CoveredNs)
 	for i := range rep.Expectations {
 		res := &rep.Expectations[i]
@@ -336,7 +372,7 @@ func CheckExpectations(d *Data, r *Rules, e *Expectations) *ExpectReport {
 			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s: site %q matched no judged wait", res.At, res.Site))
 		}
 	}
-	for _, m := range mism {
+	for _, m := range c.mism {
 		rep.Mismatches = append(rep.Mismatches, *m)
 	}
 	sort.Slice(rep.Mismatches, func(i, j int) bool {
@@ -346,16 +382,16 @@ func CheckExpectations(d *Data, r *Rules, e *Expectations) *ExpectReport {
 		}
 		return a.At+a.GotCategory+a.DecidedBy < b.At+b.GotCategory+b.DecidedBy
 	})
-	for _, a := range sites {
+	for _, a := range c.sites {
 		a.Share = pctf(a.TimeNs, rep.JudgedNs)
 		if a.Share < e.MinSite {
 			rep.SmallUncovered++
 			rep.SmallUncoveredNs += a.TimeNs
 			continue
 		}
-		for c, ns := range a.cats {
-			if ns > a.cats[a.GotCategory] || ns == a.cats[a.GotCategory] && c < a.GotCategory {
-				a.GotCategory = c
+		for cat, ns := range a.cats {
+			if ns > a.cats[a.GotCategory] || ns == a.cats[a.GotCategory] && cat < a.GotCategory {
+				a.GotCategory = cat
 			}
 		}
 		rep.Uncovered = append(rep.Uncovered, a.UncoveredSite)
@@ -367,23 +403,30 @@ func CheckExpectations(d *Data, r *Rules, e *Expectations) *ExpectReport {
 		}
 		return a.Thread+";"+a.Frames < b.Thread+";"+b.Frames
 	})
+	rep.Failures = append(rep.Failures, c.failures()...)
+}
+
+// failures says why the check failed, if it did.
+func (c *expectCheck) failures() []string {
+	rep, e := c.rep, c.e
+	var out []string
 	switch {
 	case rep.JudgedNs == 0:
-		rep.Failures = append(rep.Failures, "no judged off-CPU time (every off-CPU stack waits for a CPU, or there is none)")
+		out = append(out, "no judged off-CPU time (every off-CPU stack waits for a CPU, or there is none)")
 	case rep.CoveredNs == 0:
-		rep.Failures = append(rep.Failures, "no judged wait matched an expectation")
+		out = append(out, "no judged wait matched an expectation")
 	case rep.Agreement < e.MinAgreement:
 		// Enough digits that the failure never reads "95.0% < 95%".
 		digits := 1
 		for digits < 4 && strconv.FormatFloat(rep.Agreement, 'f', digits, 64) == strconv.FormatFloat(e.MinAgreement, 'f', digits, 64) {
 			digits++
 		}
-		rep.Failures = append(rep.Failures, fmt.Sprintf("agreement %.*f%% < %s%%", digits, rep.Agreement, trimFloat(e.MinAgreement)))
+		out = append(out, fmt.Sprintf("agreement %.*f%% < %s%%", digits, rep.Agreement, trimFloat(e.MinAgreement)))
 	}
 	if n := len(rep.Uncovered); n > 0 {
-		rep.Failures = append(rep.Failures, fmt.Sprintf("%d uncovered site%s ≥ %s%% of the judged time", n, plural(n), trimFloat(e.MinSite)))
+		out = append(out, fmt.Sprintf("%d uncovered site%s ≥ %s%% of the judged time", n, plural(n), trimFloat(e.MinSite)))
 	}
-	return rep
+	return out
 }
 
 // userFrames is a stack's user frames, root first: a site's key, the

@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -130,9 +131,9 @@ func (x *LoopIndex) Observe(s *Stack) {
 	n := max(s.Count, 1)
 	site.ns += s.Value
 	site.n += n
-	if rel := s.WakerRelation(); rel != "none" && rel != "unknown" || s.Reason == "IO wait" {
+	if s.Woken() {
 		site.woken += n
-		if rel == "other-program" || s.Class == "net-rx" || s.Reason == "IO wait" {
+		if s.WokenByInput() {
 			site.input += n
 		}
 	}
@@ -142,8 +143,7 @@ func (x *LoopIndex) Observe(s *Stack) {
 // than the runtime's own, with no application frame) into units.
 func (p *loopPool) units() {
 	parent := map[int64]int64{}
-	var find func(int64) int64
-	find = func(a int64) int64 {
+	find := func(a int64) int64 {
 		for parent[a] != a {
 			parent[a] = parent[parent[a]]
 			a = parent[a]
@@ -289,7 +289,7 @@ func (u *loopUnit) findTops() {
 		}
 	}
 	u.server = depth >= 0
-	slices.SortFunc(u.tops, func(a, b *loopSite) int { return int(b.n - a.n) })
+	slices.SortFunc(u.tops, func(a, b *loopSite) int { return cmp.Compare(b.n, a.n) })
 }
 
 // isInput: most of the waits there that a recorded waker ended were

@@ -373,14 +373,8 @@ func (p *ruleParser) rule(base string, fr fileRule, known map[string]bool) (rule
 		}
 		ru.waker[w] = true
 	}
-	for j, l := range fr.Loop {
-		if l != schema.LoopTop && l != schema.LoopBeneath && l != "unknown" {
-			return rule{}, fmt.Errorf("%s: unknown loop place %q (top, beneath or unknown)", p.at(fmt.Sprintf("%s.loop[%d]", base, j)), l)
-		}
-		if ru.loop == nil {
-			ru.loop = map[string]bool{}
-		}
-		ru.loop[l] = true
+	if ru.loop, err = p.loopPlaces(base, fr.Loop); err != nil {
+		return rule{}, err
 	}
 	if len(ru.frames) == 0 && len(ru.allFrames) == 0 && ru.innermostApp == nil && ru.loop == nil && ru.threads == nil && ru.states == nil && len(ru.reasons) == 0 &&
 		len(ru.wakerFrames) == 0 && ru.wakerClasses == nil && ru.waker == nil && !ru.inRequest && !ru.dispatching && !ru.inTrace && !ru.passedOn {
@@ -389,10 +383,28 @@ func (p *ruleParser) rule(base string, fr fileRule, known map[string]bool) (rule
 	return ru, nil
 }
 
-// loopPlace is Stack.Loop, "unknown" where the analysis could not tell.
+// loopUnknown is the place of a wait the analysis found no loop for.
+const loopUnknown = "unknown"
+
+// loopPlaces checks a rule's loop places; nil when it gives none.
+func (p *ruleParser) loopPlaces(base string, places []string) (map[string]bool, error) {
+	var out map[string]bool
+	for j, l := range places {
+		if l != schema.LoopTop && l != schema.LoopBeneath && l != loopUnknown {
+			return nil, fmt.Errorf("%s: unknown loop place %q (top, beneath or unknown)", p.at(fmt.Sprintf("%s.loop[%d]", base, j)), l)
+		}
+		if out == nil {
+			out = map[string]bool{}
+		}
+		out[l] = true
+	}
+	return out, nil
+}
+
+// loopPlace is Stack.Loop, loopUnknown where the analysis could not tell.
 func loopPlace(s *Stack) string {
 	if s.Loop == "" {
-		return "unknown"
+		return loopUnknown
 	}
 	return s.Loop
 }

@@ -57,12 +57,12 @@ func (x *RequestIndex) Observe(s *Stack) {
 		t = &requestThread{inputAt: map[string]bool{}}
 		x.threads[requestKey(s)] = t
 	}
-	if rel := s.WakerRelation(); rel == "other-program" || s.Class == "net-rx" || s.Reason == goNetworkWait {
+	if s.WokenByInput() {
 		if at := userFolded(s); !t.inputAt[at] {
 			t.inputAt[at] = true
 			t.inputs = append(t.inputs, userFrames(s.Frames))
 		}
-	} else if rel == "same-process" && s.Reason != ReasonGIL && s.Goid == 0 {
+	} else if s.WakerRelation() == "same-process" && s.Reason != ReasonGIL && s.Goid == 0 {
 		if w := runtimePrefix(s.Frames); len(w) > 0 {
 			if t.workAt == nil {
 				t.workAt = map[string]bool{}
@@ -152,6 +152,19 @@ func (x *RequestIndex) Mark(s *Stack) {
 // goNetworkWait is the Go runtime's wait reason for a goroutine parked in
 // the network poller.
 const goNetworkWait = "IO wait"
+
+// WokenByInput tells whether another program or the network ended the
+// wait (a goroutine's network poll included): a wait for input.
+func (s *Stack) WokenByInput() bool {
+	return s.WakerRelation() == "other-program" || s.Class == "net-rx" || s.Reason == goNetworkWait
+}
+
+// Woken tells whether a recorded waker ended the wait (a goroutine's
+// network poll counts: the poller readied it).
+func (s *Stack) Woken() bool {
+	rel := s.WakerRelation()
+	return rel != "none" && rel != "unknown" || s.Reason == goNetworkWait
+}
 
 // dispatchDepth: a wake-up this many frames or fewer past where the
 // waker's stack leaves one of its input waits' is made from its top of
