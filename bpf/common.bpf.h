@@ -69,6 +69,7 @@ const volatile bool want_wakeups = false;  /* record wakers and link them to int
 const volatile u64 thread_size = 16384;    /* kernel stack size (THREAD_SIZE) */
 const volatile bool want_unwind = false;   /* unwind tables in use: report code mappings */
 const volatile bool want_maps = false;     /* send code mappings as they are made (map_event) */
+const volatile bool want_stream = false;   /* send every wait to wait_stream (--timeline) */
 /* Stacks are walked at the switch-in, in the thread's own context at the
  * end of __schedule (sched_exit_tp), once the interval's length is known,
  * rather than at every switch-out: see account_deferred(). */
@@ -92,6 +93,7 @@ u64 rec_stop_ns = 0;
 /* Keep both event layouts in the BTF for the Go bindings. */
 const struct proc_event *unused_proc_event __attribute__((unused));
 const struct map_event *unused_map_event __attribute__((unused));
+const struct wait_event *unused_wait_event __attribute__((unused));
 
 /* Index: enum offcpu_stat. Value: per-CPU count, summed by user space. */
 struct {

@@ -111,6 +111,7 @@ int BPF_PROG(offcpu_switched_in, bool is_switch)
 	s->walk = 0;
 	walk_stacks(ctx, s, t, t->flags & PF_KTHREAD, s->ts);
 	aggregate(tid, s, &s->waker, 0, s->d_ns, s->d_runq, s->d_chain, s->d_sampled, AGG_SCHED);
+	stream_wait(tid, s, &s->waker, 0, s->d_end, s->d_runq_raw);
 	remember_wait(s, s->d_end);
 	s->waker.valid = 0;
 	return 0;

@@ -172,7 +172,8 @@ const (
 	OffcpuOffcpuStatSTAT_TCTX_LOST        OffcpuOffcpuStat = 33
 	OffcpuOffcpuStatSTAT_TCTX_GO_SETS     OffcpuOffcpuStat = 34
 	OffcpuOffcpuStatSTAT_TCTX_GO_LOST     OffcpuOffcpuStat = 35
-	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 36
+	OffcpuOffcpuStatSTAT_STREAM_LOST      OffcpuOffcpuStat = 36
+	OffcpuOffcpuStatSTAT_MAX              OffcpuOffcpuStat = 37
 )
 
 type OffcpuOffcpuVal struct {
@@ -307,6 +308,7 @@ type OffcpuStartRec struct {
 	D_chain   uint64
 	D_sampled uint32
 	_         [4]byte
+	D_runqRaw uint64
 	BelowNs   [4]uint64
 	BelowN    [4]uint64
 	NdN       uint64
@@ -452,6 +454,26 @@ type OffcpuV8SfiKey struct {
 	Sfi  uint64
 }
 
+type OffcpuWaitEvent struct {
+	_         structs.HostLayout
+	OutNs     uint64
+	InNs      uint64
+	RunqNs    uint64
+	Tgid      uint32
+	Tid       uint32
+	Ustack    int64
+	Kstack    int64
+	Link      uint64
+	Waker     OffcpuWakerRec
+	Gen       uint32
+	State     uint8
+	Open      uint8
+	Gil       uint8
+	Pad       uint8
+	GilHolder uint32
+	Pad2      uint32
+}
+
 type OffcpuWakeKey struct {
 	_          structs.HostLayout
 	TargetTgid uint32
@@ -522,6 +544,7 @@ const (
 	OffcpuMapV8Procs            = "v8_procs"
 	OffcpuMapV8Seen             = "v8_seen"
 	OffcpuMapV8Sfis             = "v8_sfis"
+	OffcpuMapWaitStream         = "wait_stream"
 	OffcpuMapWakeups            = "wakeups"
 	OffcpuMapWalkDue            = "walk_due"
 	OffcpuMapWhereScratch       = "where_scratch"
@@ -563,11 +586,13 @@ const (
 	OffcpuVarThreadSize         = "thread_size"
 	OffcpuVarUnusedMapEvent     = "unused_map_event"
 	OffcpuVarUnusedProcEvent    = "unused_proc_event"
+	OffcpuVarUnusedWaitEvent    = "unused_wait_event"
 	OffcpuVarUserThreadsOnly    = "user_threads_only"
 	OffcpuVarV8Active           = "v8_active"
 	OffcpuVarWalkThresholdNs    = "walk_threshold_ns"
 	OffcpuVarWantKernelStacks   = "want_kernel_stacks"
 	OffcpuVarWantMaps           = "want_maps"
+	OffcpuVarWantStream         = "want_stream"
 	OffcpuVarWantUnwind         = "want_unwind"
 	OffcpuVarWantUserStacks     = "want_user_stacks"
 	OffcpuVarWantWakeups        = "want_wakeups"
@@ -684,6 +709,7 @@ type OffcpuMapSpecs struct {
 	V8Procs         *ebpf.MapSpec `ebpf:"v8_procs"`
 	V8Seen          *ebpf.MapSpec `ebpf:"v8_seen"`
 	V8Sfis          *ebpf.MapSpec `ebpf:"v8_sfis"`
+	WaitStream      *ebpf.MapSpec `ebpf:"wait_stream"`
 	Wakeups         *ebpf.MapSpec `ebpf:"wakeups"`
 	WalkDue         *ebpf.MapSpec `ebpf:"walk_due"`
 	WhereScratch    *ebpf.MapSpec `ebpf:"where_scratch"`
@@ -713,11 +739,13 @@ type OffcpuVariableSpecs struct {
 	ThreadSize        *ebpf.VariableSpec `ebpf:"thread_size"`
 	UnusedMapEvent    *ebpf.VariableSpec `ebpf:"unused_map_event"`
 	UnusedProcEvent   *ebpf.VariableSpec `ebpf:"unused_proc_event"`
+	UnusedWaitEvent   *ebpf.VariableSpec `ebpf:"unused_wait_event"`
 	UserThreadsOnly   *ebpf.VariableSpec `ebpf:"user_threads_only"`
 	V8Active          *ebpf.VariableSpec `ebpf:"v8_active"`
 	WalkThresholdNs   *ebpf.VariableSpec `ebpf:"walk_threshold_ns"`
 	WantKernelStacks  *ebpf.VariableSpec `ebpf:"want_kernel_stacks"`
 	WantMaps          *ebpf.VariableSpec `ebpf:"want_maps"`
+	WantStream        *ebpf.VariableSpec `ebpf:"want_stream"`
 	WantUnwind        *ebpf.VariableSpec `ebpf:"want_unwind"`
 	WantUserStacks    *ebpf.VariableSpec `ebpf:"want_user_stacks"`
 	WantWakeups       *ebpf.VariableSpec `ebpf:"want_wakeups"`
@@ -788,6 +816,7 @@ type OffcpuMaps struct {
 	V8Procs         *ebpf.Map `ebpf:"v8_procs"`
 	V8Seen          *ebpf.Map `ebpf:"v8_seen"`
 	V8Sfis          *ebpf.Map `ebpf:"v8_sfis"`
+	WaitStream      *ebpf.Map `ebpf:"wait_stream"`
 	Wakeups         *ebpf.Map `ebpf:"wakeups"`
 	WalkDue         *ebpf.Map `ebpf:"walk_due"`
 	WhereScratch    *ebpf.Map `ebpf:"where_scratch"`
@@ -840,6 +869,7 @@ func (m *OffcpuMaps) Close() error {
 		m.V8Procs,
 		m.V8Seen,
 		m.V8Sfis,
+		m.WaitStream,
 		m.Wakeups,
 		m.WalkDue,
 		m.WhereScratch,
@@ -870,11 +900,13 @@ type OffcpuVariables struct {
 	ThreadSize        *ebpf.Variable `ebpf:"thread_size"`
 	UnusedMapEvent    *ebpf.Variable `ebpf:"unused_map_event"`
 	UnusedProcEvent   *ebpf.Variable `ebpf:"unused_proc_event"`
+	UnusedWaitEvent   *ebpf.Variable `ebpf:"unused_wait_event"`
 	UserThreadsOnly   *ebpf.Variable `ebpf:"user_threads_only"`
 	V8Active          *ebpf.Variable `ebpf:"v8_active"`
 	WalkThresholdNs   *ebpf.Variable `ebpf:"walk_threshold_ns"`
 	WantKernelStacks  *ebpf.Variable `ebpf:"want_kernel_stacks"`
 	WantMaps          *ebpf.Variable `ebpf:"want_maps"`
+	WantStream        *ebpf.Variable `ebpf:"want_stream"`
 	WantUnwind        *ebpf.Variable `ebpf:"want_unwind"`
 	WantUserStacks    *ebpf.Variable `ebpf:"want_user_stacks"`
 	WantWakeups       *ebpf.Variable `ebpf:"want_wakeups"`

@@ -60,6 +60,7 @@ enum offcpu_stat {
 	STAT_TCTX_LOST,        /* records not kept: tctx_links full (waits counted without their link) */
 	STAT_TCTX_GO_SETS,     /* a Go thread's goroutine's label sets read into go_links */
 	STAT_TCTX_GO_LOST,     /* label sets not kept: go_links full (waits counted without their labels) */
+	STAT_STREAM_LOST,      /* waits not streamed: the wait ring was full (--timeline) */
 	STAT_MAX,
 };
 
@@ -95,6 +96,29 @@ struct offcpu_key {
 	s64 gil_holder_stack;
 	/* The request the thread waited in: an id in tctx_links (0: none). */
 	u64 link;
+};
+
+/* One wait of the stream (--timeline), sent as its interval is
+ * accounted: switch-out, switch-in (or the window's end, open) and the
+ * part before the switch-in spent waiting for a CPU, which puts its
+ * wake-up at in_ns - runq_ns. bpf_ktime_get_ns times. */
+struct wait_event {
+	u64 out_ns;
+	u64 in_ns;
+	u64 runq_ns;
+	u32 tgid;
+	u32 tid;
+	s64 ustack; /* ids in stacks, or negative: none */
+	s64 kstack;
+	u64 link;   /* its request (offcpu_key.link) */
+	struct waker_rec waker; /* valid 0: no waker known */
+	u32 gen;
+	u8 state;
+	u8 open;
+	u8 gil;
+	u8 pad;
+	u32 gil_holder;
+	u32 pad2;
 };
 
 struct wake_key {

@@ -45,6 +45,7 @@ struct start_rec {
 	 * its values, weighted when sampled), for sched_exit_tp to walk. */
 	u64 d_end, d_ns, d_runq, d_chain;
 	u32 d_sampled;
+	u64 d_runq_raw; /* d_runq before weighting (the wait stream's) */
 	/* Its intervals below the threshold, exact, by state (thread_cpu). */
 	u64 below_ns[4], below_n[4];
 	/* Deferred walks: its wake-ups not drawn, from one waker in a row
@@ -342,6 +343,49 @@ static __always_inline void aggregate(u32 tid, struct start_rec *s, struct waker
 		__sync_fetch_and_add(&v->chain_ns, chain);
 }
 
+/* The wait stream (--timeline): every interval accounted, in order,
+ * beside the aggregation. Sized by user space (a page when off, when
+ * stream_wait is pruned as dead code). User space reads it on a timer:
+ * a wake-up per wait would cost a reader's wake-up per switch. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} wait_stream SEC(".maps");
+
+/* Sends an interval from the thread's switch-out (s->ts) to end, of which
+ * runq (at its end) waiting for a CPU, with its stacks and waker. */
+static __always_inline void stream_wait(u32 tid, struct start_rec *s, struct waker_rec *w, u32 open, u64 end,
+					u64 runq)
+{
+	if (!want_stream)
+		return;
+	struct wait_event *e = bpf_ringbuf_reserve(&wait_stream, sizeof(*e), 0);
+	if (!e) {
+		stat_add(STAT_STREAM_LOST, 1);
+		return;
+	}
+	e->out_ns = s->ts;
+	e->in_ns = end;
+	e->runq_ns = runq < end - s->ts ? runq : end - s->ts;
+	e->tgid = s->tgid;
+	e->tid = tid;
+	e->ustack = s->ustack;
+	e->kstack = s->kstack;
+	e->link = s->link;
+	if (w && w->valid)
+		e->waker = *w;
+	else
+		__builtin_memset(&e->waker, 0, sizeof(e->waker));
+	e->gen = s->tgen;
+	e->state = s->state;
+	e->open = open;
+	e->gil = s->gil;
+	e->pad = 0;
+	e->gil_holder = s->gil_holder;
+	e->pad2 = 0;
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
 /* Bounds an interval's parts by its length; false (counted) when the
  * block bounds leave it out. */
 static __always_inline bool kept(u64 len, u64 *runq, u64 *chain)
@@ -367,8 +411,10 @@ static __always_inline void account_interval(u32 tid, struct start_rec *s, struc
 {
 	if (end <= s->ts)
 		return; /* started as the window closed */
-	if (kept(len, &runq, &chain))
-		aggregate(tid, s, w, open, len, runq, chain, 0, ks);
+	if (!kept(len, &runq, &chain))
+		return;
+	aggregate(tid, s, w, open, len, runq, chain, 0, ks);
+	stream_wait(tid, s, w, open, end, runq);
 }
 
 /* How long, of the waiter's wait, its waker was itself off a CPU. */
@@ -486,6 +532,7 @@ static __always_inline bool account_deferred(u32 tid, struct task_struct *t, str
 		return false;
 	u64 thr = walk_threshold_ns;
 	u32 sampled = 0;
+	u64 raw_runq = runq;
 	if (thr && len < thr) {
 		u32 st = s->state & 3;
 		s->below_ns[st] += len;
@@ -493,14 +540,17 @@ static __always_inline bool account_deferred(u32 tid, struct task_struct *t, str
 		stat_add(STAT_BELOW_N, 1);
 		stat_add(STAT_BELOW_NS, len);
 		stat_add(STAT_BELOW_VAR, (len * (thr - len)) >> 10);
-		if (below(thr) >= len)
+		if (below(thr) >= len) {
+			stream_wait(tid, s, &s->waker, 0, now, runq);
 			return false;
+		}
 		stat_add(STAT_BELOW_WALKED, 1);
 		runq = runq * thr / len;
 		chain = chain * thr / len;
 		len = thr;
 		sampled = 1;
 	}
+	s->d_runq_raw = raw_runq;
 	s->d_end = now;
 	s->d_ns = len;
 	s->d_runq = runq;
@@ -531,6 +581,7 @@ static __always_inline void walk_missed(u32 tid, struct start_rec *s, u32 ks)
 	s->kstack = -EAGAIN;
 	stat_add(STAT_WALK_MISSED, 1);
 	aggregate(tid, s, &s->waker, 0, s->d_ns, s->d_runq, s->d_chain, s->d_sampled, ks);
+	stream_wait(tid, s, &s->waker, 0, s->d_end, s->d_runq_raw);
 }
 
 /* The CPU time of the run a switch-out ends (ran: se.sum_exec_runtime

@@ -30,7 +30,7 @@ func (s *Session) build(d *recording) (Profiles, error) {
 
 // buildOptions are the session's options for building a recording.
 func (s *Session) buildOptions(st *Stats, start time.Time, noOffwake bool) buildOptions {
-	o := buildOptions{stats: st, start: start, cpuHz: s.opts.CPUHz, wakeups: !s.opts.NoWakeups, noOffwake: noOffwake, exitedDetail: s.opts.ExitedDetail}
+	o := buildOptions{stats: st, start: start, cpuHz: s.opts.CPUHz, wakeups: !s.opts.NoWakeups, noOffwake: noOffwake, exitedDetail: s.opts.ExitedDetail, window: [2]uint64{s.startMono, s.stopMono}}
 	if s.tctx != nil {
 		s.tctx.labels.take()
 		o.links = s.tctx.labels
@@ -50,6 +50,10 @@ func build(d *recording, sym *symbolize.Symbolizer, o buildOptions) (Profiles, e
 	ps.OffCPU = d.offCPUProfile(sym, names)
 	if err := d.finish(ps.OffCPU, "profile"); err != nil {
 		return Profiles{}, err
+	}
+	if d.streamed {
+		ps.Timeline = d.timeline(sym, names)
+		o.stats.StreamWaits += uint64(len(d.waits))
 	}
 	if !o.wakeups {
 		return ps, nil
@@ -215,6 +219,13 @@ func (ws *wakerStacks) folded(w waker) string {
 	if f, ok := ws.done[key]; ok {
 		return f
 	}
+	f := ws.fold(ws.locs(w))
+	ws.done[key] = f
+	return f
+}
+
+// locs are a waker's stack as the waker_stack label shows it.
+func (ws *wakerStacks) locs(w waker) []*profile.Location {
 	user := w.user
 	if w.irq {
 		user = nil
@@ -228,9 +239,7 @@ func (ws *wakerStacks) folded(w waker) string {
 	if cut, ok := interruptFrames(names, w.irq); ok {
 		kernel = kernel[:cut]
 	}
-	f := ws.fold(ws.b.stack(w.tgid, kernel, user, 0, true))
-	ws.done[key] = f
-	return f
+	return ws.b.stack(w.tgid, kernel, user, 0, true)
 }
 
 // fold writes locations (leaf first) as user frames root first, "-",

@@ -86,6 +86,9 @@ type recording struct {
 	oncpu   map[[2]uint32]cpuTotal
 	threads map[uint32]thread
 	stacks  map[int64][]uint64 // every stack read, by id
+	// waits: the stream's waits (Options.Stream), in the order they ended.
+	waits    []bpf.OffcpuWaitEvent
+	streamed bool
 	// aggUses: what the aggregation records hold (continuous mode).
 	aggUses map[aggUse]struct{}
 	// exited: threads that exited while recording, by tid and incarnation.
@@ -108,6 +111,8 @@ type buildOptions struct {
 	// off-CPU and wake-up profiles only).
 	noOffwake    bool
 	exitedDetail int // Options.ExitedDetail
+	// window: its bounds, CLOCK_MONOTONIC ns (the timeline's).
+	window [2]uint64
 	// links: the thread-context records the waits' links name (nil: none).
 	links *tctxLabels
 }
@@ -150,6 +155,7 @@ type drainer struct {
 	unw    *unwinder
 	budget *budget
 	tctx   *tctxTracker
+	stream *streamReader
 	// stopMono: the window's end, for the classic mode's open intervals.
 	stopMono uint64
 }
@@ -202,6 +208,16 @@ func (s *drainer) drain(final bool) (*recording, error) {
 	}
 	if err := s.drainOnCPU(d); err != nil {
 		return nil, err
+	}
+	if s.stream != nil {
+		d.waits = s.stream.take()
+		for i := range d.waits {
+			w := &d.waits[i]
+			getStack(w.Ustack)
+			getStack(w.Kstack)
+			decodeWaker(w.Waker, getStack)
+		}
+		d.streamed = true
 	}
 	if s.opts.deferred() && s.cont == nil {
 		dn, dns, drunq := d.calibrate()
@@ -427,6 +443,7 @@ func (s *drainer) readStats() error {
 	s.stats.CPUFull = get(bpf.OffcpuOffcpuStatSTAT_CPU_FULL)
 	s.stats.ThreadCPUFull = get(bpf.OffcpuOffcpuStatSTAT_THREAD_CPU_FULL)
 	s.stats.ForkUnwindFull = get(bpf.OffcpuOffcpuStatSTAT_FORK_UNWIND_FULL)
+	s.stats.StreamLost = get(bpf.OffcpuOffcpuStatSTAT_STREAM_LOST)
 	if s.tctx != nil {
 		s.stats.ThreadContext = s.tctx.statsCopy(get(bpf.OffcpuOffcpuStatSTAT_TCTX_LINKS), get(bpf.OffcpuOffcpuStatSTAT_TCTX_LOST),
 			get(bpf.OffcpuOffcpuStatSTAT_TCTX_GO_SETS), get(bpf.OffcpuOffcpuStatSTAT_TCTX_GO_LOST))

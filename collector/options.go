@@ -2,6 +2,7 @@ package collector
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -141,6 +142,14 @@ type Options struct {
 	// bounded by what is alive.
 	Continuous bool
 
+	// Stream keeps every wait in order beside the aggregation, for
+	// Profiles.Timeline; StreamRing sizes its ring in bytes (a power of
+	// two, DefaultStreamRing when 0). Its stacks are walked at the
+	// switch-out: a walk threshold drops the stacks of the waits it does
+	// not draw, not the waits.
+	Stream     bool
+	StreamRing int
+
 	// Stats enables kernel.bpf_stats_enabled while recording, to report
 	// the mean cost of a program run.
 	Stats bool
@@ -173,6 +182,9 @@ func (o *Options) withDefaults() Options {
 	if c.UnwindRows == 0 {
 		c.UnwindRows = 1 << 21
 	}
+	if c.StreamRing == 0 {
+		c.StreamRing = DefaultStreamRing
+	}
 	if c.StateMask == 0 {
 		c.StateMask = 0xf
 	}
@@ -194,6 +206,9 @@ func (o *Options) validate() error {
 	}
 	if err := o.validateBudget(); err != nil {
 		return err
+	}
+	if r := o.StreamRing; r != 0 && (r < os.Getpagesize() || r&(r-1) != 0) {
+		return fmt.Errorf("stream ring of %d bytes: give a power of two of at least %d", r, os.Getpagesize())
 	}
 	if o.CPUHz < 0 || o.CPUHz > 10000 {
 		return fmt.Errorf("--cpu-hz %d out of range (0 to 10000)", o.CPUHz)

@@ -256,6 +256,7 @@ func (p *probes) spec(cgroupID uint64, btfMode bool) (*ebpf.CollectionSpec, erro
 		bpf.OffcpuVarWantMaps:          wantMaps,
 		bpf.OffcpuVarDeferredWalks:     o.deferred() && btfMode,
 		bpf.OffcpuVarSkipFirstIn:       o.skipFirstIn,
+		bpf.OffcpuVarWantStream:        o.Stream,
 	} {
 		if err := set(name, v); err != nil {
 			return nil, fmt.Errorf("setting %s: %w", name, err)
@@ -302,6 +303,11 @@ func sizeMaps(spec *ebpf.CollectionSpec, o Options) {
 	spec.Maps[bpf.OffcpuMapThreads].MaxEntries = uint32(o.MaxThreads)
 	spec.Maps[bpf.OffcpuMapThreadCpus].MaxEntries = uint32(o.MaxThreads)
 	spec.Maps[bpf.OffcpuMapStacks].MaxEntries = uint32(o.StackEntries)
+	if o.Stream {
+		spec.Maps[bpf.OffcpuMapWaitStream].MaxEntries = uint32(o.StreamRing)
+	} else {
+		spec.Maps[bpf.OffcpuMapWaitStream].MaxEntries = uint32(os.Getpagesize())
+	}
 	spec.Maps[bpf.OffcpuMapOffcpu].MaxEntries = uint32(o.AggEntries)
 	spec.Maps[bpf.OffcpuMapOffcpuMaps].InnerMap.MaxEntries = uint32(o.AggEntries)
 	spec.Maps[bpf.OffcpuMapWakeups].MaxEntries = uint32(o.AggEntries)

@@ -31,6 +31,7 @@ import (
 
 	"github.com/offcpu/offcpu/bpf"
 	"github.com/offcpu/offcpu/collector/symbolize"
+	"github.com/offcpu/offcpu/schema"
 )
 
 // Session is one recording. It runs the stages in turn: probes (loaded
@@ -46,6 +47,7 @@ type Session struct {
 	unw    *unwinder   // nil with FramePointersOnly
 	gor    *goRecorder // nil without Options.Goroutines
 	tctx   *tctxTracker
+	stream *streamReader // nil without Options.Stream
 	spill  *stackSpill
 	budget *budget // deferred walks: the threshold and its controller (--budget)
 	cont   *continuous
@@ -82,6 +84,8 @@ type Profiles struct {
 	// types goroutine_blocked, goroutine_runqueue, goroutine_waits,
 	// waker_waiting); nil without Options.Goroutines.
 	Goroutines *profile.Profile
+	// Timeline: every wait in order; nil without Options.Stream.
+	Timeline *schema.Timeline
 }
 
 // Start loads and attaches the recorder. Recording runs until Stop; ctx
@@ -152,6 +156,11 @@ func (s *Session) afterAttach(ctx context.Context) error {
 	}
 	if s.events, err = newEventReader(coll, s.procs, s.cont != nil); err != nil {
 		return err
+	}
+	if s.opts.Stream {
+		if s.stream, err = newStreamReader(coll.Maps[bpf.OffcpuMapWaitStream]); err != nil {
+			return err
+		}
 	}
 	var targets *ebpf.Map
 	if len(s.opts.PIDs) > 0 || s.opts.TargetsOnly {
@@ -447,6 +456,9 @@ func (s *Session) halt() {
 		s.stats.StacksMoved = s.spill.count()
 	}
 	s.p.closeLinks()
+	if s.stream != nil {
+		s.stream.close()
+	}
 	if s.gor != nil {
 		s.gor.detach()
 	}
@@ -468,7 +480,7 @@ func (s *Session) halt() {
 
 // drainer reads the maps, counting into stats.
 func (s *Session) drainer(stats *Stats) *drainer {
-	return &drainer{p: s.p, opts: s.opts, stats: stats, cont: s.cont, spill: s.spill, events: s.events, unw: s.unw, budget: s.budget, tctx: s.tctx, stopMono: s.stopMono}
+	return &drainer{p: s.p, opts: s.opts, stats: stats, cont: s.cont, spill: s.spill, events: s.events, unw: s.unw, budget: s.budget, tctx: s.tctx, stream: s.stream, stopMono: s.stopMono}
 }
 
 // stopContinuous cuts the last interval; the session's stats become the

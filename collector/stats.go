@@ -31,8 +31,12 @@ type Stats struct {
 	// ForkUnwindFull: forked children walked by frame pointers only, for
 	// lack of room in the unwind entries.
 	ForkUnwindFull uint64 `json:"fork_unwind_full"`
-	Keys           int    `json:"keys"`   // distinct aggregation keys
-	Stacks         int    `json:"stacks"` // distinct stacks
+	// StreamWaits: the waits the stream kept (Options.Stream); StreamLost:
+	// those it lost to a full ring.
+	StreamWaits uint64 `json:"stream_waits,omitempty"`
+	StreamLost  uint64 `json:"stream_lost,omitempty"`
+	Keys        int    `json:"keys"`   // distinct aggregation keys
+	Stacks      int    `json:"stacks"` // distinct stacks
 	// StacksMoved: stacks moved from the full BPF map to memory while
 	// recording (many short-lived processes), not lost.
 	StacksMoved uint64 `json:"stacks_moved"`
@@ -163,6 +167,8 @@ func (st *Stats) addCounters(o *Stats, sign int) {
 	add(&st.CPUFull, o.CPUFull)
 	add(&st.ThreadCPUFull, o.ThreadCPUFull)
 	add(&st.ForkUnwindFull, o.ForkUnwindFull)
+	add(&st.StreamWaits, o.StreamWaits)
+	add(&st.StreamLost, o.StreamLost)
 	add(&st.SwitchMissed, o.SwitchMissed)
 }
 

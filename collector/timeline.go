@@ -1,0 +1,125 @@
+package collector
+
+import (
+	"sort"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/collector/symbolize"
+	"github.com/offcpu/offcpu/schema"
+)
+
+// timelineBuilder interns the threads and stacks the stream's waits name.
+type timelineBuilder struct {
+	d       *recording
+	sym     *symbolize.Symbolizer
+	names   *threadNames
+	wakers  *wakerStacks
+	b       *profBuilder
+	t       *schema.Timeline
+	threads map[[2]uint32]int32
+	stacks  map[[3]int64]int32
+	labels  map[[2]uint64]map[string]string
+}
+
+// timeline builds the stream's waits into a timeline: each wait with its
+// thread, stacks, waker, wake-up class and request labels.
+func (d *recording) timeline(sym *symbolize.Symbolizer, names *threadNames) *schema.Timeline {
+	tb := &timelineBuilder{d: d, sym: sym, names: names, wakers: newWakerStacks(sym),
+		b:       newProfBuilder(sym, &profile.ValueType{Type: schema.OffCPU, Unit: schema.Nanoseconds}),
+		t:       &schema.Timeline{Start: int64(d.o.window[0]), End: int64(d.o.window[1]), Stacks: [][]schema.Frame{nil}},
+		threads: map[[2]uint32]int32{}, stacks: map[[3]int64]int32{}, labels: map[[2]uint64]map[string]string{}}
+	tb.t.Lost = int64(d.o.stats.StreamLost)
+	tb.t.Waits = make([]schema.Wait, 0, len(d.waits))
+	for i := range d.waits {
+		tb.add(&d.waits[i])
+	}
+	if tb.t.End == 0 {
+		for _, w := range tb.t.Waits {
+			tb.t.End = max(tb.t.End, w.In)
+		}
+	}
+	tb.t.Sort()
+	return tb.t
+}
+
+func (tb *timelineBuilder) add(e *bpf.OffcpuWaitEvent) {
+	d := tb.d
+	w := schema.Wait{Thread: tb.thread(e.Tgid, e.Tid), Out: int64(e.OutNs), In: int64(e.InNs), Wake: int64(e.InNs - e.RunqNs),
+		State: State(e.State).String(), Open: e.Open != 0, Waker: -1}
+	if State(e.State) == StatePreempted {
+		w.Wake = w.Out
+	}
+	user, kernel := d.stacks[e.Ustack], d.stacks[e.Kstack]
+	kthread := len(user) == 0 && e.Ustack == -1
+	w.Stack = tb.stack([3]int64{int64(e.Tgid), e.Ustack, e.Kstack}, func() []*profile.Location {
+		return tb.b.stack(e.Tgid, trimKernel(kernel, tb.sym.Kern), user, min(e.Ustack, 0), kthread)
+	})
+	if e.Waker.Valid != 0 {
+		wk := decodeWaker(e.Waker, func(id int64) []uint64 { return d.stacks[id] })
+		w.IRQ = wk.irq
+		if !wk.irq {
+			w.Waker = tb.thread(wk.tgid, wk.tid)
+		}
+		key := [3]int64{-2 - int64(wk.tgid), wk.userID, wk.kernelID}
+		if wk.irq {
+			key = [3]int64{-1, -1, wk.kernelID}
+		}
+		w.WakerStack = tb.stack(key, func() []*profile.Location { return tb.wakers.locs(wk) })
+		w.Class = classifyWakeup(wk, tb.sym.Kern)
+	}
+	if e.Link != 0 && d.o.links != nil {
+		w.Labels = tb.linkLabels(e.Tgid, e.Link)
+	}
+	tb.t.Waits = append(tb.t.Waits, w)
+}
+
+// thread is the index of a thread, added on first sight.
+func (tb *timelineBuilder) thread(tgid, tid uint32) int32 {
+	k := [2]uint32{tgid, tid}
+	if i, ok := tb.threads[k]; ok {
+		return i
+	}
+	i := int32(len(tb.t.Threads))
+	tb.threads[k] = i
+	tb.t.Threads = append(tb.t.Threads, schema.TimelineThread{PID: int64(tgid), TID: int64(tid),
+		Process: processName(tb.d, tgid, tb.sym.Procs), Name: tb.names.thread(tgid, tid)})
+	return i
+}
+
+// stack is the index of a stack, symbolized on first sight.
+func (tb *timelineBuilder) stack(key [3]int64, locs func() []*profile.Location) int32 {
+	if i, ok := tb.stacks[key]; ok {
+		return i
+	}
+	i := int32(len(tb.t.Stacks))
+	tb.stacks[key] = i
+	tb.t.Stacks = append(tb.t.Stacks, schema.Frames(locs()))
+	return i
+}
+
+// linkLabels are the labels of a request record, read once.
+func (tb *timelineBuilder) linkLabels(tgid uint32, link uint64) map[string]string {
+	k := [2]uint64{uint64(tgid), link}
+	if l, ok := tb.labels[k]; ok {
+		return l
+	}
+	smp := &profile.Sample{Label: map[string][]string{}, NumLabel: map[string][]int64{}}
+	var l map[string]string
+	if tb.d.o.links.put(smp, tgid, link) {
+		l = map[string]string{}
+		keys := make([]string, 0, len(smp.Label))
+		for k := range smp.Label {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if v := smp.Label[k]; len(v) > 0 {
+				l[k] = v[0]
+			}
+		}
+	}
+	tb.labels[k] = l
+	return l
+}
