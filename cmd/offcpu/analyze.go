@@ -33,6 +33,10 @@ type analyzeFlags struct {
 	// One request's waits (--span, --trace), or blocked time per value of
 	// a program's label (--by).
 	span, trace, by string
+	// criticalPath: follow one request through a timeline; tid: the
+	// thread, with --from and --to, where no span names it.
+	criticalPath bool
+	tid          int64
 }
 
 func newAnalyzeCmd() *cobra.Command {
@@ -50,6 +54,8 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
   offcpu analyze --threads '^(broker-io|ml-worker|topic-worker)' --format markdown bench-out/baseline-1
   offcpu analyze --by http.route goroutines.pb.gz
   offcpu analyze --span 00f067aa0ba902b7 goroutines.pb.gz
+  offcpu analyze --critical-path --span 00f067aa0ba902b7 run.pftrace
+  offcpu analyze --critical-path --tid 4242 --from 1.2s --to 1.25s run.pftrace
   offcpu analyze --print-rules > rules.yaml
   offcpu analyze --explain 'nginx;main;ngx_process_events_and_timers;epoll_wait;-;do_epoll_wait'
   offcpu analyze --explain 'postgres;main;ProcSleep;WaitLatch;epoll_wait;-;do_epoll_wait' \
@@ -79,6 +85,9 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 			}
 			if len(args) == 0 {
 				return fmt.Errorf("give at least one profile, folded-stack file or run directory")
+			}
+			if f.criticalPath {
+				return criticalPath(cmd.OutOrStdout(), f, args)
 			}
 			if f.by != "" {
 				return analyzeByLabel(cmd.OutOrStdout(), f, args)
@@ -110,6 +119,8 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 	fl.StringVar(&f.waker, "waker", "", "with --explain: who woke the thread ("+strings.Join(analysis.WakerRelations, ", ")+")")
 	fl.StringVar(&f.wakerStack, "waker-stack", "", "with --explain: the waker's stack (folded: user frames;-;kernel frames)")
 	fl.StringVar(&f.class, "wakeup-class", "", "with --explain: the wake-up's class (futex, eventfd, pipe/socket, timer, block-io, net-rx, ...)")
+	fl.BoolVar(&f.criticalPath, "critical-path", false, "read a timeline (record --timeline) and follow one request's wall time (--span, --trace, or --tid with --from/--to: a duration from the timeline's start or CLOCK_MONOTONIC ns) through the threads that woke it")
+	fl.Int64Var(&f.tid, "tid", 0, "with --critical-path: the thread whose time to follow")
 	addLinkFlags(cmd, f)
 	return cmd
 }

@@ -44,6 +44,7 @@ type recordFlags struct {
 	offwakeFolded      string
 	duration           time.Duration
 	output             string
+	timeline           timelineFlags
 	folded             string
 	maxThreads         int
 	traceMapPin        string
@@ -119,6 +120,8 @@ re-reads --config (otlp:, output_dir:, keep:, rules:).`,
 	fl.DurationVarP(&f.duration, "duration", "d", 0, "stop after this long (0: until Ctrl-C or the command exits)")
 	fl.StringVarP(&f.output, "output", "o", "offcpu.pb.gz", "pprof output file (gzipped profile.proto)")
 	fl.StringVar(&f.folded, "folded", "", "also write folded stacks (µs) to this file")
+	fl.StringVar(&f.timeline.path, "timeline", "", "also write every wait in order as a Perfetto trace (open it at ui.perfetto.dev; a name ending in .json: Chrome JSON trace events): a track per thread, running, runnable and blocked slices with stacks and verdicts, wake-ups as arrows")
+	fl.IntVar(&f.timeline.ringMB, "timeline-ring", 16, "MiB of kernel ring for the --timeline stream (120 bytes a wait, read every 50ms)")
 	fl.IntVar(&f.maxThreads, "max-threads", 65536, "threads tracked at once (BPF map size)")
 	fl.IntVar(&f.stackEntries, "stack-entries", 32768, "distinct stacks kept (BPF hash map size)")
 	fl.IntVar(&f.unwindRows, "unwind-rows", 1<<21, "unwind-table rows kept for code without frame pointers, over all files (8 bytes each)")
@@ -169,6 +172,9 @@ func runRecord(stderr io.Writer, f *recordFlags, command []string) error {
 	if err := f.write(sess, prof); err != nil {
 		return err
 	}
+	if err := f.timeline.write(sess.Profiles().Timeline, prof, f.agent.rules); err != nil {
+		return err
+	}
 	if !f.quiet {
 		printSummary(stderr, sess.Stats(), prof, f)
 	}
@@ -213,7 +219,7 @@ func (f *recordFlags) run(cmd *cobra.Command, args []string) error {
 		return runContinuous(cmd.ErrOrStderr(), f, opts, args)
 	}
 	for _, name := range []string{"interval", "output-dir", "keep", "config", "rules", "otlp-endpoint", "otlp-protocol", "otlp-header", "otlp-insecure", "otlp-ca", "otlp-queue", "otlp-queue-bytes", "otlp-retry", "shutdown-timeout", "memory-limit"} {
-		if cmd.Flags().Changed(name) {
+		if cmd.Flags().Changed(name) && !(name == "rules" && f.timeline.path != "") {
 			return fmt.Errorf("--%s needs --continuous", name)
 		}
 	}
@@ -295,6 +301,9 @@ func (f *recordFlags) options(command []string) (collector.Options, error) {
 		UnwindRows: f.unwindRows, FramePointersOnly: f.fpOnly, TraceMapPin: f.traceMapPin,
 		ForceTracepoint: f.tracepoint, Stats: f.stats,
 		Goroutines: f.goroutines, MaxGoroutines: f.goroutinesMax,
+	}
+	if err := f.timeline.options(&opts, f.agent.continuous); err != nil {
+		return collector.Options{}, err
 	}
 	return opts, nil
 }
@@ -508,6 +517,7 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 			written = append(written, p)
 		}
 	}
+	f.timeline.summary(w, st)
 	fmt.Fprintf(w, "offcpu: wrote %s\n", strings.Join(written, ", "))
 }
 

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/collector"
+	"github.com/offcpu/offcpu/schema"
+	"github.com/offcpu/offcpu/timeline"
+)
+
+// timelineFlags: record's every-wait stream and where it goes.
+type timelineFlags struct {
+	path   string
+	ringMB int
+}
+
+// options turns the stream on in opts, or says why it cannot be.
+func (t *timelineFlags) options(opts *collector.Options, continuous bool) error {
+	if t.path == "" {
+		return nil
+	}
+	if continuous {
+		return fmt.Errorf("--timeline writes one window: it does not combine with --continuous")
+	}
+	if err := checkWritable(t.path); err != nil {
+		return err
+	}
+	r := t.ringMB << 20
+	if t.ringMB < 1 || r&(r-1) != 0 {
+		return fmt.Errorf("--timeline-ring %d: give a power of two of MiB (1, 2, 4, ... 1024)", t.ringMB)
+	}
+	opts.Stream, opts.StreamRing = true, r
+	return nil
+}
+
+// write judges each wait by the recording's own profile and writes the
+// timeline: Perfetto's protobuf, or Chrome's JSON trace events for a
+// name ending in .json.
+func (t *timelineFlags) write(tl *schema.Timeline, prof *profile.Profile, rulesPath string) error {
+	if t.path == "" || tl == nil {
+		return nil
+	}
+	rules, err := analysis.LoadRules(rulesPath)
+	if err != nil {
+		return err
+	}
+	if data, err := schema.FromProfile(prof); err == nil {
+		analysis.JudgeTimeline(tl, data, rules)
+	}
+	return writeFile(t.path, func(w io.Writer) error {
+		if strings.HasSuffix(t.path, ".json") {
+			return timeline.WriteJSON(w, tl)
+		}
+		return timeline.WritePerfetto(w, tl, timeline.Options{Name: "offcpu"})
+	})
+}
+
+// summary is the timeline's line of record's summary.
+func (t *timelineFlags) summary(w io.Writer, st collector.Stats) {
+	if t.path == "" {
+		return
+	}
+	fmt.Fprintf(w, "timeline: %d waits in order, %d lost (ring full: raise --timeline-ring), written to %s\n", st.StreamWaits, st.StreamLost, t.path)
+}

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/internal/testenv"
+	"github.com/offcpu/offcpu/schema"
+	"github.com/offcpu/offcpu/timeline"
+)
+
+// handoffRequest is one request of testdata/handoff as its own clocks
+// timed it (CLOCK_MONOTONIC ns).
+type handoffRequest struct {
+	ReqTID     int64 `json:"req_tid"`
+	WorkerTID  int64 `json:"worker_tid"`
+	BackendTID int64 `json:"backend_tid"`
+	Start      int64 `json:"start"`
+	End        int64 `json:"end"`
+	WGot       int64 `json:"w_got"`
+	WAsk       int64 `json:"w_ask"`
+	WReply     int64 `json:"w_reply"`
+	WDone      int64 `json:"w_done"`
+	BSleep     int64 `json:"b_sleep"`
+	BWoke      int64 `json:"b_woke"`
+}
+
+// A request chain of known shape (testdata/handoff: a thread hands each
+// request to a worker, which asks another process, which sleeps the
+// injected delay), recorded with --timeline: each request's critical
+// path, followed from the timeline file, agrees with the program's
+// own clocks for at least 95% of 1,000 requests (checkHandoffPath); the timeline holds
+// every wait the profile counted, thread by thread.
+func TestCriticalPathHandoff(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	bin, times := filepath.Join(dir, "handoff"), filepath.Join(dir, "times.json")
+	testenv.Build(t, "gcc", "-O2", "-pthread", "-o", bin, "../../collector/testdata/handoff/handoff.c")
+	out, tlPath := filepath.Join(dir, "h.pb.gz"), filepath.Join(dir, "h.pftrace")
+	n := 1000 / testenv.Scale() // emulated kernels (tools/kmatrix): fewer
+	summary, err := run(t, "record", "-o", out, "--timeline", tlPath, "--", bin, fmt.Sprint(n), "2000", "200", times)
+	if err != nil {
+		t.Fatalf("record: %v\n%s", err, summary)
+	}
+	if !strings.Contains(summary, " 0 lost") {
+		t.Errorf("the stream lost waits:\n%s", summary)
+	}
+	tl := readTimeline(t, tlPath)
+	checkTimelineAgainstProfile(t, tl, readProfileData(t, out))
+	reqs := readHandoff(t, times)
+	good := 0
+	for i, r := range reqs {
+		why := checkHandoffPath(tl, r)
+		if why == "" {
+			good++
+		} else if i < 5 || testing.Verbose() {
+			t.Logf("request %d: %s", i, why)
+		}
+	}
+	t.Logf("%d of %d requests' critical paths agree with the program's clocks", good, len(reqs))
+	if good < len(reqs)*95/100 {
+		t.Errorf("%d of %d requests agree, want 95%%", good, len(reqs))
+	}
+	r := reqs[len(reqs)/2]
+	js, err := run(t, "analyze", "--critical-path", "--format", "json", "--tid", fmt.Sprint(r.ReqTID),
+		"--from", fmt.Sprint(r.Start), "--to", fmt.Sprint(r.End), tlPath)
+	if err != nil {
+		t.Fatalf("analyze --critical-path: %v\n%s", err, js)
+	}
+	var p struct {
+		Causes []struct {
+			TID   int64
+			Kind  string
+			Stack string
+		}
+	}
+	if err := json.Unmarshal([]byte(js), &p); err != nil || len(p.Causes) == 0 {
+		t.Fatalf("analyze --critical-path --format json: %v\n%s", err, js)
+	}
+	if c := p.Causes[0]; c.TID != r.BackendTID || c.Kind != analysis.SegBlocked || !strings.Contains(c.Stack, "nanosleep") {
+		t.Errorf("first cause %+v, want the backend's sleep", c)
+	}
+}
+
+// checkHandoffPath says how a request's critical path disagrees with the
+// program's clocks ("" where it agrees): its segments tile the request;
+// the backend's sleep begins and ends, and the worker's wait on the
+// backend begins and ends, within max(2%, 100µs) of the program's own
+// timestamps; the sleep's stack comes first.
+func checkHandoffPath(tl *schema.Timeline, r handoffRequest) string {
+	p, err := analysis.FollowCriticalPath(tl, analysis.ThreadByTID(tl, r.ReqTID), r.Start, r.End)
+	if err != nil {
+		return err.Error()
+	}
+	var sum int64
+	var sleep, ask, reply *analysis.Segment
+	for i := range p.Segments {
+		s := &p.Segments[i]
+		if s.Kind != analysis.SegFollowed {
+			sum += s.Duration()
+		}
+		w, tid := waitOf(tl, s), tl.Threads[s.Thread].TID
+		switch {
+		case tid == r.BackendTID && s.Kind == analysis.SegBlocked && strings.Contains(schema.FoldFrames(tl.Stacks[w.Stack]), "nanosleep"):
+			if sleep == nil || s.Duration() > sleep.Duration() {
+				sleep = s
+			}
+		case tid == r.WorkerTID && s.Kind == analysis.SegFollowed && tl.Threads[w.Waker].TID == r.BackendTID && s.End >= r.WAsk:
+			if ask == nil {
+				ask = s
+			}
+			reply = s
+		}
+	}
+	tol := max((r.BWoke-r.BSleep)/50, 100_000)
+	near := func(got, want int64) bool { return abs64(got-want) <= tol }
+	causes := p.Causes(tl)
+	switch {
+	case sum != r.End-r.Start:
+		return fmt.Sprintf("segments sum to %d ns, the request took %d", sum, r.End-r.Start)
+	case sleep == nil || !near(sleep.Start, r.BSleep) || !near(sleep.End, r.BWoke):
+		return fmt.Sprintf("the backend's sleep %+v, by its clock %d..%d", sleep, r.BSleep, r.BWoke)
+	case ask == nil || !near(ask.Start, r.WAsk) || !near(reply.End, r.WReply):
+		return fmt.Sprintf("the worker's wait on the backend %+v..%+v, by its clock %d..%d", ask, reply, r.WAsk, r.WReply)
+	case tl.Threads[causes[0].Thread].TID != r.BackendTID || !strings.Contains(schema.FoldFrames(tl.Stacks[causes[0].Stack]), "nanosleep"):
+		return fmt.Sprintf("first cause %s %s, not the backend's sleep", analysis.ThreadLabel(tl, causes[0].Thread), causes[0].Kind)
+	}
+	return ""
+}
+
+// waitOf is a segment's wait (a zero one for a running segment).
+func waitOf(tl *schema.Timeline, s *analysis.Segment) schema.Wait {
+	if s.Wait < 0 {
+		return schema.Wait{Waker: -1}
+	}
+	return tl.Waits[s.Wait]
+}
+
+// checkTimelineAgainstProfile: each thread's waits in the timeline sum to
+// its off-CPU time and switches in the profile, and follow one another.
+func checkTimelineAgainstProfile(t *testing.T, tl *schema.Timeline, d *schema.Data) {
+	t.Helper()
+	prof := map[int64][2]int64{}
+	for _, s := range d.Stacks {
+		if s.Kind == schema.KindOffCPU {
+			v := prof[s.TID]
+			prof[s.TID] = [2]int64{v[0] + s.Value, v[1] + s.Count}
+		}
+	}
+	by := tl.ByThread()
+	for i, ws := range by {
+		var ns, n, last int64
+		for _, wi := range ws {
+			w := &tl.Waits[wi]
+			if w.Out < last || w.Wake < w.Out || w.In < w.Wake {
+				t.Errorf("%s: wait %d..%d..%d after one ending at %d", analysis.ThreadLabel(tl, int32(i)), w.Out, w.Wake, w.In, last)
+			}
+			ns += w.In - w.Out
+			n++
+			last = w.In
+		}
+		if n == 0 {
+			continue // a waker only
+		}
+		want := prof[tl.Threads[i].TID]
+		// The profile's lengths are the run queue's clock's, the timeline's bpf_ktime_get_ns's: µs apart a wait.
+		if n != want[1] || abs64(ns-want[0]) > max(want[0]/100, n*5000) {
+			t.Errorf("%s: %d waits, %d ns in the timeline; %d switches, %d ns in the profile", analysis.ThreadLabel(tl, int32(i)), n, ns, want[1], want[0])
+		}
+	}
+}
+
+func readTimeline(t *testing.T, path string) *schema.Timeline {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tl, err := timeline.ReadPerfetto(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return tl
+}
+
+func readProfileData(t *testing.T, path string) *schema.Data {
+	t.Helper()
+	d, err := schema.FromProfile(readProfile(t, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func readHandoff(t *testing.T, path string) []handoffRequest {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []handoffRequest
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r handoffRequest
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, r)
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s: no requests", path)
+	}
+	return out
+}
+
+func abs64(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
