@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -48,6 +49,8 @@ type Agent struct {
 	memLimit  uint64 // the Go memory limit in force (0: none)
 	// allocsAtGiveBack: the heap's allocations at the last giveBack.
 	allocsAtGiveBack uint64
+	// Flight: the flight recorder's dumps (nil: none).
+	Flight *Flight
 }
 
 // New makes an agent; version is the scope version of what it exports,
@@ -92,6 +95,10 @@ func (a *Agent) Reload(set *Settings) error {
 	return nil
 }
 
+// TimelinesAttribute is the resource attribute of an interval's export
+// that lists the flight recorder's timelines written during it.
+const TimelinesAttribute = "offcpu.timeline.files"
+
 // Handle exports and writes one interval.
 func (a *Agent) Handle(iv *collector.Interval) {
 	a.intervals++
@@ -118,6 +125,18 @@ func (a *Agent) Handle(iv *collector.Interval) {
 // export converts and queues an interval; it returns what to say of it.
 func (a *Agent) export(iv *collector.Interval) []string {
 	var notes []string
+	if a.Flight != nil {
+		if files := a.Flight.takeWritten(); len(files) > 0 {
+			// The interval's export says where its timelines are.
+			res := maps.Clone(a.conv.Resource)
+			defer func(r map[string]string) { a.conv.Resource = r }(a.conv.Resource)
+			if res == nil {
+				res = map[string]string{}
+			}
+			res[TimelinesAttribute] = strings.Join(files, ",")
+			a.conv.Resource = res
+		}
+	}
 	parts, counts, err := a.conv.Convert(iv.Start, iv.Duration, iv.Profile, iv.Wakeups, iv.Goroutines)
 	switch {
 	case err != nil:
@@ -197,8 +216,24 @@ func (a *Agent) Close(timeout time.Duration) {
 func (a *Agent) CutEvery(sess *collector.Session, period time.Duration, resolve func() (*Settings, error), hup <-chan os.Signal, ended <-chan bool) (cmdEnded bool, err error) {
 	tick := time.NewTicker(period)
 	defer tick.Stop()
+	var sig <-chan os.Signal
+	var asks chan chan string
+	var scan <-chan time.Time
+	if f := a.Flight; f != nil {
+		f.ensure()
+		sig, asks = f.Signal, f.asks
+		t := time.NewTicker(flightScan)
+		defer t.Stop()
+		scan = t.C
+	}
 	for {
 		select {
+		case <-sig:
+			a.say(a.Flight.serve(sess, true, nil, false))
+		case ask := <-asks:
+			a.say(a.Flight.serve(sess, false, ask, false))
+		case <-scan:
+			a.say(a.Flight.serve(sess, false, nil, true))
 		case <-tick.C:
 			iv, err := sess.Snapshot()
 			if err != nil {
@@ -219,6 +254,15 @@ func (a *Agent) CutEvery(sess *collector.Session, period time.Duration, resolve 
 			}
 		case cmdEnded := <-ended:
 			return cmdEnded, nil
+		}
+	}
+}
+
+// say prints the flight recorder's notes.
+func (a *Agent) say(notes []string) {
+	for _, n := range notes {
+		if !a.quiet || strings.HasPrefix(n, "trigger") {
+			fmt.Fprintf(a.stderr, "offcpu: %s\n", n)
 		}
 	}
 }

@@ -209,7 +209,7 @@ func (s *drainer) drain(final bool) (*recording, error) {
 	if err := s.drainOnCPU(d); err != nil {
 		return nil, err
 	}
-	if s.stream != nil {
+	if s.stream != nil && s.cont == nil { // continuous: a flight recorder's, taken by FlightTimeline
 		d.waits = s.stream.take()
 		for i := range d.waits {
 			w := &d.waits[i]

@@ -149,6 +149,11 @@ type Options struct {
 	// not draw, not the waits.
 	Stream     bool
 	StreamRing int
+	// StreamKeep makes a continuous session's stream a flight recorder:
+	// the waits of the last StreamKeep, at most StreamKeepBytes of them
+	// (DefaultStreamKeepBytes when 0), for Session.FlightTimeline.
+	StreamKeep      time.Duration
+	StreamKeepBytes int
 
 	// Stats enables kernel.bpf_stats_enabled while recording, to report
 	// the mean cost of a program run.
@@ -185,6 +190,9 @@ func (o *Options) withDefaults() Options {
 	if c.StreamRing == 0 {
 		c.StreamRing = DefaultStreamRing
 	}
+	if c.StreamKeepBytes == 0 {
+		c.StreamKeepBytes = DefaultStreamKeepBytes
+	}
 	if c.StateMask == 0 {
 		c.StateMask = 0xf
 	}
@@ -209,6 +217,9 @@ func (o *Options) validate() error {
 	}
 	if r := o.StreamRing; r != 0 && (r < os.Getpagesize() || r&(r-1) != 0) {
 		return fmt.Errorf("stream ring of %d bytes: give a power of two of at least %d", r, os.Getpagesize())
+	}
+	if o.StreamKeep != 0 && (!o.Continuous || !o.Stream) {
+		return fmt.Errorf("a flight recorder (StreamKeep) needs a continuous session with its stream on")
 	}
 	if o.CPUHz < 0 || o.CPUHz > 10000 {
 		return fmt.Errorf("--cpu-hz %d out of range (0 to 10000)", o.CPUHz)

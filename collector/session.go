@@ -158,7 +158,7 @@ func (s *Session) afterAttach(ctx context.Context) error {
 		return err
 	}
 	if s.opts.Stream {
-		if s.stream, err = newStreamReader(coll.Maps[bpf.OffcpuMapWaitStream]); err != nil {
+		if s.stream, err = newStreamReader(coll.Maps[bpf.OffcpuMapWaitStream], s.opts.StreamKeep, s.opts.StreamKeepBytes); err != nil {
 			return err
 		}
 	}

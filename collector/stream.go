@@ -28,17 +28,22 @@ const streamEvery = 50 * time.Millisecond
 type streamReader struct {
 	rd   *ringbuf.Reader
 	done chan struct{}
+	// keep: a flight recorder's span (0: keep all, for one window); at
+	// most maxWaits of them, the oldest dropped first (overflow).
+	keep     uint64
+	maxWaits int
 
-	mu    sync.Mutex
-	waits []bpf.OffcpuWaitEvent
+	mu       sync.Mutex
+	waits    []bpf.OffcpuWaitEvent
+	overflow uint64
 }
 
-func newStreamReader(m *ebpf.Map) (*streamReader, error) {
+func newStreamReader(m *ebpf.Map, keep time.Duration, maxBytes int) (*streamReader, error) {
 	rd, err := ringbuf.NewReader(m)
 	if err != nil {
 		return nil, fmt.Errorf("opening the wait stream's ring buffer: %w", err)
 	}
-	r := &streamReader{rd: rd, done: make(chan struct{})}
+	r := &streamReader{rd: rd, done: make(chan struct{}), keep: uint64(keep), maxWaits: maxBytes / int(unsafe.Sizeof(bpf.OffcpuWaitEvent{}))}
 	go r.run()
 	return r, nil
 }
@@ -62,6 +67,9 @@ func (r *streamReader) run() {
 		ev := *(*bpf.OffcpuWaitEvent)(unsafe.Pointer(&rec.RawSample[0]))
 		r.mu.Lock()
 		r.waits = append(r.waits, ev)
+		if r.keep > 0 {
+			r.trim(ev.InNs)
+		}
 		r.mu.Unlock()
 	}
 }
@@ -74,6 +82,64 @@ func (r *streamReader) close() {
 	}
 	r.rd.Close()
 	<-r.done
+}
+
+// trim drops the waits that ended more than keep before now, and the
+// oldest beyond maxWaits; the slice is moved down once half of it is
+// dropped, so a wait is copied about twice in all.
+func (r *streamReader) trim(now uint64) {
+	i := 0
+	for i < len(r.waits) && (r.waits[i].InNs+r.keep < now || len(r.waits)-i > r.maxWaits) {
+		if r.waits[i].InNs+r.keep >= now {
+			r.overflow++
+		}
+		i++
+	}
+	if i == 0 {
+		return
+	}
+	r.waits = r.waits[i:]
+	if len(r.waits) < cap(r.waits)/2 && cap(r.waits) > 1024 {
+		r.waits = append(make([]bpf.OffcpuWaitEvent, 0, 2*len(r.waits)+64), r.waits...)
+	}
+}
+
+// window copies the kept waits that overlap [from, to].
+func (r *streamReader) window(from, to uint64) ([]bpf.OffcpuWaitEvent, uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []bpf.OffcpuWaitEvent
+	for _, w := range r.waits {
+		if w.InNs >= from && w.OutNs <= to {
+			out = append(out, w)
+		}
+	}
+	return out, r.overflow
+}
+
+// requests are the extents of the kept waits of each request (tgid and
+// thread-context link) with a wait that ended after since: two passes
+// under the lock, nothing copied.
+func (r *streamReader) requests(since uint64) map[[2]uint64]*FlightRequest {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[[2]uint64]*FlightRequest{}
+	for i := len(r.waits) - 1; i >= 0 && r.waits[i].InNs > since; i-- {
+		if w := &r.waits[i]; w.Link != 0 {
+			out[[2]uint64{uint64(w.Tgid), w.Link}] = &FlightRequest{Start: w.OutNs}
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	for i := range r.waits {
+		w := &r.waits[i]
+		if q := out[[2]uint64{uint64(w.Tgid), w.Link}]; q != nil && w.Link != 0 {
+			q.Start, q.End = min(q.Start, w.OutNs), max(q.End, w.InNs)
+			q.Waits++
+		}
+	}
+	return out
 }
 
 // take returns the waits read so far and forgets them.

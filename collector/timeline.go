@@ -1,8 +1,6 @@
 package collector
 
 import (
-	"sort"
-
 	"github.com/google/pprof/profile"
 
 	"github.com/offcpu/offcpu/bpf"
@@ -105,21 +103,22 @@ func (tb *timelineBuilder) linkLabels(tgid uint32, link uint64) map[string]strin
 	if l, ok := tb.labels[k]; ok {
 		return l
 	}
+	l := linkLabels(tb.d.o.links, tgid, link)
+	tb.labels[k] = l
+	return l
+}
+
+// linkLabels are the labels of a request record (nil: none known).
+func linkLabels(links *tctxLabels, tgid uint32, link uint64) map[string]string {
 	smp := &profile.Sample{Label: map[string][]string{}, NumLabel: map[string][]int64{}}
-	var l map[string]string
-	if tb.d.o.links.put(smp, tgid, link) {
-		l = map[string]string{}
-		keys := make([]string, 0, len(smp.Label))
-		for k := range smp.Label {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			if v := smp.Label[k]; len(v) > 0 {
-				l[k] = v[0]
-			}
+	if !links.put(smp, tgid, link) {
+		return nil
+	}
+	l := map[string]string{}
+	for k, v := range smp.Label {
+		if len(v) > 0 {
+			l[k] = v[0]
 		}
 	}
-	tb.labels[k] = l
 	return l
 }

@@ -38,6 +38,13 @@ type agentFlags struct {
 	debugAddr  string
 	memLimit   string
 	queueBytes string
+	// The flight recorder: how long it keeps, in how many bytes at most,
+	// where and when it writes timelines.
+	flight       time.Duration
+	flightBytes  string
+	flightDir    string
+	flightSocket string
+	triggers     []string
 }
 
 // agentConfig is the --config file, read at the start and on SIGHUP; what
@@ -73,6 +80,11 @@ func (a *agentFlags) register(cmd interface {
 	cmd.StringVar(&a.debugAddr, "debug-addr", "", "continuous: serve the agent's own Go profiles (/debug/pprof/) on this address, e.g. 127.0.0.1:6060")
 	cmd.StringVar(&a.memLimit, "memory-limit", "256MiB", "continuous: the agent's Go memory limit (as GOMEMLIMIT, which wins when set; 0: none): garbage is collected sooner near it")
 	cmd.StringVar(&a.queueBytes, "otlp-queue-bytes", "32MiB", "continuous: bytes of encoded intervals waiting to be sent; one that would pass it is dropped (counted)")
+	cmd.DurationVar(&a.flight, "flight-recorder", 0, "continuous: keep every wait of the last this long (e.g. 10s) and write it as a Perfetto timeline on SIGUSR2, on a connection to --flight-socket, or when a --timeline-trigger request is slow")
+	cmd.StringVar(&a.flightBytes, "flight-recorder-bytes", "64MiB", "continuous: memory the flight recorder's waits may take (120 bytes each), the oldest dropped first (counted as lost)")
+	cmd.StringVar(&a.flightDir, "flight-dir", "", "continuous: where the flight recorder writes timeline-TIME.pftrace or timeline-TRACE-SPAN.pftrace (default: --output-dir, else the current directory)")
+	cmd.StringVar(&a.flightSocket, "flight-socket", "", "continuous: a unix socket; each connection has the flight recorder write a timeline, and reads back its path")
+	cmd.StringSliceVar(&a.triggers, "timeline-trigger", nil, "continuous: write a request's timeline when its waits that carry LABEL=VALUE span more than DURATION, e.g. 'http.route=/checkout>200ms' (repeatable; needs --flight-recorder)")
 	cmd.DurationVar(&a.shutdown, "shutdown-timeout", 10*time.Second, "continuous: on SIGTERM or Ctrl-C, how long queued intervals may still be sent")
 }
 
@@ -197,9 +209,26 @@ func runContinuous(stderr io.Writer, f *recordFlags, opts collector.Options, com
 	if err != nil {
 		return err
 	}
+	flight, err := af.flightRecorder(&opts, set.OutputDir)
+	if err != nil {
+		return err
+	}
 	ag, err := agent.New(stderr, f.quiet, set, version, agent.TuneMemory(limit))
 	if err != nil {
 		return err
+	}
+	if flight != nil {
+		usr2 := make(chan os.Signal, 1)
+		signal.Notify(usr2, syscall.SIGUSR2)
+		defer signal.Stop(usr2)
+		flight.Signal = usr2
+		if af.flightSocket != "" {
+			if err := flight.Listen(af.flightSocket); err != nil {
+				ag.Close(0)
+				return err
+			}
+		}
+		ag.Flight = flight
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
@@ -286,4 +315,41 @@ func serveDebug(addr string) error {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	go http.Serve(ln, mux)
 	return nil
+}
+
+// flightRecorder sets up the flight recorder the flags ask for (nil:
+// none) and turns the stream on in opts.
+func (a *agentFlags) flightRecorder(opts *collector.Options, outputDir string) (*agent.Flight, error) {
+	if a.flight == 0 {
+		if a.flightSocket != "" || len(a.triggers) > 0 || a.flightDir != "" {
+			return nil, fmt.Errorf("--flight-socket, --flight-dir and --timeline-trigger need --flight-recorder DURATION")
+		}
+		return nil, nil
+	}
+	if a.flight < time.Second {
+		return nil, fmt.Errorf("--flight-recorder %v: keep at least 1s", a.flight)
+	}
+	n, err := parseBytes("--flight-recorder-bytes", a.flightBytes)
+	if err != nil {
+		return nil, err
+	}
+	f := &agent.Flight{Dir: a.flightDir, Keep: a.flight}
+	if f.Dir == "" {
+		f.Dir = outputDir
+	}
+	if f.Dir == "" {
+		f.Dir = "."
+	}
+	if err := checkWritable(filepath.Join(f.Dir, ".offcpu-check")); err != nil {
+		return nil, err
+	}
+	for _, s := range a.triggers {
+		tr, err := agent.ParseTrigger(s)
+		if err != nil {
+			return nil, fmt.Errorf("--timeline-trigger: %w", err)
+		}
+		f.Triggers = append(f.Triggers, tr)
+	}
+	opts.Stream, opts.StreamKeep, opts.StreamKeepBytes = true, a.flight, int(min(n, 1<<40))
+	return f, nil
 }

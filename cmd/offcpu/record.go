@@ -218,7 +218,7 @@ func (f *recordFlags) run(cmd *cobra.Command, args []string) error {
 		}
 		return runContinuous(cmd.ErrOrStderr(), f, opts, args)
 	}
-	for _, name := range []string{"interval", "output-dir", "keep", "config", "rules", "otlp-endpoint", "otlp-protocol", "otlp-header", "otlp-insecure", "otlp-ca", "otlp-queue", "otlp-queue-bytes", "otlp-retry", "shutdown-timeout", "memory-limit"} {
+	for _, name := range []string{"interval", "output-dir", "keep", "config", "rules", "otlp-endpoint", "otlp-protocol", "otlp-header", "otlp-insecure", "otlp-ca", "otlp-queue", "otlp-queue-bytes", "otlp-retry", "shutdown-timeout", "memory-limit", "flight-recorder", "flight-recorder-bytes", "flight-dir", "flight-socket", "timeline-trigger"} {
 		if cmd.Flags().Changed(name) && !(name == "rules" && f.timeline.path != "") {
 			return fmt.Errorf("--%s needs --continuous", name)
 		}

@@ -25,7 +25,7 @@ func (t *timelineFlags) options(opts *collector.Options, continuous bool) error 
 		return nil
 	}
 	if continuous {
-		return fmt.Errorf("--timeline writes one window: it does not combine with --continuous")
+		return fmt.Errorf("--timeline writes one window: with --continuous, keep the last seconds with --flight-recorder 10s")
 	}
 	if err := checkWritable(t.path); err != nil {
 		return err
