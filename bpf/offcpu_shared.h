@@ -64,7 +64,8 @@ enum offcpu_stat {
 	STAT_MAX,
 };
 
-/* Who woke a thread. tid 0 with irq set: an interrupt woke it. */
+/* Who woke a thread. irq set: an interrupt woke it, and tid is 0, or
+ * (the wait stream's) the task it interrupted. */
 struct waker_rec {
 	u32 tgid;
 	u32 tid;

@@ -311,6 +311,10 @@ static __always_inline void aggregate(u32 tid, struct start_rec *s, struct waker
 	key->link = s->link;
 	if (w && w->valid) {
 		key->waker = *w;
+		if (w->irq) { /* the interrupted task (stream only) */
+			key->waker.tid = 0;
+			key->waker.tgid = 0;
+		}
 		if (!chain) {
 			key->waker.wait_ustack = 0;
 			key->waker.wait_kstack = 0;

@@ -251,6 +251,14 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 	count_wakeup(ttgid, ttid, task_gen(p), &w);
 	if (!ts || !ts->pending)
 		return 0;
+	if (irq && want_stream) {
+		/* The stream names the task the interrupt ran on (its own
+		 * softirq, run as it enabled them, on loopback); the
+		 * aggregation keys leave it out. */
+		u64 id = bpf_get_current_pid_tgid();
+		w.tid = (u32)id;
+		w.tgid = id >> 32;
+	}
 	/* The waker's own waits since the waiter's began: the waiter waited on
 	 * a thread that was itself waiting (a chain). */
 	ts->waker_wait_ns = 0;

@@ -1,6 +1,8 @@
 package collector
 
 import (
+	"strings"
+
 	"github.com/google/pprof/profile"
 
 	"github.com/offcpu/offcpu/bpf"
@@ -57,7 +59,7 @@ func (tb *timelineBuilder) add(e *bpf.OffcpuWaitEvent) {
 	if e.Waker.Valid != 0 {
 		wk := decodeWaker(e.Waker, func(id int64) []uint64 { return d.stacks[id] })
 		w.IRQ = wk.irq
-		if !wk.irq {
+		if !wk.irq || (wk.tid != 0 && tb.ownSoftirq(wk.kernel)) {
 			w.Waker = tb.thread(wk.tgid, wk.tid)
 		}
 		key := [3]int64{-2 - int64(wk.tgid), wk.userID, wk.kernelID}
@@ -71,6 +73,23 @@ func (tb *timelineBuilder) add(e *bpf.OffcpuWaitEvent) {
 		w.Labels = tb.linkLabels(e.Tgid, e.Link)
 	}
 	tb.t.Waits = append(tb.t.Waits, w)
+}
+
+// ownSoftirq: an interrupt waker's kernel stack (the interrupt's frames
+// and those of the task beneath) shows a softirq the task ran itself as
+// it enabled them again (local_bh_enable: a loopback send delivers the
+// packet so), not an interrupt that happened to stop it.
+func (tb *timelineBuilder) ownSoftirq(kernel []uint64) bool {
+	for _, a := range kernel {
+		n := tb.sym.Kern.Lookup(a)
+		if strings.Contains(n, "local_bh_enable") {
+			return true
+		}
+		if strings.HasPrefix(n, "irq_exit") || strings.HasPrefix(n, "common_interrupt") || strings.HasPrefix(n, "run_ksoftirqd") {
+			return false
+		}
+	}
+	return false
 }
 
 // thread is the index of a thread, added on first sight.
