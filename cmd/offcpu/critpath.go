@@ -3,13 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"time"
 
 	"github.com/offcpu/offcpu/analysis"
 	"github.com/offcpu/offcpu/schema"
-	"github.com/offcpu/offcpu/timeline"
 )
 
 // criticalPath writes the critical path of a request or of a thread's
@@ -18,14 +16,9 @@ func criticalPath(w io.Writer, f *analyzeFlags, args []string) error {
 	if len(args) != 1 {
 		return fmt.Errorf("--critical-path reads one timeline (offcpu record --timeline FILE)")
 	}
-	file, err := os.Open(args[0])
+	t, err := readTimeline(args[0])
 	if err != nil {
 		return err
-	}
-	defer file.Close()
-	t, err := timeline.ReadPerfetto(file)
-	if err != nil {
-		return fmt.Errorf("%s: %w", args[0], err)
 	}
 	thread, start, end, err := pathRange(t, f)
 	if err != nil {

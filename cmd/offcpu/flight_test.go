@@ -49,7 +49,7 @@ func TestFlightRecorderTrigger(t *testing.T) {
 			t.Errorf("%s: span %s not in the server's report", f, span[1])
 			continue
 		}
-		tl := readTimeline(t, f)
+		tl := readTimelineFile(t, f)
 		th, start, end, err := analysis.PathFor(tl, span[1], "")
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bufio"
+	"compress/gzip"
 	"fmt"
 	"io"
 	"strings"
+
+	"os"
 
 	"github.com/google/pprof/profile"
 
@@ -52,12 +56,23 @@ func (t *timelineFlags) write(tl *schema.Timeline, prof *profile.Profile, rulesP
 	if data, err := schema.FromProfile(prof); err == nil {
 		analysis.JudgeTimeline(tl, data, rules)
 	}
-	return writeFile(t.path, func(w io.Writer) error {
-		if strings.HasSuffix(t.path, ".json") {
-			return timeline.WriteJSON(w, tl)
-		}
-		return timeline.WritePerfetto(w, tl, timeline.Options{Name: "offcpu"})
-	})
+	return writeFile(t.path, func(w io.Writer) error { return writeTimeline(w, t.path, tl) })
+}
+
+// writeTimeline writes a timeline as its file's name says: Chrome JSON
+// trace events for .json, Perfetto's protobuf otherwise; gzipped for
+// .gz (Perfetto's UI and trace_processor read both gzipped).
+func writeTimeline(w io.Writer, path string, tl *schema.Timeline) error {
+	name := path
+	if strings.HasSuffix(path, ".gz") {
+		zw := gzip.NewWriter(w)
+		defer zw.Close()
+		w, name = zw, strings.TrimSuffix(path, ".gz")
+	}
+	if strings.HasSuffix(name, ".json") {
+		return timeline.WriteJSON(w, tl)
+	}
+	return timeline.WritePerfetto(w, tl, timeline.Options{Name: "offcpu"})
 }
 
 // summary is the timeline's line of record's summary.
@@ -66,4 +81,27 @@ func (t *timelineFlags) summary(w io.Writer, st collector.Stats) {
 		return
 	}
 	fmt.Fprintf(w, "timeline: %d waits in order, %d lost (ring full: raise --timeline-ring), written to %s\n", st.StreamWaits, st.StreamLost, t.path)
+}
+
+// readTimeline reads a timeline record --timeline wrote, gzipped or not.
+func readTimeline(path string) (*schema.Timeline, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	br := bufio.NewReader(f)
+	var r io.Reader = br
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		r = zr
+	}
+	t, err := timeline.ReadPerfetto(r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
 }
