@@ -32,7 +32,7 @@ func TestFlightRecorderTrigger(t *testing.T) {
 		t.Fatalf("record: %v\n%s", err, summary)
 	}
 	col.stop(t)
-	files, _ := filepath.Glob(filepath.Join(outDir, "timeline-ab*.pftrace"))
+	files, _ := filepath.Glob(filepath.Join(outDir, "timeline-ab*.pftrace.gz"))
 	if len(files) == 0 {
 		t.Fatalf("no timeline written by the trigger:\n%s", summary)
 	}
@@ -40,7 +40,7 @@ func TestFlightRecorderTrigger(t *testing.T) {
 	own := readSpanReport(t, report)
 	checked := 0
 	for _, f := range files {
-		span := regexp.MustCompile(`-([0-9a-f]{16})\.pftrace$`).FindStringSubmatch(f)
+		span := regexp.MustCompile(`-([0-9a-f]{16})\.pftrace\.gz$`).FindStringSubmatch(f)
 		if span == nil {
 			t.Fatalf("%s: not named by a span", f)
 		}
