@@ -219,9 +219,15 @@ func (a *Agent) CutEvery(sess *collector.Session, period time.Duration, resolve 
 	var sig <-chan os.Signal
 	var asks chan chan string
 	var scan <-chan time.Time
+	var dumped chan *dump
 	if f := a.Flight; f != nil {
 		f.ensure()
-		sig, asks = f.Signal, f.asks
+		sig, asks, dumped = f.Signal, f.asks, f.results
+		defer func() { // a timeline being written ends before the session
+			if f.busy {
+				a.say(f.finish(<-f.results))
+			}
+		}()
 		t := time.NewTicker(flightScan)
 		defer t.Stop()
 		scan = t.C
@@ -234,6 +240,8 @@ func (a *Agent) CutEvery(sess *collector.Session, period time.Duration, resolve 
 			a.say(a.Flight.serve(sess, false, ask, false))
 		case <-scan:
 			a.say(a.Flight.serve(sess, false, nil, true))
+		case d := <-dumped:
+			a.say(a.Flight.finish(d))
 		case <-tick.C:
 			iv, err := sess.Snapshot()
 			if err != nil {

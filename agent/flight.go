@@ -35,6 +35,9 @@ type Flight struct {
 	scanned uint64          // CLOCK_MONOTONIC ns of the last trigger scan
 	// written: timelines written since the last interval's export.
 	written []string
+	// busy: a timeline is being written; results: each one written.
+	busy    bool
+	results chan *dump
 }
 
 // Trigger writes a request's timeline when its waits with Label=Value
@@ -91,23 +94,55 @@ func (f *Flight) Listen(path string) error {
 func (f *Flight) ensure() {
 	if f.asks == nil {
 		f.asks = make(chan chan string)
+		f.results = make(chan *dump, 1)
 		f.dumped = map[string]bool{}
 	}
 }
 
-// Dump writes the timeline of [from, to] (0, 0: all it keeps) to Dir
-// as timeline-NAME.pftrace.gz and returns the path.
-func (f *Flight) Dump(sess *collector.Session, name string, from, to uint64) (string, error) {
+// dump is one timeline being written beside the agent's loop.
+type dump struct {
+	name     string
+	from, to uint64
+	ask      chan string // a socket's ask, answered with the path
+	// trigger: what the triggers caught (empty: asked for).
+	trigger   string
+	firstEnd  uint64
+	path, msg string
+	err       error
+}
+
+// start writes d beside the loop, one at a time: a cut waits only while
+// the timeline is built from the maps, not while it is encoded. A second
+// ask while one is written is answered at once.
+func (f *Flight) start(sess *collector.Session, d *dump) []string {
+	if f.busy {
+		if d.ask != nil {
+			d.ask <- "error: a timeline is being written: ask again"
+		}
+		return []string{"flight recorder: a timeline is being written; " + d.name + " not written"}
+	}
+	f.busy = true
+	go func() {
+		d.path, d.msg, d.err = f.write(sess, d.name, d.from, d.to)
+		f.results <- d
+	}()
+	return nil
+}
+
+// write builds and writes the timeline of [from, to] (0, 0: all it
+// keeps) as Dir/timeline-NAME.pftrace.gz; msg says what it held.
+func (f *Flight) write(sess *collector.Session, name string, from, to uint64) (path, msg string, err error) {
+	began := time.Now()
 	t, err := sess.FlightTimeline(from, to)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if f.Judge != nil {
 		f.Judge(t)
 	}
 	// Gzipped: a tenth of the size (Perfetto's UI and trace_processor
 	// read it so).
-	path := filepath.Join(f.Dir, "timeline-"+name+".pftrace.gz")
+	path = filepath.Join(f.Dir, "timeline-"+name+".pftrace.gz")
 	err = output.WriteFile(path, func(w io.Writer) error {
 		zw := gzip.NewWriter(w)
 		if err := timeline.WritePerfetto(zw, t, timeline.Options{Name: "offcpu flight recorder"}); err != nil {
@@ -115,17 +150,38 @@ func (f *Flight) Dump(sess *collector.Session, name string, from, to uint64) (st
 		}
 		return zw.Close()
 	})
-	if err != nil {
-		return "", err
+	msg = fmt.Sprintf("%d waits over %v, %d lost, written in %v", len(t.Waits), time.Duration(t.End-t.Start).Round(time.Millisecond),
+		t.Lost, time.Since(began).Round(time.Millisecond))
+	return path, msg, err
+}
+
+// finish reports a written timeline, in the agent's loop.
+func (f *Flight) finish(d *dump) []string {
+	f.busy = false
+	if d.err != nil {
+		if d.ask != nil {
+			d.ask <- "error: " + d.err.Error()
+		}
+		return []string{"flight recorder: " + d.name + ": " + d.err.Error()}
 	}
-	f.written = append(f.written, path)
-	return path, nil
+	f.written = append(f.written, d.path)
+	if d.ask != nil {
+		d.ask <- d.path
+	}
+	if d.trigger != "" {
+		return []string{fmt.Sprintf("trigger: %s: wrote %s (%s) %v after the first one's last wait", d.trigger, d.path, d.msg,
+			time.Duration(monotonicNow()-d.firstEnd).Round(time.Millisecond))}
+	}
+	return []string{fmt.Sprintf("flight recorder: wrote %s (%s)", d.path, d.msg)}
 }
 
 // check writes one timeline of the requests the triggers caught since
 // the last scan (each request once), named by the first one's trace and
 // span, from 100ms before the first began.
 func (f *Flight) check(sess *collector.Session, now uint64) []string {
+	if f.busy {
+		return nil // scanned again once it is written
+	}
 	var caught []collector.FlightRequest
 	var longest time.Duration
 	for _, r := range sess.FlightRequests(f.scanned) {
@@ -151,29 +207,17 @@ func (f *Flight) check(sess *collector.Session, now uint64) []string {
 	if name == "" {
 		name = fmt.Sprintf("request-%d", first.Start)
 	}
-	path, err := f.Dump(sess, sanitize(name), from-min(from, uint64(100*time.Millisecond)), now)
-	if err != nil {
-		return []string{"trigger: " + err.Error()}
-	}
-	return []string{fmt.Sprintf("trigger: %d slow requests (the longest %v): wrote %s %v after the first one's last wait", len(caught),
-		longest.Round(time.Microsecond), path, time.Duration(monotonicNow()-first.End).Round(time.Millisecond))}
+	return f.start(sess, &dump{name: sanitize(name), from: from - min(from, uint64(100*time.Millisecond)), to: now,
+		trigger: fmt.Sprintf("%d slow requests (the longest %v)", len(caught), longest.Round(time.Microsecond)), firstEnd: first.End})
 }
 
 // serve runs one round of the flight recorder in the agent's loop: a
-// signal or a socket's ask (the path written, or why not), or a trigger
-// scan (tick). It returns what to say.
+// signal or a socket's ask, or a trigger scan (tick). It returns what
+// to say.
 func (f *Flight) serve(sess *collector.Session, sig bool, ask chan string, tick bool) []string {
 	switch {
 	case sig || ask != nil:
-		path, err := f.Dump(sess, time.Now().UTC().Format("20060102T150405.000Z"), 0, 0)
-		msg := "wrote " + path
-		if err != nil {
-			msg = "error: " + err.Error()
-		}
-		if ask != nil {
-			ask <- strings.TrimPrefix(msg, "wrote ")
-		}
-		return []string{"flight recorder: " + msg}
+		return f.start(sess, &dump{name: time.Now().UTC().Format("20060102T150405.000Z"), ask: ask})
 	case tick && len(f.Triggers) > 0:
 		return f.check(sess, monotonicNow())
 	}

@@ -35,12 +35,15 @@ func (s *Session) FlightTimeline(from, to uint64) (*schema.Timeline, error) {
 	if s.cont.stopped {
 		return nil, ErrStopped
 	}
-	waits, overflow := s.stream.window(from, to)
+	waits, overflow := s.stream.kept()
 	st := &Stats{}
 	cache := map[int64][]uint64{}
 	get := s.drainer(st).stackReader(cache)
 	for i := range waits {
 		w := &waits[i]
+		if w.InNs < from || w.OutNs > to {
+			continue
+		}
 		get(w.Ustack)
 		get(w.Kstack)
 		decodeWaker(w.Waker, get)

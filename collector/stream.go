@@ -104,17 +104,13 @@ func (r *streamReader) trim(now uint64) {
 	}
 }
 
-// window copies the kept waits that overlap [from, to].
-func (r *streamReader) window(from, to uint64) ([]bpf.OffcpuWaitEvent, uint64) {
+// kept is a view of the waits kept now, not a copy: the reader only
+// appends past its end or moves the rest to a new array, so what it
+// shows does not change.
+func (r *streamReader) kept() ([]bpf.OffcpuWaitEvent, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []bpf.OffcpuWaitEvent
-	for _, w := range r.waits {
-		if w.InNs >= from && w.OutNs <= to {
-			out = append(out, w)
-		}
-	}
-	return out, r.overflow
+	return r.waits[:len(r.waits):len(r.waits)], r.overflow
 }
 
 // requests are the extents of the kept waits of each request (tgid and

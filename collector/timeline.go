@@ -12,28 +12,41 @@ import (
 
 // timelineBuilder interns the threads and stacks the stream's waits name.
 type timelineBuilder struct {
-	d       *recording
-	sym     *symbolize.Symbolizer
-	names   *threadNames
-	wakers  *wakerStacks
-	b       *profBuilder
-	t       *schema.Timeline
-	threads map[[2]uint32]int32
-	stacks  map[[3]int64]int32
-	labels  map[[2]uint64]map[string]string
+	d           *recording
+	sym         *symbolize.Symbolizer
+	names       *threadNames
+	wakerStacks *wakerStacks
+	b           *profBuilder
+	t           *schema.Timeline
+	threads     map[[2]uint32]int32
+	stacks      map[[3]int64]int32
+	labels      map[[2]uint64]map[string]string
+	// wakers: each waker stack's class and whether it is an interrupt
+	// its own task raised (ownSoftirq), read once.
+	wakers map[[3]int64]wakerClass
+}
+
+type wakerClass struct {
+	class string
+	own   bool
 }
 
 // timeline builds the stream's waits into a timeline: each wait with its
 // thread, stacks, waker, wake-up class and request labels.
 func (d *recording) timeline(sym *symbolize.Symbolizer, names *threadNames) *schema.Timeline {
-	tb := &timelineBuilder{d: d, sym: sym, names: names, wakers: newWakerStacks(sym),
+	tb := &timelineBuilder{d: d, sym: sym, names: names, wakerStacks: newWakerStacks(sym),
 		b:       newProfBuilder(sym, &profile.ValueType{Type: schema.OffCPU, Unit: schema.Nanoseconds}),
 		t:       &schema.Timeline{Start: int64(d.o.window[0]), End: int64(d.o.window[1]), Stacks: [][]schema.Frame{nil}},
-		threads: map[[2]uint32]int32{}, stacks: map[[3]int64]int32{}, labels: map[[2]uint64]map[string]string{}}
+		threads: map[[2]uint32]int32{}, stacks: map[[3]int64]int32{}, labels: map[[2]uint64]map[string]string{}, wakers: map[[3]int64]wakerClass{}}
 	tb.t.Lost = int64(d.o.stats.StreamLost)
-	tb.t.Waits = make([]schema.Wait, 0, len(d.waits))
+	from, to := d.o.window[0], d.o.window[1]
+	if to == 0 {
+		to = ^uint64(0)
+	}
 	for i := range d.waits {
-		tb.add(&d.waits[i])
+		if e := &d.waits[i]; e.InNs >= from && e.OutNs <= to {
+			tb.add(e)
+		}
 	}
 	if tb.t.End == 0 {
 		for _, w := range tb.t.Waits {
@@ -58,16 +71,20 @@ func (tb *timelineBuilder) add(e *bpf.OffcpuWaitEvent) {
 	})
 	if e.Waker.Valid != 0 {
 		wk := decodeWaker(e.Waker, func(id int64) []uint64 { return d.stacks[id] })
-		w.IRQ = wk.irq
-		if !wk.irq || (wk.tid != 0 && tb.ownSoftirq(wk.kernel)) {
-			w.Waker = tb.thread(wk.tgid, wk.tid)
-		}
 		key := [3]int64{-2 - int64(wk.tgid), wk.userID, wk.kernelID}
 		if wk.irq {
 			key = [3]int64{-1, -1, wk.kernelID}
 		}
-		w.WakerStack = tb.stack(key, func() []*profile.Location { return tb.wakers.locs(wk) })
-		w.Class = classifyWakeup(wk, tb.sym.Kern)
+		c, ok := tb.wakers[key]
+		if !ok {
+			c = wakerClass{classifyWakeup(wk, tb.sym.Kern), wk.irq && tb.ownSoftirq(wk.kernel)}
+			tb.wakers[key] = c
+		}
+		w.IRQ, w.Class = wk.irq, c.class
+		if !wk.irq || (wk.tid != 0 && c.own) {
+			w.Waker = tb.thread(wk.tgid, wk.tid)
+		}
+		w.WakerStack = tb.stack(key, func() []*profile.Location { return tb.wakerStacks.locs(wk) })
 	}
 	if e.Link != 0 && d.o.links != nil {
 		w.Labels = tb.linkLabels(e.Tgid, e.Link)
