@@ -1,18 +1,16 @@
 package flamegraph
 
 import (
-	"context"
 	"encoding/json"
 	"html"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"testing"
-	"time"
+
+	"github.com/offcpu/offcpu/internal/testenv"
 )
 
 // harness loads the SVG and the HTML page in frames, clicks a frame,
@@ -53,38 +51,8 @@ window.addEventListener("load", function () {
 });
 </script></body></html>`
 
-func chromium(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("OFFCPU_REQUIRE_BROWSER") == "1" {
-		t.Fatal("OFFCPU_REQUIRE_BROWSER=1 but no chromium: apt-get install chromium")
-	}
-	t.Skip("chromium not installed (apt-get install chromium); set OFFCPU_REQUIRE_BROWSER=1 to fail instead")
-	return ""
-}
-
-func runChromium(t *testing.T, bin string, args ...string) (string, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--enable-logging=stderr", "--v=0", "--user-data-dir=" + t.TempDir()}
-	cmd := exec.CommandContext(ctx, bin, append(base, args...)...)
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("chromium: %v\n%s", err, stderr.String())
-	}
-	return stdout.String(), stderr.String()
-}
-
 func TestBrowser(t *testing.T) {
-	bin := chromium(t)
+	bin := testenv.Chromium(t)
 	dir := t.TempDir()
 	p := load(t, "testdata/small.folded")
 	os.WriteFile(filepath.Join(dir, "fg.svg"), render(t, p, Options{Title: "Off-CPU time"}), 0o644)
@@ -93,7 +61,7 @@ func TestBrowser(t *testing.T) {
 	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
 	defer srv.Close()
 
-	dom, logs := runChromium(t, bin, "--virtual-time-budget=5000", "--dump-dom", srv.URL+"/harness.html")
+	dom, logs := testenv.RunChromium(t, bin, "--virtual-time-budget=5000", "--dump-dom", srv.URL+"/harness.html")
 	if regexp.MustCompile(`(?i)uncaught|SyntaxError|ReferenceError|TypeError`).MatchString(logs) {
 		t.Errorf("script errors in the console:\n%s", logs)
 	}
@@ -142,7 +110,7 @@ func TestBrowser(t *testing.T) {
 	}
 	os.MkdirAll(art, 0o755)
 	shot := filepath.Join(art, "flamegraph.png")
-	runChromium(t, bin, "--screenshot="+shot, "--window-size=1200,700", srv.URL+"/fg.html")
+	testenv.RunChromium(t, bin, "--screenshot="+shot, "--window-size=1200,700", srv.URL+"/fg.html")
 	if st, err := os.Stat(shot); err != nil || st.Size() < 1000 {
 		t.Errorf("no screenshot written: %v", err)
 	}

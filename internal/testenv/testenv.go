@@ -2,9 +2,13 @@
 package testenv
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 )
 
 // RequireRoot skips a test that needs root for eBPF, unless
@@ -48,4 +52,38 @@ func Scale() int {
 		return n
 	}
 	return 1
+}
+
+// Chromium is the headless browser the viewer tests drive: skipped when
+// absent, failed with OFFCPU_REQUIRE_BROWSER=1 (CI).
+func Chromium(t testing.TB) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("OFFCPU_REQUIRE_BROWSER") == "1" {
+		t.Fatal("OFFCPU_REQUIRE_BROWSER=1 but no chromium: apt-get install chromium")
+	}
+	t.Skip("chromium not installed (apt-get install chromium); set OFFCPU_REQUIRE_BROWSER=1 to fail instead")
+	return ""
+}
+
+// RunChromium runs headless Chromium offline with args: its stdout and
+// stderr (its console's log).
+func RunChromium(t testing.TB, bin string, args ...string) (string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--enable-logging=stderr", "--v=0", "--user-data-dir=" + t.TempDir()}
+	cmd := exec.CommandContext(ctx, bin, append(base, args...)...)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("chromium: %v\n%s", err, stderr.String())
+	}
+	return stdout.String(), stderr.String()
 }
