@@ -9,6 +9,7 @@ import "google.golang.org/protobuf/encoding/protowire"
 //	protos/perfetto/trace/trace_packet.proto                     TracePacket, SequenceFlags
 //	protos/perfetto/trace/trace_packet_defaults.proto            TracePacketDefaults
 //	protos/perfetto/common/builtin_clock.proto                   BuiltinClock
+//	protos/perfetto/trace/clock_snapshot.proto                   ClockSnapshot
 //	protos/perfetto/trace/track_event/track_descriptor.proto     TrackDescriptor
 //	protos/perfetto/trace/track_event/process_descriptor.proto   ProcessDescriptor
 //	protos/perfetto/trace/track_event/thread_descriptor.proto    ThreadDescriptor
@@ -20,6 +21,7 @@ const (
 	fTracePacket protowire.Number = 1 // Trace.packet
 
 	// TracePacket.
+	fPacketClockSnapshot  protowire.Number = 6
 	fPacketTimestamp      protowire.Number = 8
 	fPacketSequenceID     protowire.Number = 10 // trusted_packet_sequence_id
 	fPacketTrackEvent     protowire.Number = 11
@@ -29,10 +31,20 @@ const (
 	fPacketTrackDesc      protowire.Number = 60 // track_descriptor
 	fPacketFirstOnSeq     protowire.Number = 87 // first_packet_on_sequence
 	seqIncrementalCleared                  = 1  // SEQ_INCREMENTAL_STATE_CLEARED
-	seqNeedsIncremental                    = 2  // SEQ_NEEDS_INCREMENTAL_STATE
 
 	fDefaultsClockID protowire.Number = 58 // TracePacketDefaults.timestamp_clock_id
 	clockMonotonic                    = 3  // BUILTIN_CLOCK_MONOTONIC
+	// clockDeltas: a clock of the sequence's own (64..127) whose packet
+	// timestamps are deltas (ClockSnapshot.Clock.is_incremental), as the
+	// Perfetto SDK's TrackEventIncrementalState::kClockIdIncremental.
+	clockDeltas = 64
+
+	// ClockSnapshot, ClockSnapshot.Clock.
+	fSnapshotClocks     protowire.Number = 1
+	fSnapshotPrimary    protowire.Number = 2 // primary_trace_clock
+	fClockID            protowire.Number = 1
+	fClockTimestamp     protowire.Number = 2
+	fClockIsIncremental protowire.Number = 3
 
 	// TrackDescriptor.
 	fTrackUUID    protowire.Number = 1
@@ -72,9 +84,11 @@ const (
 	fAnnotationName     protowire.Number = 10
 	fAnnotationDict     protowire.Number = 11 // dict_entries
 	fAnnotationArray    protowire.Number = 12 // array_values
+	fAnnotationStrIID   protowire.Number = 17 // string_value_iid
 	fInternedCategories protowire.Number = 1  // InternedData.event_categories
 	fInternedNames      protowire.Number = 2  // event_names
 	fInternedAnnNames   protowire.Number = 3  // debug_annotation_names
+	fInternedAnnStrings protowire.Number = 29 // debug_annotation_string_values
 	fInternedFunctions  protowire.Number = 5  // function_names
 	fInternedFrames     protowire.Number = 6
 	fInternedCallstacks protowire.Number = 7

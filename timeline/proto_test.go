@@ -232,14 +232,14 @@ func (p pmsg) uints(name string) []uint64 {
 
 // interned is a sequence's InternedData, by iid.
 type interned struct {
-	names, cats, annNames, funcs, paths map[uint64]string
-	frames                              map[uint64]pmsg
-	mappings, calls                     map[uint64][]uint64
+	names, cats, annNames, annStrs, funcs, paths map[uint64]string
+	frames                                       map[uint64]pmsg
+	mappings, calls                              map[uint64][]uint64
 }
 
 func newInterned() *interned {
 	return &interned{names: map[uint64]string{}, cats: map[uint64]string{}, annNames: map[uint64]string{},
-		funcs: map[uint64]string{}, paths: map[uint64]string{}, frames: map[uint64]pmsg{},
+		annStrs: map[uint64]string{}, funcs: map[uint64]string{}, paths: map[uint64]string{}, frames: map[uint64]pmsg{},
 		mappings: map[uint64][]uint64{}, calls: map[uint64][]uint64{}}
 }
 
@@ -257,6 +257,7 @@ func (in *interned) add(t *testing.T, d pmsg) {
 	strs("event_names", "name", in.names)
 	strs("event_categories", "name", in.cats)
 	strs("debug_annotation_names", "name", in.annNames)
+	strs("debug_annotation_string_values", "str", in.annStrs)
 	strs("function_names", "str", in.funcs)
 	strs("mapping_paths", "str", in.paths)
 	for _, f := range d.list("frames") {
@@ -274,9 +275,11 @@ func (in *interned) add(t *testing.T, d pmsg) {
 type upstreamReader struct {
 	t      *testing.T
 	first  pmsg            // the first packet
+	clocks pmsg            // the ClockSnapshot
 	tracks map[uint64]pmsg // TrackDescriptors by uuid
 	in     *interned
 	events []upstreamEvent
+	ts     uint64 // the last event's time: timestamps are deltas from it
 }
 
 type upstreamEvent struct {
@@ -299,8 +302,16 @@ func (r *upstreamReader) read(trace pmsg) {
 			d := p.msg("track_descriptor")
 			r.tracks[d.uint("uuid")] = d
 		}
+		if p.has("clock_snapshot") {
+			r.clocks = p.msg("clock_snapshot")
+			r.ts = r.clocks.list("clocks")[0].uint("timestamp")
+		}
 		if p.has("track_event") {
-			r.events = append(r.events, upstreamEvent{p.uint("timestamp"), p.msg("track_event")})
+			if r.clocks.m == nil || p.has("timestamp_clock_id") || int64(p.uint("timestamp")) < 0 {
+				r.t.Errorf("packet %d: an event before the clock snapshot, on its own clock, or back in time", i)
+			}
+			r.ts += p.uint("timestamp")
+			r.events = append(r.events, upstreamEvent{r.ts, p.msg("track_event")})
 		}
 	}
 }
@@ -327,12 +338,12 @@ func (r *upstreamReader) checkTracks(tl *schema.Timeline) {
 	t, f := r.t, r.first
 	file := f.m.Descriptor().ParentFile()
 	cleared := enumNumber(t, file, "TracePacket", "SequenceFlags", "SEQ_INCREMENTAL_STATE_CLEARED")
-	monotonic := enumNumber(t, file, "", "BuiltinClock", "BUILTIN_CLOCK_MONOTONIC")
 	if f.uint("sequence_flags") != cleared || f.uint("first_packet_on_sequence") != 1 ||
-		f.msg("trace_packet_defaults").uint("timestamp_clock_id") != monotonic || monotonic != 3 {
-		t.Errorf("first packet: flags %d, first %d, clock %d; want %d, 1, %d (MONOTONIC)", f.uint("sequence_flags"),
-			f.uint("first_packet_on_sequence"), f.msg("trace_packet_defaults").uint("timestamp_clock_id"), cleared, monotonic)
+		f.msg("trace_packet_defaults").uint("timestamp_clock_id") != clockDeltas {
+		t.Errorf("first packet: flags %d, first %d, clock %d; want %d, 1, %d", f.uint("sequence_flags"),
+			f.uint("first_packet_on_sequence"), f.msg("trace_packet_defaults").uint("timestamp_clock_id"), cleared, clockDeltas)
 	}
+	r.checkClocks()
 	threads, procs := map[int64]pmsg{}, map[int64]string{}
 	for _, d := range r.tracks {
 		switch {
@@ -359,6 +370,25 @@ func (r *upstreamReader) checkTracks(tl *schema.Timeline) {
 	}
 	if len(threads) != len(tl.Threads) || len(procs) != 2 {
 		t.Errorf("%d thread tracks, %d process tracks", len(threads), len(procs))
+	}
+}
+
+// checkClocks: the ClockSnapshot makes MONOTONIC the trace's clock and
+// sets the sequence's own clock (64..127, sequence-scoped upstream), whose
+// timestamps are deltas, to the same time.
+func (r *upstreamReader) checkClocks() {
+	t, c := r.t, r.clocks
+	if c.m == nil {
+		t.Fatal("no clock snapshot")
+	}
+	file := c.m.Descriptor().ParentFile()
+	monotonic := enumNumber(t, file, "", "BuiltinClock", "BUILTIN_CLOCK_MONOTONIC")
+	cl := c.list("clocks")
+	if c.enum("primary_trace_clock") != "BUILTIN_CLOCK_MONOTONIC" || len(cl) != 2 ||
+		cl[0].uint("clock_id") != monotonic || cl[0].uint("is_incremental") != 0 ||
+		cl[1].uint("clock_id") != clockDeltas || cl[1].uint("is_incremental") != 1 ||
+		cl[0].uint("timestamp") != cl[1].uint("timestamp") || clockDeltas < 64 || clockDeltas > 127 {
+		t.Errorf("clock snapshot: primary %s, clocks %v", c.enum("primary_trace_clock"), c.m)
 	}
 }
 
@@ -453,9 +483,12 @@ func (r *upstreamReader) slices() []upSlice {
 			for _, c := range e.ev.uints("category_iids") {
 				s.cat += r.in.cats[c]
 			}
-			if s.instant {
+			switch {
+			case s.instant:
 				out = append(out, s)
-			} else {
+			case len(open[track]) > 0:
+				t.Errorf("slice %q begins at %d inside another on track %d", s.name, e.ts, track)
+			default:
 				open[track] = append(open[track], s)
 			}
 		case "TYPE_SLICE_END":
@@ -499,6 +532,9 @@ func (r *upstreamReader) checkRefs(s upSlice) {
 			if _, ok := in.annNames[a.uint("name_iid")]; a.has("name_iid") && !ok {
 				r.t.Errorf("event at %d: annotation name_iid %d not interned", s.ts, a.uint("name_iid"))
 			}
+			if _, ok := in.annStrs[a.uint("string_value_iid")]; a.has("string_value_iid") && !ok {
+				r.t.Errorf("event at %d: annotation string_value_iid %d not interned", s.ts, a.uint("string_value_iid"))
+			}
 			walk(a.list("dict_entries"))
 			walk(a.list("array_values"))
 		}
@@ -506,12 +542,17 @@ func (r *upstreamReader) checkRefs(s upSlice) {
 	walk(ev.list("debug_annotations"))
 }
 
-// annotation is a top-level debug annotation's string value, by name.
+// annotation is a top-level debug annotation's string value, inline or
+// interned, by name.
 func (r *upstreamReader) annotation(ev pmsg, name string) (string, bool) {
 	for _, a := range ev.list("debug_annotations") {
-		if r.in.annNames[a.uint("name_iid")] == name {
-			return a.str("string_value"), true
+		if r.in.annNames[a.uint("name_iid")] != name {
+			continue
 		}
+		if a.has("string_value_iid") {
+			return r.in.annStrs[a.uint("string_value_iid")], true
+		}
+		return a.str("string_value"), true
 	}
 	return "", false
 }
@@ -549,9 +590,22 @@ func (r *upstreamReader) checkEvents(tl *schema.Timeline) {
 }
 
 // checkFlows: flow i+1 from wait i's waker's instant to its woken
-// thread's runnable slice, once each, and no other flows.
+// thread's runnable slice, once each, begun before it is ended in the
+// file (trace_processor parses ties in file order, and drops the end of a
+// flow not yet begun), and no other flows.
 func (r *upstreamReader) checkFlows(tl *schema.Timeline, sl []upSlice) {
 	t := r.t
+	begun := map[uint64]bool{}
+	for _, e := range r.events {
+		for _, id := range e.ev.uints("flow_ids") {
+			begun[id] = true
+		}
+		for _, id := range e.ev.uints("terminating_flow_ids") {
+			if !begun[id] {
+				t.Errorf("flow %d ends at %d before it begins in the file", id, e.ts)
+			}
+		}
+	}
 	out, in := map[uint64][]upSlice{}, map[uint64][]upSlice{}
 	for _, s := range sl {
 		for _, id := range s.ev.uints("flow_ids") {

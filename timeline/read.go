@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -61,18 +62,22 @@ type reader struct {
 	header    dictv     // the offcpu.timeline record
 	headerSeq *seqState // its sequence, which interned the stacks
 	waits     []waitRec
+	last      []recBase // by thread: the last wait record's
 }
+
+// recBase is what a thread's next wait record is relative to.
+type recBase struct{ index, in int64 }
 
 // seqState is a packet sequence's interned data.
 type seqState struct {
-	funcs, paths, annNames map[uint64]string
-	mappings, calls        map[uint64][]uint64
-	frames                 map[uint64]frameRec
+	funcs, paths, annNames, strs map[uint64]string
+	mappings, calls              map[uint64][]uint64
+	frames                       map[uint64]frameRec
 }
 
 func newSeqState() *seqState {
 	return &seqState{funcs: map[uint64]string{}, paths: map[uint64]string{},
-		annNames: map[uint64]string{}, mappings: map[uint64][]uint64{},
+		annNames: map[uint64]string{}, strs: map[uint64]string{}, mappings: map[uint64][]uint64{},
 		calls: map[uint64][]uint64{}, frames: map[uint64]frameRec{}}
 }
 
@@ -86,11 +91,11 @@ type trackDesc struct {
 	uuid, parent uint64
 	pid, tid     int64
 	name         string
+	thread       int32 // the thread whose track or lane it is; -1: none
 }
 
 type waitRec struct {
 	index int64
-	track uint64
 	w     schema.Wait
 }
 
@@ -150,6 +155,8 @@ func (st *seqState) intern(b []byte) error {
 		switch f.num {
 		case fInternedAnnNames:
 			strs = st.annNames
+		case fInternedAnnStrings:
+			strs = st.strs
 		case fInternedFunctions:
 			strs = st.funcs
 		case fInternedPaths:
@@ -238,7 +245,7 @@ func (st *seqState) internFrame(f field) error {
 
 // track reads a TrackDescriptor; a repeated one changes nothing.
 func (rd *reader) track(b []byte) error {
-	d := &trackDesc{}
+	d := &trackDesc{thread: -1}
 	var thread, proc []byte
 	err := fields(b, func(f field) error {
 		switch f.num {
@@ -261,6 +268,9 @@ func (rd *reader) track(b []byte) error {
 		return err
 	}
 	rd.tracks[d.uuid] = d
+	if p := rd.tracks[d.parent]; d.parent != 0 && p != nil {
+		d.thread = p.thread
+	}
 	if proc != nil {
 		pid, _, name, err := descriptor(proc, fProcessPID, 0, fProcessName)
 		if err != nil {
@@ -274,6 +284,7 @@ func (rd *reader) track(b []byte) error {
 		if d.pid, d.tid, d.name, err = descriptor(thread, fThreadPID, fThreadTID, fThreadName); err != nil {
 			return err
 		}
+		d.thread = int32(len(rd.threads))
 		rd.threads = append(rd.threads, d)
 	}
 	return nil
@@ -327,8 +338,13 @@ func (rd *reader) event(st *seqState, b []byte) error {
 			return errors.New("a second " + keyTimeline + " record")
 		case a.name == keyTimeline:
 			rd.header, rd.headerSeq = a.dict(), st
+			// Known at once, so that an older trace's records are not
+			// misread as this version's.
+			if v := rd.header["version"]; v.u != timelineVersion {
+				return fmt.Errorf("format version %d (this reader reads %d)", v.u, timelineVersion)
+			}
 		case a.name == keyWait:
-			if err := rd.wait(track, a, anns); err != nil {
+			if err := rd.wait(st, track, a); err != nil {
 				return err
 			}
 		}
@@ -370,6 +386,13 @@ func (st *seqState) annotation(b []byte, depth int) (annot, error) {
 			return f.want(protowire.VarintType)
 		case f.num == fAnnotationName:
 			a.name = string(f.b)
+		case f.num == fAnnotationStrIID:
+			s, ok := st.strs[f.u]
+			if !ok {
+				return fmt.Errorf("debug annotation string value %d not interned", f.u)
+			}
+			a.kind, a.s = 's', s
+			return f.want(protowire.VarintType)
 		case k == 's':
 			a.kind, a.s = k, string(f.b)
 		case k == 'd' || k == 'a':
@@ -418,57 +441,99 @@ func (x *dec) get(k string, kinds string) annot {
 }
 
 func (x *dec) int(k string) int64 { return int64(x.get(k, "iu").u) }
-func (x *dec) bool(k string) bool { return x.get(k, "b").u != 0 }
 func (x *dec) str(k string) string {
 	return x.get(k, "s").s
 }
 
-func (x *dec) int32(k string) int32 {
-	v := x.int(k)
-	if x.err == nil && v != int64(int32(v)) {
-		x.err = fmt.Errorf("%q out of range: %d", k, v)
+// recordFields is how many integers a wait record has at most.
+const recordFields = 13
+
+// wait reads a wait record (see pbEncoder.record) on a track of its
+// thread's.
+func (rd *reader) wait(st *seqState, track uint64, a annot) error {
+	d := rd.tracks[track]
+	switch {
+	case d == nil || d.thread < 0:
+		return fmt.Errorf("%s on track %d, no thread's", keyWait, track)
+	case a.kind != 's':
+		return errors.New(keyWait + " is not a string")
 	}
-	return int32(v)
+	var v [recordFields]int64
+	n := 0
+	for f := range strings.FieldsSeq(a.s) {
+		x, err := strconv.ParseInt(f, 10, 64)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%s %q: %w", keyWait, a.s, err)
+		case n == recordFields:
+			return fmt.Errorf("%s %q: too long", keyWait, a.s)
+		}
+		v[n], n = x, n+1
+	}
+	for len(rd.last) <= int(d.thread) {
+		rd.last = append(rd.last, recBase{index: -1})
+	}
+	b := &rd.last[d.thread]
+	w, err := st.waitOf(d.thread, b.in+v[1], v)
+	if err != nil {
+		return fmt.Errorf("%s %q: %w", keyWait, a.s, err)
+	}
+	b.index, b.in = b.index+v[0], w.In
+	rd.waits = append(rd.waits, waitRec{index: b.index, w: w})
+	return nil
 }
 
-// optStr is an optional string's value, "" when absent.
-func (x *dec) optStr(k string) string {
-	if _, ok := x.d[k]; !ok {
-		return ""
-	}
-	return x.str(k)
-}
-
-// wait reads a wait's record and the visible annotations beside it.
-func (rd *reader) wait(track uint64, rec annot, anns []annot) error {
-	if rec.kind != 'd' {
-		return errors.New(keyWait + " is not a dictionary")
-	}
-	x := &dec{d: rec.dict()}
-	r := waitRec{index: x.int("index"), track: track}
-	r.w = schema.Wait{Thread: x.int32("thread"), Out: x.int("out"), Wake: x.int("wake"),
-		In: x.int("in"), Stack: x.int32("stack"), Waker: x.int32("waker"),
-		WakerStack: x.int32("waker_stack"), Open: x.bool("open"), IRQ: x.bool("irq")}
-	labels := x.bool("has_labels")
-	v := &dec{d: annot{sub: anns}.dict()}
-	r.w.State, r.w.Class = v.optStr("state"), v.optStr("class")
-	r.w.Verdict, r.w.Category = v.optStr("verdict"), v.optStr("category")
-	if labels {
-		r.w.Labels = map[string]string{}
-		if _, ok := v.d["labels"]; ok {
-			for _, e := range v.get("labels", "d").sub {
-				if e.kind != 's' {
-					return fmt.Errorf("label %q is not a string", e.name)
-				}
-				r.w.Labels[e.name] = e.s
-			}
+// waitOf is the wait a record's integers (from the third on) say.
+func (st *seqState) waitOf(th int32, out int64, v [recordFields]int64) (schema.Wait, error) {
+	w := schema.Wait{Thread: th, Out: out, Wake: out + v[2], In: out + v[2] + v[3],
+		Stack: int32(v[4]), Waker: int32(v[5]), WakerStack: int32(v[6]), Open: v[7]&1 != 0, IRQ: v[7]&2 != 0}
+	for _, x := range v[4:8] {
+		if x != int64(int32(x)) {
+			return w, fmt.Errorf("%d out of range", x)
 		}
 	}
-	if err := errors.Join(x.err, v.err); err != nil {
-		return fmt.Errorf("%s: %w", keyWait, err)
+	if v[7]&^7 != 0 || v[7]&4 == 0 && v[12] != 0 {
+		return w, fmt.Errorf("flags %d with labels %d", v[7], v[12])
 	}
-	rd.waits = append(rd.waits, r)
-	return nil
+	var strs [5]string
+	for i, iid := range v[8:] {
+		s, ok := st.strs[uint64(iid)]
+		if !ok && iid != 0 {
+			return w, fmt.Errorf("string %d not interned", iid)
+		}
+		strs[i] = s
+	}
+	w.State, w.Class, w.Verdict, w.Category = strs[0], strs[1], strs[2], strs[3]
+	if v[7]&4 == 0 {
+		return w, nil
+	}
+	var err error
+	w.Labels, err = parseLabelSet(strs[4])
+	return w, err
+}
+
+// parseLabelSet reads what labelSet wrote.
+func parseLabelSet(s string) (map[string]string, error) {
+	l := map[string]string{}
+	for s != "" {
+		var kv [2]string
+		for i := range kv {
+			q, err := strconv.QuotedPrefix(s)
+			if err != nil {
+				return nil, fmt.Errorf("labels: %w", err)
+			}
+			kv[i], _ = strconv.Unquote(q)
+			s = s[len(q):]
+			if sep := "= "[i : i+1]; i == 0 || s != "" {
+				if !strings.HasPrefix(s, sep) {
+					return nil, fmt.Errorf("labels: %q where %q", s, sep)
+				}
+				s = s[1:]
+			}
+		}
+		l[kv[0]] = kv[1]
+	}
+	return l, nil
 }
 
 // timeline assembles what the packets said.
@@ -502,12 +567,6 @@ func (rd *reader) timeline() (*schema.Timeline, error) {
 	}
 	if err := validate(t); err != nil {
 		return nil, err
-	}
-	for _, r := range rd.waits {
-		u := rd.threads[r.w.Thread].uuid
-		if d := rd.tracks[r.track]; r.track != u && (d == nil || d.parent != u) {
-			return nil, fmt.Errorf("wait %d is not on its thread's track", r.index)
-		}
 	}
 	return t, nil
 }

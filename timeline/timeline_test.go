@@ -103,8 +103,9 @@ func FuzzReadPerfetto(f *testing.F) {
 }
 
 // TestRoundTripOdd: a thread whose process name is not its pid's, a
-// repeated pid/tid, empty non-nil labels, frames a runtime names in the
-// kernel or by a kind_str prefix, overlapping waits, an empty timeline.
+// repeated pid/tid, empty non-nil labels, labels and strings of any bytes,
+// a wait back in time, frames a runtime names in the kernel or by a
+// kind_str prefix, overlapping waits, an empty timeline.
 func TestRoundTripOdd(t *testing.T) {
 	tl := sample()
 	tl.Threads = append(tl.Threads, schema.TimelineThread{PID: 100, TID: 102, Process: "server2"},
@@ -113,7 +114,9 @@ func TestRoundTripOdd(t *testing.T) {
 		{Name: "x", Runtime: "kernel/odd"}, {Name: "y", Runtime: "user/odd"}, {}}, []schema.Frame{})
 	tl.Waits = append(tl.Waits,
 		schema.Wait{Thread: 3, Out: 100, Wake: 200, In: 300, Stack: 4, Waker: 4, WakerStack: 4, Labels: map[string]string{}},
-		schema.Wait{Thread: 3, Out: 250, Wake: 260, In: 400, Stack: 0, Waker: -1})
+		schema.Wait{Thread: 3, Out: 250, Wake: 260, In: 400, Stack: 0, Waker: -1},
+		schema.Wait{Thread: 4, Out: 50, Wake: 40, In: 30, Stack: 0, Waker: 3, State: "x\xff", Class: "",
+			Labels: map[string]string{"": "", "k=\" y": "v\xff \"=\"", "span_id": "s\x00"}})
 	tl.Stacks[5] = nil // empty stacks read back as nil
 	roundTrip(t, tl)
 	roundTrip(t, &schema.Timeline{Start: 7, End: 9})
@@ -143,9 +146,11 @@ func isMessage(p []protowire.Number) bool {
 	case 1:
 		return last == fTracePacket
 	case 2:
-		return last == fPacketTrackDesc || last == fPacketTrackEvent || last == fPacketInternedData || last == fPacketDefaults
+		return last == fPacketTrackDesc || last == fPacketTrackEvent || last == fPacketInternedData ||
+			last == fPacketDefaults || last == fPacketClockSnapshot
 	case 3:
-		return last == fTrackThread || last == fTrackProcess || last == fInternedFrames || last == fInternedCallstacks
+		return last == fTrackThread || last == fTrackProcess || last == fInternedFrames || last == fInternedCallstacks ||
+			p[1] == fPacketClockSnapshot && last == fSnapshotClocks
 	}
 	return false
 }
@@ -158,7 +163,8 @@ func TestPerfettoFields(t *testing.T) {
 	b := roundTrip(t, sample())
 	tids := map[uint64]bool{}
 	flowOut, flowIn := map[uint64]int{}, map[uint64]int{}
-	var clock, firstFlags, callstacks, kernelFrames, callstackRefs int
+	var clock, firstFlags, callstacks, kernelFrames, callstackRefs, primary, incremental int
+	var clocks []uint64
 	packet := 0
 	walk(t, b, nil, func(p []protowire.Number, f field) {
 		switch {
@@ -168,6 +174,12 @@ func TestPerfettoFields(t *testing.T) {
 			firstFlags = int(f.u)
 		case same(p, 1, 59, 58): // trace_packet_defaults.timestamp_clock_id
 			clock = int(f.u)
+		case same(p, 1, 6, 2): // clock_snapshot.primary_trace_clock
+			primary = int(f.u)
+		case same(p, 1, 6, 1, 1): // clock_snapshot.clocks[].clock_id
+			clocks = append(clocks, f.u)
+		case same(p, 1, 6, 1, 3) && f.u == 1: // clocks[].is_incremental
+			incremental++
 		case same(p, 1, 60, 4, 2): // track_descriptor.thread.tid
 			tids[f.u] = true
 		case same(p, 1, 11, 47) && f.typ == protowire.Fixed64Type: // track_event.flow_ids
@@ -182,8 +194,11 @@ func TestPerfettoFields(t *testing.T) {
 			kernelFrames++
 		}
 	})
-	if firstFlags != 1 || clock != 3 {
-		t.Errorf("first packet's sequence_flags %d, clock %d; want 1 (cleared), 3 (MONOTONIC)", firstFlags, clock)
+	if firstFlags != 1 || clock != 64 {
+		t.Errorf("first packet's sequence_flags %d, clock %d; want 1 (cleared), 64 (the sequence's)", firstFlags, clock)
+	}
+	if primary != 3 || !reflect.DeepEqual(clocks, []uint64{3, 64}) || incremental != 1 {
+		t.Errorf("clock snapshot: primary %d, clocks %v, %d incremental; want 3 (MONOTONIC), [3 64], 1", primary, clocks, incremental)
 	}
 	if !tids[100] || !tids[101] || !tids[200] || len(tids) != 3 {
 		t.Errorf("thread tids %v", tids)
@@ -325,6 +340,18 @@ func TestWriteJSON(t *testing.T) {
 	}
 	if doc.Unit != "ns" || len(doc.Frames) == 0 || doc.Other["offcpu.lost"] != 3 {
 		t.Errorf("unit %q, %d frames, other %v", doc.Unit, len(doc.Frames), doc.Other)
+	}
+	// Strings of any bytes are written as valid JSON, as json.Marshal would.
+	odd := sample()
+	odd.Threads[0].Name = "a\"b\\c\x00\n\xff é"
+	odd.Waits[0].Labels = map[string]string{"k\t": "v\xfe\x01"}
+	buf.Reset()
+	if err := WriteJSON(&buf, odd); err != nil || !json.Valid(buf.Bytes()) {
+		t.Fatalf("odd strings: %v, valid %v", err, json.Valid(buf.Bytes()))
+	}
+	name, _ := json.Marshal(odd.Threads[0].Name)
+	if !bytes.Contains(buf.Bytes(), name) {
+		t.Errorf("thread name not written as %s", name)
 	}
 }
 

@@ -2,7 +2,6 @@ package timeline
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"html"
 	"net/http"
@@ -14,8 +13,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/offcpu/offcpu/internal/testenv"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -174,36 +173,6 @@ func traceViewer(t *testing.T) string {
 	return dir
 }
 
-func chromium(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("OFFCPU_REQUIRE_BROWSER") == "1" {
-		t.Fatal("OFFCPU_REQUIRE_BROWSER=1 but no chromium: apt-get install chromium")
-	}
-	t.Skip("chromium not installed (apt-get install chromium); set OFFCPU_REQUIRE_BROWSER=1 to fail instead")
-	return ""
-}
-
-func runChromium(t *testing.T, bin string, args ...string) (string, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--enable-logging=stderr", "--v=0", "--user-data-dir=" + t.TempDir()}
-	cmd := exec.CommandContext(ctx, bin, append(base, args...)...)
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("chromium: %v\n%s", err, stderr.String())
-	}
-	return stdout.String(), stderr.String()
-}
-
 // serveViewer serves the viewer's files, the harness and the JSON trace.
 func serveViewer(t *testing.T, tl *schema.Timeline) *httptest.Server {
 	t.Helper()
@@ -229,10 +198,10 @@ func serveViewer(t *testing.T, tl *schema.Timeline) *httptest.Server {
 // TestViewer opens WriteJSON's trace in the trace viewer `go tool trace`
 // embeds, in headless Chromium, and checks the model the viewer built.
 func TestViewer(t *testing.T) {
-	bin := chromium(t)
+	bin := testenv.Chromium(t)
 	tl := viewerTimeline()
 	srv := serveViewer(t, tl)
-	dom, logs := runChromium(t, bin, "--virtual-time-budget=20000", "--dump-dom", srv.URL+"/harness.html")
+	dom, logs := testenv.RunChromium(t, bin, "--virtual-time-budget=20000", "--dump-dom", srv.URL+"/harness.html")
 	if regexp.MustCompile(`(?i)uncaught|SyntaxError|ReferenceError|TypeError`).MatchString(logs) {
 		t.Errorf("script errors in the console:\n%s", logs)
 	}
@@ -404,7 +373,7 @@ func viewerScreenshot(t *testing.T, bin, url string) {
 	}
 	os.MkdirAll(art, 0o755)
 	shot := filepath.Join(art, "timeline-viewer.png")
-	runChromium(t, bin, "--virtual-time-budget=20000", "--window-size=1400,800", "--screenshot="+shot, url)
+	testenv.RunChromium(t, bin, "--virtual-time-budget=20000", "--window-size=1400,800", "--screenshot="+shot, url)
 	if st, err := os.Stat(shot); err != nil || st.Size() < 1000 {
 		t.Logf("no screenshot written: %v", err)
 		return
