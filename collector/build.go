@@ -53,7 +53,7 @@ func build(d *recording, sym *symbolize.Symbolizer, o buildOptions) (Profiles, e
 	}
 	if d.streamed {
 		ps.Timeline = d.timeline(sym, names)
-		o.stats.StreamWaits += uint64(len(d.waits))
+		o.stats.StreamWaits += uint64(d.waits.len())
 	}
 	if !o.wakeups {
 		return ps, nil

@@ -87,7 +87,7 @@ type recording struct {
 	threads map[uint32]thread
 	stacks  map[int64][]uint64 // every stack read, by id
 	// waits: the stream's waits (Options.Stream), in the order they ended.
-	waits    []bpf.OffcpuWaitEvent
+	waits    waitView
 	streamed bool
 	// aggUses: what the aggregation records hold (continuous mode).
 	aggUses map[aggUse]struct{}
@@ -211,12 +211,11 @@ func (s *drainer) drain(final bool) (*recording, error) {
 	}
 	if s.stream != nil && s.cont == nil { // continuous: a flight recorder's, taken by FlightTimeline
 		d.waits = s.stream.take()
-		for i := range d.waits {
-			w := &d.waits[i]
+		d.waits.each(func(w *bpf.OffcpuWaitEvent) {
 			getStack(w.Ustack)
 			getStack(w.Kstack)
 			decodeWaker(w.Waker, getStack)
-		}
+		})
 		d.streamed = true
 	}
 	if s.opts.deferred() && s.cont == nil {

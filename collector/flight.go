@@ -39,15 +39,13 @@ func (s *Session) FlightTimeline(from, to uint64) (*schema.Timeline, error) {
 	st := &Stats{}
 	cache := map[int64][]uint64{}
 	get := s.drainer(st).stackReader(cache)
-	for i := range waits {
-		w := &waits[i]
-		if w.InNs < from || w.OutNs > to {
-			continue
+	waits.each(func(w *bpf.OffcpuWaitEvent) {
+		if w.InNs >= from && w.OutNs <= to {
+			get(w.Ustack)
+			get(w.Kstack)
+			decodeWaker(w.Waker, get)
 		}
-		get(w.Ustack)
-		get(w.Kstack)
-		decodeWaker(w.Waker, get)
-	}
+	})
 	d := &recording{threads: map[uint32]thread{}, exited: map[[2]uint32]thread{}, stacks: cache, waits: waits, streamed: true}
 	for k, th := range s.events.exits().threads {
 		d.threads[k[0]] = th

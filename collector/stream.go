@@ -34,7 +34,7 @@ type streamReader struct {
 	maxWaits int
 
 	mu       sync.Mutex
-	waits    []bpf.OffcpuWaitEvent
+	waits    waitChunks
 	overflow uint64
 }
 
@@ -66,7 +66,7 @@ func (r *streamReader) run() {
 		}
 		ev := *(*bpf.OffcpuWaitEvent)(unsafe.Pointer(&rec.RawSample[0]))
 		r.mu.Lock()
-		r.waits = append(r.waits, ev)
+		r.waits.add(ev)
 		if r.keep > 0 {
 			r.trim(ev.InNs)
 		}
@@ -85,64 +85,58 @@ func (r *streamReader) close() {
 }
 
 // trim drops the waits that ended more than keep before now, and the
-// oldest beyond maxWaits; the slice is moved down once half of it is
-// dropped, so a wait is copied about twice in all.
+// oldest beyond maxWaits (overflow).
 func (r *streamReader) trim(now uint64) {
-	i := 0
-	for i < len(r.waits) && (r.waits[i].InNs+r.keep < now || len(r.waits)-i > r.maxWaits) {
-		if r.waits[i].InNs+r.keep >= now {
+	for w := r.waits.first(); w != nil; w = r.waits.first() {
+		old := w.InNs+r.keep < now
+		if !old && r.waits.n <= r.maxWaits {
+			return
+		}
+		if !old {
 			r.overflow++
 		}
-		i++
-	}
-	if i == 0 {
-		return
-	}
-	r.waits = r.waits[i:]
-	if len(r.waits) < cap(r.waits)/2 && cap(r.waits) > 1024 {
-		r.waits = append(make([]bpf.OffcpuWaitEvent, 0, 2*len(r.waits)+64), r.waits...)
+		r.waits.drop()
 	}
 }
 
-// kept is a view of the waits kept now, not a copy: the reader only
-// appends past its end or moves the rest to a new array, so what it
-// shows does not change.
-func (r *streamReader) kept() ([]bpf.OffcpuWaitEvent, uint64) {
+// kept is a view of the waits kept now (not a copy) and the overflow.
+func (r *streamReader) kept() (waitView, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.waits[:len(r.waits):len(r.waits)], r.overflow
+	return r.waits.view(), r.overflow
 }
 
 // requests are the extents of the kept waits of each request (tgid and
-// thread-context link) with a wait that ended after since: two passes
-// under the lock, nothing copied.
+// thread-context link) with a wait that ended after since.
 func (r *streamReader) requests(since uint64) map[[2]uint64]*FlightRequest {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	v, _ := r.kept()
 	out := map[[2]uint64]*FlightRequest{}
-	for i := len(r.waits) - 1; i >= 0 && r.waits[i].InNs > since; i-- {
-		if w := &r.waits[i]; w.Link != 0 {
+	v.backward(func(w *bpf.OffcpuWaitEvent) bool {
+		if w.InNs <= since {
+			return false
+		}
+		if w.Link != 0 {
 			out[[2]uint64{uint64(w.Tgid), w.Link}] = &FlightRequest{Start: w.OutNs}
 		}
-	}
+		return true
+	})
 	if len(out) == 0 {
 		return nil
 	}
-	for i := range r.waits {
-		w := &r.waits[i]
+	v.each(func(w *bpf.OffcpuWaitEvent) {
 		if q := out[[2]uint64{uint64(w.Tgid), w.Link}]; q != nil && w.Link != 0 {
 			q.Start, q.End = min(q.Start, w.OutNs), max(q.End, w.InNs)
 			q.Waits++
 		}
-	}
+	})
 	return out
 }
 
 // take returns the waits read so far and forgets them.
-func (r *streamReader) take() []bpf.OffcpuWaitEvent {
+func (r *streamReader) take() waitView {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	w := r.waits
-	r.waits = nil
-	return w
+	v := r.waits.view()
+	r.waits = waitChunks{}
+	return v
 }

@@ -43,11 +43,12 @@ func (d *recording) timeline(sym *symbolize.Symbolizer, names *threadNames) *sch
 	if to == 0 {
 		to = ^uint64(0)
 	}
-	for i := range d.waits {
-		if e := &d.waits[i]; e.InNs >= from && e.OutNs <= to {
+	tb.t.Waits = make([]schema.Wait, 0, d.waits.len())
+	d.waits.each(func(e *bpf.OffcpuWaitEvent) {
+		if e.InNs >= from && e.OutNs <= to {
 			tb.add(e)
 		}
-	}
+	})
 	if tb.t.End == 0 {
 		for _, w := range tb.t.Waits {
 			tb.t.End = max(tb.t.End, w.In)
