@@ -150,8 +150,9 @@ func (f *Flight) write(sess *collector.Session, name string, from, to uint64) (p
 		}
 		return zw.Close()
 	})
-	msg = fmt.Sprintf("%d waits over %v, %d lost, written in %v", len(t.Waits), time.Duration(t.End-t.Start).Round(time.Millisecond),
-		t.Lost, time.Since(began).Round(time.Millisecond))
+	ring, over := sess.FlightLost()
+	msg = fmt.Sprintf("%d waits over %v, written in %v; since the start %d lost by the kernel's ring, %d dropped beyond --flight-recorder-bytes",
+		len(t.Waits), time.Duration(t.End-t.Start).Round(time.Millisecond), time.Since(began).Round(time.Millisecond), ring, over)
 	return path, msg, err
 }
 

@@ -68,6 +68,18 @@ func (s *Session) FlightTimeline(from, to uint64) (*schema.Timeline, error) {
 	return t, nil
 }
 
+// FlightLost is what the flight recorder lost since the start: waits
+// the kernel's ring had no room for (the reader fell behind), and waits
+// dropped before their time beyond StreamKeepBytes.
+func (s *Session) FlightLost() (ring, overflow uint64) {
+	if s.stream == nil {
+		return 0, 0
+	}
+	ring, _ = statSum(s.p.coll.Maps[bpf.OffcpuMapStats], bpf.OffcpuOffcpuStatSTAT_STREAM_LOST)
+	_, overflow = s.stream.kept()
+	return ring, overflow
+}
+
 // FlightRequest is a request the flight recorder holds waits of: the
 // labels its thread context gave them, and their extent.
 type FlightRequest struct {
