@@ -37,6 +37,7 @@ type analyzeFlags struct {
 	// thread, with --from and --to, where no span names it.
 	criticalPath bool
 	tid          int64
+	pathOut      string // the timeline again, with the path as a track
 }
 
 func newAnalyzeCmd() *cobra.Command {
@@ -89,6 +90,9 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 			if f.criticalPath {
 				return criticalPath(cmd.OutOrStdout(), f, args)
 			}
+			if f.pathOut != "" || f.tid != 0 {
+				return fmt.Errorf("--timeline-out and --tid need --critical-path")
+			}
 			if f.by != "" {
 				return analyzeByLabel(cmd.OutOrStdout(), f, args)
 			}
@@ -121,6 +125,7 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 	fl.StringVar(&f.class, "wakeup-class", "", "with --explain: the wake-up's class (futex, eventfd, pipe/socket, timer, block-io, net-rx, ...)")
 	fl.BoolVar(&f.criticalPath, "critical-path", false, "read a timeline (record --timeline) and follow one request's wall time (--span, --trace, or --tid with --from/--to: a duration from the timeline's start or CLOCK_MONOTONIC ns) through the threads that woke it")
 	fl.Int64Var(&f.tid, "tid", 0, "with --critical-path: the thread whose time to follow")
+	fl.StringVar(&f.pathOut, "timeline-out", "", "with --critical-path: write the timeline again with the path as a track of nested slices (Perfetto: .pftrace, .pftrace.gz)")
 	addLinkFlags(cmd, f)
 	return cmd
 }

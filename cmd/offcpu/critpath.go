@@ -1,13 +1,16 @@
 package main
 
 import (
+	"compress/gzip"
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/offcpu/offcpu/analysis"
 	"github.com/offcpu/offcpu/schema"
+	"github.com/offcpu/offcpu/timeline"
 )
 
 // criticalPath writes the critical path of a request or of a thread's
@@ -15,6 +18,9 @@ import (
 func criticalPath(w io.Writer, f *analyzeFlags, args []string) error {
 	if len(args) != 1 {
 		return fmt.Errorf("--critical-path reads one timeline (offcpu record --timeline FILE)")
+	}
+	if strings.HasSuffix(f.pathOut, ".json") {
+		return fmt.Errorf("--timeline-out %s: the path's track is written to Perfetto traces (.pftrace, .pftrace.gz)", f.pathOut)
 	}
 	t, err := readTimeline(args[0])
 	if err != nil {
@@ -28,7 +34,45 @@ func criticalPath(w io.Writer, f *analyzeFlags, args []string) error {
 	if err != nil {
 		return err
 	}
+	if f.pathOut != "" {
+		if err := writePathTimeline(f.pathOut, t, p); err != nil {
+			return err
+		}
+	}
 	return analysis.WriteCriticalPath(w, t, p, f.format)
+}
+
+// writePathTimeline writes the timeline again with the critical path as
+// a track of its own: its segments as slices, each followed one holding
+// what its waker did meanwhile.
+func writePathTimeline(path string, t *schema.Timeline, p *analysis.CriticalPath) error {
+	segs := make([]timeline.PathSlice, 0, len(p.Segments))
+	for _, s := range p.Segments {
+		name := s.Kind + ": " + analysis.ThreadLabel(t, s.Thread)
+		if s.Wait >= 0 && s.Kind != analysis.SegRunnable {
+			name += ": " + analysis.StackLeaf(t, t.Waits[s.Wait].Stack)
+		}
+		segs = append(segs, timeline.PathSlice{Start: s.Start, End: s.End, Depth: s.Depth, Name: name})
+	}
+	title := "critical path of " + analysis.ThreadLabel(t, p.Thread)
+	return writeFile(path, func(w io.Writer) error {
+		zw := io.Writer(w)
+		var gz *gzip.Writer
+		if strings.HasSuffix(path, ".gz") {
+			gz = gzip.NewWriter(w)
+			zw = gz
+		}
+		if err := timeline.WritePerfetto(zw, t, timeline.Options{Name: "offcpu"}); err != nil {
+			return err
+		}
+		if err := timeline.AppendPathTrack(zw, title, segs); err != nil {
+			return err
+		}
+		if gz != nil {
+			return gz.Close()
+		}
+		return nil
+	})
 }
 
 // pathRange is the thread and range --span, --trace or --tid with --from

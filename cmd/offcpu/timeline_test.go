@@ -68,11 +68,14 @@ func TestCriticalPathHandoff(t *testing.T) {
 	if good < len(reqs)*95/100 {
 		t.Errorf("%d of %d requests agree, want 95%%", good, len(reqs))
 	}
-	r := reqs[len(reqs)/2]
+	r, withPath := reqs[len(reqs)/2], filepath.Join(dir, "path.pftrace.gz")
 	js, err := run(t, "analyze", "--critical-path", "--format", "json", "--tid", fmt.Sprint(r.ReqTID),
-		"--from", fmt.Sprint(r.Start), "--to", fmt.Sprint(r.End), tlPath)
+		"--from", fmt.Sprint(r.Start), "--to", fmt.Sprint(r.End), "--timeline-out", withPath, tlPath)
 	if err != nil {
 		t.Fatalf("analyze --critical-path: %v\n%s", err, js)
+	}
+	if again := readTimelineFile(t, withPath); len(again.Waits) != len(tl.Waits) {
+		t.Errorf("--timeline-out: %d waits, the timeline %d", len(again.Waits), len(tl.Waits))
 	}
 	var p struct {
 		Causes []struct {
