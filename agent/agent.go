@@ -125,8 +125,9 @@ func (a *Agent) Handle(iv *collector.Interval) {
 // export converts and queues an interval; it returns what to say of it.
 func (a *Agent) export(iv *collector.Interval) []string {
 	var notes []string
+	var files []string
 	if a.Flight != nil {
-		if files := a.Flight.takeWritten(); len(files) > 0 {
+		if files = a.Flight.takeWritten(); len(files) > 0 {
 			// The interval's export says where its timelines are.
 			res := maps.Clone(a.conv.Resource)
 			defer func(r map[string]string) { a.conv.Resource = r }(a.conv.Resource)
@@ -138,6 +139,10 @@ func (a *Agent) export(iv *collector.Interval) []string {
 		}
 	}
 	parts, counts, err := a.conv.Convert(iv.Start, iv.Duration, iv.Profile, iv.Wakeups, iv.Goroutines)
+	if counts.Samples == 0 && len(files) > 0 {
+		// No sample, no resource to carry them: the next export names them.
+		a.Flight.written = append(files, a.Flight.written...)
+	}
 	switch {
 	case err != nil:
 		notes = append(notes, "not exported: "+err.Error())
