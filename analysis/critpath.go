@@ -120,6 +120,10 @@ func (f *pathFollower) blocked(out []Segment, thread int32, wi int, a, b int64, 
 		seg.Why = "still blocked when recording stopped"
 	case w.Waker < 0:
 		seg.Why = "no waker recorded"
+	case len(f.by[w.Waker]) == 0:
+		// A waker the recording did not follow (-p leaves others out):
+		// its time is unknown, not on a CPU.
+		seg.Why = "its waker " + ThreadLabel(f.t, w.Waker) + " was not recorded"
 	case on[w.Waker]:
 		seg.Why = "its waker is already on this path"
 	case depth+1 >= maxPathDepth:

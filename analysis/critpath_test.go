@@ -61,6 +61,13 @@ func TestFollowCriticalPath(t *testing.T) {
 	if sum != 350 {
 		t.Errorf("leaves of 150..500 sum to %d", sum)
 	}
+	// A waker outside the recording (no wait of its own): not followed.
+	tl.Threads = append(tl.Threads, schema.TimelineThread{PID: 9, TID: 9, Name: "client"})
+	tl.Waits[0].Waker = 3
+	p, _ = FollowCriticalPath(tl, 0, 0, 1000)
+	if c := p.Causes(tl)[0]; c.Thread != 0 || c.Kind != SegBlocked || c.Ns != 800 {
+		t.Errorf("first cause %+v, want req's own wait on a waker not recorded", c)
+	}
 	if _, err := FollowCriticalPath(tl, 7, 0, 1); err == nil {
 		t.Error("no error for a thread not in the timeline")
 	}
