@@ -123,11 +123,17 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 	fl.StringVar(&f.waker, "waker", "", "with --explain: who woke the thread ("+strings.Join(analysis.WakerRelations, ", ")+")")
 	fl.StringVar(&f.wakerStack, "waker-stack", "", "with --explain: the waker's stack (folded: user frames;-;kernel frames)")
 	fl.StringVar(&f.class, "wakeup-class", "", "with --explain: the wake-up's class (futex, eventfd, pipe/socket, timer, block-io, net-rx, ...)")
+	addPathFlags(cmd, f)
+	addLinkFlags(cmd, f)
+	return cmd
+}
+
+// addPathFlags adds the critical path's flags.
+func addPathFlags(cmd *cobra.Command, f *analyzeFlags) {
+	fl := cmd.Flags()
 	fl.BoolVar(&f.criticalPath, "critical-path", false, "read a timeline (record --timeline) and follow one request's wall time (--span, --trace, or --tid with --from/--to: a duration from the timeline's start or CLOCK_MONOTONIC ns) through the threads that woke it")
 	fl.Int64Var(&f.tid, "tid", 0, "with --critical-path: the thread whose time to follow")
 	fl.StringVar(&f.pathOut, "timeline-out", "", "with --critical-path: write the timeline again with the path as a track of nested slices (Perfetto: .pftrace, .pftrace.gz)")
-	addLinkFlags(cmd, f)
-	return cmd
 }
 
 // addLinkFlags adds the flags that pick waits by a program's labels.

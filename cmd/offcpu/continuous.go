@@ -218,17 +218,12 @@ func runContinuous(stderr io.Writer, f *recordFlags, opts collector.Options, com
 		return err
 	}
 	if flight != nil {
-		usr2 := make(chan os.Signal, 1)
-		signal.Notify(usr2, syscall.SIGUSR2)
-		defer signal.Stop(usr2)
-		flight.Signal = usr2
-		if af.flightSocket != "" {
-			if err := flight.Listen(af.flightSocket); err != nil {
-				ag.Close(0)
-				return err
-			}
+		stop, err := af.startFlight(ag, flight)
+		if err != nil {
+			ag.Close(0)
+			return err
 		}
-		ag.Flight = flight
+		defer stop()
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
@@ -352,4 +347,20 @@ func (a *agentFlags) flightRecorder(opts *collector.Options, outputDir string) (
 	}
 	opts.Stream, opts.StreamKeep, opts.StreamKeepBytes = true, a.flight, int(min(n, 1<<40))
 	return f, nil
+}
+
+// startFlight hands the agent its flight recorder, asked by SIGUSR2 and
+// on --flight-socket; stop stops the signal's delivery.
+func (a *agentFlags) startFlight(ag *agent.Agent, flight *agent.Flight) (stop func(), err error) {
+	usr2 := make(chan os.Signal, 1)
+	signal.Notify(usr2, syscall.SIGUSR2)
+	flight.Signal = usr2
+	if a.flightSocket != "" {
+		if err := flight.Listen(a.flightSocket); err != nil {
+			signal.Stop(usr2)
+			return nil, err
+		}
+	}
+	ag.Flight = flight
+	return func() { signal.Stop(usr2) }, nil
 }

@@ -511,13 +511,18 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 	for _, ps := range st.Programs {
 		fmt.Fprintf(w, "bpf %s: %d runs, mean %d ns per run\n", ps.Name, ps.Runs, ps.MeanCost.Nanoseconds())
 	}
+	f.timeline.summary(w, st)
+	printWritten(w, f)
+}
+
+// printWritten names the files record wrote.
+func printWritten(w io.Writer, f *recordFlags) {
 	written := []string{f.output}
 	for _, p := range []string{f.folded, f.wakeupsOut, f.wakeupsFolded, f.offwakeFolded, f.cpuFolded, f.goroutinesOut, f.goroutinesFolded} {
 		if p != "" {
 			written = append(written, p)
 		}
 	}
-	f.timeline.summary(w, st)
 	fmt.Fprintf(w, "offcpu: wrote %s\n", strings.Join(written, ", "))
 }
 
