@@ -118,6 +118,29 @@ struct go_stack {
 	u64 ips[GO_STACK_DEPTH];
 };
 
+/* One goroutine wait, as go_aggregate counts it (the wait stream). */
+struct go_wait_event {
+	u64 goid;
+	u64 park_ns; /* from the window's start at the earliest */
+	u64 ready_ns;
+	u64 run_ns;
+	u64 stack; /* ids in go_stacks (0: none) */
+	u64 waker_stack;
+	u64 waker_goid;
+	u64 startpc;
+	u64 link;
+	u32 tgid;
+	u32 tid;       /* the thread it parked on */
+	u32 run_tid;   /* the thread it runs on now */
+	u32 waker_tid; /* the thread that made it runnable */
+	u16 reason;
+	u16 flags;
+	u32 pad;
+};
+
+/* Ring records: named so that bpf2go generates their Go type. */
+const struct go_wait_event *unused_go_wait_event __attribute__((unused));
+
 enum go_stat {
 	GO_STAT_PARKS,
 	GO_STAT_READIES,
@@ -132,11 +155,16 @@ enum go_stat {
 	GO_STAT_LOST_LINKS,  /* go_links full: waits counted without their labels */
 	GO_STAT_REQUEUES,    /* running goroutines put back on a run queue */
 	GO_STAT_SUSPENDS,    /* running goroutines the GC suspended (preemptPark) */
+	GO_STAT_STREAM_LOST, /* waits go_stream had no room for */
 	GO_STAT_MAX,
 };
 
 /* Read by user space: the number of counters. */
 const volatile enum go_stat go_stat_count = GO_STAT_MAX;
+
+/* Send every wait to go_stream too (--timeline): sized by user space, a
+ * page when off, when the verifier prunes the send as dead code. */
+const volatile bool go_want_stream = false;
 
 /* The recorded window (bpf_ktime_get_ns clock), written by user space as
  * the thread programs' are: nothing before the start or after the stop
@@ -186,6 +214,12 @@ struct {
 	__type(key, u32);
 	__type(value, u64);
 } go_stats SEC(".maps");
+
+/* The goroutine wait stream, read by user space on a timer. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} go_stream SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -391,6 +425,33 @@ static __always_inline struct go_val *go_waits_entry(void *map, struct go_key *k
 	return bpf_map_lookup_elem(map, k);
 }
 
+/* Sends a wait ended by a run at now to go_stream. */
+static __always_inline void go_stream_wait(u32 tgid, struct go_park *p, u64 park, u64 ready, u64 now)
+{
+	struct go_wait_event *e = bpf_ringbuf_reserve(&go_stream, sizeof(*e), 0);
+	if (!e) {
+		go_count(GO_STAT_STREAM_LOST);
+		return;
+	}
+	e->goid = p->goid;
+	e->park_ns = park;
+	e->ready_ns = ready;
+	e->run_ns = now;
+	e->stack = p->stack;
+	e->waker_stack = p->waker_stack;
+	e->waker_goid = p->waker_goid;
+	e->startpc = p->startpc;
+	e->link = p->link;
+	e->tgid = tgid;
+	e->tid = p->tid;
+	e->run_tid = (u32)bpf_get_current_pid_tgid();
+	e->waker_tid = p->waker_tid;
+	e->reason = p->reason;
+	e->flags = p->flags | (p->park_ns < go_start_ns ? GO_BEFORE_START : 0);
+	e->pad = 0;
+	bpf_ringbuf_submit(e, 0);
+}
+
 /* Counts a wait ended by a run at now, the part of it inside the window. */
 static __always_inline void go_aggregate(u32 tgid, struct go_park *p, u64 now)
 {
@@ -399,6 +460,8 @@ static __always_inline void go_aggregate(u32 tgid, struct go_park *p, u64 now)
 		return;
 	u64 park = p->park_ns > start ? p->park_ns : start;
 	u64 ready = p->ready_ns > park ? p->ready_ns : park;
+	if (go_want_stream)
+		go_stream_wait(tgid, p, park, ready, now);
 	struct go_key k = { .tgid = tgid, .reason = p->reason, .goid = p->goid, .stack = p->stack,
 			    .waker_stack = p->waker_stack, .waker_goid = p->waker_goid,
 			    .waker_wait_stack = p->waker_wait_stack, .gopc = p->gopc, .startpc = p->startpc, .link = p->link,

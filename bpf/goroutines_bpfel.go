@@ -152,7 +152,8 @@ const (
 	GoroutinesGoStatGO_STAT_LOST_LINKS  GoroutinesGoStat = 10
 	GoroutinesGoStatGO_STAT_REQUEUES    GoroutinesGoStat = 11
 	GoroutinesGoStatGO_STAT_SUSPENDS    GoroutinesGoStat = 12
-	GoroutinesGoStatGO_STAT_MAX         GoroutinesGoStat = 13
+	GoroutinesGoStatGO_STAT_STREAM_LOST GoroutinesGoStat = 13
+	GoroutinesGoStatGO_STAT_MAX         GoroutinesGoStat = 14
 )
 
 type GoroutinesGoVal struct {
@@ -163,26 +164,49 @@ type GoroutinesGoVal struct {
 	WakerWaitNs uint64
 }
 
+type GoroutinesGoWaitEvent struct {
+	_          structs.HostLayout
+	Goid       uint64
+	ParkNs     uint64
+	ReadyNs    uint64
+	RunNs      uint64
+	Stack      uint64
+	WakerStack uint64
+	WakerGoid  uint64
+	Startpc    uint64
+	Link       uint64
+	Tgid       uint32
+	Tid        uint32
+	RunTid     uint32
+	WakerTid   uint32
+	Reason     uint16
+	Flags      uint16
+	Pad        uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	GoroutinesMapGoChunkbuf     = "go_chunkbuf"
-	GoroutinesMapGoGbuf         = "go_gbuf"
-	GoroutinesMapGoLinkScratch  = "go_link_scratch"
-	GoroutinesMapGoLinks        = "go_links"
-	GoroutinesMapGoParked       = "go_parked"
-	GoroutinesMapGoProcs        = "go_procs"
-	GoroutinesMapGoScratch      = "go_scratch"
-	GoroutinesMapGoStacks       = "go_stacks"
-	GoroutinesMapGoStats        = "go_stats"
-	GoroutinesMapGoWaits        = "go_waits"
-	GoroutinesMapGoWaitsMerged  = "go_waits_merged"
-	GoroutinesProgGoCasgstatus  = "go_casgstatus"
-	GoroutinesProgGoPreemptPark = "go_preempt_park"
-	GoroutinesVarGoStartNs      = "go_start_ns"
-	GoroutinesVarGoStatCount    = "go_stat_count"
-	GoroutinesVarGoStopNs       = "go_stop_ns"
+	GoroutinesMapGoChunkbuf        = "go_chunkbuf"
+	GoroutinesMapGoGbuf            = "go_gbuf"
+	GoroutinesMapGoLinkScratch     = "go_link_scratch"
+	GoroutinesMapGoLinks           = "go_links"
+	GoroutinesMapGoParked          = "go_parked"
+	GoroutinesMapGoProcs           = "go_procs"
+	GoroutinesMapGoScratch         = "go_scratch"
+	GoroutinesMapGoStacks          = "go_stacks"
+	GoroutinesMapGoStats           = "go_stats"
+	GoroutinesMapGoStream          = "go_stream"
+	GoroutinesMapGoWaits           = "go_waits"
+	GoroutinesMapGoWaitsMerged     = "go_waits_merged"
+	GoroutinesProgGoCasgstatus     = "go_casgstatus"
+	GoroutinesProgGoPreemptPark    = "go_preempt_park"
+	GoroutinesVarGoStartNs         = "go_start_ns"
+	GoroutinesVarGoStatCount       = "go_stat_count"
+	GoroutinesVarGoStopNs          = "go_stop_ns"
+	GoroutinesVarGoWantStream      = "go_want_stream"
+	GoroutinesVarUnusedGoWaitEvent = "unused_go_wait_event"
 )
 
 // LoadGoroutines returns the embedded CollectionSpec for Goroutines.
@@ -244,6 +268,7 @@ type GoroutinesMapSpecs struct {
 	GoScratch     *ebpf.MapSpec `ebpf:"go_scratch"`
 	GoStacks      *ebpf.MapSpec `ebpf:"go_stacks"`
 	GoStats       *ebpf.MapSpec `ebpf:"go_stats"`
+	GoStream      *ebpf.MapSpec `ebpf:"go_stream"`
 	GoWaits       *ebpf.MapSpec `ebpf:"go_waits"`
 	GoWaitsMerged *ebpf.MapSpec `ebpf:"go_waits_merged"`
 }
@@ -252,9 +277,11 @@ type GoroutinesMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type GoroutinesVariableSpecs struct {
-	GoStartNs   *ebpf.VariableSpec `ebpf:"go_start_ns"`
-	GoStatCount *ebpf.VariableSpec `ebpf:"go_stat_count"`
-	GoStopNs    *ebpf.VariableSpec `ebpf:"go_stop_ns"`
+	GoStartNs         *ebpf.VariableSpec `ebpf:"go_start_ns"`
+	GoStatCount       *ebpf.VariableSpec `ebpf:"go_stat_count"`
+	GoStopNs          *ebpf.VariableSpec `ebpf:"go_stop_ns"`
+	GoWantStream      *ebpf.VariableSpec `ebpf:"go_want_stream"`
+	UnusedGoWaitEvent *ebpf.VariableSpec `ebpf:"unused_go_wait_event"`
 }
 
 // GoroutinesObjects contains all objects after they have been loaded into the kernel.
@@ -286,6 +313,7 @@ type GoroutinesMaps struct {
 	GoScratch     *ebpf.Map `ebpf:"go_scratch"`
 	GoStacks      *ebpf.Map `ebpf:"go_stacks"`
 	GoStats       *ebpf.Map `ebpf:"go_stats"`
+	GoStream      *ebpf.Map `ebpf:"go_stream"`
 	GoWaits       *ebpf.Map `ebpf:"go_waits"`
 	GoWaitsMerged *ebpf.Map `ebpf:"go_waits_merged"`
 }
@@ -301,6 +329,7 @@ func (m *GoroutinesMaps) Close() error {
 		m.GoScratch,
 		m.GoStacks,
 		m.GoStats,
+		m.GoStream,
 		m.GoWaits,
 		m.GoWaitsMerged,
 	)
@@ -310,9 +339,11 @@ func (m *GoroutinesMaps) Close() error {
 //
 // It can be passed to LoadGoroutinesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type GoroutinesVariables struct {
-	GoStartNs   *ebpf.Variable `ebpf:"go_start_ns"`
-	GoStatCount *ebpf.Variable `ebpf:"go_stat_count"`
-	GoStopNs    *ebpf.Variable `ebpf:"go_stop_ns"`
+	GoStartNs         *ebpf.Variable `ebpf:"go_start_ns"`
+	GoStatCount       *ebpf.Variable `ebpf:"go_stat_count"`
+	GoStopNs          *ebpf.Variable `ebpf:"go_stop_ns"`
+	GoWantStream      *ebpf.Variable `ebpf:"go_want_stream"`
+	UnusedGoWaitEvent *ebpf.Variable `ebpf:"unused_go_wait_event"`
 }
 
 // GoroutinesPrograms contains all programs after they have been loaded into the kernel.

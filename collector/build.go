@@ -54,6 +54,10 @@ func build(d *recording, sym *symbolize.Symbolizer, o buildOptions) (Profiles, e
 	if d.streamed {
 		ps.Timeline = d.timeline(sym, names)
 		o.stats.StreamWaits += uint64(d.waits.len())
+		if g := d.goroutines; g != nil {
+			o.stats.StreamWaits += uint64(g.waits.len())
+			o.stats.StreamLost += g.lost
+		}
 	}
 	if !o.wakeups {
 		return ps, nil

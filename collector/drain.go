@@ -86,6 +86,8 @@ type recording struct {
 	oncpu   map[[2]uint32]cpuTotal
 	threads map[uint32]thread
 	stacks  map[int64][]uint64 // every stack read, by id
+	// goroutines: the goroutine stream's (Options.Stream with Goroutines).
+	goroutines *goTimeline
 	// waits: the stream's waits (Options.Stream), in the order they ended.
 	waits    waitView
 	streamed bool

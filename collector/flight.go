@@ -54,6 +54,9 @@ func (s *Session) FlightTimeline(from, to uint64) (*schema.Timeline, error) {
 	if s.tctx != nil {
 		d.o.links = s.tctx.labels
 	}
+	if s.gor != nil {
+		d.goroutines = s.gor.timelineData(false, s.gor.readStacks())
+	}
 	sym := symbolize.NewSymbolizer(s.procs)
 	if s.unw != nil {
 		sym.JIT = runtimeNames(s.unw.rts)
@@ -95,7 +98,7 @@ func (s *Session) FlightRequests(since uint64) []FlightRequest {
 		return nil
 	}
 	var out []FlightRequest
-	for k, r := range s.stream.requests(since) {
+	for k, r := range streamRequests(s.stream, since) {
 		if r.Labels = linkLabels(s.tctx.labels, uint32(k[0]), k[1]); r.Labels != nil {
 			out = append(out, *r)
 		}

@@ -3,6 +3,7 @@ package collector
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -30,6 +31,12 @@ type goRecorder struct {
 	links map[uint32][]link.Link // by process
 	procs map[uint32]*goRuntime
 	stats GoroutineStats
+
+	// stream: every wait in order (Options.Stream); nil without. open:
+	// the waits drain found still open.
+	stream *ringStream[bpf.GoroutinesGoWaitEvent]
+	open   []bpf.GoroutinesGoWaitEvent
+	closed bool // stream closed
 
 	// Label sets moved out of go_links (goLinks), and the mover's stop.
 	linkMu   sync.Mutex
@@ -77,6 +84,9 @@ type GoroutineStats struct {
 	LostLabelSets  uint64 `json:"lost_label_sets"`
 	TruncatedLabel uint64 `json:"truncated_label_sets"`
 	ShedLabelSets  uint64 `json:"shed_label_sets"` // past the recording's bound (262,144 sets)
+	// StreamLost: waits the goroutine stream's ring had no room for
+	// (--timeline).
+	StreamLost uint64 `json:"stream_lost,omitempty"`
 	// IDsByAddress: processes whose sets are told apart by their addresses
 	// alone (runtime.memstats stripped): after a collection a set at a
 	// freed one's address can take its id.
@@ -84,18 +94,34 @@ type GoroutineStats struct {
 	Skipped      []string `json:"skipped,omitempty"`
 }
 
-func newGoRecorder(maxGoroutines int) (*goRecorder, error) {
+func newGoRecorder(o Options) (*goRecorder, error) {
 	spec, err := bpf.LoadGoroutines()
 	if err != nil {
 		return nil, err
 	}
-	if maxGoroutines > 0 {
-		spec.Maps[bpf.GoroutinesMapGoParked].MaxEntries = uint32(maxGoroutines)
+	if o.MaxGoroutines > 0 {
+		spec.Maps[bpf.GoroutinesMapGoParked].MaxEntries = uint32(o.MaxGoroutines)
+	}
+	ring := os.Getpagesize() // off: the send is pruned
+	if o.Stream {
+		ring = o.StreamRing
+	}
+	spec.Maps[bpf.GoroutinesMapGoStream].MaxEntries = uint32(ring)
+	if err := spec.Variables[bpf.GoroutinesVarGoWantStream].Set(o.Stream); err != nil {
+		return nil, fmt.Errorf("setting %s: %w", bpf.GoroutinesVarGoWantStream, err)
 	}
 	r := &goRecorder{links: map[uint32][]link.Link{}, procs: map[uint32]*goRuntime{},
 		labels: map[bpf.GoroutinesGoLinkKey]goLabels{}, linkUse: map[bpf.GoroutinesGoLinkKey]int{}, stopMove: make(chan struct{})}
 	if err := spec.LoadAndAssign(&r.objs, nil); err != nil {
 		return nil, fmt.Errorf("loading the goroutine probe: %w", err)
+	}
+	if o.Stream {
+		r.stream, err = newRingStream(r.objs.GoStream, o.StreamKeep, o.StreamKeepBytes,
+			func(w *bpf.GoroutinesGoWaitEvent) uint64 { return w.RunNs })
+		if err != nil {
+			r.objs.Close()
+			return nil, err
+		}
 	}
 	r.moved.Add(1)
 	go r.moveLinks()
@@ -265,6 +291,7 @@ func closeLinks(ls []link.Link) {
 func (r *goRecorder) close() {
 	r.detach()
 	r.stopLinks()
+	r.closeStream()
 	r.objs.Close()
 }
 
@@ -317,6 +344,9 @@ func (r *goRecorder) drain(start, end uint64) (waits []goWait, stacks map[uint64
 			w.key.Flags |= goBeforeStart
 		}
 		w.val.Count = 1
+		if r.stream != nil {
+			r.open = append(r.open, openGoWait(gk.Tgid, &p, park, end))
+		}
 		if p.ReadyNs != 0 && p.ReadyNs <= end {
 			ready := max(p.ReadyNs, park)
 			w.val.BlockedNs, w.val.RunqNs = ready-park, end-ready
@@ -357,7 +387,7 @@ func (r *goRecorder) readStacks() map[uint64][]uint64 {
 		bpf.GoroutinesGoStatGO_STAT_UNSEEN: &r.stats.Unseen, bpf.GoroutinesGoStatGO_STAT_MERGED: &r.stats.Merged,
 		bpf.GoroutinesGoStatGO_STAT_REUSED: &r.stats.ReusedStacks, bpf.GoroutinesGoStatGO_STAT_LINKS: &r.stats.LabelSets,
 		bpf.GoroutinesGoStatGO_STAT_LOST_LINKS: &r.stats.LostLabelSets, bpf.GoroutinesGoStatGO_STAT_REQUEUES: &r.stats.Requeues,
-		bpf.GoroutinesGoStatGO_STAT_SUSPENDS: &r.stats.Suspends} {
+		bpf.GoroutinesGoStatGO_STAT_SUSPENDS: &r.stats.Suspends, bpf.GoroutinesGoStatGO_STAT_STREAM_LOST: &r.stats.StreamLost} {
 		if err := r.objs.GoStats.Lookup(uint32(i), &per); err == nil {
 			*dst = 0
 			for _, n := range per {

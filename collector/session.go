@@ -296,7 +296,7 @@ func (s *Session) prepare(p *probes) error {
 		s.unw.jvms.now()
 	}
 	if o.Goroutines && s.gor == nil {
-		gor, err := newGoRecorder(o.MaxGoroutines)
+		gor, err := newGoRecorder(o)
 		if err != nil {
 			return err
 		}
@@ -399,20 +399,31 @@ func (s *Session) Stop() (*profile.Profile, error) {
 		} else if d, err := s.drainer(&s.stats).drain(true); err != nil {
 			s.stopErr = err
 		} else {
-			s.profiles, s.stopErr = s.build(d)
+			s.buildAll(d)
 		}
 		if s.gor != nil && s.cont != nil {
 			s.stats.Goroutines = s.gor.statsCopy()
-		}
-		if s.gor != nil && s.stopErr == nil && s.cont == nil { // continuous: cut per interval
-			waits, stacks := s.gor.drain(s.startMono, s.stopMono)
-			s.stats.Goroutines = &s.gor.stats
-			s.profiles.Goroutines, s.stopErr = s.gor.profile(symbolize.NewSymbolizer(s.procs), waits, stacks, s.start, s.stats.Duration)
 		}
 		s.close()
 		s.procs.Close()
 	})
 	return s.profiles.OffCPU, s.stopErr
+}
+
+// buildAll builds a one-window recording's profiles, the goroutines'
+// (cut per interval when continuous) with them: the timeline holds both.
+func (s *Session) buildAll(d *recording) {
+	var waits []goWait
+	var stacks map[uint64][]uint64
+	if s.gor != nil {
+		waits, stacks = s.gor.drain(s.startMono, s.stopMono)
+		s.stats.Goroutines = &s.gor.stats
+		d.goroutines = s.gor.timelineData(true, stacks)
+	}
+	if s.profiles, s.stopErr = s.build(d); s.stopErr != nil || s.gor == nil {
+		return
+	}
+	s.profiles.Goroutines, s.stopErr = s.gor.profile(symbolize.NewSymbolizer(s.procs), waits, stacks, s.start, s.stats.Duration)
 }
 
 // closeWindow ends the window: the programs account nothing after it and

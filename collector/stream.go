@@ -23,9 +23,12 @@ const DefaultStreamRing = 16 << 20
 // switch's own accounting).
 const streamEvery = 50 * time.Millisecond
 
-// streamReader keeps every wait the programs stream (Options.Stream), in
-// the order they ended.
-type streamReader struct {
+// streamReader keeps the thread waits the programs stream.
+type streamReader = ringStream[bpf.OffcpuWaitEvent]
+
+// ringStream keeps every record a ring streams (Options.Stream), in the
+// order they were sent: the thread waits, the goroutine waits.
+type ringStream[T any] struct {
 	rd   *ringbuf.Reader
 	done chan struct{}
 	// keep: a flight recorder's span (0: keep all, for one window); at
@@ -33,26 +36,35 @@ type streamReader struct {
 	keep     uint64
 	maxWaits int
 
+	// end is when a record's wait ended (the clock keep counts on).
+	end func(*T) uint64
+
 	mu       sync.Mutex
-	waits    waitChunks
+	waits    chunks[T]
 	overflow uint64
 }
 
 func newStreamReader(m *ebpf.Map, keep time.Duration, maxBytes int) (*streamReader, error) {
+	return newRingStream(m, keep, maxBytes, func(w *bpf.OffcpuWaitEvent) uint64 { return w.InNs })
+}
+
+func newRingStream[T any](m *ebpf.Map, keep time.Duration, maxBytes int, end func(*T) uint64) (*ringStream[T], error) {
 	rd, err := ringbuf.NewReader(m)
 	if err != nil {
 		return nil, fmt.Errorf("opening the wait stream's ring buffer: %w", err)
 	}
-	r := &streamReader{rd: rd, done: make(chan struct{}), keep: uint64(keep), maxWaits: maxBytes / int(unsafe.Sizeof(bpf.OffcpuWaitEvent{}))}
+	var zero T
+	r := &ringStream[T]{rd: rd, done: make(chan struct{}), keep: uint64(keep), maxWaits: maxBytes / int(unsafe.Sizeof(zero)), end: end}
 	go r.run()
 	return r, nil
 }
 
 // run reads the ring until it is closed.
-func (r *streamReader) run() {
+func (r *ringStream[T]) run() {
 	defer close(r.done)
 	var rec ringbuf.Record
-	const size = int(unsafe.Sizeof(bpf.OffcpuWaitEvent{}))
+	var zero T
+	size := int(unsafe.Sizeof(zero))
 	for {
 		r.rd.SetDeadline(time.Now().Add(streamEvery))
 		err := r.rd.ReadInto(&rec)
@@ -64,11 +76,11 @@ func (r *streamReader) run() {
 		case len(rec.RawSample) < size:
 			continue
 		}
-		ev := *(*bpf.OffcpuWaitEvent)(unsafe.Pointer(&rec.RawSample[0]))
+		ev := *(*T)(unsafe.Pointer(&rec.RawSample[0]))
 		r.mu.Lock()
 		r.waits.add(ev)
 		if r.keep > 0 {
-			r.trim(ev.InNs)
+			r.trim(r.end(&ev))
 		}
 		r.mu.Unlock()
 	}
@@ -76,7 +88,7 @@ func (r *streamReader) run() {
 
 // close reads what the ring still holds and stops the reader; the
 // programs must send nothing more.
-func (r *streamReader) close() {
+func (r *ringStream[T]) close() {
 	for i := 0; i < 500 && r.rd.AvailableBytes() > 0; i++ {
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -86,9 +98,9 @@ func (r *streamReader) close() {
 
 // trim drops the waits that ended more than keep before now, and the
 // oldest beyond maxWaits (overflow).
-func (r *streamReader) trim(now uint64) {
+func (r *ringStream[T]) trim(now uint64) {
 	for w := r.waits.first(); w != nil; w = r.waits.first() {
-		old := w.InNs+r.keep < now
+		old := r.end(w)+r.keep < now
 		if !old && r.waits.n <= r.maxWaits {
 			return
 		}
@@ -100,7 +112,7 @@ func (r *streamReader) trim(now uint64) {
 }
 
 // kept is a view of the waits kept now (not a copy) and the overflow.
-func (r *streamReader) kept() (waitView, uint64) {
+func (r *ringStream[T]) kept() (chunkView[T], uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.waits.view(), r.overflow
@@ -108,7 +120,7 @@ func (r *streamReader) kept() (waitView, uint64) {
 
 // requests are the extents of the kept waits of each request (tgid and
 // thread-context link) with a wait that ended after since.
-func (r *streamReader) requests(since uint64) map[[2]uint64]*FlightRequest {
+func streamRequests(r *streamReader, since uint64) map[[2]uint64]*FlightRequest {
 	v, _ := r.kept()
 	out := map[[2]uint64]*FlightRequest{}
 	v.backward(func(w *bpf.OffcpuWaitEvent) bool {
@@ -133,10 +145,10 @@ func (r *streamReader) requests(since uint64) map[[2]uint64]*FlightRequest {
 }
 
 // take returns the waits read so far and forgets them.
-func (r *streamReader) take() waitView {
+func (r *ringStream[T]) take() chunkView[T] {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	v := r.waits.view()
-	r.waits = waitChunks{}
+	r.waits = chunks[T]{}
 	return v
 }

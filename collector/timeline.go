@@ -49,6 +49,9 @@ func (d *recording) timeline(sym *symbolize.Symbolizer, names *threadNames) *sch
 			tb.add(e)
 		}
 	})
+	if g := d.goroutines; g != nil {
+		tb.addGoroutines(g, from, to)
+	}
 	if tb.t.End == 0 {
 		for _, w := range tb.t.Waits {
 			tb.t.End = max(tb.t.End, w.In)

@@ -18,9 +18,11 @@ type Timeline struct {
 	Lost int64
 }
 
-// TimelineThread is a thread a wait names (the waiter or its waker).
+// TimelineThread is a thread a wait names (the waiter or its waker), or
+// a goroutine (GoID not 0, TID 0, Name its function).
 type TimelineThread struct {
 	PID, TID      int64
+	GoID          int64
 	Process, Name string
 }
 
@@ -47,6 +49,10 @@ type Wait struct {
 	Labels map[string]string
 	// Category and Verdict: analysis's judgement, where it was judged.
 	Category, Verdict string
+	// A goroutine's wait only: the threads it parked on (OutThread) and
+	// ran on after (InThread), whose own waits are the goroutine's while
+	// it ran there (-1: not known).
+	OutThread, InThread int32
 }
 
 // Blocked is the wait's time blocked, before its wake-up.
