@@ -172,8 +172,12 @@ func (j *jsonWriter) metadata() {
 			j.b = append(appendString(append(j.b, `,"args":{"name":`...), th.Process), '}')
 			j.done()
 		}
-		j.head("thread_name", "", "M", 0, -1, th.PID, th.TID)
-		j.b = append(appendString(append(j.b, `,"args":{"name":`...), th.Name), '}')
+		name := th.Name
+		if th.GoID != 0 {
+			name = goroutineTrackName(&th)
+		}
+		j.head("thread_name", "", "M", 0, -1, th.PID, jsonTID(&th))
+		j.b = append(appendString(append(j.b, `,"args":{"name":`...), name), '}')
 		j.done()
 	}
 }
@@ -196,9 +200,9 @@ func (j *jsonWriter) slice(s *slice) {
 	th := &j.t.Threads[j.l.threadOf(s.track)]
 	name, cat, stack := j.describe(s)
 	if s.track < len(j.t.Threads) {
-		j.head(name, cat, "X", s.start, s.end-s.start, th.PID, th.TID)
+		j.head(name, cat, "X", s.start, s.end-s.start, th.PID, jsonTID(th))
 	} else {
-		j.head(name, cat, "b", s.start, -1, th.PID, th.TID)
+		j.head(name, cat, "b", s.start, -1, th.PID, jsonTID(th))
 		j.b = append(strconv.AppendUint(append(j.b, `,"id":"s`...), s.seq, 10), '"')
 	}
 	if stack >= 0 && int(stack) < len(j.t.Stacks) {
@@ -216,12 +220,12 @@ func (j *jsonWriter) slice(s *slice) {
 		j.ends.push(*s)
 	}
 	if s.kind == kindWakeup {
-		j.head("wakeup", catWakeup, "s", s.start, -1, th.PID, th.TID)
+		j.head("wakeup", catWakeup, "s", s.start, -1, th.PID, jsonTID(th))
 		j.b = strconv.AppendInt(append(j.b, `,"id":`...), int64(s.of)+1, 10)
 		j.done()
 	}
 	if s.kind == kindRunnable && j.t.Waits[s.of].Waker >= 0 {
-		j.head("wakeup", catWakeup, "f", s.start, -1, th.PID, th.TID)
+		j.head("wakeup", catWakeup, "f", s.start, -1, th.PID, jsonTID(th))
 		j.b = append(strconv.AppendInt(append(j.b, `,"id":`...), int64(s.of)+1, 10), `,"bp":"e"`...)
 		j.done()
 	}
@@ -230,7 +234,7 @@ func (j *jsonWriter) slice(s *slice) {
 func (j *jsonWriter) asyncEnd(s *slice) {
 	th := &j.t.Threads[j.l.threadOf(s.track)]
 	name, cat, _ := j.describe(s)
-	j.head(name, cat, "e", s.end, -1, th.PID, th.TID)
+	j.head(name, cat, "e", s.end, -1, th.PID, jsonTID(th))
 	j.b = append(strconv.AppendUint(append(j.b, `,"id":"s`...), s.seq, 10), '"')
 	j.done()
 }
@@ -410,4 +414,13 @@ func frameLabel(f schema.Frame) string {
 		return f.Name + " (" + c + ")"
 	}
 	return f.Name
+}
+
+// jsonTID is a thread's tid; a goroutine's, its id past any tid's range
+// (a tid is below 2^22).
+func jsonTID(th *schema.TimelineThread) int64 {
+	if th.GoID != 0 {
+		return 1<<32 + th.GoID
+	}
+	return th.TID
 }

@@ -61,9 +61,12 @@ import (
 // timelineFormat marks the traces WritePerfetto wrote.
 const (
 	timelineFormat  = "offcpu-timeline"
-	timelineVersion = 2
-	keyTimeline     = "offcpu.timeline"
-	keyWait         = "offcpu.wait"
+	timelineVersion = 3
+	// oldestVersion: the oldest format ReadPerfetto reads (2 had no
+	// goroutine tracks).
+	oldestVersion = 2
+	keyTimeline   = "offcpu.timeline"
+	keyWait       = "offcpu.wait"
 )
 
 // WritePerfetto writes t as a Perfetto trace.
@@ -265,18 +268,24 @@ func (e *pbEncoder) tracks(o Options) {
 	}
 	e.uuids = append(e.uuids, e.newUUID())
 	e.trackPacket(pb(nil).varint(fTrackUUID, e.uuids[0]).str(fTrackName, name))
-	procs := map[int64]bool{}
+	procs := map[int64]uint64{}
 	for _, th := range e.t.Threads {
-		if !procs[th.PID] {
-			procs[th.PID] = true
+		pu, ok := procs[th.PID]
+		if !ok {
+			pu = e.newUUID()
+			procs[th.PID] = pu
 			d := pb(nil).varint(fProcessPID, uint64(th.PID))
 			if th.Process != "" {
 				d = d.str(fProcessName, th.Process)
 			}
-			e.trackPacket(pb(nil).varint(fTrackUUID, e.newUUID()).bytes(fTrackProcess, d))
+			e.trackPacket(pb(nil).varint(fTrackUUID, pu).bytes(fTrackProcess, d))
 		}
 		u := e.newUUID()
 		e.uuids = append(e.uuids, u)
+		if th.GoID != 0 { // a goroutine: a named track of its process
+			e.trackPacket(pb(nil).varint(fTrackUUID, u).varint(fTrackParent, pu).str(fTrackName, goroutineTrackName(&th)))
+			continue
+		}
 		d := pb(nil).varint(fThreadPID, uint64(th.PID)).varint(fThreadTID, uint64(th.TID))
 		if th.Name != "" {
 			d = d.str(fThreadName, th.Name)
@@ -516,6 +525,7 @@ func (e *pbEncoder) labelIIDs(labels map[string]string) {
 //	flags: 1 open, 2 irq, 4 labels (nil and empty alike)
 //	State, Class, Verdict, Category: string value iids (0: "")
 //	the labels: a string value iid (0: none) of labelSet's
+//	OutThread+1, InThread+1: a goroutine's (0 for a thread's wait)
 //
 // less the zeros at its end. Its thread is its track's (or lane's).
 func (e *pbEncoder) record(te pb, wi int) pb {
@@ -537,9 +547,13 @@ func (e *pbEncoder) record(te pb, wi int) pb {
 		e.rec = labelSet(e.rec[:0], e.keys, w.Labels)
 		set = e.strs.idOf(e.rec)
 	}
+	var outTh, inTh int64 // a goroutine's threads, +1 (0: a thread's wait)
+	if e.t.Threads[w.Thread].GoID != 0 {
+		outTh, inTh = int64(w.OutThread)+1, int64(w.InThread)+1
+	}
 	v := [...]int64{int64(wi) - p.lastIndex, w.Out - p.lastIn, w.Wake - w.Out, w.In - w.Wake,
 		int64(w.Stack), int64(w.Waker), int64(w.WakerStack), flags, int64(e.strIID(w.State)),
-		int64(e.strIID(w.Class)), int64(e.strIID(w.Verdict)), int64(e.strIID(w.Category)), int64(set)}
+		int64(e.strIID(w.Class)), int64(e.strIID(w.Verdict)), int64(e.strIID(w.Category)), int64(set), outTh, inTh}
 	p.lastIndex, p.lastIn = int64(wi), w.In
 	n := len(v)
 	for n > 0 && v[n-1] == 0 {

@@ -26,6 +26,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/offcpu/offcpu/schema"
 )
@@ -362,6 +363,9 @@ func blockedName(w *schema.Wait, names map[string]string) string {
 func threadLabel(t *schema.Timeline, th int32) string {
 	tt := &t.Threads[th]
 	id := "[" + strconv.FormatInt(tt.TID, 10) + "]"
+	if tt.GoID != 0 {
+		id = "[g" + strconv.FormatInt(tt.GoID, 10) + "]"
+	}
 	if tt.Name == "" {
 		return id
 	}
@@ -478,4 +482,25 @@ func (h *heapOf[T]) down(i int) {
 		h.items[i], h.items[c] = h.items[c], h.items[i]
 		i = c
 	}
+}
+
+// goroutineTrackName names a goroutine's track, which ReadPerfetto knows
+// it by: "goroutine ID", then its function if known.
+func goroutineTrackName(th *schema.TimelineThread) string {
+	n := "goroutine " + strconv.FormatInt(th.GoID, 10)
+	if th.Name != "" {
+		n += " " + th.Name
+	}
+	return n
+}
+
+// parseGoroutineTrack reads goroutineTrackName's name.
+func parseGoroutineTrack(s string) (goid int64, name string, ok bool) {
+	rest, found := strings.CutPrefix(s, "goroutine ")
+	if !found {
+		return 0, "", false
+	}
+	id, name, _ := strings.Cut(rest, " ")
+	goid, err := strconv.ParseInt(id, 10, 64)
+	return goid, name, err == nil && goid != 0
 }

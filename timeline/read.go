@@ -90,8 +90,10 @@ type frameRec struct {
 type trackDesc struct {
 	uuid, parent uint64
 	pid, tid     int64
+	goid         int64 // a goroutine's track
 	name         string
 	thread       int32 // the thread whose track or lane it is; -1: none
+	proc         bool  // a process's track
 }
 
 type waitRec struct {
@@ -253,6 +255,9 @@ func (rd *reader) track(b []byte) error {
 			d.uuid = f.u
 		case fTrackParent:
 			d.parent = f.u
+		case fTrackName:
+			d.name = string(f.b)
+			return f.want(protowire.BytesType)
 		case fTrackThread:
 			thread = f.b
 			return f.want(protowire.BytesType)
@@ -268,14 +273,22 @@ func (rd *reader) track(b []byte) error {
 		return err
 	}
 	rd.tracks[d.uuid] = d
-	if p := rd.tracks[d.parent]; d.parent != 0 && p != nil {
+	p := rd.tracks[d.parent]
+	if d.parent != 0 && p != nil {
 		d.thread = p.thread
+	}
+	if goid, name, ok := parseGoroutineTrack(d.name); ok && p != nil && p.proc {
+		d.pid, d.goid, d.name = p.pid, goid, name
+		d.thread = int32(len(rd.threads))
+		rd.threads = append(rd.threads, d)
+		return nil
 	}
 	if proc != nil {
 		pid, _, name, err := descriptor(proc, fProcessPID, 0, fProcessName)
 		if err != nil {
 			return err
 		}
+		d.proc, d.pid = true, pid
 		if _, ok := rd.procs[pid]; !ok {
 			rd.procs[pid] = name
 		}
@@ -340,8 +353,8 @@ func (rd *reader) event(st *seqState, b []byte) error {
 			rd.header, rd.headerSeq = a.dict(), st
 			// Known at once, so that an older trace's records are not
 			// misread as this version's.
-			if v := rd.header["version"]; v.u != timelineVersion {
-				return fmt.Errorf("format version %d (this reader reads %d)", v.u, timelineVersion)
+			if v := rd.header["version"]; v.u < oldestVersion || v.u > timelineVersion {
+				return fmt.Errorf("format version %d (this reader reads %d to %d)", v.u, oldestVersion, timelineVersion)
 			}
 		case a.name == keyWait:
 			if err := rd.wait(st, track, a); err != nil {
@@ -446,7 +459,7 @@ func (x *dec) str(k string) string {
 }
 
 // recordFields is how many integers a wait record has at most.
-const recordFields = 13
+const recordFields = 15
 
 // wait reads a wait record (see pbEncoder.record) on a track of its
 // thread's.
@@ -474,7 +487,7 @@ func (rd *reader) wait(st *seqState, track uint64, a annot) error {
 		rd.last = append(rd.last, recBase{index: -1})
 	}
 	b := &rd.last[d.thread]
-	w, err := st.waitOf(d.thread, b.in+v[1], v)
+	w, err := st.waitOf(d.thread, rd.threads[d.thread].goid != 0, b.in+v[1], v)
 	if err != nil {
 		return fmt.Errorf("%s %q: %w", keyWait, a.s, err)
 	}
@@ -484,10 +497,13 @@ func (rd *reader) wait(st *seqState, track uint64, a annot) error {
 }
 
 // waitOf is the wait a record's integers (from the third on) say.
-func (st *seqState) waitOf(th int32, out int64, v [recordFields]int64) (schema.Wait, error) {
+func (st *seqState) waitOf(th int32, goroutine bool, out int64, v [recordFields]int64) (schema.Wait, error) {
 	w := schema.Wait{Thread: th, Out: out, Wake: out + v[2], In: out + v[2] + v[3],
 		Stack: int32(v[4]), Waker: int32(v[5]), WakerStack: int32(v[6]), Open: v[7]&1 != 0, IRQ: v[7]&2 != 0}
-	for _, x := range v[4:8] {
+	if goroutine {
+		w.OutThread, w.InThread = int32(v[13]-1), int32(v[14]-1)
+	}
+	for _, x := range append(v[4:8:8], v[13:]...) {
 		if x != int64(int32(x)) {
 			return w, fmt.Errorf("%d out of range", x)
 		}
@@ -496,7 +512,7 @@ func (st *seqState) waitOf(th int32, out int64, v [recordFields]int64) (schema.W
 		return w, fmt.Errorf("flags %d with labels %d", v[7], v[12])
 	}
 	var strs [5]string
-	for i, iid := range v[8:] {
+	for i, iid := range v[8:13] {
 		s, ok := st.strs[uint64(iid)]
 		if !ok && iid != 0 {
 			return w, fmt.Errorf("string %d not interned", iid)
@@ -550,8 +566,8 @@ func (rd *reader) timeline() (*schema.Timeline, error) {
 		return nil, fmt.Errorf("%s: %w", keyTimeline, x.err)
 	case format != timelineFormat:
 		return nil, fmt.Errorf("format %q", format)
-	case version != timelineVersion:
-		return nil, fmt.Errorf("format version %d (this reader reads %d)", version, timelineVersion)
+	case version < oldestVersion || version > timelineVersion:
+		return nil, fmt.Errorf("format version %d (this reader reads %d to %d)", version, oldestVersion, timelineVersion)
 	case nth != int64(len(rd.threads)):
 		return nil, fmt.Errorf("%d threads said, %d thread tracks", nth, len(rd.threads))
 	}
@@ -579,7 +595,7 @@ func (rd *reader) threadList() ([]schema.TimelineThread, error) {
 	}
 	out := make([]schema.TimelineThread, len(rd.threads))
 	for i, d := range rd.threads {
-		out[i] = schema.TimelineThread{PID: d.pid, TID: d.tid, Name: d.name, Process: rd.procs[d.pid]}
+		out[i] = schema.TimelineThread{PID: d.pid, TID: d.tid, GoID: d.goid, Name: d.name, Process: rd.procs[d.pid]}
 	}
 	p, ok := rd.header["processes"]
 	if !ok {

@@ -17,8 +17,10 @@ import (
 	"github.com/offcpu/offcpu/schema"
 )
 
-// sample is 3 threads in 2 processes: waits with and without a waker, a
-// preempted one, an open one, labels with a span, kernel and Java frames.
+// sample is 3 threads in 2 processes and 2 goroutines of the first:
+// waits with and without a waker, a preempted one, an open one, labels
+// with a span, kernel and Java frames, goroutines woken by a goroutine
+// and by a thread, running on threads.
 func sample() *schema.Timeline {
 	k := func(n string) schema.Frame { return schema.Frame{Name: n, Kernel: true, Module: "vmlinux"} }
 	srv := func(n string) schema.Frame { return schema.Frame{Name: n, Module: "server"} }
@@ -30,6 +32,8 @@ func sample() *schema.Timeline {
 			{PID: 100, TID: 100, Process: "server", Name: "main"},
 			{PID: 100, TID: 101, Process: "server", Name: "worker-1"},
 			{PID: 200, TID: 200, Process: "java", Name: "GC Thread"},
+			{PID: 100, GoID: 7, Process: "server", Name: "main.handle"},
+			{PID: 100, GoID: 9, Process: "server"},
 		},
 		Stacks: [][]schema.Frame{
 			nil,
@@ -48,6 +52,10 @@ func sample() *schema.Timeline {
 				WakerStack: 1, Class: "pipe"},
 			{Thread: 0, Out: 4000, Wake: 5000, In: 5000, State: "uninterruptible", Stack: 1,
 				Waker: -1, Open: true},
+			{Thread: 3, Out: 1100, Wake: 1300, In: 1350, State: "chan receive", Class: "chan", Stack: 1, Waker: 4,
+				WakerStack: 3, OutThread: 1, InThread: 0, Labels: span},
+			{Thread: 4, Out: 1000, Wake: 1250, In: 1260, State: "IO wait", Class: "network", Stack: 3, Waker: 0,
+				OutThread: -1, InThread: 1},
 		},
 	}
 }
@@ -203,8 +211,9 @@ func TestPerfettoFields(t *testing.T) {
 	if !tids[100] || !tids[101] || !tids[200] || len(tids) != 3 {
 		t.Errorf("thread tids %v", tids)
 	}
-	// Waits 0 and 3 have wakers: flows 1 and 4, each begun and ended once.
-	want := map[uint64]int{1: 1, 4: 1}
+	// Waits 0, 3, 5 and 6 have wakers: flows 1, 4, 6 and 7, each begun
+	// and ended once.
+	want := map[uint64]int{1: 1, 4: 1, 6: 1, 7: 1}
 	if !reflect.DeepEqual(flowOut, want) || !reflect.DeepEqual(flowIn, want) {
 		t.Errorf("flow ids out %v, in %v; want %v both", flowOut, flowIn, want)
 	}
@@ -271,7 +280,7 @@ func TestBadInput(t *testing.T) {
 
 func TestWriteInvalid(t *testing.T) {
 	for _, bad := range []func(*schema.Timeline){
-		func(tl *schema.Timeline) { tl.Waits[0].Thread = 3 },
+		func(tl *schema.Timeline) { tl.Waits[0].Thread = 5 },
 		func(tl *schema.Timeline) { tl.Waits[0].Waker = -2 },
 		func(tl *schema.Timeline) { tl.Waits[0].Stack = 4 },
 		func(tl *schema.Timeline) { tl.Waits[0].WakerStack = -1 },
@@ -314,6 +323,7 @@ func TestWriteJSON(t *testing.T) {
 	}
 	count := map[string]int{}
 	flows := map[string]map[float64]bool{"s": {}, "f": {}}
+	goroutine := 0
 	for _, e := range doc.Events {
 		count[e.Ph+" "+e.Cat]++
 		switch {
@@ -328,14 +338,22 @@ func TestWriteJSON(t *testing.T) {
 			}
 		case e.Ph == "X" && e.Cat == catBlocked && e.Args["stack"] == nil:
 			t.Errorf("blocked slice without a stack: %+v", e)
+		case e.Ph == "M" && e.Args["name"] == "goroutine 7 main.handle" || e.Ph == "X" && e.Name == "blocked (chan receive)":
+			goroutine++
+			if e.TID != 1<<32+7 {
+				t.Errorf("goroutine 7's %s on tid %d", e.Name, e.TID)
+			}
 		}
 	}
-	want := map[string]int{"M ": 5, "X blocked": 4, "X runnable": 5, "X running": 2, "X wakeup": 2,
-		"s wakeup": 2, "f wakeup": 2, "b request": 1, "e request": 1}
+	want := map[string]int{"M ": 7, "X blocked": 6, "X runnable": 7, "X running": 2, "X wakeup": 4,
+		"s wakeup": 4, "f wakeup": 4, "b request": 2, "e request": 2}
 	if !reflect.DeepEqual(count, want) {
 		t.Errorf("events %v\nwant %v", count, want)
 	}
-	if !reflect.DeepEqual(flows["s"], flows["f"]) || len(flows["s"]) != 2 {
+	if goroutine != 2 {
+		t.Errorf("goroutine 7's name and wait: %d events", goroutine)
+	}
+	if !reflect.DeepEqual(flows["s"], flows["f"]) || len(flows["s"]) != 4 {
 		t.Errorf("flows %v", flows)
 	}
 	if doc.Unit != "ns" || len(doc.Frames) == 0 || doc.Other["offcpu.lost"] != 3 {
