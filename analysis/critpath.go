@@ -90,7 +90,7 @@ func (f *pathFollower) follow(out []Segment, thread int32, a, b int64, depth int
 			break
 		}
 		if w.Out > cur {
-			out = append(out, Segment{Depth: depth, Thread: thread, Kind: SegRunning, Start: cur, End: w.Out, Wait: -1})
+			out = f.running(out, thread, w.OutThread, cur, w.Out, depth, on)
 			cur = w.Out
 		}
 		if wake := min(w.Wake, b); wake > cur {
@@ -103,8 +103,32 @@ func (f *pathFollower) follow(out []Segment, thread int32, a, b int64, depth int
 		}
 	}
 	if cur < b {
-		out = append(out, Segment{Depth: depth, Thread: thread, Kind: SegRunning, Start: cur, End: b, Wait: -1})
+		// A goroutine ran there on the thread it next parked on, or the
+		// one it last ran on.
+		ran := int32(-1)
+		if i < len(ws) {
+			ran = f.t.Waits[ws[i]].OutThread
+		} else if i > 0 {
+			ran = f.t.Waits[ws[i-1]].InThread
+		}
+		out = f.running(out, thread, ran, cur, b, depth, on)
 	}
+	return out
+}
+
+// running appends thread's time on a CPU from a to b; a goroutine's is
+// its thread's (onThread; -1: not known), followed there: the thread may
+// have been blocked in a system call or waiting for a CPU meanwhile.
+func (f *pathFollower) running(out []Segment, thread, onThread int32, a, b int64, depth int, on map[int32]bool) []Segment {
+	seg := Segment{Depth: depth, Thread: thread, Kind: SegRunning, Start: a, End: b, Wait: -1}
+	if f.t.Threads[thread].GoID == 0 || onThread < 0 || int(onThread) >= len(f.by) || on[onThread] || len(f.by[onThread]) == 0 {
+		return append(out, seg)
+	}
+	seg.Kind, seg.Why = SegFollowed, "running on "+ThreadLabel(f.t, onThread)
+	out = append(out, seg)
+	on[onThread] = true
+	out = f.follow(out, onThread, a, b, depth+1, on)
+	delete(on, onThread)
 	return out
 }
 
@@ -186,6 +210,9 @@ func (p *CriticalPath) Causes(t *schema.Timeline) []PathCause {
 // ThreadLabel names a timeline thread: process/thread (tid).
 func ThreadLabel(t *schema.Timeline, i int32) string {
 	th := t.Threads[i]
+	if th.GoID != 0 {
+		return fmt.Sprintf("%s/goroutine %d %s", th.Process, th.GoID, th.Name)
+	}
 	if th.Process != "" && th.Process != th.Name {
 		return fmt.Sprintf("%s/%s (%d)", th.Process, th.Name, th.TID)
 	}
@@ -294,4 +321,23 @@ func ThreadByTID(t *schema.Timeline, tid int64) int32 {
 		}
 	}
 	return -1
+}
+
+// GoroutineByID is the index of the goroutine with this id: an error if
+// none, or if goroutines of several processes have it.
+func GoroutineByID(t *schema.Timeline, goid int64) (int32, error) {
+	found := int32(-1)
+	for i, th := range t.Threads {
+		if th.GoID != goid {
+			continue
+		}
+		if found >= 0 {
+			return -1, fmt.Errorf("goroutine %d of processes %d and %d: follow one of its waits' span (--span) instead", goid, t.Threads[found].PID, th.PID)
+		}
+		found = int32(i)
+	}
+	if found < 0 {
+		return -1, fmt.Errorf("goroutine %d has no wait in the timeline (record with --goroutines --timeline)", goid)
+	}
+	return found, nil
 }

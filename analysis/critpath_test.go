@@ -87,3 +87,48 @@ func TestPathFor(t *testing.T) {
 		t.Error("no error for a trace no wait carries")
 	}
 }
+
+// Goroutines: G1 (a request) waits on a channel G2 sends on; G2 waits for
+// the network, made ready by thread 0 (netpoll), itself woken by the
+// backend thread 2 out of its sleep. G2 runs on thread 1 between, which is
+// blocked in a system call (a file read) for part of that: the goroutine
+// "runs" but its thread does not.
+func TestFollowCriticalPathGoroutines(t *testing.T) {
+	fr := func(n string) []schema.Frame { return []schema.Frame{{Name: n}} }
+	tl := &schema.Timeline{Start: 0, End: 1000,
+		Threads: []schema.TimelineThread{{PID: 1, TID: 10, Name: "poller"}, {PID: 1, TID: 11, Name: "m1"},
+			{PID: 3, TID: 3, Name: "backend"}, {PID: 1, GoID: 5, Name: "main.handle"}, {PID: 1, GoID: 6, Name: "main.worker"}},
+		Stacks: [][]schema.Frame{nil, fr("chanrecv"), fr("netpoll"), fr("epoll_wait"), fr("nanosleep"), fr("pread")},
+		Waits: []schema.Wait{
+			{Thread: 3, Out: 100, Wake: 900, In: 910, Stack: 1, Waker: 4, OutThread: 1, InThread: 1},
+			{Thread: 4, Out: 300, Wake: 700, In: 720, Stack: 2, Waker: 0, OutThread: 1, InThread: 1},
+			{Thread: 0, Out: 200, Wake: 650, In: 660, Stack: 3, Waker: 2},
+			{Thread: 2, Out: 250, Wake: 640, In: 645, Stack: 4, Waker: -1, IRQ: true, Class: "timer"},
+			{Thread: 1, Out: 750, Wake: 850, In: 860, Stack: 5, Waker: -1, IRQ: true, Class: "disk"},
+			{Thread: 4, Out: 902, Wake: 1000, In: 1000, Stack: 1, Waker: -1, Open: true, OutThread: 1, InThread: -1},
+		}}
+	p, err := FollowCriticalPath(tl, 3, 100, 910)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	got := map[[2]int64]int64{} // by thread's tid or goid, and wait
+	for _, s := range p.Leaves() {
+		sum += s.Duration()
+		if s.Kind == SegBlocked {
+			id := tl.Threads[s.Thread].TID + tl.Threads[s.Thread].GoID
+			got[[2]int64{id, int64(s.Wait)}] += s.Duration()
+		}
+	}
+	if sum != 810 {
+		t.Errorf("leaves sum to %d, want 810", sum)
+	}
+	// The backend's sleep from G2's park (300) to its wake-up (640); the
+	// pread G2's thread was blocked in, 750 to 850 (G2 ran on it then).
+	if got[[2]int64{3, 3}] != 340 || got[[2]int64{11, 4}] != 100 {
+		t.Errorf("sleep %d ns, pread %d ns; want 340, 100: %v", got[[2]int64{3, 3}], got[[2]int64{11, 4}], p.Segments)
+	}
+	if c := p.Causes(tl)[0]; c.Thread != 2 || c.Stack != 4 {
+		t.Errorf("first cause %+v, want the backend's sleep", c)
+	}
+}

@@ -13,6 +13,7 @@ import (
 type pathJSON struct {
 	Thread   string        `json:"thread"`
 	TID      int64         `json:"tid"`
+	GoID     int64         `json:"goid,omitempty"`
 	Start    int64         `json:"start_ns"`
 	End      int64         `json:"end_ns"`
 	Causes   []causeJSON   `json:"causes"`
@@ -22,6 +23,7 @@ type pathJSON struct {
 type causeJSON struct {
 	Thread   string `json:"thread"`
 	TID      int64  `json:"tid"`
+	GoID     int64  `json:"goid,omitempty"`
 	Kind     string `json:"kind"`
 	Ns       int64  `json:"ns"`
 	Segments int    `json:"segments"`
@@ -33,6 +35,7 @@ type segmentJSON struct {
 	Depth    int    `json:"depth"`
 	Thread   string `json:"thread"`
 	TID      int64  `json:"tid"`
+	GoID     int64  `json:"goid,omitempty"`
 	Kind     string `json:"kind"`
 	Start    int64  `json:"start_ns"`
 	End      int64  `json:"end_ns"`
@@ -59,17 +62,17 @@ func WriteCriticalPath(w io.Writer, t *schema.Timeline, p *CriticalPath, format 
 }
 
 func pathToJSON(t *schema.Timeline, p *CriticalPath) pathJSON {
-	out := pathJSON{Thread: ThreadLabel(t, p.Thread), TID: t.Threads[p.Thread].TID, Start: p.Start, End: p.End,
+	out := pathJSON{Thread: ThreadLabel(t, p.Thread), TID: t.Threads[p.Thread].TID, GoID: t.Threads[p.Thread].GoID, Start: p.Start, End: p.End,
 		Causes: []causeJSON{}, Segments: []segmentJSON{}}
 	for _, c := range p.Causes(t) {
-		cj := causeJSON{Thread: ThreadLabel(t, c.Thread), TID: t.Threads[c.Thread].TID, Kind: c.Kind, Ns: c.Ns, Segments: c.Segments, Verdict: c.Verdict}
+		cj := causeJSON{Thread: ThreadLabel(t, c.Thread), TID: t.Threads[c.Thread].TID, GoID: t.Threads[c.Thread].GoID, Kind: c.Kind, Ns: c.Ns, Segments: c.Segments, Verdict: c.Verdict}
 		if c.Stack > 0 {
 			cj.Stack = schema.FoldFrames(t.Stacks[c.Stack])
 		}
 		out.Causes = append(out.Causes, cj)
 	}
 	for _, s := range p.Segments {
-		sj := segmentJSON{Depth: s.Depth, Thread: ThreadLabel(t, s.Thread), TID: t.Threads[s.Thread].TID, Kind: s.Kind, Start: s.Start, End: s.End, Why: s.Why}
+		sj := segmentJSON{Depth: s.Depth, Thread: ThreadLabel(t, s.Thread), TID: t.Threads[s.Thread].TID, GoID: t.Threads[s.Thread].GoID, Kind: s.Kind, Start: s.Start, End: s.End, Why: s.Why}
 		if s.Wait >= 0 {
 			wt := &t.Waits[s.Wait]
 			sj.Class, sj.Category, sj.Verdict = wt.Class, wt.Category, wt.Verdict

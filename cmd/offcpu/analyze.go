@@ -37,6 +37,7 @@ type analyzeFlags struct {
 	// thread, with --from and --to, where no span names it.
 	criticalPath bool
 	tid          int64
+	goid         int64
 	pathOut      string // the timeline again, with the path as a track
 }
 
@@ -90,8 +91,8 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 			if f.criticalPath {
 				return criticalPath(cmd.OutOrStdout(), f, args)
 			}
-			if f.pathOut != "" || f.tid != 0 {
-				return fmt.Errorf("--timeline-out and --tid need --critical-path")
+			if f.pathOut != "" || f.tid != 0 || f.goid != 0 {
+				return fmt.Errorf("--timeline-out, --tid and --goid need --critical-path")
 			}
 			if f.by != "" {
 				return analyzeByLabel(cmd.OutOrStdout(), f, args)
@@ -131,8 +132,9 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 // addPathFlags adds the critical path's flags.
 func addPathFlags(cmd *cobra.Command, f *analyzeFlags) {
 	fl := cmd.Flags()
-	fl.BoolVar(&f.criticalPath, "critical-path", false, "read a timeline (record --timeline) and follow one request's wall time (--span, --trace, or --tid with --from/--to: a duration from the timeline's start or CLOCK_MONOTONIC ns) through the threads that woke it")
+	fl.BoolVar(&f.criticalPath, "critical-path", false, "read a timeline (record --timeline) and follow one request's wall time (--span, --trace, or --tid/--goid with --from/--to: a duration from the timeline's start or CLOCK_MONOTONIC ns) through the threads and goroutines that woke it")
 	fl.Int64Var(&f.tid, "tid", 0, "with --critical-path: the thread whose time to follow")
+	fl.Int64Var(&f.goid, "goid", 0, "with --critical-path: the goroutine whose time to follow (record --goroutines --timeline)")
 	fl.StringVar(&f.pathOut, "timeline-out", "", "with --critical-path: write the timeline again with the path as a track of nested slices (Perfetto: .pftrace, .pftrace.gz)")
 }
 

@@ -81,11 +81,19 @@ func pathRange(t *schema.Timeline, f *analyzeFlags) (thread int32, start, end in
 	if f.span != "" || f.trace != "" {
 		return analysis.PathFor(t, f.span, f.trace)
 	}
-	if f.tid == 0 {
-		return 0, 0, 0, fmt.Errorf("--critical-path needs a request: --span ID, --trace ID, or --tid N (with --from and --to)")
-	}
-	if thread = analysis.ThreadByTID(t, f.tid); thread < 0 {
-		return 0, 0, 0, fmt.Errorf("thread %d has no wait in the timeline", f.tid)
+	switch {
+	case f.tid == 0 && f.goid == 0:
+		return 0, 0, 0, fmt.Errorf("--critical-path needs a request: --span ID, --trace ID, or --tid N or --goid N (with --from and --to)")
+	case f.tid != 0 && f.goid != 0:
+		return 0, 0, 0, fmt.Errorf("give --tid or --goid, not both")
+	case f.goid != 0:
+		if thread, err = analysis.GoroutineByID(t, f.goid); err != nil {
+			return 0, 0, 0, err
+		}
+	default:
+		if thread = analysis.ThreadByTID(t, f.tid); thread < 0 {
+			return 0, 0, 0, fmt.Errorf("thread %d has no wait in the timeline", f.tid)
+		}
 	}
 	start, end = t.Start, t.End
 	if f.from != "" {

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/google/pprof/profile"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -30,6 +32,36 @@ type handoffRequest struct {
 	WDone      int64 `json:"w_done"`
 	BSleep     int64 `json:"b_sleep"`
 	BWoke      int64 `json:"b_woke"`
+	// Goroutines (gohandoff): the request's and the worker's; the request's span.
+	HandleGoID int64  `json:"handle_goid"`
+	WorkGoID   int64  `json:"work_goid"`
+	SpanID     string `json:"span_id"`
+}
+
+// requester is the thread or goroutine a request waits on.
+func (r *handoffRequest) requester(tl *schema.Timeline) int32 {
+	if r.HandleGoID != 0 {
+		i, _ := analysis.GoroutineByID(tl, r.HandleGoID)
+		return i
+	}
+	return analysis.ThreadByTID(tl, r.ReqTID)
+}
+
+// worker tells the worker's thread or goroutine.
+func (r *handoffRequest) worker(th *schema.TimelineThread) bool {
+	if r.WorkGoID != 0 {
+		return th.GoID == r.WorkGoID
+	}
+	return th.GoID == 0 && th.TID == r.WorkerTID
+}
+
+// asksBackend: the worker's wait on the backend (a thread's waker is the
+// backend; a goroutine's, the netpoller that saw the reply).
+func (r *handoffRequest) asksBackend(tl *schema.Timeline, w *schema.Wait) bool {
+	if r.WorkGoID != 0 {
+		return w.State == "IO wait"
+	}
+	return w.Waker >= 0 && tl.Threads[w.Waker].TID == r.BackendTID
 }
 
 // A request chain of known shape (testdata/handoff: a thread hands each
@@ -98,8 +130,94 @@ func TestCriticalPathHandoff(t *testing.T) {
 // backend begins and ends, within max(2%, 100µs) of the program's own
 // timestamps (a wait's end: its switch-in, when the program can next
 // read its clock); the sleep's stack comes first.
+// The same chain across goroutines: a request goroutine hands each of
+// 1,000 requests to a worker goroutine (a channel), which asks a backend
+// process over a socket the netpoller watches; the backend sleeps 2ms.
+// The path runs goroutine to goroutine, into the thread that polled the
+// reply and from it into the backend's sleep.
+func TestCriticalPathGoHandoff(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	bin, times := filepath.Join(dir, "gohandoff"), filepath.Join(dir, "times.json")
+	testenv.Build(t, "go", "build", "-o", bin, "../../collector/testdata/gohandoff")
+	out, tlPath := filepath.Join(dir, "g.pb.gz"), filepath.Join(dir, "g.pftrace")
+	n := 1000 / testenv.Scale()
+	summary, err := run(t, "record", "--goroutines", "-o", out, "--timeline", tlPath, "--", bin, fmt.Sprint(n), "2000", "200", times)
+	if err != nil {
+		t.Fatalf("record: %v\n%s", err, summary)
+	}
+	if !strings.Contains(summary, " 0 lost") {
+		t.Errorf("the stream lost waits:\n%s", summary)
+	}
+	tl := readTimelineFile(t, tlPath)
+	checkGoroutinesAgainstProfile(t, tl, readProfile(t, strings.TrimSuffix(out, ".pb.gz")+".goroutines.pb.gz"))
+	reqs := readHandoff(t, times)
+	good := 0
+	for i, r := range reqs {
+		why := checkHandoffPath(tl, r)
+		if why == "" {
+			good++
+		} else if i < 5 || testing.Verbose() {
+			t.Logf("request %d: %s", i, why)
+		}
+	}
+	t.Logf("%d of %d requests' critical paths agree with the program's clocks", good, len(reqs))
+	if good < len(reqs)*95/100 {
+		t.Errorf("%d of %d requests agree, want 95%%", good, len(reqs))
+	}
+	// By its span: the request goroutine's labels name it.
+	r := reqs[len(reqs)/2]
+	js, err := run(t, "analyze", "--critical-path", "--format", "json", "--span", r.SpanID, tlPath)
+	if err != nil {
+		t.Fatalf("analyze --critical-path --span: %v\n%s", err, js)
+	}
+	var p struct {
+		GoID   int64 `json:"goid"`
+		Start  int64 `json:"start_ns"`
+		End    int64 `json:"end_ns"`
+		Causes []struct {
+			TID   int64
+			Kind  string
+			Stack string
+		}
+	}
+	if err := json.Unmarshal([]byte(js), &p); err != nil || len(p.Causes) == 0 {
+		t.Fatalf("analyze --critical-path --format json: %v\n%s", err, js)
+	}
+	if p.GoID != r.HandleGoID || p.Start < r.Start || p.End > r.End {
+		t.Errorf("span %s: goroutine %d %d..%d, want goroutine %d within %d..%d", r.SpanID, p.GoID, p.Start, p.End, r.HandleGoID, r.Start, r.End)
+	}
+	if c := p.Causes[0]; c.TID != r.BackendTID || c.Kind != analysis.SegBlocked || !strings.Contains(c.Stack, "nanosleep") {
+		t.Errorf("first cause %+v, want the backend's sleep", c)
+	}
+}
+
+// checkGoroutinesAgainstProfile: each goroutine's waits in the timeline
+// are as many and as long as the goroutine profile counts (the probe
+// sends what it aggregates).
+func checkGoroutinesAgainstProfile(t *testing.T, tl *schema.Timeline, p *profile.Profile) {
+	t.Helper()
+	prof := map[[2]int64][2]int64{} // pid, goid: ns, waits
+	for _, s := range p.Sample {
+		k := [2]int64{s.NumLabel[schema.LabelPID][0], s.NumLabel[schema.LabelGoid][0]}
+		v := prof[k]
+		prof[k] = [2]int64{v[0] + s.Value[0] + s.Value[1], v[1] + s.Value[2]}
+	}
+	got := map[[2]int64][2]int64{}
+	for _, w := range tl.Waits {
+		if th := tl.Threads[w.Thread]; th.GoID != 0 {
+			k := [2]int64{th.PID, th.GoID}
+			v := got[k]
+			got[k] = [2]int64{v[0] + w.In - w.Out, v[1] + 1}
+		}
+	}
+	if len(got) == 0 || !reflect.DeepEqual(got, prof) {
+		t.Errorf("goroutine waits (pid, goid: ns, count) in the timeline %v\nin the profile %v", got, prof)
+	}
+}
+
 func checkHandoffPath(tl *schema.Timeline, r handoffRequest) string {
-	p, err := analysis.FollowCriticalPath(tl, analysis.ThreadByTID(tl, r.ReqTID), r.Start, r.End)
+	p, err := analysis.FollowCriticalPath(tl, r.requester(tl), r.Start, r.End)
 	if err != nil {
 		return err.Error()
 	}
@@ -110,13 +228,13 @@ func checkHandoffPath(tl *schema.Timeline, r handoffRequest) string {
 		if s.Kind != analysis.SegFollowed {
 			sum += s.Duration()
 		}
-		w, tid := waitOf(tl, s), tl.Threads[s.Thread].TID
+		w, th := waitOf(tl, s), &tl.Threads[s.Thread]
 		switch {
-		case tid == r.BackendTID && s.Kind == analysis.SegBlocked && strings.Contains(schema.FoldFrames(tl.Stacks[w.Stack]), "nanosleep"):
+		case th.GoID == 0 && th.TID == r.BackendTID && s.Kind == analysis.SegBlocked && strings.Contains(schema.FoldFrames(tl.Stacks[w.Stack]), "nanosleep"):
 			if sleep == nil || s.Duration() > sleep.Duration() {
 				sleep = s
 			}
-		case tid == r.WorkerTID && s.Kind == analysis.SegFollowed && tl.Threads[w.Waker].TID == r.BackendTID && s.End >= r.WAsk:
+		case r.worker(th) && s.Kind == analysis.SegFollowed && s.Wait >= 0 && r.asksBackend(tl, &w) && s.End >= r.WAsk:
 			if ask == nil {
 				ask = s
 			}
@@ -129,16 +247,19 @@ func checkHandoffPath(tl *schema.Timeline, r handoffRequest) string {
 	tol := max((r.BWoke-r.BSleep)/50, 100_000*int64(testenv.Scale()))
 	// A thread waiting for a CPU between its clock and a switch reads its
 	// clock that much apart: the path's runnable segments of it there.
-	runnable := func(tid, a, b int64) int64 {
+	runnable := func(who func(*schema.TimelineThread) bool, a, b int64) int64 {
 		var n int64
 		for _, s := range p.Segments {
-			if s.Kind == analysis.SegRunnable && tl.Threads[s.Thread].TID == tid {
+			if s.Kind == analysis.SegRunnable && who(&tl.Threads[s.Thread]) {
 				n += max(0, min(s.End, max(a, b))-max(s.Start, min(a, b)))
 			}
 		}
 		return n
 	}
-	nearOn := func(tid, got, want int64) bool { return abs64(got-want) <= tol+runnable(tid, got, want) }
+	nearOn := func(who func(*schema.TimelineThread) bool, got, want int64) bool {
+		return abs64(got-want) <= tol+runnable(who, got, want)
+	}
+	backend := func(th *schema.TimelineThread) bool { return th.GoID == 0 && th.TID == r.BackendTID }
 	// A program reads its clock on a CPU: before a wait's switch-out, after
 	// its switch-in (the end of the wait's runnable segment on the path).
 	in := func(s *analysis.Segment) int64 { return tl.Waits[s.Wait].In }
@@ -146,9 +267,9 @@ func checkHandoffPath(tl *schema.Timeline, r handoffRequest) string {
 	switch {
 	case sum != r.End-r.Start:
 		return fmt.Sprintf("segments sum to %d ns, the request took %d", sum, r.End-r.Start)
-	case sleep == nil || !nearOn(r.BackendTID, sleep.Start, r.BSleep) || !nearOn(r.BackendTID, in(sleep), r.BWoke):
+	case sleep == nil || !nearOn(backend, sleep.Start, r.BSleep) || !nearOn(backend, in(sleep), r.BWoke):
 		return fmt.Sprintf("the backend's sleep %+v, by its clock %d..%d", sleep, r.BSleep, r.BWoke)
-	case ask == nil || !nearOn(r.WorkerTID, ask.Start, r.WAsk) || !nearOn(r.WorkerTID, in(reply), r.WReply):
+	case ask == nil || !nearOn(r.worker, ask.Start, r.WAsk) || !nearOn(r.worker, in(reply), r.WReply):
 		return fmt.Sprintf("the worker's wait on the backend %+v..%+v, by its clock %d..%d", ask, reply, r.WAsk, r.WReply)
 	case tl.Threads[causes[0].Thread].TID != r.BackendTID || !strings.Contains(schema.FoldFrames(tl.Stacks[causes[0].Stack]), "nanosleep"):
 		return fmt.Sprintf("first cause %s %s, not the backend's sleep", analysis.ThreadLabel(tl, causes[0].Thread), causes[0].Kind)

@@ -6,7 +6,7 @@
 D=$1
 SRC=${2:-}
 COLLECTOR_TESTS='^(TestCheckKernel|TestRecordWorkload|TestWakeups|TestTracepointWakeupsOfCommand|TestSchedstatWorkload|TestUnwindWithoutFramePointers|TestRecordTracepointFallback|TestBlockedBeforeStart|TestThreadContext|TestGoThreadLabels|TestTraceContextMap|TestGoLabels|TestGoroutineWaitsMatchTrace|TestGoroutineWaitsInsideWindow|TestGoroutineWaitChain|TestGoroutineRequeuesMatchTrace|TestGoroutineSuspensionsMatchTrace)$'
-CMD_TESTS='^(TestContinuousOTLP|TestCriticalPathHandoff)$'
+CMD_TESTS='^(TestContinuousOTLP|TestCriticalPathHandoff|TestCriticalPathGoHandoff)$'
 export OFFCPU_REQUIRE_BPF=1
 if [ -n "$SRC" ]; then
 	export OFFCPU_PREBUILD_OUT="$D/prebuilt"
