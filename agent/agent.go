@@ -102,6 +102,9 @@ const TimelinesAttribute = "offcpu.timeline.files"
 // Handle exports and writes one interval.
 func (a *Agent) Handle(iv *collector.Interval) {
 	a.intervals++
+	if a.Flight != nil {
+		a.Flight.observe(iv.Profile, a.conv.Rules)
+	}
 	var notes []string
 	// Exported first: the messages are encoded and their objects freed
 	// before the pprof files are written, which adds the encoder's tables

@@ -9,10 +9,15 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/analysis"
 	"github.com/offcpu/offcpu/collector"
 	"github.com/offcpu/offcpu/internal/output"
+	"github.com/offcpu/offcpu/otlp"
 	"github.com/offcpu/offcpu/schema"
 	"github.com/offcpu/offcpu/timeline"
 	"golang.org/x/sys/unix"
@@ -25,7 +30,8 @@ type Flight struct {
 	Dir      string
 	Keep     time.Duration
 	Triggers []Trigger
-	// Judge gives the waits their verdicts (nil: none).
+	// Judge gives the waits their verdicts (nil: by the last interval's
+	// profile, which the agent hands over as it cuts).
 	Judge func(*schema.Timeline)
 	// Signal asks for a timeline (SIGUSR2).
 	Signal <-chan os.Signal
@@ -38,6 +44,43 @@ type Flight struct {
 	// busy: a timeline is being written; results: each one written.
 	busy    bool
 	results chan *dump
+
+	// last: the last interval's off-CPU profile and the rules, which
+	// judge a dump's waits (the interval being recorded is not cut yet).
+	mu    sync.Mutex
+	last  *profile.Profile
+	rules *analysis.Rules
+}
+
+// observe keeps an interval's profile to judge the next dumps by.
+func (f *Flight) observe(p *profile.Profile, r otlp.Categorizer) {
+	rules, _ := r.(*analysis.Rules)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p != nil {
+		f.last, f.rules = p, rules
+	}
+}
+
+// judge gives t's waits the category and verdict their stacks had in the
+// last interval; it says why not where it cannot.
+func (f *Flight) judge(t *schema.Timeline) string {
+	if f.Judge != nil {
+		f.Judge(t)
+		return ""
+	}
+	f.mu.Lock()
+	p, r := f.last, f.rules
+	f.mu.Unlock()
+	if p == nil || r == nil {
+		return "; no verdicts: no interval cut yet"
+	}
+	d, err := schema.FromProfile(p)
+	if err != nil {
+		return "; no verdicts: " + err.Error()
+	}
+	analysis.JudgeTimeline(t, d, r)
+	return ""
 }
 
 // Trigger writes a request's timeline when its waits with Label=Value
@@ -137,9 +180,7 @@ func (f *Flight) write(sess *collector.Session, name string, from, to uint64) (p
 	if err != nil {
 		return "", "", err
 	}
-	if f.Judge != nil {
-		f.Judge(t)
-	}
+	judged := f.judge(t)
 	// Gzipped: a tenth of the size (Perfetto's UI and trace_processor
 	// read it so).
 	path = filepath.Join(f.Dir, "timeline-"+name+".pftrace.gz")
@@ -151,8 +192,8 @@ func (f *Flight) write(sess *collector.Session, name string, from, to uint64) (p
 		return zw.Close()
 	})
 	ring, over := sess.FlightLost()
-	msg = fmt.Sprintf("%d waits over %v, written in %v; since the start %d lost by the kernel's ring, %d dropped beyond --flight-recorder-bytes",
-		len(t.Waits), time.Duration(t.End-t.Start).Round(time.Millisecond), time.Since(began).Round(time.Millisecond), ring, over)
+	msg = fmt.Sprintf("%d waits over %v, written in %v; since the start %d lost by the kernel's ring, %d dropped beyond --flight-recorder-bytes%s",
+		len(t.Waits), time.Duration(t.End-t.Start).Round(time.Millisecond), time.Since(began).Round(time.Millisecond), ring, over, judged)
 	return path, msg, err
 }
 

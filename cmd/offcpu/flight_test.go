@@ -38,7 +38,7 @@ func TestFlightRecorderTrigger(t *testing.T) {
 	}
 	t.Logf("%d timelines; %s", len(files), regexp.MustCompile(`(?m)^offcpu: trigger.*$`).FindString(summary))
 	own := readSpanReport(t, report)
-	checked := 0
+	checked, judged := 0, 0
 	for _, f := range files {
 		span := regexp.MustCompile(`-([0-9a-f]{16})\.pftrace\.gz$`).FindStringSubmatch(f)
 		if span == nil {
@@ -50,6 +50,12 @@ func TestFlightRecorderTrigger(t *testing.T) {
 			continue
 		}
 		tl := readTimelineFile(t, f)
+		for _, w := range tl.Waits {
+			if w.Verdict != "" {
+				judged++ // by the interval cut before it
+				break
+			}
+		}
 		th, start, end, err := analysis.PathFor(tl, span[1], "")
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
@@ -86,7 +92,10 @@ func TestFlightRecorderTrigger(t *testing.T) {
 	if named == 0 {
 		t.Errorf("no exported interval names a timeline in %s", agent.TimelinesAttribute)
 	}
-	t.Logf("%d triggered requests' critical paths checked against the server's clocks", checked)
+	t.Logf("%d triggered requests' critical paths checked against the server's clocks; %d timelines with verdicts", checked, judged)
+	if judged == 0 {
+		t.Errorf("no timeline's waits have verdicts")
+	}
 }
 
 // readSpanReport reads the tctx server's report: each span's own time
