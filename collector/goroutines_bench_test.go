@@ -20,7 +20,8 @@ import (
 // goroutines handing a message back and forth, WORK of CPU per message,
 // nearly one park per message; at 40 µs and 2 CPUs about 50,000 parks/s)
 // run unprofiled, under offcpu recording its threads, under offcpu
-// recording threads and goroutines, and with an empty program on the same
+// recording threads and goroutines, the same with every wait streamed
+// (--timeline: threads' and goroutines'), and with an empty program on the same
 // uprobe (the traps alone: the floor), interleaved, REPEATS times each.
 // Reports each mode's median messages/s and its ratio to unprofiled (and
 // the median and range of each round's ratio to that round's unprofiled run), and
@@ -45,7 +46,7 @@ func BenchmarkGoroutineParks(b *testing.B) {
 	type result struct{ rate, cpuPerMsg float64 }
 	var bpfPerPark, parksPerSec, runsPerPark float64
 	var labelSets uint64
-	modes := []string{"unprofiled", "threads", "threads+goroutines", "empty probe"}
+	modes := []string{"unprofiled", "threads", "threads+goroutines", "with --timeline", "empty probe"}
 	results := map[string][]result{}
 	var stats io.Closer
 	for i := 0; i <= repeats*len(modes); i++ {
@@ -68,7 +69,8 @@ func BenchmarkGoroutineParks(b *testing.B) {
 				detach = emptyUprobe(b, bin, "runtime.casgstatus", cmd.Process.Pid)
 			}
 		} else if mode != "unprofiled" {
-			if s, err = Start(context.Background(), Options{TargetsOnly: true, Goroutines: mode == "threads+goroutines"}); err != nil {
+			o := Options{TargetsOnly: true, Goroutines: mode != "threads", Stream: mode == "with --timeline"}
+			if s, err = Start(context.Background(), o); err != nil {
 				b.Fatal(err)
 			}
 			err = s.StartCommand(cmd)
