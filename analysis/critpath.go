@@ -279,8 +279,9 @@ func timelineKey(tid int64, frames, waker []schema.Frame) string {
 }
 
 // PathFor picks a request in t: the waits that carry span (or, without
-// one, trace); its thread is the one that has most of them, its range
-// from the first one's switch-out to the last one's switch-in there.
+// one, trace); its thread is the one that has most of them (a goroutine
+// if any has), its range from the first one's switch-out to the last
+// one's switch-in there.
 func PathFor(t *schema.Timeline, span, trace string) (thread int32, start, end int64, err error) {
 	key, val := schema.LabelSpanID, span
 	if span == "" {
@@ -295,8 +296,17 @@ func PathFor(t *schema.Timeline, span, trace string) (thread int32, start, end i
 	if len(n) == 0 {
 		return 0, 0, 0, fmt.Errorf("no wait in the timeline carries %s %s: record the program with its thread context or --goroutines labels", key, val)
 	}
+	// A goroutine that carries it is the request's own; the thread that
+	// ran it carries the same labels (its thread context) at more waits.
+	goroutines := false
+	for th := range n {
+		goroutines = goroutines || t.Threads[th].GoID != 0
+	}
 	thread = -1
 	for th, c := range n {
+		if goroutines && t.Threads[th].GoID == 0 {
+			continue
+		}
 		if thread < 0 || c > n[thread] || (c == n[thread] && th < thread) {
 			thread = th
 		}

@@ -132,3 +132,21 @@ func TestFollowCriticalPathGoroutines(t *testing.T) {
 		t.Errorf("first cause %+v, want the backend's sleep", c)
 	}
 }
+
+// A span a goroutine carries is followed from the goroutine, though the
+// thread that ran it carries it at more waits (its thread context).
+func TestPathForGoroutine(t *testing.T) {
+	span := map[string]string{schema.LabelSpanID: "s"}
+	tl := &schema.Timeline{Start: 0, End: 100,
+		Threads: []schema.TimelineThread{{PID: 1, TID: 2}, {PID: 1, GoID: 7}},
+		Stacks:  [][]schema.Frame{nil},
+		Waits: []schema.Wait{
+			{Thread: 0, Out: 10, Wake: 12, In: 13, Waker: -1, Labels: span},
+			{Thread: 0, Out: 20, Wake: 22, In: 23, Waker: -1, Labels: span},
+			{Thread: 1, Out: 15, Wake: 60, In: 61, Waker: -1, Labels: span},
+		}}
+	th, start, end, err := PathFor(tl, "s", "")
+	if err != nil || th != 1 || start != 15 || end != 61 {
+		t.Errorf("PathFor: thread %d, %d..%d, %v; want the goroutine (1), 15..61", th, start, end, err)
+	}
+}

@@ -141,8 +141,11 @@ func TestCriticalPathGoHandoff(t *testing.T) {
 	bin, times := filepath.Join(dir, "gohandoff"), filepath.Join(dir, "times.json")
 	testenv.Build(t, "go", "build", "-o", bin, "../../collector/testdata/gohandoff")
 	out, tlPath := filepath.Join(dir, "g.pb.gz"), filepath.Join(dir, "g.pftrace")
-	n := 1000 / testenv.Scale()
-	summary, err := run(t, "record", "--goroutines", "-o", out, "--timeline", tlPath, "--", bin, fmt.Sprint(n), "2000", "200", times)
+	// Emulated (tools/kmatrix: one vCPU under TCG), Go's scheduler takes
+	// 0.5 to 1.3 ms between a clock read and a switch: a delay of 2 ms
+	// times the scale's square (32 ms) stays the larger part.
+	n, delay := 1000/testenv.Scale(), 2000*testenv.Scale()*testenv.Scale()
+	summary, err := run(t, "record", "--goroutines", "-o", out, "--timeline", tlPath, "--", bin, fmt.Sprint(n), fmt.Sprint(delay), "200", times)
 	if err != nil {
 		t.Fatalf("record: %v\n%s", err, summary)
 	}
@@ -244,7 +247,20 @@ func checkHandoffPath(tl *schema.Timeline, r handoffRequest) string {
 	// Emulated (tools/kmatrix: one vCPU under TCG), a system call's entry
 	// and exit take as long as the clock's 100µs floor: a 6.12 guest read
 	// its clock up to 300µs before the switch-out.
-	tol := max((r.BWoke-r.BSleep)/50, 100_000*int64(testenv.Scale()))
+	floor := 100_000 * int64(testenv.Scale())
+	// Emulated, the worker goroutine parks 4 to 20 ms after its clock
+	// read before the ask (Write, a Read that would block, gopark, all
+	// on the path as its running), and reads its clock up to 5 ms after
+	// it runs again (the Read): the park only has to follow the first,
+	// the run precede the second.
+	goEmulated := r.WorkGoID != 0 && testenv.Scale() > 1
+	if goEmulated {
+		// There Go's runtime between a clock read and the switch (a park:
+		// gopark, schedule, netpoll, epoll_wait; a read after a run) took
+		// 0.5 to 1.3 ms in both guests (6.1, 6.12; 2026-12-07).
+		floor = 1_500_000
+	}
+	tol := max((r.BWoke-r.BSleep)/50, floor)
 	// A thread waiting for a CPU between its clock and a switch reads its
 	// clock that much apart: the path's runnable segments of it there.
 	runnable := func(who func(*schema.TimelineThread) bool, a, b int64) int64 {
@@ -267,14 +283,34 @@ func checkHandoffPath(tl *schema.Timeline, r handoffRequest) string {
 	switch {
 	case sum != r.End-r.Start:
 		return fmt.Sprintf("segments sum to %d ns, the request took %d", sum, r.End-r.Start)
-	case sleep == nil || !nearOn(backend, sleep.Start, r.BSleep) || !nearOn(backend, in(sleep), r.BWoke):
+	case sleep == nil || !(nearOn(backend, sleep.Start, r.BSleep) || r.WorkGoID != 0 && clipped(p, sleep, r.BSleep-tol)) || !nearOn(backend, in(sleep), r.BWoke):
 		return fmt.Sprintf("the backend's sleep %+v, by its clock %d..%d", sleep, r.BSleep, r.BWoke)
-	case ask == nil || !nearOn(r.worker, ask.Start, r.WAsk) || !nearOn(r.worker, in(reply), r.WReply):
+	case ask == nil || !(nearOn(r.worker, ask.Start, r.WAsk) || goEmulated && ask.Start >= r.WAsk-tol) ||
+		!(nearOn(r.worker, in(reply), r.WReply) || goEmulated && in(reply) <= r.WReply+tol):
 		return fmt.Sprintf("the worker's wait on the backend %+v..%+v, by its clock %d..%d", ask, reply, r.WAsk, r.WReply)
 	case tl.Threads[causes[0].Thread].TID != r.BackendTID || !strings.Contains(schema.FoldFrames(tl.Stacks[causes[0].Stack]), "nanosleep"):
 		return fmt.Sprintf("first cause %s %s, not the backend's sleep", analysis.ThreadLabel(tl, causes[0].Thread), causes[0].Kind)
 	}
 	return ""
+}
+
+// clipped: segment s begins where the path entered its thread (the
+// followed wait that holds it begins there too), after from. A worker
+// goroutine's park runs the scheduler before the poller thread blocks in
+// epoll_wait: the backend, asked already, sleeps meanwhile, and the path
+// is on the worker's thread until then.
+func clipped(p *analysis.CriticalPath, s *analysis.Segment, from int64) bool {
+	for i := range p.Segments {
+		if &p.Segments[i] != s {
+			continue
+		}
+		for j := i - 1; j >= 0; j-- {
+			if q := &p.Segments[j]; q.Depth == s.Depth-1 {
+				return q.Kind == analysis.SegFollowed && q.Start == s.Start && s.Start >= from
+			}
+		}
+	}
+	return false
 }
 
 // waitOf is a segment's wait (a zero one for a running segment).
