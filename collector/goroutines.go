@@ -117,7 +117,7 @@ func newGoRecorder(o Options) (*goRecorder, error) {
 	}
 	if o.Stream {
 		r.stream, err = newRingStream(r.objs.GoStream, o.StreamKeep, o.StreamKeepBytes,
-			func(w *bpf.GoroutinesGoWaitEvent) uint64 { return w.RunNs })
+			func(w *bpf.GoroutinesGoWaitEvent) uint64 { return w.RunNs }, nil)
 		if err != nil {
 			r.objs.Close()
 			return nil, err

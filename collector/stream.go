@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -31,10 +32,10 @@ type streamReader = ringStream[bpf.OffcpuWaitEvent]
 type ringStream[T any] struct {
 	rd   *ringbuf.Reader
 	done chan struct{}
-	// keep: a flight recorder's span (0: keep all, for one window); at
-	// most maxWaits of them, the oldest dropped first (overflow).
+	// keep: a flight recorder's span (0: keep all, for one window), in
+	// at most maxBytes, the oldest dropped first (overflow).
 	keep     uint64
-	maxWaits int
+	maxBytes int
 
 	// end is when a record's wait ended (the clock keep counts on).
 	end func(*T) uint64
@@ -45,16 +46,18 @@ type ringStream[T any] struct {
 }
 
 func newStreamReader(m *ebpf.Map, keep time.Duration, maxBytes int) (*streamReader, error) {
-	return newRingStream(m, keep, maxBytes, func(w *bpf.OffcpuWaitEvent) uint64 { return w.InNs })
+	return newRingStream(m, keep, maxBytes, func(w *bpf.OffcpuWaitEvent) uint64 { return w.InNs }, waitCodec{})
 }
 
-func newRingStream[T any](m *ebpf.Map, keep time.Duration, maxBytes int, end func(*T) uint64) (*ringStream[T], error) {
+// newRingStream reads ring m; end is when a record's wait ended, codec
+// (nil: none) packs full chunks.
+func newRingStream[T any](m *ebpf.Map, keep time.Duration, maxBytes int, end func(*T) uint64, codec chunkCodec[T]) (*ringStream[T], error) {
 	rd, err := ringbuf.NewReader(m)
 	if err != nil {
 		return nil, fmt.Errorf("opening the wait stream's ring buffer: %w", err)
 	}
-	var zero T
-	r := &ringStream[T]{rd: rd, done: make(chan struct{}), keep: uint64(keep), maxWaits: maxBytes / int(unsafe.Sizeof(zero)), end: end}
+	r := &ringStream[T]{rd: rd, done: make(chan struct{}), keep: uint64(keep), maxBytes: maxBytes, end: end}
+	r.waits.codec = codec
 	go r.run()
 	return r, nil
 }
@@ -101,7 +104,7 @@ func (r *ringStream[T]) close() {
 func (r *ringStream[T]) trim(now uint64) {
 	for w := r.waits.first(); w != nil; w = r.waits.first() {
 		old := r.end(w)+r.keep < now
-		if !old && r.waits.n <= r.maxWaits {
+		if !old && r.waits.bytes <= r.maxBytes {
 			return
 		}
 		if !old {
@@ -135,7 +138,20 @@ func streamRequests(r *streamReader, since uint64) map[[2]uint64]*FlightRequest 
 	if len(out) == 0 {
 		return nil
 	}
-	v.each(func(w *bpf.OffcpuWaitEvent) {
+	// Only the chunks that hold one of those requests are unpacked.
+	var keys []uint64
+	for k := range out {
+		keys = append(keys, requestKey(uint32(k[0]), k[1]))
+	}
+	want := func(ks []uint64) bool {
+		for _, k := range keys {
+			if _, ok := slices.BinarySearch(ks, k); ok {
+				return true
+			}
+		}
+		return false
+	}
+	v.eachWith(want, func(w *bpf.OffcpuWaitEvent) {
 		if q := out[[2]uint64{uint64(w.Tgid), w.Link}]; q != nil && w.Link != 0 {
 			q.Start, q.End = min(q.Start, w.OutNs), max(q.End, w.InNs)
 			q.Waits++
@@ -149,6 +165,6 @@ func (r *ringStream[T]) take() chunkView[T] {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	v := r.waits.view()
-	r.waits = chunks[T]{}
+	r.waits = chunks[T]{codec: r.waits.codec}
 	return v
 }

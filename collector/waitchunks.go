@@ -1,8 +1,12 @@
 package collector
 
-import "github.com/offcpu/offcpu/bpf"
+import (
+	"unsafe"
 
-// chunkWaits is the size of a chunk of kept waits (480 KiB).
+	"github.com/offcpu/offcpu/bpf"
+)
+
+// chunkWaits is the size of a chunk of kept waits (480 KiB unpacked).
 const chunkWaits = 4096
 
 // waitChunks and waitView hold the thread waits; the goroutine stream's
@@ -13,38 +17,78 @@ type (
 )
 
 // chunks keeps a stream's records in fixed chunks: memory follows the
-// waits kept (no slice doubling), the oldest go a chunk at a time, and a
+// records kept (no slice doubling), the oldest go a chunk at a time, and a
 // view is stable without a copy, since a chunk is only appended to past
-// what a view shows and never written again.
+// what a view shows and never written again. With a codec, each chunk is
+// packed once full, and unpacked again only when it is the oldest and
+// its records are dropped one by one.
 type chunks[T any] struct {
-	chunks [][]T
-	head   int // the first kept wait of chunks[0]
-	n      int // waits kept
+	codec  chunkCodec[T] // nil: records kept as they are
+	chunks []chunk[T]
+	head   int // the first kept record of chunks[0]
+	n      int // records kept
+	bytes  int // the memory they take
+}
+
+// chunk is a chunk's records, or once packed their bytes and the keys
+// they are found by.
+type chunk[T any] struct {
+	raw  []T
+	enc  []byte
+	keys []uint64
+	n    int
+}
+
+func recordSize[T any]() int {
+	var zero T
+	return int(unsafe.Sizeof(zero))
 }
 
 func (c *chunks[T]) add(ev T) {
-	if len(c.chunks) == 0 || len(c.chunks[len(c.chunks)-1]) == chunkWaits {
-		c.chunks = append(c.chunks, make([]T, 0, chunkWaits))
+	if len(c.chunks) == 0 || c.chunks[len(c.chunks)-1].n == chunkWaits {
+		c.chunks = append(c.chunks, chunk[T]{raw: make([]T, 0, chunkWaits)})
+		c.bytes += chunkWaits * recordSize[T]()
 	}
-	last := len(c.chunks) - 1
-	c.chunks[last] = append(c.chunks[last], ev)
+	last := &c.chunks[len(c.chunks)-1]
+	last.raw = append(last.raw, ev)
+	last.n++
 	c.n++
+	if last.n == chunkWaits && c.codec != nil && len(c.chunks) > 1 {
+		c.pack(last)
+	}
 }
 
-// first is the oldest wait kept (nil: none).
+// pack replaces a full chunk's records by their packed bytes.
+func (c *chunks[T]) pack(ch *chunk[T]) {
+	enc := c.codec.encode(nil, ch.raw)
+	ch.enc = append(make([]byte, 0, len(enc)), enc...)
+	ch.keys = c.codec.keys(ch.raw)
+	c.bytes += len(ch.enc) + 8*len(ch.keys) - cap(ch.raw)*recordSize[T]()
+	ch.raw = nil
+}
+
+// first is the oldest record kept (nil: none).
 func (c *chunks[T]) first() *T {
 	if c.n == 0 {
 		return nil
 	}
-	return &c.chunks[0][c.head]
+	ch := &c.chunks[0]
+	if ch.raw == nil { // packed: unpacked while its records are dropped
+		ch.raw = make([]T, 0, ch.n)
+		c.codec.decode(ch.enc, 0, func(r *T) bool { ch.raw = append(ch.raw, *r); return true })
+		c.bytes += cap(ch.raw)*recordSize[T]() - len(ch.enc) - 8*len(ch.keys)
+		ch.enc, ch.keys = nil, nil
+	}
+	return &ch.raw[c.head]
 }
 
-// drop forgets the oldest wait.
+// drop forgets the oldest record.
 func (c *chunks[T]) drop() {
 	c.head++
 	c.n--
-	if c.head == len(c.chunks[0]) && (len(c.chunks) > 1 || c.n == 0) {
-		c.chunks[0] = nil
+	if ch := &c.chunks[0]; c.head == ch.n && (len(c.chunks) > 1 || c.n == 0) {
+		c.bytes -= len(ch.enc) + 8*len(ch.keys) + cap(ch.raw)*recordSize[T]()
+		c.chunks[0] = chunk[T]{}
 		c.chunks = c.chunks[1:]
 		c.head = 0
 	}
@@ -52,39 +96,63 @@ func (c *chunks[T]) drop() {
 
 // view is what is kept now, stable while more is added and dropped.
 func (c *chunks[T]) view() chunkView[T] {
-	v := chunkView[T]{chunks: make([][]T, len(c.chunks)), head: c.head, n: c.n}
+	v := chunkView[T]{codec: c.codec, chunks: make([]chunk[T], len(c.chunks)), head: c.head, n: c.n}
 	for i, ch := range c.chunks {
-		v.chunks[i] = ch[:len(ch):len(ch)]
+		if ch.raw != nil {
+			ch.raw = ch.raw[:len(ch.raw):len(ch.raw)]
+		}
+		v.chunks[i] = ch
 	}
 	return v
 }
 
 // chunkView is a stable view of kept records, oldest first.
 type chunkView[T any] struct {
-	chunks [][]T
+	codec  chunkCodec[T]
+	chunks []chunk[T]
 	head   int
 	n      int
 }
 
-// each calls fn on every wait of the view in order.
+// each calls fn on every record of the view in order.
 func (v chunkView[T]) each(fn func(*T)) {
+	v.eachWith(func([]uint64) bool { return true }, fn)
+}
+
+// eachWith calls fn on every record of the view in order, skipping the
+// packed chunks none of whose keys want says it wants.
+func (v chunkView[T]) eachWith(want func(keys []uint64) bool, fn func(*T)) {
 	for i, ch := range v.chunks {
+		if ch.raw == nil && !want(ch.keys) {
+			continue
+		}
 		from := 0
 		if i == 0 {
 			from = v.head
 		}
-		for j := from; j < len(ch); j++ {
-			fn(&ch[j])
+		if ch.raw == nil {
+			v.codec.decode(ch.enc, from, func(r *T) bool { fn(r); return true })
+			continue
+		}
+		for j := from; j < len(ch.raw); j++ {
+			fn(&ch.raw[j])
 		}
 	}
 }
 
-// backward calls fn on the waits from the newest until it returns false.
+// backward calls fn on the records from the newest until it returns
+// false.
 func (v chunkView[T]) backward(fn func(*T) bool) {
+	var buf []T
 	for i := len(v.chunks) - 1; i >= 0; i-- {
-		ch, from := v.chunks[i], 0
+		ch, from := v.chunks[i].raw, 0
 		if i == 0 {
 			from = v.head
+		}
+		if ch == nil {
+			buf = buf[:0]
+			v.codec.decode(v.chunks[i].enc, 0, func(r *T) bool { buf = append(buf, *r); return true })
+			ch = buf
 		}
 		for j := len(ch) - 1; j >= from; j-- {
 			if !fn(&ch[j]) {
@@ -94,5 +162,5 @@ func (v chunkView[T]) backward(fn func(*T) bool) {
 	}
 }
 
-// len is the number of waits in the view.
+// len is the number of records in the view.
 func (v chunkView[T]) len() int { return v.n }

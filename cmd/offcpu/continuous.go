@@ -81,7 +81,7 @@ func (a *agentFlags) register(cmd interface {
 	cmd.StringVar(&a.memLimit, "memory-limit", "256MiB", "continuous: the agent's Go memory limit (as GOMEMLIMIT, which wins when set; 0: none): garbage is collected sooner near it")
 	cmd.StringVar(&a.queueBytes, "otlp-queue-bytes", "32MiB", "continuous: bytes of encoded intervals waiting to be sent; one that would pass it is dropped (counted)")
 	cmd.DurationVar(&a.flight, "flight-recorder", 0, "continuous: keep every wait of the last this long (e.g. 10s) and write it as a Perfetto timeline on SIGUSR2, on a connection to --flight-socket, or when a --timeline-trigger request is slow")
-	cmd.StringVar(&a.flightBytes, "flight-recorder-bytes", "64MiB", "continuous: memory the flight recorder's waits may take (120 bytes each), the oldest dropped first (counted as lost)")
+	cmd.StringVar(&a.flightBytes, "flight-recorder-bytes", "64MiB", "continuous: memory the flight recorder's waits may take (packed, some 35 bytes each), the oldest dropped first (counted as lost)")
 	cmd.StringVar(&a.flightDir, "flight-dir", "", "continuous: where the flight recorder writes timeline-TIME.pftrace.gz or timeline-TRACE-SPAN.pftrace.gz (default: --output-dir, else the current directory)")
 	cmd.StringVar(&a.flightSocket, "flight-socket", "", "continuous: a unix socket; each connection has the flight recorder write a timeline, and reads back its path")
 	cmd.StringSliceVar(&a.triggers, "timeline-trigger", nil, "continuous: write a request's timeline when its waits that carry LABEL=VALUE span more than DURATION, e.g. 'http.route=/checkout>200ms' (repeatable; needs --flight-recorder)")
