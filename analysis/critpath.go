@@ -259,16 +259,26 @@ func JudgeTimeline(t *schema.Timeline, d *Data, r *Rules) {
 		}
 		byKey[k] = judged{cat, v}
 	}
+	// Each thread, stack and waker stack of the timeline looked up once
+	// (a flight recorder's dump holds a million waits, a few thousand of
+	// those).
+	seen := map[[3]int32]judged{}
 	for i := range t.Waits {
 		w := &t.Waits[i]
 		if w.State == "preempted" {
 			continue
 		}
-		var wf []schema.Frame
-		if w.WakerStack > 0 {
-			wf = t.Stacks[w.WakerStack]
+		k := [3]int32{w.Thread, w.Stack, w.WakerStack}
+		j, ok := seen[k]
+		if !ok {
+			var wf []schema.Frame
+			if w.WakerStack > 0 {
+				wf = t.Stacks[w.WakerStack]
+			}
+			j = byKey[timelineKey(t.Threads[w.Thread].TID, t.Stacks[w.Stack], wf)]
+			seen[k] = j
 		}
-		if j, ok := byKey[timelineKey(t.Threads[w.Thread].TID, t.Stacks[w.Stack], wf)]; ok {
+		if j.cat != "" {
 			w.Category, w.Verdict = j.cat, j.verdict
 		}
 	}
