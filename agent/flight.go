@@ -4,10 +4,12 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -176,6 +178,7 @@ func (f *Flight) start(sess *collector.Session, d *dump) []string {
 // keeps) as Dir/timeline-NAME.pftrace.gz; msg says what it held.
 func (f *Flight) write(sess *collector.Session, name string, from, to uint64) (path, msg string, err error) {
 	began := time.Now()
+	defer roomFor(sess.FlightWaits())()
 	t, err := sess.FlightTimeline(from, to)
 	if err != nil {
 		return "", "", err
@@ -195,6 +198,23 @@ func (f *Flight) write(sess *collector.Session, name string, from, to uint64) (p
 	msg = fmt.Sprintf("%d waits over %v, written in %v; since the start %d lost by the kernel's ring, %d dropped beyond --flight-recorder-bytes%s",
 		len(t.Waits), time.Duration(t.End-t.Start).Round(time.Millisecond), time.Since(began).Round(time.Millisecond), ring, over, judged)
 	return path, msg, err
+}
+
+// dumpBytesPerWait is what a dump holds of a wait while it is built and
+// written: its schema.Wait, its share of stacks and labels.
+const dumpBytesPerWait = 160
+
+// roomFor raises the Go memory limit, if one is set, by what a dump of n
+// waits holds, until the returned func restores it: over the limit the
+// collector would take half the CPU (its limiter's cap) from the stream's
+// reader, which must keep emptying the kernel's ring meanwhile.
+func roomFor(n int) func() {
+	old := debug.SetMemoryLimit(-1)
+	if old == math.MaxInt64 || n == 0 {
+		return func() {}
+	}
+	debug.SetMemoryLimit(old + int64(n)*dumpBytesPerWait)
+	return func() { debug.SetMemoryLimit(old) }
 }
 
 // finish reports a written timeline, in the agent's loop.

@@ -83,6 +83,21 @@ func (s *Session) FlightLost() (ring, overflow uint64) {
 	return ring, overflow
 }
 
+// FlightWaits is how many waits the flight recorder keeps now (threads'
+// and goroutines').
+func (s *Session) FlightWaits() int {
+	n := 0
+	if s.stream != nil {
+		v, _ := s.stream.kept()
+		n += v.len()
+	}
+	if s.gor != nil && s.gor.stream != nil {
+		v, _ := s.gor.stream.kept()
+		n += v.len()
+	}
+	return n
+}
+
 // FlightRequest is a request the flight recorder holds waits of: the
 // labels its thread context gave them, and their extent.
 type FlightRequest struct {
