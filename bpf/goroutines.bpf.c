@@ -449,7 +449,7 @@ static __always_inline void go_stream_wait(u32 tgid, struct go_park *p, u64 park
 	e->reason = p->reason;
 	e->flags = p->flags | (p->park_ns < go_start_ns ? GO_BEFORE_START : 0);
 	e->pad = 0;
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP); /* read on a timer */
 }
 
 /* Counts a wait ended by a run at now, the part of it inside the window. */
