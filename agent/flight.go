@@ -178,7 +178,8 @@ func (f *Flight) start(sess *collector.Session, d *dump) []string {
 // keeps) as Dir/timeline-NAME.pftrace.gz; msg says what it held.
 func (f *Flight) write(sess *collector.Session, name string, from, to uint64) (path, msg string, err error) {
 	began := time.Now()
-	defer roomFor(sess.FlightWaits())()
+	kept, _, _ := sess.FlightKept()
+	defer roomFor(kept)()
 	t, err := sess.FlightTimeline(from, to)
 	if err != nil {
 		return "", "", err
@@ -194,7 +195,7 @@ func (f *Flight) write(sess *collector.Session, name string, from, to uint64) (p
 		}
 		return zw.Close()
 	})
-	ring, over := sess.FlightLost()
+	_, ring, over := sess.FlightKept()
 	msg = fmt.Sprintf("%d waits over %v, written in %v; since the start %d lost by the kernel's ring, %d dropped beyond --flight-recorder-bytes%s",
 		len(t.Waits), time.Duration(t.End-t.Start).Round(time.Millisecond), time.Since(began).Round(time.Millisecond), ring, over, judged)
 	return path, msg, err

@@ -71,31 +71,22 @@ func (s *Session) FlightTimeline(from, to uint64) (*schema.Timeline, error) {
 	return t, nil
 }
 
-// FlightLost is what the flight recorder lost since the start: waits
-// the kernel's ring had no room for (the reader fell behind), and waits
+// FlightKept is what the flight recorder keeps now (threads' and
+// goroutines' waits) and what it lost since the start: waits the
+// kernel's ring had no room for (the reader fell behind), and waits
 // dropped before their time beyond StreamKeepBytes.
-func (s *Session) FlightLost() (ring, overflow uint64) {
+func (s *Session) FlightKept() (waits int, ring, overflow uint64) {
 	if s.stream == nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	ring, _ = statSum(s.p.coll.Maps[bpf.OffcpuMapStats], bpf.OffcpuOffcpuStatSTAT_STREAM_LOST)
-	_, overflow = s.stream.kept()
-	return ring, overflow
-}
-
-// FlightWaits is how many waits the flight recorder keeps now (threads'
-// and goroutines').
-func (s *Session) FlightWaits() int {
-	n := 0
-	if s.stream != nil {
-		v, _ := s.stream.kept()
-		n += v.len()
-	}
+	v, overflow := s.stream.kept()
+	waits = v.len()
 	if s.gor != nil && s.gor.stream != nil {
-		v, _ := s.gor.stream.kept()
-		n += v.len()
+		g, _ := s.gor.stream.kept()
+		waits += g.len()
 	}
-	return n
+	return waits, ring, overflow
 }
 
 // FlightRequest is a request the flight recorder holds waits of: the

@@ -41,6 +41,14 @@ func (r *goRecorder) closeStream() {
 	}
 }
 
+// finish drains the goroutine waits of a one-window recording, and
+// gives d the stream's for its timeline.
+func (r *goRecorder) finish(d *recording, start, end uint64) ([]goWait, map[uint64][]uint64) {
+	waits, stacks := r.drain(start, end)
+	d.goroutines = r.timelineData(true, stacks)
+	return waits, stacks
+}
+
 // timelineData is the goroutine stream for a timeline: the waits sent
 // (all, or a flight recorder's kept ones) and those drain found open,
 // with stacks read by drain or readStacks.

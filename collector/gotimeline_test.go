@@ -74,35 +74,7 @@ func TestGoroutineTimelineMatchesTrace(t *testing.T) {
 		}
 		wait()
 	}()
-	time.Sleep(time.Second)
-	tr := filepath.Join(t.TempDir(), "server.trace")
-	traced := make(chan error, 1)
-	asked := int64(monotonicNow())
-	go func() {
-		resp, err := http.Get(base + "/debug/pprof/trace?seconds=6")
-		if err == nil {
-			f, ferr := os.Create(tr)
-			if ferr == nil {
-				_, err = f.ReadFrom(resp.Body)
-				f.Close()
-			}
-			resp.Body.Close()
-		}
-		traced <- err
-	}()
-	time.Sleep(300 * time.Millisecond)
-	s, err := Start(context.Background(), Options{PIDs: []int{srv.Process.Pid}, Goroutines: true, Stream: true})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	time.Sleep(2 * time.Second)
-	if _, err := s.Stop(); err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	if err := <-traced; err != nil {
-		t.Fatalf("the execution trace: %v", err)
-	}
-	tl := s.Profiles().Timeline
+	tl, tr, asked := timelineBesideTrace(t, srv.Process.Pid, base+"/debug/pprof/trace?seconds=6")
 	truth, first, last := traceGoWaits(t, tr)
 	if tl == nil || len(truth) == 0 {
 		t.Fatalf("timeline %v, %d goroutines in the trace", tl != nil, len(truth))
@@ -176,6 +148,42 @@ func wakerName(tl *schema.Timeline, i int32) string {
 		return "goroutine " + strconv.FormatInt(th.GoID, 10)
 	}
 	return "thread " + strconv.FormatInt(th.TID, 10)
+}
+
+// timelineBesideTrace records pid's timeline (goroutines too) for 2 s
+// inside an execution trace of 6 s it asks traceURL for; it returns the
+// timeline, the trace's file and when it was asked (CLOCK_MONOTONIC).
+func timelineBesideTrace(t *testing.T, pid int, traceURL string) (*schema.Timeline, string, int64) {
+	t.Helper()
+	time.Sleep(time.Second)
+	tr := filepath.Join(t.TempDir(), "server.trace")
+	traced := make(chan error, 1)
+	asked := int64(monotonicNow())
+	go func() {
+		resp, err := http.Get(traceURL)
+		if err == nil {
+			f, ferr := os.Create(tr)
+			if ferr == nil {
+				_, err = f.ReadFrom(resp.Body)
+				f.Close()
+			}
+			resp.Body.Close()
+		}
+		traced <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	s, err := Start(context.Background(), Options{PIDs: []int{pid}, Goroutines: true, Stream: true})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	time.Sleep(2 * time.Second)
+	if _, err := s.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if err := <-traced; err != nil {
+		t.Fatalf("the execution trace: %v", err)
+	}
+	return s.Profiles().Timeline, tr, asked
 }
 
 // alignTrace maps a trace's times onto the timeline's clock: itself for

@@ -399,7 +399,18 @@ func (s *Session) Stop() (*profile.Profile, error) {
 		} else if d, err := s.drainer(&s.stats).drain(true); err != nil {
 			s.stopErr = err
 		} else {
-			s.buildAll(d)
+			// The goroutines' waits (cut per interval when continuous)
+			// drained first: the timeline holds them too.
+			var waits []goWait
+			var stacks map[uint64][]uint64
+			if s.gor != nil {
+				waits, stacks = s.gor.finish(d, s.startMono, s.stopMono)
+				s.stats.Goroutines = &s.gor.stats
+			}
+			s.profiles, s.stopErr = s.build(d)
+			if s.gor != nil && s.stopErr == nil {
+				s.profiles.Goroutines, s.stopErr = s.gor.profile(symbolize.NewSymbolizer(s.procs), waits, stacks, s.start, s.stats.Duration)
+			}
 		}
 		if s.gor != nil && s.cont != nil {
 			s.stats.Goroutines = s.gor.statsCopy()
@@ -408,22 +419,6 @@ func (s *Session) Stop() (*profile.Profile, error) {
 		s.procs.Close()
 	})
 	return s.profiles.OffCPU, s.stopErr
-}
-
-// buildAll builds a one-window recording's profiles, the goroutines'
-// (cut per interval when continuous) with them: the timeline holds both.
-func (s *Session) buildAll(d *recording) {
-	var waits []goWait
-	var stacks map[uint64][]uint64
-	if s.gor != nil {
-		waits, stacks = s.gor.drain(s.startMono, s.stopMono)
-		s.stats.Goroutines = &s.gor.stats
-		d.goroutines = s.gor.timelineData(true, stacks)
-	}
-	if s.profiles, s.stopErr = s.build(d); s.stopErr != nil || s.gor == nil {
-		return
-	}
-	s.profiles.Goroutines, s.stopErr = s.gor.profile(symbolize.NewSymbolizer(s.procs), waits, stacks, s.start, s.stats.Duration)
 }
 
 // closeWindow ends the window: the programs account nothing after it and

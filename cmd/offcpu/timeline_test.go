@@ -87,19 +87,7 @@ func TestCriticalPathHandoff(t *testing.T) {
 	tl := readTimelineFile(t, tlPath)
 	checkTimelineAgainstProfile(t, tl, readProfileData(t, out))
 	reqs := readHandoff(t, times)
-	good := 0
-	for i, r := range reqs {
-		why := checkHandoffPath(tl, r)
-		if why == "" {
-			good++
-		} else if i < 5 || testing.Verbose() {
-			t.Logf("request %d: %s", i, why)
-		}
-	}
-	t.Logf("%d of %d requests' critical paths agree with the program's clocks", good, len(reqs))
-	if good < len(reqs)*95/100 {
-		t.Errorf("%d of %d requests agree, want 95%%", good, len(reqs))
-	}
+	checkHandoffPaths(t, tl, reqs)
 	r, withPath := reqs[len(reqs)/2], filepath.Join(dir, "path.pftrace.gz")
 	js, err := run(t, "analyze", "--critical-path", "--format", "json", "--tid", fmt.Sprint(r.ReqTID),
 		"--from", fmt.Sprint(r.Start), "--to", fmt.Sprint(r.End), "--timeline-out", withPath, tlPath)
@@ -109,19 +97,8 @@ func TestCriticalPathHandoff(t *testing.T) {
 	if again := readTimelineFile(t, withPath); len(again.Waits) != len(tl.Waits) {
 		t.Errorf("--timeline-out: %d waits, the timeline %d", len(again.Waits), len(tl.Waits))
 	}
-	var p struct {
-		Causes []struct {
-			TID   int64
-			Kind  string
-			Stack string
-		}
-	}
-	if err := json.Unmarshal([]byte(js), &p); err != nil || len(p.Causes) == 0 {
-		t.Fatalf("analyze --critical-path --format json: %v\n%s", err, js)
-	}
-	if c := p.Causes[0]; c.TID != r.BackendTID || c.Kind != analysis.SegBlocked || !strings.Contains(c.Stack, "nanosleep") {
-		t.Errorf("first cause %+v, want the backend's sleep", c)
-	}
+	p := readPathJSON(t, js)
+	checkSleepFirst(t, p, r)
 }
 
 // checkHandoffPath says how a request's critical path disagrees with the
@@ -155,44 +132,18 @@ func TestCriticalPathGoHandoff(t *testing.T) {
 	tl := readTimelineFile(t, tlPath)
 	checkGoroutinesAgainstProfile(t, tl, readProfile(t, strings.TrimSuffix(out, ".pb.gz")+".goroutines.pb.gz"))
 	reqs := readHandoff(t, times)
-	good := 0
-	for i, r := range reqs {
-		why := checkHandoffPath(tl, r)
-		if why == "" {
-			good++
-		} else if i < 5 || testing.Verbose() {
-			t.Logf("request %d: %s", i, why)
-		}
-	}
-	t.Logf("%d of %d requests' critical paths agree with the program's clocks", good, len(reqs))
-	if good < len(reqs)*95/100 {
-		t.Errorf("%d of %d requests agree, want 95%%", good, len(reqs))
-	}
+	checkHandoffPaths(t, tl, reqs)
 	// By its span: the request goroutine's labels name it.
 	r := reqs[len(reqs)/2]
 	js, err := run(t, "analyze", "--critical-path", "--format", "json", "--span", r.SpanID, tlPath)
 	if err != nil {
 		t.Fatalf("analyze --critical-path --span: %v\n%s", err, js)
 	}
-	var p struct {
-		GoID   int64 `json:"goid"`
-		Start  int64 `json:"start_ns"`
-		End    int64 `json:"end_ns"`
-		Causes []struct {
-			TID   int64
-			Kind  string
-			Stack string
-		}
-	}
-	if err := json.Unmarshal([]byte(js), &p); err != nil || len(p.Causes) == 0 {
-		t.Fatalf("analyze --critical-path --format json: %v\n%s", err, js)
-	}
+	p := readPathJSON(t, js)
 	if p.GoID != r.HandleGoID || p.Start < r.Start || p.End > r.End {
 		t.Errorf("span %s: goroutine %d %d..%d, want goroutine %d within %d..%d", r.SpanID, p.GoID, p.Start, p.End, r.HandleGoID, r.Start, r.End)
 	}
-	if c := p.Causes[0]; c.TID != r.BackendTID || c.Kind != analysis.SegBlocked || !strings.Contains(c.Stack, "nanosleep") {
-		t.Errorf("first cause %+v, want the backend's sleep", c)
-	}
+	checkSleepFirst(t, p, r)
 }
 
 // checkGoroutinesAgainstProfile: each goroutine's waits in the timeline
@@ -216,6 +167,54 @@ func checkGoroutinesAgainstProfile(t *testing.T, tl *schema.Timeline, p *profile
 	}
 	if len(got) == 0 || !reflect.DeepEqual(got, prof) {
 		t.Errorf("goroutine waits (pid, goid: ns, count) in the timeline %v\nin the profile %v", got, prof)
+	}
+}
+
+// pathJSON is what the tests read of analyze --critical-path --format json.
+type pathJSON struct {
+	GoID   int64 `json:"goid"`
+	Start  int64 `json:"start_ns"`
+	End    int64 `json:"end_ns"`
+	Causes []struct {
+		TID   int64
+		Kind  string
+		Stack string
+	}
+}
+
+func readPathJSON(t *testing.T, js string) pathJSON {
+	t.Helper()
+	var p pathJSON
+	if err := json.Unmarshal([]byte(js), &p); err != nil || len(p.Causes) == 0 {
+		t.Fatalf("analyze --critical-path --format json: %v\n%s", err, js)
+	}
+	return p
+}
+
+// checkSleepFirst: the path's first cause is the backend's sleep.
+func checkSleepFirst(t *testing.T, p pathJSON, r handoffRequest) {
+	t.Helper()
+	if c := p.Causes[0]; c.TID != r.BackendTID || c.Kind != analysis.SegBlocked || !strings.Contains(c.Stack, "nanosleep") {
+		t.Errorf("first cause %+v, want the backend's sleep", c)
+	}
+}
+
+// checkHandoffPaths: 95% of the requests' critical paths agree with the
+// program's clocks.
+func checkHandoffPaths(t *testing.T, tl *schema.Timeline, reqs []handoffRequest) {
+	t.Helper()
+	good := 0
+	for i, r := range reqs {
+		why := checkHandoffPath(tl, r)
+		if why == "" {
+			good++
+		} else if i < 5 || testing.Verbose() {
+			t.Logf("request %d: %s", i, why)
+		}
+	}
+	t.Logf("%d of %d requests' critical paths agree with the program's clocks", good, len(reqs))
+	if good < len(reqs)*95/100 {
+		t.Errorf("%d of %d requests agree, want 95%%", good, len(reqs))
 	}
 }
 
