@@ -460,39 +460,55 @@ func checkPrometheusGroups(t *testing.T, gp interface{ Write(io.Writer) error })
 // recordWithTrace records process pid's goroutines for 2.5 s inside the
 // execution trace traceURL serves (net/http/pprof's), and reads the
 // trace's waits over the recorder's window.
-func recordWithTrace(t *testing.T, pid int, traceURL string) (*Session, *windowWaits) {
-	t.Helper()
-	time.Sleep(time.Second)
-	// The recorder's window lies inside the trace's: the trace's times
-	// start at its request (within the request's latency, ~1 ms).
-	tr := filepath.Join(t.TempDir(), "server.trace")
-	traced := make(chan error, 1)
-	asked := monotonicNow()
+// fetchTrace writes what url (a Go server's /debug/pprof/trace) answers
+// to path; the channel gets the error when it is done.
+func fetchTrace(url, path string) <-chan error {
+	done := make(chan error, 1)
 	go func() {
-		// Long enough for the recorder's start-up (seconds under -race).
-		resp, err := http.Get(traceURL)
+		resp, err := http.Get(url)
 		if err == nil {
-			f, ferr := os.Create(tr)
+			f, ferr := os.Create(path)
 			if ferr == nil {
 				_, err = io.Copy(f, resp.Body)
 				f.Close()
 			}
 			resp.Body.Close()
 		}
-		traced <- err
+		done <- err
 	}()
+	return done
+}
+
+// recordInsideTrace asks traceURL for an execution trace and records for
+// dur with o inside it; it returns the session, the trace's file and when
+// the trace was asked for (CLOCK_MONOTONIC).
+func recordInsideTrace(t *testing.T, traceURL string, o Options, dur time.Duration) (*Session, string, uint64) {
+	t.Helper()
+	tr := filepath.Join(t.TempDir(), "server.trace")
+	asked := monotonicNow()
+	traced := fetchTrace(traceURL, tr)
 	time.Sleep(300 * time.Millisecond)
-	s, err := Start(context.Background(), Options{PIDs: []int{pid}, NoWakeups: true, Goroutines: true})
+	s, err := Start(context.Background(), o)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(dur)
 	if _, err := s.Stop(); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
 	if err := <-traced; err != nil {
 		t.Fatalf("the execution trace: %v", err)
 	}
+	return s, tr, asked
+}
+
+func recordWithTrace(t *testing.T, pid int, traceURL string) (*Session, *windowWaits) {
+	t.Helper()
+	time.Sleep(time.Second)
+	// The recorder's window lies inside the trace's: the trace's times
+	// start at its request (within the request's latency, ~1 ms).
+	// The trace long enough for the recorder's start-up (seconds under -race).
+	s, tr, asked := recordInsideTrace(t, traceURL, Options{PIDs: []int{pid}, NoWakeups: true, Goroutines: true}, 2500*time.Millisecond)
 	st := s.Stats().Goroutines
 	if st.Processes != 1 {
 		t.Fatalf("%d Go processes probed, want 1 (%v)", st.Processes, st.Skipped)

@@ -1,10 +1,6 @@
 package collector
 
 import (
-	"context"
-	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -156,34 +152,8 @@ func wakerName(tl *schema.Timeline, i int32) string {
 func timelineBesideTrace(t *testing.T, pid int, traceURL string) (*schema.Timeline, string, int64) {
 	t.Helper()
 	time.Sleep(time.Second)
-	tr := filepath.Join(t.TempDir(), "server.trace")
-	traced := make(chan error, 1)
-	asked := int64(monotonicNow())
-	go func() {
-		resp, err := http.Get(traceURL)
-		if err == nil {
-			f, ferr := os.Create(tr)
-			if ferr == nil {
-				_, err = f.ReadFrom(resp.Body)
-				f.Close()
-			}
-			resp.Body.Close()
-		}
-		traced <- err
-	}()
-	time.Sleep(300 * time.Millisecond)
-	s, err := Start(context.Background(), Options{PIDs: []int{pid}, Goroutines: true, Stream: true})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	time.Sleep(2 * time.Second)
-	if _, err := s.Stop(); err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	if err := <-traced; err != nil {
-		t.Fatalf("the execution trace: %v", err)
-	}
-	return s.Profiles().Timeline, tr, asked
+	s, tr, asked := recordInsideTrace(t, traceURL, Options{PIDs: []int{pid}, Goroutines: true, Stream: true}, 2*time.Second)
+	return s.Profiles().Timeline, tr, int64(asked)
 }
 
 // alignTrace maps a trace's times onto the timeline's clock: itself for

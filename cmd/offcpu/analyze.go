@@ -71,19 +71,7 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 				return explainRecorded(cmd.OutOrStdout(), f, args)
 			}
 			if f.explain != "" {
-				rules, err := analysis.LoadRules(f.rules)
-				if err != nil {
-					return err
-				}
-				st := schema.FoldedStack(f.explain)
-				st.State = f.state
-				if err := explainWaker(&st, f); err != nil {
-					return err
-				}
-				for _, l := range rules.Explain(&st) {
-					fmt.Fprintln(cmd.OutOrStdout(), l)
-				}
-				return nil
+				return explainFolded(cmd.OutOrStdout(), f)
 			}
 			if len(args) == 0 {
 				return fmt.Errorf("give at least one profile, folded-stack file or run directory")
@@ -127,6 +115,23 @@ in it (offcpu.pb.gz, offcpu.wakeups.pb.gz) and its metrics.json.`,
 	addPathFlags(cmd, f)
 	addLinkFlags(cmd, f)
 	return cmd
+}
+
+// explainFolded tells how the rules read the --explain stack.
+func explainFolded(w io.Writer, f *analyzeFlags) error {
+	rules, err := analysis.LoadRules(f.rules)
+	if err != nil {
+		return err
+	}
+	st := schema.FoldedStack(f.explain)
+	st.State = f.state
+	if err := explainWaker(&st, f); err != nil {
+		return err
+	}
+	for _, l := range rules.Explain(&st) {
+		fmt.Fprintln(w, l)
+	}
+	return nil
 }
 
 // addPathFlags adds the critical path's flags.

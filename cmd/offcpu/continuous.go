@@ -196,35 +196,44 @@ func parseBytes(flag, v string) (uint64, error) {
 
 // runContinuous records until stopped, cutting an interval every
 // --interval.
-func runContinuous(stderr io.Writer, f *recordFlags, opts collector.Options, command []string) error {
-	af := &f.agent
+// newAgent makes the agent the flags ask for, its flight recorder
+// started; stop stops the flight recorder's signal.
+func (af *agentFlags) newAgent(stderr io.Writer, quiet bool, opts *collector.Options) (ag *agent.Agent, stop func(), err error) {
 	if af.interval < 100*time.Millisecond {
-		return fmt.Errorf("--interval %v is too short: give at least 100ms", af.interval)
+		return nil, nil, fmt.Errorf("--interval %v is too short: give at least 100ms", af.interval)
 	}
 	set, err := af.resolve()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	limit, err := parseBytes("--memory-limit", af.memLimit)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	flight, err := af.flightRecorder(&opts, set.OutputDir)
+	flight, err := af.flightRecorder(opts, set.OutputDir)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	ag, err := agent.New(stderr, f.quiet, set, version, agent.TuneMemory(limit))
-	if err != nil {
-		return err
+	if ag, err = agent.New(stderr, quiet, set, version, agent.TuneMemory(limit)); err != nil {
+		return nil, nil, err
 	}
+	stop = func() {}
 	if flight != nil {
-		stop, err := af.startFlight(ag, flight)
-		if err != nil {
+		if stop, err = af.startFlight(ag, flight); err != nil {
 			ag.Close(0)
-			return err
+			return nil, nil, err
 		}
-		defer stop()
 	}
+	return ag, stop, nil
+}
+
+func runContinuous(stderr io.Writer, f *recordFlags, opts collector.Options, command []string) error {
+	af := &f.agent
+	ag, stopFlight, err := af.newAgent(stderr, f.quiet, &opts)
+	if err != nil {
+		return err
+	}
+	defer stopFlight()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	hup := make(chan os.Signal, 1)
