@@ -100,7 +100,7 @@ func (r *ringStream[T]) close() {
 }
 
 // trim drops the waits that ended more than keep before now, and the
-// oldest beyond maxWaits (overflow).
+// oldest beyond maxBytes (overflow).
 func (r *ringStream[T]) trim(now uint64) {
 	for w := r.waits.first(); w != nil; w = r.waits.first() {
 		old := r.end(w)+r.keep < now
