@@ -18,6 +18,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/offcpu/offcpu/internal/testenv"
+	"github.com/offcpu/offcpu/runtimes"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -687,4 +688,14 @@ func BenchmarkStartStop(b *testing.B) {
 			}
 		})
 	}
+}
+
+// runtimeStats is the figures of the runtime called name (zero: none met).
+func runtimeStats(st Stats, name string) runtimes.Stats {
+	for _, r := range st.Runtimes {
+		if r.Runtime == name {
+			return r
+		}
+	}
+	return runtimes.Stats{}
 }

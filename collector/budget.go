@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/offcpu/offcpu/bpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/internal/loop"
 )
 
 // Deferred walks: every interval is measured, and its stacks are walked
@@ -201,7 +203,7 @@ func (b *budget) step(now time.Time) {
 }
 
 func (b *budget) run(stop <-chan struct{}) {
-	sleepLoop(budgetPeriod, nil, stop, func(now time.Time) time.Duration {
+	loop.SleepLoop(budgetPeriod, nil, stop, func(now time.Time) time.Duration {
 		b.step(now)
 		return budgetPeriod
 	})

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"github.com/google/pprof/profile"
 
 	"github.com/offcpu/offcpu/bpf"
@@ -257,7 +256,7 @@ func (c *continuous) delta(d *recording, read Stats) Stats {
 		}
 	}
 
-	st.Keys, st.Stacks, st.StacksMoved, st.Unwind, st.JVM, st.Programs = read.Keys, read.Stacks, read.StacksMoved, read.Unwind, read.JVM, read.Programs
+	st.Keys, st.Stacks, st.StacksMoved, st.Unwind, st.Programs = read.Keys, read.Stacks, read.StacksMoved, read.Unwind, read.Programs
 	st.StacksMissing = read.StacksMissing
 	st.Runtimes = read.Runtimes
 	st.ThreadContext = read.ThreadContext // running totals
@@ -381,11 +380,11 @@ func (s *Session) evict(deadThreads map[[2]uint32]thread, deadProcs map[uint32]b
 	if held != nil {
 		stackIDs = c.buryStacks(ev.live, ev.gone, held, stacks, s.spill)
 	}
-	deleteKeys(s.p.coll.Maps[bpf.OffcpuMapPrestart], ev.pre)
-	deleteKeys(s.p.coll.Maps[bpf.OffcpuMapWakeups], ev.wakes)
-	deleteKeys(s.p.coll.Maps[bpf.OffcpuMapCpuSamples], ev.cpu)
-	deleteKeys(s.p.coll.Maps[bpf.OffcpuMapThreadCpus], ev.cpuTotals)
-	deleteKeys(s.p.coll.Maps[bpf.OffcpuMapStacks], stackIDs)
+	bpf.DeleteKeys(s.p.coll.Maps[bpf.OffcpuMapPrestart], ev.pre)
+	bpf.DeleteKeys(s.p.coll.Maps[bpf.OffcpuMapWakeups], ev.wakes)
+	bpf.DeleteKeys(s.p.coll.Maps[bpf.OffcpuMapCpuSamples], ev.cpu)
+	bpf.DeleteKeys(s.p.coll.Maps[bpf.OffcpuMapThreadCpus], ev.cpuTotals)
+	bpf.DeleteKeys(s.p.coll.Maps[bpf.OffcpuMapStacks], stackIDs)
 	if s.spill != nil {
 		s.spill.forget(stackIDs)
 	}
@@ -508,24 +507,6 @@ func (c *continuous) buryStacks(live, gone, held map[int64]bool, stacks map[int6
 		}
 	}
 	return ids
-}
-
-// deleteKeys deletes keys from m, in batches where the kernel can; a key
-// already gone is no error.
-func deleteKeys[K any](m *ebpf.Map, keys []K) int {
-	if m == nil || len(keys) == 0 {
-		return 0
-	}
-	if n, err := m.BatchDelete(keys, nil); err == nil {
-		return n
-	}
-	n := 0
-	for _, k := range keys {
-		if m.Delete(k) == nil {
-			n++
-		}
-	}
-	return n
 }
 
 // String describes an interval in one line.

@@ -458,7 +458,6 @@ func (s *drainer) readStats() error {
 		u.DepthLimit = get(bpf.OffcpuOffcpuStatSTAT_DWARF_DEPTH)
 		s.stats.Unwind = &u
 		s.stats.Runtimes = runtimeFigures(s.unw.rts)
-		s.stats.JVM = s.unw.jvms.snapshotStats()
 	}
 	return nil
 }

@@ -14,9 +14,10 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+
 	"github.com/offcpu/offcpu/bpf"
 	"github.com/offcpu/offcpu/collector/symbolize"
-	"golang.org/x/sys/unix"
 )
 
 // eventReader reads the programs' event ring beside the process table:

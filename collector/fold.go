@@ -7,6 +7,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/internal/loop"
 )
 
 // A continuous session keeps two aggregation maps: the programs add to
@@ -80,7 +81,7 @@ func (c *continuous) swapAgg() error {
 func (s *Session) foldEvery(stop <-chan struct{}) {
 	var last, rate float64 // fill after the last check; share of the map filled a second
 	lastAt := time.Now()
-	sleepLoop(100*time.Millisecond, nil, stop, func(now time.Time) time.Duration {
+	loop.SleepLoop(100*time.Millisecond, nil, stop, func(now time.Time) time.Duration {
 		before, after := s.maybeFold()
 		// A cut in between empties the map: the last rate stands.
 		if g := before - last; g >= 0 {

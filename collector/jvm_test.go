@@ -12,7 +12,9 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/offcpu/offcpu/bpf"
 	"github.com/offcpu/offcpu/internal/testenv"
+	"github.com/offcpu/offcpu/runtimes"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -201,7 +203,7 @@ func checkContend(t *testing.T, s *Session, p *profile.Profile) {
 			if len(l.Line) == 0 || l.Line[0].Function.Name != "Contend.holdLock" {
 				continue
 			}
-			if ln := l.Line[0].Line; ln == 9 || ln == 10 && isJavaMethod(l.Address) {
+			if ln := l.Line[0].Line; ln == 9 || ln == 10 && runtimes.KindOf(l.Address) == bpf.FrameJava {
 				line9 += smp.Value[0]
 				break
 			}
@@ -211,15 +213,15 @@ func checkContend(t *testing.T, s *Session, p *profile.Profile) {
 		t.Errorf("%.1f%% of the monitor waits are at Contend.holdLock line 9, want ≥ 90%%", 100*float64(line9)/float64(monitor))
 	}
 	st := s.Stats()
-	t.Logf("monitor waits %v: %.1f%% name Contend.holdLock, %.1f%% whole, %.1f%% at line 9; JVM stats %+v", total, 100*share, 100*float64(whole)/float64(monitor), 100*float64(line9)/float64(monitor), st.JVM)
+	t.Logf("monitor waits %v: %.1f%% name Contend.holdLock, %.1f%% whole, %.1f%% at line 9; JVM stats %+v", total, 100*share, 100*float64(whole)/float64(monitor), 100*float64(line9)/float64(monitor), runtimeStats(st, "hotspot"))
 	if share < 0.9 {
 		t.Errorf("%.1f%% of the contenders' monitor waits name Contend.holdLock, want ≥ 90%%", 100*share)
 	}
 	if float64(whole) < 0.9*float64(monitor) {
 		t.Errorf("%.1f%% of the monitor waits have the whole stack %v, want ≥ 90%%", 100*float64(whole)/float64(monitor), want)
 	}
-	if st.JVM.JVMs != 1 || st.JVM.Failed != 0 {
-		t.Errorf("JVM stats %+v: want one JVM read, none failed", st.JVM)
+	if jst := runtimeStats(st, "hotspot"); jst.Processes != 1 || jst.Unsupported != 0 {
+		t.Errorf("JVM stats %+v: want one JVM read, none failed", jst)
 	}
 }
 
@@ -281,7 +283,7 @@ func recordNettyLoop(t *testing.T, home, dir, cp string) (in, all int64) {
 		t.Fatalf("Stop: %v", err)
 	}
 	share, total := javaShare(t, p, "nioEventLoopGro", "", func(fn string) bool { return strings.HasPrefix(fn, "io.netty.") })
-	t.Logf("event loop off-CPU %v: %.1f%% names a Netty frame; JVM stats %+v", total, 100*share, s.Stats().JVM)
+	t.Logf("event loop off-CPU %v: %.1f%% names a Netty frame; JVM stats %+v", total, 100*share, runtimeStats(s.Stats(), "hotspot"))
 	if total < time.Second {
 		t.Fatalf("event loop off-CPU time %v, want most of the 2.5 s recorded", total)
 	}

@@ -5,8 +5,11 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/bpf"
 	"github.com/offcpu/offcpu/collector/symbolize"
 	"github.com/offcpu/offcpu/collector/symtab"
+	"github.com/offcpu/offcpu/runtimes"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -116,7 +119,7 @@ func (b *profBuilder) marker(text string) *profile.Location {
 func (b *profBuilder) userLoc(pid uint32, addr uint64, leaf bool) *profile.Location {
 	key := [2]uint64{uint64(pid) + 1, addr}
 	look := addr - 1
-	if leaf || isJavaMethod(addr) || isPythonFrame(addr) { // a Method* or code object, not a return address
+	if leaf || runtimes.KindOf(addr) != bpf.FrameNative { // a Method* or code object, not a return address
 		look = addr
 	}
 	if leaf {

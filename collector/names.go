@@ -6,10 +6,11 @@ import (
 	"slices"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/offcpu/offcpu/collector/symbolize"
 	"github.com/offcpu/offcpu/collector/symtab"
 	"github.com/offcpu/offcpu/schema"
-	"golang.org/x/sys/unix"
 )
 
 // threadNames names threads that may lie outside the recorded set.

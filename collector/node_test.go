@@ -123,13 +123,7 @@ func nodeServer(t *testing.T, node string, attach bool) {
 		"readFifo": time.Duration((after.FIFO - before.FIFO) * 1e6),
 		"runChild": time.Duration((after.Exec - before.Exec) * 1e6),
 	}
-	var v8 *RuntimeStats
-	for i, r := range s.Stats().Runtimes {
-		if r.Runtime == "v8" {
-			v8 = &s.Stats().Runtimes[i]
-		}
-	}
-	if v8 == nil || v8.Processes != 1 || v8.Named == 0 {
+	if v8 := runtimeStats(s.Stats(), "v8"); v8.Processes != 1 || v8.Named == 0 {
 		t.Fatalf("runtimes %+v: want the V8 process read and its functions named", s.Stats().Runtimes)
 	}
 
@@ -242,7 +236,7 @@ func nodeServer(t *testing.T, node string, attach bool) {
 		}
 	}
 	t.Logf("V8: %+v; loop blocked %.3f s, %.1f%% under a handler; loop's polls for events %.3f s, %.1f%% idle; pool (%d threads) %.3f s, %.1f%% idle",
-		*v8, float64(blocked)/1e9, 100*float64(underHandler)/float64(max(blocked, 1)), float64(loopIdleAll)/1e9,
+		runtimeStats(s.Stats(), "v8"), float64(blocked)/1e9, 100*float64(underHandler)/float64(max(blocked, 1)), float64(loopIdleAll)/1e9,
 		100*float64(loopIdle)/float64(max(loopIdleAll, 1)), len(pool), float64(poolAll)/1e9, 100*float64(poolIdle)/float64(max(poolAll, 1)))
 	if blocked == 0 || float64(underHandler) < 0.95*float64(blocked) {
 		t.Errorf("loop thread: %.3f of %.3f s blocked under a handler's function, want >= 95%%", float64(underHandler)/1e9, float64(blocked)/1e9)

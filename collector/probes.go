@@ -15,8 +15,9 @@ import (
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
-	"github.com/offcpu/offcpu/bpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/offcpu/offcpu/bpf"
 )
 
 // probes is the first stage of a recording: the BPF programs loaded for

@@ -52,7 +52,7 @@ func pythonThreads(t *testing.T, python string, opts Options) {
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatal(err)
 	}
-	if st := s.Stats().Python; st == nil || st.Processes != 1 || st.Codes == 0 {
+	if st := runtimeStats(s.Stats(), "cpython"); st.Processes != 1 || st.Named == 0 {
 		t.Fatalf("python stats %+v: want one process and its code objects named", st)
 	}
 	acquireLine := sourceLine(t, "testdata/python/threads.py", "lock.acquire()")

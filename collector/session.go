@@ -31,6 +31,8 @@ import (
 
 	"github.com/offcpu/offcpu/bpf"
 	"github.com/offcpu/offcpu/collector/symbolize"
+	"github.com/offcpu/offcpu/runtimes"
+	"github.com/offcpu/offcpu/runtimes/registry"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -218,7 +220,7 @@ func (s *Session) startWorkers() {
 		s.unwinding = goWorker(func(stop <-chan struct{}) {
 			var ws []*worker
 			for _, rt := range s.unw.rts {
-				ws = append(ws, goWorker(rt.run))
+				ws = append(ws, goWorker(rt.Run))
 			}
 			s.unw.run(s.procs, stop)
 			for _, w := range ws {
@@ -282,7 +284,6 @@ func (s *Session) prepare(p *probes) error {
 	if !o.FramePointersOnly {
 		s.unw = newUnwinder(coll, uint32(o.UnwindRows))
 		s.unw.rts = newRuntimes(s.unw, coll)
-		s.unw.jvms = s.unw.rts[0].(*jvmTracker)
 		s.procs.OnChange = s.unw.update
 		pids = append([]int{os.Getpid()}, o.PIDs...)
 		if len(o.PIDs) == 0 && len(o.TIDs) == 0 && !o.TargetsOnly {
@@ -293,7 +294,11 @@ func (s *Session) prepare(p *probes) error {
 		s.procs.Snapshot(uint32(p))
 	}
 	if s.unw != nil {
-		s.unw.jvms.now()
+		for _, rt := range s.unw.rts {
+			if st, ok := rt.(runtimes.Starter); ok {
+				st.Start()
+			}
+		}
 	}
 	if o.Goroutines && s.gor == nil {
 		gor, err := newGoRecorder(o)
@@ -537,38 +542,27 @@ func monotonicNow() uint64 {
 }
 
 // finalRuntimes names what the walker found last and keeps each runtime's
-// figures: the same for every runtime (Stats.Runtimes), and the JVM's and
-// CPython's own.
+// figures (Stats.Runtimes).
 func (s *Session) finalRuntimes() {
 	for _, rt := range s.unw.rts {
-		rt.final()
-		switch t := rt.(type) {
-		case *jvmTracker:
-			s.stats.JVM = t.snapshotStats()
-		case *pyTracker:
-			if py := t.snapshotStats(); py.Processes+py.Unsupported > 0 {
-				s.stats.Python = &py
-			}
-		}
+		rt.Final()
 	}
 	s.stats.Runtimes = runtimeFigures(s.unw.rts)
 	for _, st := range s.stats.Runtimes {
+		rt, _ := registry.ByName(st.Runtime)
 		for _, why := range st.Skipped {
-			s.stats.Warnings = append(s.stats.Warnings, runtimeTitle[st.Runtime]+" frames not read: "+why)
+			s.stats.Warnings = append(s.stats.Warnings, rt.Title+" frames not read: "+why)
 		}
 	}
 }
 
 // runtimeFigures: the figures of each runtime that met a process.
-func runtimeFigures(rts []runtimeReader) []RuntimeStats {
-	var out []RuntimeStats
+func runtimeFigures(rts []runtimes.Reader) []runtimes.Stats {
+	var out []runtimes.Stats
 	for _, rt := range rts {
-		if st := rt.runtimeStats(); st.Processes+st.Unsupported > 0 {
+		if st := rt.Stats(); st.Processes+st.Unsupported > 0 {
 			out = append(out, st)
 		}
 	}
 	return out
 }
-
-// runtimeTitle: how messages name each runtime.
-var runtimeTitle = map[string]string{"hotspot": "JVM", "cpython": "Python", "v8": "JavaScript"}

@@ -7,6 +7,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/internal/loop"
 )
 
 // stackSpill moves stacks out of the BPF stacks map into memory whenever
@@ -33,63 +34,7 @@ func newStackSpill(coll *ebpf.Collection, capacity int) *stackSpill {
 
 // run checks the map's fill every 100 ms until stop is closed.
 func (sp *stackSpill) run(stop <-chan struct{}) {
-	every(sp.period, stop, func(time.Time) { sp.maybeMove() })
-}
-
-// alarm lets a worker that sleeps while idle be woken when work arrives.
-type alarm chan struct{}
-
-func newAlarm() alarm { return make(alarm, 1) }
-
-// wake wakes the worker; it never blocks.
-func (w alarm) wake() {
-	select {
-	case w <- struct{}{}:
-	default:
-	}
-}
-
-// everyWhileBusy calls f every d while busy says there is work, and
-// otherwise waits for w (or idle at most) before calling it again: a
-// worker with nothing to do costs no wake-ups.
-func everyWhileBusy(d, idle time.Duration, w alarm, stop <-chan struct{}, busy func() bool, f func(now time.Time)) {
-	sleepLoop(d, w, stop, func(now time.Time) time.Duration {
-		f(now)
-		if busy() {
-			return d
-		}
-		return idle
-	})
-}
-
-// sleepLoop calls f when its timer fires or w rings (w may be nil) until
-// stop is closed; f returns how long to sleep before the next call.
-func sleepLoop(first time.Duration, w alarm, stop <-chan struct{}, f func(now time.Time) time.Duration) {
-	t := time.NewTimer(first)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-w:
-		case <-t.C:
-		}
-		t.Reset(f(time.Now()))
-	}
-}
-
-// every calls f with the time every d until stop is closed.
-func every(d time.Duration, stop <-chan struct{}, f func(now time.Time)) {
-	tick := time.NewTicker(d)
-	defer tick.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case now := <-tick.C:
-			f(now)
-		}
-	}
+	loop.Every(sp.period, stop, func(time.Time) { sp.maybeMove() })
 }
 
 // maybeMove moves every stack out once the map holds half its capacity

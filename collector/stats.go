@@ -1,6 +1,10 @@
 package collector
 
-import "time"
+import (
+	"time"
+
+	"github.com/offcpu/offcpu/runtimes"
+)
 
 // Stats describes a finished recording, losses included.
 type Stats struct {
@@ -83,12 +87,10 @@ type Stats struct {
 	Unwind *UnwindStats `json:"unwind"` // .eh_frame unwinding; nil with FramePointersOnly
 	// Budget: deferred walks (--budget, --walk-threshold); nil without.
 	Budget *BudgetStats `json:"budget,omitempty"`
-	JVM    JVMStats     `json:"jvm"` // HotSpot JVMs walked and named through their VMStructs
-	// Python: CPython processes walked; nil without any.
-	Python *PythonStats `json:"python,omitempty"`
 	// Runtimes: each runtime whose processes were recorded, the same
-	// figures for each (hotspot, cpython, v8).
-	Runtimes []RuntimeStats `json:"runtimes,omitempty"`
+	// figures for each (runtimes/registry), with the runtime's own in
+	// Detail.
+	Runtimes []runtimes.Stats `json:"runtimes,omitempty"`
 	// Goroutine waits of Go programs (Options.Goroutines); nil without.
 	Goroutines *GoroutineStats `json:"goroutines,omitempty"`
 	// ThreadContext: the OpenTelemetry thread context (OTEP 4947) and Go
@@ -190,7 +192,7 @@ func (st *Stats) add(o *Stats) {
 	st.TruncatedTime += o.TruncatedTime
 	st.StacksMissing = o.StacksMissing
 	st.AggMoved += o.AggMoved
-	st.Keys, st.Stacks, st.StacksMoved, st.Unwind, st.JVM = o.Keys, o.Stacks, o.StacksMoved, o.Unwind, o.JVM
+	st.Keys, st.Stacks, st.StacksMoved, st.Unwind = o.Keys, o.Stacks, o.StacksMoved, o.Unwind
 	if o.ThreadContext != nil { // running totals
 		st.ThreadContext = o.ThreadContext
 	}

@@ -95,7 +95,7 @@ func moveOut[K, V any](m *ebpf.Map, f func(K, *V)) {
 		keys = append(keys, k)
 		f(k, &v)
 	}
-	deleteKeys(m, keys)
+	bpf.DeleteKeys(m, keys)
 }
 
 // fresh: record k is not held yet and the recording's bound leaves room

@@ -14,6 +14,8 @@ import (
 	"github.com/offcpu/offcpu/collector/symbolize"
 	"github.com/offcpu/offcpu/collector/symtab"
 	"github.com/offcpu/offcpu/collector/unwind"
+	"github.com/offcpu/offcpu/internal/loop"
+	"github.com/offcpu/offcpu/runtimes"
 )
 
 // unwinder gives the BPF programs the unwind tables of code built without
@@ -25,7 +27,7 @@ type unwinder struct {
 	procs *ebpf.Map
 	files *ebpf.Map // unwind_files: lets the kernel make a process's entry itself
 
-	wake    alarm // a process to scan soon
+	wake    loop.Alarm // a process to scan soon
 	mu      sync.Mutex
 	loadMu  sync.Mutex // one file's table parsed at a time, outside mu
 	cap     uint32
@@ -43,8 +45,7 @@ type unwinder struct {
 	// Generated code (a JVM's code cache): rows written by jvms into
 	// regions of unwind_rows of their own, and the mapping to add to the
 	// process's entry.
-	jvms    *jvmTracker
-	rts     []runtimeReader // every runtime read (jvms among them)
+	rts     []runtimes.Reader // every runtime read (runtimes/registry)
 	extra   map[uint32]bpf.OffcpuUnwindMap
 	regions map[uint32]*rowRegions
 	last    map[uint32][]symbolize.Mapping // the mapping list each entry was made from
@@ -94,7 +95,7 @@ type rescan struct {
 
 func newUnwinder(coll *ebpf.Collection, capacity uint32) *unwinder {
 	return &unwinder{
-		wake:    newAlarm(),
+		wake:    loop.NewAlarm(),
 		rows:    coll.Maps[bpf.OffcpuMapUnwindRows],
 		procs:   coll.Maps[bpf.OffcpuMapUnwindProcs],
 		files:   coll.Maps[bpf.OffcpuMapUnwindFiles],
@@ -179,7 +180,7 @@ func (u *unwinder) table(f *symtab.File) *fileRows {
 	}
 	rows := t.Needed()
 	for _, rt := range u.rts {
-		if marked := rt.recognise(f, ef, t.Rows); marked != nil {
+		if marked := rt.Recognise(f, ef, t.Rows); marked != nil {
 			rows = marked
 		}
 	}
@@ -272,8 +273,8 @@ func (u *unwinder) update(pid uint32, ms []symbolize.Mapping) {
 	// (libjvm's takes a while; a short-lived JVM's methods are named
 	// while it lives).
 	for _, rt := range u.rts {
-		if e, ok := rt.(earlyRuntime); ok {
-			e.seenEarly(pid, ms)
+		if e, ok := rt.(runtimes.Early); ok {
+			e.SeenEarly(pid, ms)
 		}
 	}
 	for _, m := range ms {
@@ -282,7 +283,7 @@ func (u *unwinder) update(pid uint32, ms []symbolize.Mapping) {
 		}
 	}
 	for _, rt := range u.rts {
-		rt.seen(pid, ms) // after table: it recognises the runtime's files
+		rt.Seen(pid, ms) // after table: it recognises the runtime's files
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -293,7 +294,7 @@ func (u *unwinder) updateLocked(pid uint32, ms []symbolize.Mapping) {
 	u.last[pid] = ms
 	if _, ok := u.scans[pid]; !ok && u.rescan {
 		u.scans[pid] = &rescan{next: time.Now().Add(10 * time.Millisecond), every: 10 * time.Millisecond}
-		u.wake.wake()
+		u.wake.Wake()
 	}
 	var entry bpf.OffcpuUnwindProc
 	for _, m := range ms {
@@ -305,7 +306,7 @@ func (u *unwinder) updateLocked(pid uint32, ms []symbolize.Mapping) {
 			continue
 		}
 		m.File.Load() // its PT_LOAD segments, shared with the symbolizer
-		bias, ok := loadBias(m.File.Loads, m)
+		bias, ok := runtimes.LoadBias(m.File.Loads, m)
 		if !ok {
 			continue
 		}
@@ -380,18 +381,6 @@ func mergeUnwindMaps(e, k bpf.OffcpuUnwindProc) bpf.OffcpuUnwindProc {
 	return out
 }
 
-// loadBias is pc - (ELF virtual address) for mapping m of a file with the
-// given PT_LOAD segments.
-func loadBias(loads []elf.ProgHeader, m symbolize.Mapping) (uint64, bool) {
-	for _, p := range loads {
-		// The kernel maps from the page holding the segment's start.
-		if p.Flags&elf.PF_X != 0 && m.Offset >= p.Off&^0xfff && m.Offset < p.Off+p.Filesz {
-			return m.Start - m.Offset + p.Off - p.Vaddr, true
-		}
-	}
-	return 0, false
-}
-
 // due returns the processes whose mappings should be read again now: the
 // dynamic loader and dlopen map code after a process is first seen, so
 // each is looked at after 10, 20, 40 ... ms, then every 10 s.
@@ -429,7 +418,7 @@ func (u *unwinder) forget(pid uint32) {
 	delete(u.last, pid)
 	delete(u.regions, pid) // its rows are not reused
 	for _, rt := range u.rts {
-		rt.forget(pid)
+		rt.Forget(pid)
 	}
 	u.procs.Delete(pid) // the kernel's too: it may not have seen the exit
 }
@@ -439,7 +428,7 @@ func (u *unwinder) forget(pid uint32) {
 // many processes, one is nearly always due within a second, and polling
 // for it cost a hundred wake-ups a second on an idle machine.
 func (u *unwinder) run(procs *symbolize.Procs, stop <-chan struct{}) {
-	sleepLoop(10*time.Millisecond, u.wake, stop, func(now time.Time) time.Duration {
+	loop.SleepLoop(10*time.Millisecond, u.wake, stop, func(now time.Time) time.Duration {
 		for _, pid := range u.due(now) {
 			if !symbolize.ProcessExists(int(pid)) {
 				u.forget(pid)
@@ -469,50 +458,4 @@ func (u *unwinder) snapshotStats() UnwindStats {
 	st := u.stats
 	st.Processes = len(u.entries)
 	return st
-}
-
-// markPyEval marks the rows of the interpreter loop's code [lo, hi):
-// the walker records the Python frames an activation of it runs in its
-// place. Rows are split at lo and hi, so that the mark covers the loop
-// alone.
-func markPyEval(rows []unwind.Row, lo, hi uint64) []unwind.Row {
-	at := func(pc uint64) (unwind.Row, bool) {
-		i := sort.Search(len(rows), func(i int) bool { return rows[i].PC > pc })
-		if i == 0 {
-			return unwind.Row{}, false
-		}
-		r := rows[i-1]
-		r.PC = pc
-		return r, true
-	}
-	out := make([]unwind.Row, 0, len(rows)+2)
-	loRow, okLo := at(lo)
-	hiRow, okHi := at(hi)
-	for _, r := range rows {
-		if okLo && r.PC >= lo {
-			if r.PC > lo {
-				out = append(out, loRow)
-			}
-			okLo = false
-		}
-		if okHi && r.PC >= hi {
-			if r.PC > hi {
-				out = append(out, hiRow)
-			}
-			okHi = false
-		}
-		out = append(out, r)
-	}
-	if okLo {
-		out = append(out, loRow)
-	}
-	if okHi {
-		out = append(out, hiRow)
-	}
-	for i := range out {
-		if out[i].PC >= lo && out[i].PC < hi {
-			out[i].Kind |= unwind.KindInterpLoop
-		}
-	}
-	return out
 }

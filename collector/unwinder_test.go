@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/offcpu/offcpu/collector/symbolize"
+	"github.com/offcpu/offcpu/runtimes"
 )
 
 func TestLoadBias(t *testing.T) {
@@ -23,7 +24,7 @@ func TestLoadBias(t *testing.T) {
 		{"segment offset from its page", []elf.ProgHeader{{Flags: elf.PF_R | elf.PF_X, Off: 0x1100, Vaddr: 0x2100, Filesz: 0x3000}},
 			symbolize.Mapping{Start: 0x555555556000, End: 0x555555559000, Offset: 0x1000}, 0x555555556200, 0x2200},
 	} {
-		bias, ok := loadBias(tc.loads, tc.m)
+		bias, ok := runtimes.LoadBias(tc.loads, tc.m)
 		if !ok {
 			t.Errorf("%s: no executable segment found", tc.name)
 			continue
@@ -32,7 +33,7 @@ func TestLoadBias(t *testing.T) {
 			t.Errorf("%s: pc %#x maps to %#x, want %#x", tc.name, tc.pc, got, tc.va)
 		}
 	}
-	if _, ok := loadBias([]elf.ProgHeader{{Flags: elf.PF_R, Off: 0, Filesz: 0x1000}}, symbolize.Mapping{Start: 0x1000, Offset: 0}); ok {
+	if _, ok := runtimes.LoadBias([]elf.ProgHeader{{Flags: elf.PF_R, Off: 0, Filesz: 0x1000}}, symbolize.Mapping{Start: 0x1000, Offset: 0}); ok {
 		t.Error("a mapping of a non-executable segment got a bias")
 	}
 }

@@ -618,7 +618,7 @@ func (b *builder) location(l *profile.Location) int32 {
 		loc.SetMappingIndex(b.mapping(l.Mapping))
 		if l.Mapping.File == schema.KernelMapping {
 			typ = "kernel"
-		} else if rt, ok := schema.RuntimeMappings[l.Mapping.File]; ok {
+		} else if rt := schema.RuntimeOfMapping(l.Mapping.File); rt != "" {
 			typ = rt
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/runtimes/registry"
 )
 
 // Kinds of stacks.
@@ -24,14 +26,19 @@ type Frame struct {
 	Kernel bool
 	Module string // base name of the mapped file, when the profile says
 	// Runtime: the language runtime whose own structures named the frame
-	// (RuntimeMappings), "" for native code.
+	// (RuntimeOfMapping), "" for native code.
 	Runtime string
 }
 
-// RuntimeMappings: the pprof mapping file of the frames each language
-// runtime names, and the runtime's name (as OTLP's profile.frame.type
-// names it).
-var RuntimeMappings = map[string]string{"[javascript]": "v8js", "[java]": "jvm", "[python]": "cpython"}
+// RuntimeOfMapping is the runtime whose frames a profile puts in mapping
+// file, by its OpenTelemetry frame type (jvm, cpython, v8js...); "" for
+// native code.
+func RuntimeOfMapping(file string) string {
+	if rt, ok := registry.ByMapping(file); ok {
+		return rt.FrameType
+	}
+	return ""
+}
 
 // Stack is one aggregated stack of a profile.
 type Stack struct {

@@ -27,7 +27,7 @@ func AppendFrames(out []Frame, locs []*profile.Location) []Frame {
 		module, runtime := "", ""
 		if l.Mapping != nil && !kernel {
 			module = filepath.Base(l.Mapping.File)
-			runtime = RuntimeMappings[l.Mapping.File]
+			runtime = RuntimeOfMapping(l.Mapping.File)
 		}
 		for j := len(l.Line) - 1; j >= 0; j-- {
 			name := "[unknown]"

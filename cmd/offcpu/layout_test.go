@@ -49,7 +49,7 @@ func TestCommandsDoNotImportTheWorkload(t *testing.T) {
 
 func TestProfilerPackagesDoNotDependOnTheWorkload(t *testing.T) {
 	mod := "github.com/offcpu/offcpu/"
-	pkgs := []string{"analysis", "collector/...", "flamegraph", "otlp", "schema", "bpf"}
+	pkgs := []string{"analysis", "collector/...", "runtimes/...", "flamegraph", "otlp", "schema", "bpf"}
 	for i, p := range pkgs {
 		pkgs[i] = mod + p
 	}

@@ -538,13 +538,7 @@ func printWalkers(w io.Writer, st collector.Stats) {
 			fmt.Fprintf(w, "offcpu: warning: %d processes left to frame pointers: more than %d processes need unwind tables at once\n", u.ProcsFull, collector.MaxUnwindProcs)
 		}
 	}
-	if j := st.JVM; j.JVMs > 0 || j.Failed > 0 {
-		fmt.Fprintf(w, "JVMs read through their VMStructs: %d (%d code blobs, %d compiled methods; named: %d Method* of interpreter frames, %d unreadable, %d pcs in compiled code, %d of them in inlined methods, %d unreadable; %d code cache walks, %d brought forward by new code; %v of CPU)\n",
-			j.JVMs, j.Blobs, j.Compiled, j.Methods, j.Unnamed, j.PCs, j.Inlined, j.InlineFailed, j.Refreshes, j.GapWalks, j.ResolveCPU.Round(time.Millisecond))
-		if j.Failed > 0 {
-			fmt.Fprintf(w, "offcpu: warning: %d JVMs could not be read: their Java frames are named from perf maps only\n", j.Failed)
-		}
-	}
+
 }
 
 // printRuntimes describes each runtime read from its own structures, the
@@ -555,7 +549,11 @@ func printRuntimes(w io.Writer, st collector.Stats) {
 		if r.Unsupported > 0 {
 			fmt.Fprintf(w, ", %d of a build not read", r.Unsupported)
 		}
-		fmt.Fprintf(w, "; %d functions named, %d unreadable\n", r.Named, r.Unnamed)
+		fmt.Fprintf(w, "; %d functions named, %d unreadable", r.Named, r.Unnamed)
+		if d, ok := r.Detail.(fmt.Stringer); ok {
+			fmt.Fprintf(w, " (%s)", d)
+		}
+		fmt.Fprintln(w)
 	}
 }
 

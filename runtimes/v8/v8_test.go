@@ -8,15 +8,15 @@ import (
 )
 
 // A fixture captured from Node 20.20 (V8 11.3) serving
-// testdata/server.js (collector's TestNodeServer with
-// OFFCPU_V8_CAPTURE): each function is named as its source says, at the
+// collector/testdata/node/server.js (collector's TestNodeServer, its
+// reads kept by a Capture): each function is named as its source says, at the
 // line its definition starts.
 func TestFixtureFunctions(t *testing.T) {
 	fx, err := LoadFixture("testdata/node20-server.json.gz")
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := os.ReadFile("../testdata/node/server.js") // the server the fixture was captured from
+	src, err := os.ReadFile("../../collector/testdata/node/server.js") // the server the fixture was captured from
 	if err != nil {
 		t.Fatal(err)
 	}

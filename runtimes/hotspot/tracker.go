@@ -1,4 +1,4 @@
-package collector
+package hotspot
 
 import (
 	"debug/elf"
@@ -15,10 +15,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/offcpu/offcpu/bpf"
-	"github.com/offcpu/offcpu/collector/hotspot"
 	"github.com/offcpu/offcpu/collector/symbolize"
 	"github.com/offcpu/offcpu/collector/symtab"
 	"github.com/offcpu/offcpu/collector/unwind"
+	"github.com/offcpu/offcpu/internal/loop"
+	"github.com/offcpu/offcpu/runtimes"
 )
 
 // jvmTracker follows the HotSpot JVMs among the recorded processes: it
@@ -27,11 +28,11 @@ import (
 // rbp), and names compiled code and the Method* values the walker found
 // in interpreter frames before the process can exit.
 type jvmTracker struct {
-	unw     *unwinder
+	h       runtimes.Handle
 	methods *ebpf.Map // java_methods
 	layouts *ebpf.Map // java_procs
 
-	wake alarm // a JVM was seen
+	wake loop.Alarm // a JVM was seen
 	mu   sync.Mutex
 	jvms map[uint32]*jvm
 
@@ -54,21 +55,27 @@ type JVMStats struct {
 	ResolveCPU   time.Duration `json:"resolve_cpu"`   // CPU time of the recorder's thread walking code caches and naming
 }
 
+// String describes the code caches walked, for the recorder's summary.
+func (j JVMStats) String() string {
+	return fmt.Sprintf("%d code blobs, %d compiled methods; %d pcs in compiled code named, %d of them in inlined methods, %d unreadable; %d code cache walks, %d brought forward by new code; %v of CPU",
+		j.Blobs, j.Compiled, j.PCs, j.Inlined, j.InlineFailed, j.Refreshes, j.GapWalks, j.ResolveCPU.Round(time.Millisecond))
+}
+
 type jvm struct {
 	pid     uint32
 	lib     symbolize.Mapping // libjvm.so's executable mapping
-	vm      *hotspot.VM
+	vm      *VM
 	mem     *os.File
 	err     error
 	seenAt  time.Time // libjvm.so first seen mapped
 	next    time.Time
 	every   time.Duration
-	blobs   map[uint64]hotspot.Blob    // every blob seen, by start: code that was freed still names old stacks
-	sorted  []hotspot.Blob             // blobs by start, made when symbolizing
-	cur     *hotspot.CodeCache         // the latest walk
-	inlined map[uint64][]hotspot.Frame // pc in compiled code -> its Java frames, innermost first
-	last    time.Time                  // the latest walk
-	walkCPU time.Duration              // CPU time of the latest walk
+	blobs   map[uint64]Blob    // every blob seen, by start: code that was freed still names old stacks
+	sorted  []Blob             // blobs by start, made when symbolizing
+	cur     *CodeCache         // the latest walk
+	inlined map[uint64][]Frame // pc in compiled code -> its Java frames, innermost first
+	last    time.Time          // the latest walk
+	walkCPU time.Duration      // CPU time of the latest walk
 	dirty   bool
 	stopped bool
 }
@@ -77,15 +84,20 @@ type jvm struct {
 // again before it counts as failed.
 const openGrace = 2 * time.Second
 
-func newJVMTracker(u *unwinder, methods, layouts *ebpf.Map) *jvmTracker {
-	return &jvmTracker{unw: u, methods: methods, layouts: layouts, jvms: map[uint32]*jvm{}, wake: newAlarm()}
+// Info: HotSpot's Java frames, tagged bpf.FrameJava.
+var Info = runtimes.Info{Kind: bpf.FrameJava, Name: "hotspot", Title: "JVM", Mapping: "[java]",
+	FrameType: "jvm", Unread: "Interpreter", Prefix: "java_"}
+
+// New starts reading JVMs through h.
+func New(h runtimes.Handle) runtimes.Reader {
+	return &jvmTracker{h: h, methods: h.Map(bpf.OffcpuMapJavaMethods), layouts: h.Map(bpf.OffcpuMapJavaProcs), jvms: map[uint32]*jvm{}, wake: loop.NewAlarm()}
 }
 
-// seen: the JVM was looked for before the tables (seenEarly).
-func (t *jvmTracker) seen(uint32, []symbolize.Mapping) {}
+// Seen: the JVM was looked for before the tables (seenEarly).
+func (t *jvmTracker) Seen(uint32, []symbolize.Mapping) {}
 
-// seenEarly looks for libjvm.so among a process's mappings.
-func (t *jvmTracker) seenEarly(pid uint32, ms []symbolize.Mapping) {
+// SeenEarly looks for libjvm.so among a process's mappings.
+func (t *jvmTracker) SeenEarly(pid uint32, ms []symbolize.Mapping) {
 	for _, m := range ms {
 		if m.File == nil || !strings.HasSuffix(m.Path, "/libjvm.so") {
 			continue
@@ -93,21 +105,21 @@ func (t *jvmTracker) seenEarly(pid uint32, ms []symbolize.Mapping) {
 		t.mu.Lock()
 		if _, ok := t.jvms[pid]; !ok {
 			t.jvms[pid] = &jvm{pid: pid, lib: m, seenAt: time.Now(), next: time.Now().Add(20 * time.Millisecond),
-				every: 50 * time.Millisecond, blobs: map[uint64]hotspot.Blob{}, inlined: map[uint64][]hotspot.Frame{}}
-			t.wake.wake()
+				every: 50 * time.Millisecond, blobs: map[uint64]Blob{}, inlined: map[uint64][]Frame{}}
+			t.wake.Wake()
 		}
 		t.mu.Unlock()
 		return
 	}
 }
 
-// run ticks every 10 ms until stop is closed, on a thread of its own (a
+// Run ticks every 10 ms until stop is closed, on a thread of its own (a
 // large file's unwind table parsed by the unwinder does not delay it, and
 // its CPU time is what resolving costs).
-func (t *jvmTracker) run(stop <-chan struct{}) {
+func (t *jvmTracker) Run(stop <-chan struct{}) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	everyWhileBusy(10*time.Millisecond, time.Second, t.wake, stop, func() bool {
+	loop.EveryWhileBusy(10*time.Millisecond, time.Second, t.wake, stop, func() bool {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		for _, j := range t.jvms {
@@ -119,8 +131,8 @@ func (t *jvmTracker) run(stop <-chan struct{}) {
 	}, t.tick)
 }
 
-// forget stops reading an exited process; its names stay.
-func (t *jvmTracker) forget(pid uint32) {
+// Forget stops reading an exited process; its names stay.
+func (t *jvmTracker) Forget(pid uint32) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if j := t.jvms[pid]; j != nil && !j.stopped {
@@ -183,7 +195,7 @@ func (t *jvmTracker) refresh(j *jvm) {
 		if err := t.open(j); err != nil {
 			// Mapped is not yet loaded: until the dynamic loader has
 			// relocated libjvm.so its tables point nowhere.
-			if !hotspot.IsNotReady(err) && time.Since(j.seenAt) > openGrace {
+			if !IsNotReady(err) && time.Since(j.seenAt) > openGrace {
 				t.fail(j, err)
 			}
 			return
@@ -193,8 +205,8 @@ func (t *jvmTracker) refresh(j *jvm) {
 	cc, err := j.vm.CodeCache()
 	j.walkCPU = ownThreadCPU() - start
 	if err != nil {
-		if !hotspot.IsNotReady(err) && !symbolize.ProcessExists(int(j.pid)) {
-			t.forget(j.pid)
+		if !IsNotReady(err) && !symbolize.ProcessExists(int(j.pid)) {
+			t.Forget(j.pid)
 		}
 		return
 	}
@@ -209,10 +221,10 @@ func (t *jvmTracker) refresh(j *jvm) {
 	j.dirty, j.cur, j.last = true, cc, time.Now()
 	t.stats.Refreshes++
 	t.mu.Unlock()
-	t.unw.setGenerated(j.pid, cc.Low, cc.High, codeCacheRows(cc))
+	t.h.SetGenerated(j.pid, cc.Low, cc.High, codeCacheRows(cc))
 	// Named now, after the rows: a method may be unloaded later.
 	for _, b := range cc.Blobs {
-		if b.Kind == hotspot.KindCompiled && b.Method != 0 {
+		if b.Kind == KindCompiled && b.Method != 0 {
 			j.vm.MethodName(b.Method)
 		}
 	}
@@ -234,7 +246,7 @@ func (t *jvmTracker) open(j *jvm) error {
 			loads = append(loads, p.ProgHeader)
 		}
 	}
-	bias, ok := loadBias(loads, j.lib)
+	bias, ok := runtimes.LoadBias(loads, j.lib)
 	if !ok {
 		return fmt.Errorf("libjvm.so of process %d: no executable segment", j.pid)
 	}
@@ -245,10 +257,10 @@ func (t *jvmTracker) open(j *jvm) error {
 	// process_vm_readv where it works: the code-cache walks cost a third
 	// less than through /proc/PID/mem (BenchmarkCodeCacheWalk).
 	var r io.ReaderAt = mem
-	if remote := (hotspot.Remote{PID: int(j.pid)}); remote.Usable(bias + loads[0].Vaddr) {
+	if remote := (Remote{PID: int(j.pid)}); remote.Usable(bias + loads[0].Vaddr) {
 		r = remote
 	}
-	vm, err := hotspot.Open(r, ef, bias)
+	vm, err := Open(r, ef, bias)
 	if err != nil {
 		mem.Close()
 		return err
@@ -271,9 +283,9 @@ func (t *jvmTracker) fail(j *jvm, err error) {
 	t.stats.Failed++
 }
 
-// now reads every JVM seen so far at once: threads blocked since before
+// Start reads every JVM seen so far at once: threads blocked since before
 // the recording started are walked right after.
-func (t *jvmTracker) now() {
+func (t *jvmTracker) Start() {
 	runtime.LockOSThread() // walks measure this thread's CPU time
 	defer runtime.UnlockOSThread()
 	t.mu.Lock()
@@ -289,9 +301,9 @@ func (t *jvmTracker) now() {
 	}
 }
 
-// final names what the walker found since the last tick, once the
+// Final names what the walker found since the last tick, once the
 // programs are detached.
-func (t *jvmTracker) final() {
+func (t *jvmTracker) Final() {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	start := ownThreadCPU()
@@ -366,7 +378,7 @@ func (t *jvmTracker) nameCompiled(j *jvm, pc uint64) {
 		return
 	}
 	i := sort.Search(len(cc.Blobs), func(i int) bool { return cc.Blobs[i].Start > pc }) - 1
-	if i < 0 || pc >= cc.Blobs[i].End || cc.Blobs[i].Kind != hotspot.KindCompiled {
+	if i < 0 || pc >= cc.Blobs[i].End || cc.Blobs[i].Kind != KindCompiled {
 		return
 	}
 	names, err := j.vm.Frames(cc.Blobs[i], pc)
@@ -418,7 +430,7 @@ func (t *jvmTracker) Frames(pid uint32, pc uint64) ([]symtab.Frame, bool) {
 // known size (compiled methods, runtime stubs) by rsp with the caller's
 // rbp saved below the return address, the rest by frame pointers; where
 // no blob was, the walker asks for the code cache to be read again.
-func codeCacheRows(cc *hotspot.CodeCache) []bpf.OffcpuUnwindRow {
+func codeCacheRows(cc *CodeCache) []bpf.OffcpuUnwindRow {
 	gap := bpf.OffcpuUnwindRow{Kind: uint8(unwind.KindJavaGap)}
 	rows := []bpf.OffcpuUnwindRow{gap}
 	add := func(pc uint64, r bpf.OffcpuUnwindRow) {
@@ -432,11 +444,11 @@ func codeCacheRows(cc *hotspot.CodeCache) []bpf.OffcpuUnwindRow {
 	for _, b := range cc.Blobs {
 		r := bpf.OffcpuUnwindRow{Kind: uint8(unwind.KindNone)}
 		switch {
-		case b.Kind == hotspot.KindInterpreter:
+		case b.Kind == KindInterpreter:
 			r.Kind = uint8(unwind.KindJavaInterp)
 		case b.FrameSize > 0 && b.FrameSize < 1<<15:
 			r.Kind, r.CfaOff, r.RbpOff = uint8(unwind.KindRSP), int16(b.FrameSize), -2
-			if b.Kind == hotspot.KindCompiled {
+			if b.Kind == KindCompiled {
 				r.Kind = uint8(unwind.KindJavaCompiled)
 			}
 		}
@@ -471,7 +483,7 @@ func (t *jvmTracker) Name(pid uint32, addr uint64) (string, bool) {
 		return "", false
 	}
 	b := j.sorted[i]
-	if b.Kind == hotspot.KindCompiled {
+	if b.Kind == KindCompiled {
 		if n, ok := j.vm.Method(b.Method); ok {
 			return n, true
 		}
@@ -501,7 +513,7 @@ func (t *jvmTracker) snapshotStats() JVMStats {
 		}
 		st.Blobs += len(j.cur.Blobs)
 		for _, b := range j.cur.Blobs {
-			if b.Kind == hotspot.KindCompiled {
+			if b.Kind == KindCompiled {
 				st.Compiled++
 			}
 		}
@@ -509,12 +521,11 @@ func (t *jvmTracker) snapshotStats() JVMStats {
 	return st
 }
 
-func (t *jvmTracker) frameKind() uint64 { return bpf.FrameJava }
+// Recognise: a JVM is found by its process's mappings (SeenEarly), not a file.
+func (t *jvmTracker) Recognise(*symtab.File, *elf.File, []unwind.Row) []unwind.Row { return nil }
 
-// recognise: a JVM is found by its process's mappings (seen), not a file.
-func (t *jvmTracker) recognise(*symtab.File, *elf.File, []unwind.Row) []unwind.Row { return nil }
-
-func (t *jvmTracker) runtimeStats() RuntimeStats {
+func (t *jvmTracker) Stats() runtimes.Stats {
 	st := t.snapshotStats()
-	return RuntimeStats{Runtime: "hotspot", Processes: st.JVMs, Unsupported: st.Failed, Named: st.Methods + st.PCs, Unnamed: st.Unnamed}
+	return runtimes.Stats{Runtime: Info.Name, Processes: st.JVMs, Unsupported: st.Failed, Named: st.Methods + st.PCs,
+		Unnamed: st.Unnamed, Detail: st}
 }
