@@ -30,6 +30,7 @@ type poolKey struct {
 
 type loopSite struct {
 	path  []string // user frames, root first, to the innermost application frame
+	app   []bool   // which of them are application frames
 	ns, n int64
 	woken int64 // waits some recorded waker ended
 	input int64 // of them, by another program or the network
@@ -101,8 +102,11 @@ func poolOf(s *Stack) (poolKey, int64) {
 	return poolKey{pid: s.PID, tid: s.TID}, s.TID
 }
 
+// loopWait: a wait of a thread or goroutine for something of its own. A
+// wait for an interpreter's lock (the GIL, the GVL) is the runtime's
+// scheduling, wherever the thread is in its loop: it is no loop's site.
 func loopWait(s *Stack) bool {
-	return s.Kind == KindOffCPU && !s.WaitsForCPU() && (s.TID != 0 || s.Goid > 0)
+	return s.Kind == KindOffCPU && !s.WaitsForCPU() && (s.TID != 0 || s.Goid > 0) && s.Reason != schema.ReasonGIL
 }
 
 // Observe notes a wait of s's thread or goroutine at s's site.
@@ -121,11 +125,11 @@ func (x *LoopIndex) Observe(s *Stack) {
 		sites = map[string]*loopSite{}
 		p.byID[id] = sites
 	}
-	path := appPath(s, x.r)
+	path, app := appPath(s, x.r)
 	pk := strings.Join(path, ";")
 	site := sites[pk]
 	if site == nil {
-		site = &loopSite{path: path}
+		site = &loopSite{path: path, app: app}
 		sites[pk] = site
 	}
 	n := max(s.Count, 1)
@@ -179,7 +183,7 @@ func (p *loopPool) units() {
 		for pk, s := range sites {
 			us := u.sites[pk]
 			if us == nil {
-				us = &loopSite{path: s.path}
+				us = &loopSite{path: s.path, app: s.app}
 				u.sites[pk] = us
 			}
 			us.add(s)
@@ -210,7 +214,8 @@ func (x *LoopIndex) Mark(s *Stack) {
 		return // not observed
 	}
 	u := p.unitOf[id]
-	site := u.sites[strings.Join(appPath(s, x.r), ";")]
+	path, _ := appPath(s, x.r)
+	site := u.sites[strings.Join(path, ";")]
 	if site == nil {
 		return
 	}
@@ -229,23 +234,25 @@ func (x *LoopIndex) Mark(s *Stack) {
 }
 
 // appPath is a stack's user frames, root first, down to its innermost
-// application frame; nil without one.
-func appPath(s *Stack, r *Rules) []string {
+// application frame, and which are application frames; nil without one.
+func appPath(s *Stack, r *Rules) ([]string, []bool) {
 	var out []string
+	var app []bool
 	last := -1
 	for _, f := range s.Frames {
 		if f.Kernel {
 			continue
 		}
 		out = append(out, f.Name)
-		if r.IsApp(f) {
+		app = append(app, r.IsApp(f))
+		if app[len(app)-1] {
 			last = len(out)
 		}
 	}
 	if last < 0 {
-		return nil
+		return nil, nil
 	}
-	return out[:last]
+	return out[:last], app[:last]
 }
 
 // loopNest: a wait this many application frames or fewer below a loop's
@@ -253,10 +260,36 @@ func appPath(s *Stack, r *Rules) []string {
 // a buffered reader's fill); one deeper was made for a work item.
 const loopNest = 2
 
-// beneath: path goes through all of top's and deeper into application
-// code than loopNest frames.
-func beneath(path, top []string) bool {
-	return len(top) > 0 && len(path) > len(top)+loopNest && slices.Equal(path[:len(top)], top)
+// beneath: s goes deeper into application code than loopNest frames
+// below all of top's. Or, where the two share the loop's own frame but
+// neither holds the other, a wait for a hand-off at the loop's level (a
+// pool's wait for work inside a block given to its lock's synchronize)
+// encloses a deeper wait for input beside it (a handler's downstream
+// read) when the thread sits longer in the hand-off: that is where it
+// waits between work items.
+func beneath(s, top *loopSite) bool {
+	c := 0
+	for c < len(s.path) && c < len(top.path) && s.path[c] == top.path[c] {
+		c++
+	}
+	if appFrames(s.app[c:]) <= loopNest {
+		return false
+	}
+	if c == len(top.path) {
+		return c > 0
+	}
+	return !top.isInput() && top.woken > 0 && s.isInput() && top.ns > s.ns &&
+		appFrames(top.app[:c]) > 0 && appFrames(top.app[c:]) <= loopNest
+}
+
+func appFrames(app []bool) int {
+	n := 0
+	for _, a := range app {
+		if a {
+			n++
+		}
+	}
+	return n
 }
 
 func (u *loopUnit) findTops() {
@@ -272,7 +305,7 @@ func (u *loopUnit) findTops() {
 	}
 	var outer []*loopSite
 	for _, s := range cands {
-		if !slices.ContainsFunc(cands, func(o *loopSite) bool { return beneath(s.path, o.path) }) {
+		if !slices.ContainsFunc(cands, func(o *loopSite) bool { return beneath(s, o) }) {
 			outer = append(outer, s)
 		}
 	}
@@ -313,12 +346,12 @@ func (u *loopUnit) place(s *loopSite) (string, string) {
 		return schema.LoopTop, "at its thread's top of loop, " + desc(s)
 	}
 	for _, t := range u.tops {
-		if beneath(t.path, s.path) {
+		if beneath(t, s) {
 			// The top is beneath it: an outer loop's wait for its next
 			// work item (a thread cache waiting for a connection).
 			return schema.LoopTop, "enclosing its thread's top of loop, " + desc(t) + ": an outer loop's wait for its next work item"
 		}
-		if beneath(s.path, t.path) {
+		if beneath(s, t) {
 			return schema.LoopBeneath, "beneath its thread's top of loop, " + desc(t) + ": a wait made while handling what the top brought"
 		}
 	}

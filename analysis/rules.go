@@ -13,6 +13,7 @@ import (
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
 
+	"github.com/offcpu/offcpu/runtimes/registry"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -243,6 +244,13 @@ func (p *ruleParser) build(f *rulesFile, base *Rules) (*Rules, error) {
 		r.verdicts = append(r.verdicts, base.verdicts...)
 		r.notApp = append(r.notApp, base.notApp...)
 		r.notModules = append(r.notModules, base.notModules...)
+	} else {
+		// A runtime's own code is never the application: its caller is.
+		for _, rt := range registry.All {
+			for _, m := range rt.Modules {
+				r.notModules = append(r.notModules, regexp.MustCompile(m))
+			}
+		}
 	}
 	for i := range r.rules {
 		r.rules[i].isApp = r.IsApp

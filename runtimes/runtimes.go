@@ -30,6 +30,9 @@ type Info struct {
 	FrameType string // the OpenTelemetry profiles frame type: jvm
 	Unread    string // the name of a frame whose function could not be read
 	Prefix    string // its BPF maps' and variables' names start with it
+	// Modules: its own files (regular expressions on their base names),
+	// whose frames are never the application's (analysis).
+	Modules []string
 }
 
 // Runtime is a registry entry: what the runtime is and how to start

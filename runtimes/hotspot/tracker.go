@@ -86,7 +86,7 @@ const openGrace = 2 * time.Second
 
 // Info: HotSpot's Java frames, tagged bpf.FrameJava.
 var Info = runtimes.Info{Kind: bpf.FrameJava, Name: "hotspot", Title: "JVM", Mapping: "[java]",
-	FrameType: "jvm", Unread: "Interpreter", Prefix: "java_"}
+	FrameType: "jvm", Unread: "Interpreter", Prefix: "java_", Modules: []string{`^libjvm\.so`}}
 
 // New starts reading JVMs through h.
 func New(h runtimes.Handle) runtimes.Reader {
