@@ -13,7 +13,7 @@ import (
 // constants_gen.go is what the shared headers say now (go generate ./bpf
 // after editing them).
 func TestConstantsGenerated(t *testing.T) {
-	want, err := cconst.Generate("bpf", []string{"offcpu_shared.h", "goroutines_shared.h"}, map[string]bool{"offcpu_stat": true})
+	want, err := cconst.Generate("bpf", []string{"offcpu_shared.h", "goroutines_shared.h", "ruby_shared.h"}, map[string]bool{"offcpu_stat": true})
 	if err != nil {
 		t.Fatal(err)
 	}

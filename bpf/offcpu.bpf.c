@@ -162,7 +162,7 @@ int offcpu_switch_tp(struct trace_event_raw_sched_switch *ctx)
 		if (!kthread)
 			s->link = tctx_read(ptgid);
 		if (!kthread)
-			py_gil_wait(bpf_get_current_task_btf(), ptgid, &s->gil, &s->gil_holder, &s->gil_holder_stack);
+			interp_lock_wait(bpf_get_current_task_btf(), ptgid, &s->gil, &s->gil_holder, &s->gil_holder_stack);
 		if (bpf_map_update_elem(&starts, &ptid, s, BPF_ANY))
 			stat_add(STAT_START_FULL, 1);
 	}

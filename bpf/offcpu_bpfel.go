@@ -244,6 +244,37 @@ type OffcpuPyThread struct {
 	Pad    uint32
 }
 
+type OffcpuRubyFrameKey struct {
+	_     structs.HostLayout
+	Tgid  uint32
+	Pad   uint32
+	Entry uint64
+}
+
+type OffcpuRubyProc struct {
+	_             structs.HostLayout
+	TlsGot        uint64
+	TlsOffset     uint64
+	EcVmStack     uint16
+	EcVmStackSize uint16
+	EcCfp         uint16
+	EcThread      uint16
+	CfpSize       uint16
+	CfpPc         uint16
+	CfpIseq       uint16
+	CfpEp         uint16
+	IseqBody      uint16
+	BodyEncoded   uint16
+	ThRactor      uint16
+	ThEc          uint16
+	ThTid         uint16
+	ThGvlNode     uint16
+	ThGvlCond     uint16
+	RactorGvl     uint16
+	GvlLock       uint16
+	Pad           [3]uint16
+}
+
 type OffcpuStackBuf struct {
 	_   structs.HostLayout
 	Ips [127]uint64
@@ -414,22 +445,32 @@ type OffcpuUnwindRow struct {
 }
 
 type OffcpuUnwindState struct {
-	_         structs.HostLayout
-	Pc        uint64
-	Sp        uint64
-	Bp        uint64
-	N         uint32
-	Dwarf     uint32
-	End       uint32
-	Lo        uint32
-	Hi        uint32
-	Callers   uint32
-	PyFrame   uint64
-	PyEmitted uint32
-	PySkip    uint32
-	Tgid      uint32
-	V8        uint32
-	V8p       OffcpuV8Proc
+	_             structs.HostLayout
+	Pc            uint64
+	Sp            uint64
+	Bp            uint64
+	N             uint32
+	Dwarf         uint32
+	End           uint32
+	Lo            uint32
+	Hi            uint32
+	Callers       uint32
+	InterpFrame   uint64
+	InterpEnd     uint64
+	InterpEmitted uint32
+	InterpSkip    uint32
+	InterpPy      uint32
+	InterpRb      uint32
+	Step          struct {
+		_     structs.HostLayout
+		Entry uint64
+		Back  uint64
+		Last  bool
+		_     [7]byte
+	}
+	Tgid uint32
+	V8   uint32
+	V8p  OffcpuV8Proc
 }
 
 type OffcpuV8Proc struct {
@@ -522,6 +563,8 @@ const (
 	OffcpuMapPyCodes            = "py_codes"
 	OffcpuMapPyProcs            = "py_procs"
 	OffcpuMapPyTstates          = "py_tstates"
+	OffcpuMapRubyFrames         = "ruby_frames"
+	OffcpuMapRubyProcs          = "ruby_procs"
 	OffcpuMapStackScratch       = "stack_scratch"
 	OffcpuMapStacks             = "stacks"
 	OffcpuMapStartScratch       = "start_scratch"
@@ -579,6 +622,7 @@ const (
 	OffcpuVarRecStartNs         = "rec_start_ns"
 	OffcpuVarRecStopNs          = "rec_stop_ns"
 	OffcpuVarReuseStacks        = "reuse_stacks"
+	OffcpuVarRubyActive         = "ruby_active"
 	OffcpuVarSkipFirstIn        = "skip_first_in"
 	OffcpuVarStatCount          = "stat_count"
 	OffcpuVarStateMask          = "state_mask"
@@ -586,6 +630,7 @@ const (
 	OffcpuVarThreadSize         = "thread_size"
 	OffcpuVarUnusedMapEvent     = "unused_map_event"
 	OffcpuVarUnusedProcEvent    = "unused_proc_event"
+	OffcpuVarUnusedRubyFrameKey = "unused_ruby_frame_key"
 	OffcpuVarUnusedWaitEvent    = "unused_wait_event"
 	OffcpuVarUserThreadsOnly    = "user_threads_only"
 	OffcpuVarV8Active           = "v8_active"
@@ -687,6 +732,8 @@ type OffcpuMapSpecs struct {
 	PyCodes         *ebpf.MapSpec `ebpf:"py_codes"`
 	PyProcs         *ebpf.MapSpec `ebpf:"py_procs"`
 	PyTstates       *ebpf.MapSpec `ebpf:"py_tstates"`
+	RubyFrames      *ebpf.MapSpec `ebpf:"ruby_frames"`
+	RubyProcs       *ebpf.MapSpec `ebpf:"ruby_procs"`
 	StackScratch    *ebpf.MapSpec `ebpf:"stack_scratch"`
 	Stacks          *ebpf.MapSpec `ebpf:"stacks"`
 	StartScratch    *ebpf.MapSpec `ebpf:"start_scratch"`
@@ -719,36 +766,38 @@ type OffcpuMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuVariableSpecs struct {
-	DeferredWalks     *ebpf.VariableSpec `ebpf:"deferred_walks"`
-	ExcludeTgid       *ebpf.VariableSpec `ebpf:"exclude_tgid"`
-	FilterCgroup      *ebpf.VariableSpec `ebpf:"filter_cgroup"`
-	FilterTgid        *ebpf.VariableSpec `ebpf:"filter_tgid"`
-	FilterTid         *ebpf.VariableSpec `ebpf:"filter_tid"`
-	FollowForks       *ebpf.VariableSpec `ebpf:"follow_forks"`
-	KernelThreadsOnly *ebpf.VariableSpec `ebpf:"kernel_threads_only"`
-	MaxBlockNs        *ebpf.VariableSpec `ebpf:"max_block_ns"`
-	MinBlockNs        *ebpf.VariableSpec `ebpf:"min_block_ns"`
-	PyActive          *ebpf.VariableSpec `ebpf:"py_active"`
-	RecStartNs        *ebpf.VariableSpec `ebpf:"rec_start_ns"`
-	RecStopNs         *ebpf.VariableSpec `ebpf:"rec_stop_ns"`
-	ReuseStacks       *ebpf.VariableSpec `ebpf:"reuse_stacks"`
-	SkipFirstIn       *ebpf.VariableSpec `ebpf:"skip_first_in"`
-	StatCount         *ebpf.VariableSpec `ebpf:"stat_count"`
-	StateMask         *ebpf.VariableSpec `ebpf:"state_mask"`
-	TctxSources       *ebpf.VariableSpec `ebpf:"tctx_sources"`
-	ThreadSize        *ebpf.VariableSpec `ebpf:"thread_size"`
-	UnusedMapEvent    *ebpf.VariableSpec `ebpf:"unused_map_event"`
-	UnusedProcEvent   *ebpf.VariableSpec `ebpf:"unused_proc_event"`
-	UnusedWaitEvent   *ebpf.VariableSpec `ebpf:"unused_wait_event"`
-	UserThreadsOnly   *ebpf.VariableSpec `ebpf:"user_threads_only"`
-	V8Active          *ebpf.VariableSpec `ebpf:"v8_active"`
-	WalkThresholdNs   *ebpf.VariableSpec `ebpf:"walk_threshold_ns"`
-	WantKernelStacks  *ebpf.VariableSpec `ebpf:"want_kernel_stacks"`
-	WantMaps          *ebpf.VariableSpec `ebpf:"want_maps"`
-	WantStream        *ebpf.VariableSpec `ebpf:"want_stream"`
-	WantUnwind        *ebpf.VariableSpec `ebpf:"want_unwind"`
-	WantUserStacks    *ebpf.VariableSpec `ebpf:"want_user_stacks"`
-	WantWakeups       *ebpf.VariableSpec `ebpf:"want_wakeups"`
+	DeferredWalks      *ebpf.VariableSpec `ebpf:"deferred_walks"`
+	ExcludeTgid        *ebpf.VariableSpec `ebpf:"exclude_tgid"`
+	FilterCgroup       *ebpf.VariableSpec `ebpf:"filter_cgroup"`
+	FilterTgid         *ebpf.VariableSpec `ebpf:"filter_tgid"`
+	FilterTid          *ebpf.VariableSpec `ebpf:"filter_tid"`
+	FollowForks        *ebpf.VariableSpec `ebpf:"follow_forks"`
+	KernelThreadsOnly  *ebpf.VariableSpec `ebpf:"kernel_threads_only"`
+	MaxBlockNs         *ebpf.VariableSpec `ebpf:"max_block_ns"`
+	MinBlockNs         *ebpf.VariableSpec `ebpf:"min_block_ns"`
+	PyActive           *ebpf.VariableSpec `ebpf:"py_active"`
+	RecStartNs         *ebpf.VariableSpec `ebpf:"rec_start_ns"`
+	RecStopNs          *ebpf.VariableSpec `ebpf:"rec_stop_ns"`
+	ReuseStacks        *ebpf.VariableSpec `ebpf:"reuse_stacks"`
+	RubyActive         *ebpf.VariableSpec `ebpf:"ruby_active"`
+	SkipFirstIn        *ebpf.VariableSpec `ebpf:"skip_first_in"`
+	StatCount          *ebpf.VariableSpec `ebpf:"stat_count"`
+	StateMask          *ebpf.VariableSpec `ebpf:"state_mask"`
+	TctxSources        *ebpf.VariableSpec `ebpf:"tctx_sources"`
+	ThreadSize         *ebpf.VariableSpec `ebpf:"thread_size"`
+	UnusedMapEvent     *ebpf.VariableSpec `ebpf:"unused_map_event"`
+	UnusedProcEvent    *ebpf.VariableSpec `ebpf:"unused_proc_event"`
+	UnusedRubyFrameKey *ebpf.VariableSpec `ebpf:"unused_ruby_frame_key"`
+	UnusedWaitEvent    *ebpf.VariableSpec `ebpf:"unused_wait_event"`
+	UserThreadsOnly    *ebpf.VariableSpec `ebpf:"user_threads_only"`
+	V8Active           *ebpf.VariableSpec `ebpf:"v8_active"`
+	WalkThresholdNs    *ebpf.VariableSpec `ebpf:"walk_threshold_ns"`
+	WantKernelStacks   *ebpf.VariableSpec `ebpf:"want_kernel_stacks"`
+	WantMaps           *ebpf.VariableSpec `ebpf:"want_maps"`
+	WantStream         *ebpf.VariableSpec `ebpf:"want_stream"`
+	WantUnwind         *ebpf.VariableSpec `ebpf:"want_unwind"`
+	WantUserStacks     *ebpf.VariableSpec `ebpf:"want_user_stacks"`
+	WantWakeups        *ebpf.VariableSpec `ebpf:"want_wakeups"`
 }
 
 // OffcpuObjects contains all objects after they have been loaded into the kernel.
@@ -794,6 +843,8 @@ type OffcpuMaps struct {
 	PyCodes         *ebpf.Map `ebpf:"py_codes"`
 	PyProcs         *ebpf.Map `ebpf:"py_procs"`
 	PyTstates       *ebpf.Map `ebpf:"py_tstates"`
+	RubyFrames      *ebpf.Map `ebpf:"ruby_frames"`
+	RubyProcs       *ebpf.Map `ebpf:"ruby_procs"`
 	StackScratch    *ebpf.Map `ebpf:"stack_scratch"`
 	Stacks          *ebpf.Map `ebpf:"stacks"`
 	StartScratch    *ebpf.Map `ebpf:"start_scratch"`
@@ -847,6 +898,8 @@ func (m *OffcpuMaps) Close() error {
 		m.PyCodes,
 		m.PyProcs,
 		m.PyTstates,
+		m.RubyFrames,
+		m.RubyProcs,
 		m.StackScratch,
 		m.Stacks,
 		m.StartScratch,
@@ -880,36 +933,38 @@ func (m *OffcpuMaps) Close() error {
 //
 // It can be passed to LoadOffcpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuVariables struct {
-	DeferredWalks     *ebpf.Variable `ebpf:"deferred_walks"`
-	ExcludeTgid       *ebpf.Variable `ebpf:"exclude_tgid"`
-	FilterCgroup      *ebpf.Variable `ebpf:"filter_cgroup"`
-	FilterTgid        *ebpf.Variable `ebpf:"filter_tgid"`
-	FilterTid         *ebpf.Variable `ebpf:"filter_tid"`
-	FollowForks       *ebpf.Variable `ebpf:"follow_forks"`
-	KernelThreadsOnly *ebpf.Variable `ebpf:"kernel_threads_only"`
-	MaxBlockNs        *ebpf.Variable `ebpf:"max_block_ns"`
-	MinBlockNs        *ebpf.Variable `ebpf:"min_block_ns"`
-	PyActive          *ebpf.Variable `ebpf:"py_active"`
-	RecStartNs        *ebpf.Variable `ebpf:"rec_start_ns"`
-	RecStopNs         *ebpf.Variable `ebpf:"rec_stop_ns"`
-	ReuseStacks       *ebpf.Variable `ebpf:"reuse_stacks"`
-	SkipFirstIn       *ebpf.Variable `ebpf:"skip_first_in"`
-	StatCount         *ebpf.Variable `ebpf:"stat_count"`
-	StateMask         *ebpf.Variable `ebpf:"state_mask"`
-	TctxSources       *ebpf.Variable `ebpf:"tctx_sources"`
-	ThreadSize        *ebpf.Variable `ebpf:"thread_size"`
-	UnusedMapEvent    *ebpf.Variable `ebpf:"unused_map_event"`
-	UnusedProcEvent   *ebpf.Variable `ebpf:"unused_proc_event"`
-	UnusedWaitEvent   *ebpf.Variable `ebpf:"unused_wait_event"`
-	UserThreadsOnly   *ebpf.Variable `ebpf:"user_threads_only"`
-	V8Active          *ebpf.Variable `ebpf:"v8_active"`
-	WalkThresholdNs   *ebpf.Variable `ebpf:"walk_threshold_ns"`
-	WantKernelStacks  *ebpf.Variable `ebpf:"want_kernel_stacks"`
-	WantMaps          *ebpf.Variable `ebpf:"want_maps"`
-	WantStream        *ebpf.Variable `ebpf:"want_stream"`
-	WantUnwind        *ebpf.Variable `ebpf:"want_unwind"`
-	WantUserStacks    *ebpf.Variable `ebpf:"want_user_stacks"`
-	WantWakeups       *ebpf.Variable `ebpf:"want_wakeups"`
+	DeferredWalks      *ebpf.Variable `ebpf:"deferred_walks"`
+	ExcludeTgid        *ebpf.Variable `ebpf:"exclude_tgid"`
+	FilterCgroup       *ebpf.Variable `ebpf:"filter_cgroup"`
+	FilterTgid         *ebpf.Variable `ebpf:"filter_tgid"`
+	FilterTid          *ebpf.Variable `ebpf:"filter_tid"`
+	FollowForks        *ebpf.Variable `ebpf:"follow_forks"`
+	KernelThreadsOnly  *ebpf.Variable `ebpf:"kernel_threads_only"`
+	MaxBlockNs         *ebpf.Variable `ebpf:"max_block_ns"`
+	MinBlockNs         *ebpf.Variable `ebpf:"min_block_ns"`
+	PyActive           *ebpf.Variable `ebpf:"py_active"`
+	RecStartNs         *ebpf.Variable `ebpf:"rec_start_ns"`
+	RecStopNs          *ebpf.Variable `ebpf:"rec_stop_ns"`
+	ReuseStacks        *ebpf.Variable `ebpf:"reuse_stacks"`
+	RubyActive         *ebpf.Variable `ebpf:"ruby_active"`
+	SkipFirstIn        *ebpf.Variable `ebpf:"skip_first_in"`
+	StatCount          *ebpf.Variable `ebpf:"stat_count"`
+	StateMask          *ebpf.Variable `ebpf:"state_mask"`
+	TctxSources        *ebpf.Variable `ebpf:"tctx_sources"`
+	ThreadSize         *ebpf.Variable `ebpf:"thread_size"`
+	UnusedMapEvent     *ebpf.Variable `ebpf:"unused_map_event"`
+	UnusedProcEvent    *ebpf.Variable `ebpf:"unused_proc_event"`
+	UnusedRubyFrameKey *ebpf.Variable `ebpf:"unused_ruby_frame_key"`
+	UnusedWaitEvent    *ebpf.Variable `ebpf:"unused_wait_event"`
+	UserThreadsOnly    *ebpf.Variable `ebpf:"user_threads_only"`
+	V8Active           *ebpf.Variable `ebpf:"v8_active"`
+	WalkThresholdNs    *ebpf.Variable `ebpf:"walk_threshold_ns"`
+	WantKernelStacks   *ebpf.Variable `ebpf:"want_kernel_stacks"`
+	WantMaps           *ebpf.Variable `ebpf:"want_maps"`
+	WantStream         *ebpf.Variable `ebpf:"want_stream"`
+	WantUnwind         *ebpf.Variable `ebpf:"want_unwind"`
+	WantUserStacks     *ebpf.Variable `ebpf:"want_user_stacks"`
+	WantWakeups        *ebpf.Variable `ebpf:"want_wakeups"`
 }
 
 // OffcpuPrograms contains all programs after they have been loaded into the kernel.

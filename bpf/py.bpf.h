@@ -157,15 +157,8 @@ static __always_inline u64 py_frame_of(struct py_proc *pp, u64 tstate)
 	return py_frame_at(pp, tstate, 0, false);
 }
 
-/* One Python frame read: its entry (0 for a shim, not shown), the frame
- * before it, and whether it is its activation's first (entry). */
-struct py_step {
-	u64 entry, back;
-	bool last;
-};
-
 /* fr: a frame_buf's bytes. */
-static __always_inline bool py_read_frame_of(struct py_proc *pp, u64 frame, struct py_step *st,
+static __always_inline bool py_read_frame_of(struct py_proc *pp, u64 frame, struct interp_step *st,
 					     struct task_struct *task, bool remote, u8 *fr)
 {
 	if (read_user(fr, PY_FRAME_READ, frame, task, remote))
@@ -211,7 +204,7 @@ struct py_holder_walk {
 
 static long py_holder_step(u64 i, struct py_holder_walk *w)
 {
-	struct py_step st;
+	struct interp_step st;
 	if (!w->f || !py_read_frame_of(w->pp, w->f, &st, 0, false, w->fr))
 		return 1;
 	if (st.entry) {
@@ -244,7 +237,8 @@ static long py_owner_step(struct bpf_map *map, u32 *tid, struct py_thread *th, s
 /* At a switch-out: a futex wait inside the GIL's struct is a GIL wait;
  * the GIL's last holder is named, with its Python stack (another thread
  * of the same process: its frames are read through this one's memory). */
-static __always_inline void py_gil_wait(struct task_struct *t, u32 tgid, u32 *gil, u32 *holder, s64 *holder_stack)
+static __always_inline void py_gil_wait(struct task_struct *t, u32 tgid, u32 *gil, u32 *holder, s64 *holder_stack,
+					struct py_holder_walk *w)
 {
 	*gil = 0;
 	*holder = 0;
@@ -277,9 +271,9 @@ static __always_inline void py_gil_wait(struct task_struct *t, u32 tgid, u32 *gi
 	struct frame_buf *fb = bpf_map_lookup_elem(&frame_scratch, &slot);
 	if (!b || !fb)
 		return;
-	struct py_holder_walk w = { .pp = pp, .b = b, .fr = fb->b, .f = py_frame_of(pp, hts), .tgid = tgid };
-	bpf_loop(PY_HOLDER_FRAMES, py_holder_step, &w, 0);
-	u32 n = w.n;
+	*w = (struct py_holder_walk){ .pp = pp, .b = b, .fr = fb->b, .f = py_frame_of(pp, hts), .tgid = tgid };
+	bpf_loop(PY_HOLDER_FRAMES, py_holder_step, w, 0);
+	u32 n = w->n;
 	if (!n)
 		return;
 	if (n < PERF_MAX_STACK_DEPTH)

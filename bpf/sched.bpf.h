@@ -763,9 +763,10 @@ static __always_inline void switch_out(void *ctx, struct start_rec *s, struct ta
 	} else {
 		walk_stacks(ctx, s, prev, kthread, now);
 	}
-	py_gil_wait(prev, ptgid, &s->gil, &s->gil_holder, &s->gil_holder_stack);
 	s->ran = ran;
 	s->pending = 1;
+	/* Last: nothing else is live across the call. */
+	interp_lock_wait(prev, ptgid, &s->gil, &s->gil_holder, &s->gil_holder_stack);
 }
 
 #endif

@@ -154,4 +154,11 @@ static __always_inline s64 task_kernel_stack_id(struct task_struct *t)
 	return store_stack(b, STAT_KSTACK_LOST);
 }
 
+/* One interpreter frame read (CPython's, CRuby's): its entry (0: not
+ * shown), the frame before it, and whether it is its activation's first. */
+struct interp_step {
+	u64 entry, back;
+	bool last;
+};
+
 #endif

@@ -7,6 +7,7 @@
 #include "stacks.bpf.h"
 #include "py.bpf.h"
 #include "v8.bpf.h"
+#include "ruby.bpf.h"
 
 struct insert_ctx {
 	struct unwind_proc *p;
@@ -25,11 +26,16 @@ struct unwind_state {
 	u32 end;   /* reached the outermost frame */
 	u32 lo, hi; /* binary search bounds */
 	u32 callers; /* frames unwound: pc is a return address */
-	/* CPython: the next Python frame to record, at the next activation of
-	 * the interpreter loop; py_skip: the current activation's Python
-	 * frames are recorded, its own frame is unwound unrecorded. */
-	u64 py_frame;
-	u32 py_emitted, py_skip;
+	/* An interpreter's (CPython's, CRuby's) next frame to record, at the
+	 * next activation of its loop; interp_skip: the current activation's
+	 * frames are recorded, its own frame is unwound unrecorded;
+	 * interp_end: where CRuby's frames end. */
+	u64 interp_frame, interp_end;
+	u32 interp_emitted, interp_skip;
+	/* Whose interpreter: its layout is looked up by tgid at each frame,
+	 * not kept in the context (the walk's stack is near 6.1's limit). */
+	u32 interp_py, interp_rb;
+	struct interp_step step; /* here: the callback's stack is near its limit */
 	/* Here, not in unwind_ctx: 6.1 counts the walk's stack to the
 	 * limit. tgid: whose stack it is; v8: its process is V8's, with its
 	 * layout copied from v8_procs at the walk's start. */
@@ -42,7 +48,6 @@ struct unwind_ctx {
 	struct unwind_proc *proc; /* 0: walk by frame pointers only */
 	struct stack_buf *buf;
 	struct task_struct *task; /* walked from another task (iterator) */
-	struct py_proc *py;       /* a CPython process's layout, or 0 */
 	u8 *fr;                   /* a frame_buf's bytes: interpreter frames are read there */
 };
 
@@ -263,6 +268,58 @@ static __always_inline u64 java_bci(struct unwind_ctx *c, u64 method, u64 bcp, b
 	return bcp - code;
 }
 
+/* One interpreter frame of the activation the walk is at, in its place:
+ * the runtimes' one hook into the walker. */
+static __always_inline long interp_frame(struct unwind_ctx *c, u32 n, bool remote)
+{
+	struct unwind_state *u = c->u;
+	struct interp_step *st = &u->step;
+	bool ok = false;
+	if (u->interp_py) {
+		struct py_proc *pp = bpf_map_lookup_elem(&py_procs, &u->tgid);
+		ok = pp && py_read_frame_of(pp, u->interp_frame, st, c->task, remote, c->fr);
+		if (ok && st->entry)
+			py_seen(u->tgid, st->entry);
+	} else if (u->interp_rb) {
+		struct ruby_proc *rp = bpf_map_lookup_elem(&ruby_procs, &u->tgid);
+		ok = rp && ruby_read_frame(rp, u->interp_frame, u->interp_end, st, c->task, remote, c->fr);
+		if (ok && st->entry)
+			ruby_seen(u->tgid, st->entry);
+	}
+	if (!ok) {
+		u->interp_frame = 0;
+		u->interp_skip = u->interp_emitted > 0;
+		return 0;
+	}
+	if (st->entry) {
+		c->buf->ips[IDX(n, PERF_MAX_STACK_DEPTH)] = st->entry;
+		u->n = n + 1;
+		u->interp_emitted++;
+	}
+	u->interp_frame = st->back;
+	if (st->last) {
+		u->interp_skip = u->interp_emitted > 0;
+		u->interp_emitted = 0;
+	}
+	return 0;
+}
+
+/* The runtimes' interpreter locks (CPython's GIL, CRuby's GVL): at a
+ * switch-out, a wait for one and who held it. Not inlined: the switch
+ * program's own stack, with the walker's, is near 6.1's limit. */
+static __noinline void interp_lock_wait(struct task_struct *t, u32 tgid, u32 *lock, u32 *holder, s64 *holder_stack)
+{
+	union {
+		struct py_holder_walk py;
+		struct ruby_holder_walk rb;
+	} w;
+	if (!t || !lock || !holder || !holder_stack)
+		return;
+	py_gil_wait(t, tgid, lock, holder, holder_stack, &w.py);
+	if (!*lock)
+		ruby_gvl_wait(t, tgid, lock, holder, holder_stack, &w.rb);
+}
+
 /* One frame: records pc, then finds the caller's pc, sp and bp, by the
  * unwind row when the code has one, else by the frame pointer. */
 static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
@@ -275,33 +332,14 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 	/* A return address points after the call: look up the call itself. */
 	struct unwind_row *r = find_row(c->proc, u, u->callers ? pc - 1 : pc);
 	u8 kind = r ? r->kind : UNWIND_NONE;
-	if ((kind & UNWIND_INTERP_LOOP) && c->py && u->py_frame && !u->py_skip) {
-		/* One Python frame of this activation per step, in its place. */
-		struct py_step st;
-		if (!py_read_frame_of(c->py, u->py_frame, &st, c->task, remote, c->fr)) {
-			u->py_frame = 0;
-			u->py_skip = u->py_emitted > 0;
-			return 0;
-		}
-		if (st.entry) {
-			c->buf->ips[IDX(n, PERF_MAX_STACK_DEPTH)] = st.entry;
-			u->n = n + 1;
-			u->py_emitted++;
-			py_seen(c->u->tgid, st.entry);
-		}
-		u->py_frame = st.back;
-		if (st.last) {
-			u->py_skip = u->py_emitted > 0;
-			u->py_emitted = 0;
-		}
-		return 0;
-	}
+	if ((kind & UNWIND_INTERP_LOOP) && u->interp_frame && !u->interp_skip)
+		return interp_frame(c, n, remote);
 	s64 cfa_off = r ? r->cfa_off : 0;
 	if (kind & UNWIND_CFA_X8)
 		cfa_off *= 8;
 	kind &= UNWIND_KIND_MASK;
-	if (u->py_skip) {
-		u->py_skip = 0;
+	if (u->interp_skip) {
+		u->interp_skip = 0;
 	} else {
 		c->buf->ips[IDX(n, PERF_MAX_STACK_DEPTH)] = pc;
 		u->n = n + 1;
@@ -430,9 +468,12 @@ static __always_inline s64 walk_user(u32 slot, struct unwind_proc *p, struct tas
 	u->dwarf = 0;
 	u->end = 0;
 	u->callers = 0;
-	u->py_frame = 0;
-	u->py_emitted = 0;
-	u->py_skip = 0;
+	u->interp_frame = 0;
+	u->interp_end = 0;
+	u->interp_emitted = 0;
+	u->interp_skip = 0;
+	u->interp_py = 0;
+	u->interp_rb = 0;
 	u->tgid = task ? BPF_CORE_READ(task, tgid) : bpf_get_current_pid_tgid() >> 32;
 	struct unwind_ctx c = { .u = u, .proc = p, .buf = b, .task = task, .fr = fb->b };
 	u->v8 = 0;
@@ -447,11 +488,21 @@ static __always_inline s64 walk_user(u32 slot, struct unwind_proc *p, struct tas
 		/* The thread's Python frames: its thread state is found by its
 		 * thread pointer (another task's, from the sleepable iterator,
 		 * is read from its memory). */
-		c.py = bpf_map_lookup_elem(&py_procs, &u->tgid);
-		if (c.py && remote)
-			u->py_frame = py_frame_at(c.py, py_tstate(c.py, task, BPF_CORE_READ(task, pid), true), task, true);
-		else if (c.py)
-			u->py_frame = py_frame_of(c.py, py_tstate(c.py, bpf_get_current_task_btf(), (u32)bpf_get_current_pid_tgid(), false));
+		struct py_proc *pp = bpf_map_lookup_elem(&py_procs, &u->tgid);
+		if (pp && remote)
+			u->interp_frame = py_frame_at(pp, py_tstate(pp, task, BPF_CORE_READ(task, pid), true), task, true);
+		else if (pp)
+			u->interp_frame = py_frame_of(pp, py_tstate(pp, bpf_get_current_task_btf(), (u32)bpf_get_current_pid_tgid(), false));
+		u->interp_py = pp != 0;
+	}
+	if (p && ruby_active && !u->interp_py) {
+		/* The thread's Ruby frames, from its execution context. */
+		struct ruby_proc *rp = bpf_map_lookup_elem(&ruby_procs, &u->tgid);
+		if (rp && remote)
+			u->interp_frame = ruby_cfp(rp, ruby_ec(rp, task, true, c.fr), &u->interp_end, task, true, c.fr);
+		else if (rp)
+			u->interp_frame = ruby_walk_start(rp, &u->interp_end, bpf_get_current_task_btf(), c.fr);
+		u->interp_rb = rp != 0;
 	}
 	if (remote)
 		bpf_loop(PERF_MAX_STACK_DEPTH, unwind_step_remote, &c, 0);

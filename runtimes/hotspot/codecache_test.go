@@ -49,7 +49,7 @@ func TestCodeCacheOfUnmodifiedJVM(t *testing.T) {
 	for ver, dir := range testenv.JDKHomes(t) {
 		t.Run("jdk"+ver, func(t *testing.T) {
 			tmp := t.TempDir()
-			if out, err := exec.Command(filepath.Join(dir, "bin", "javac"), "-d", tmp, "../testdata/jvm/Contend.java").CombinedOutput(); err != nil {
+			if out, err := exec.Command(filepath.Join(dir, "bin", "javac"), "-d", tmp, "../../collector/testdata/jvm/Contend.java").CombinedOutput(); err != nil {
 				t.Fatalf("javac: %v\n%s", err, out)
 			}
 			cmd := exec.Command(filepath.Join(dir, "bin", "java"), "-cp", tmp, "Contend", "20000")

@@ -23,10 +23,10 @@ func javacLoop(t testing.TB, secs, minCompiled int) (*exec.Cmd, *VM) {
 	t.Helper()
 	dir := testenv.JDKHomes(t)["17"]
 	tmp := t.TempDir()
-	if out, err := exec.Command(filepath.Join(dir, "bin", "javac"), "-d", tmp, "../testdata/jvm/JavacLoop.java").CombinedOutput(); err != nil {
+	if out, err := exec.Command(filepath.Join(dir, "bin", "javac"), "-d", tmp, "../../collector/testdata/jvm/JavacLoop.java").CombinedOutput(); err != nil {
 		t.Fatalf("javac: %v\n%s", err, out)
 	}
-	cmd := exec.Command(filepath.Join(dir, "bin", "java"), "-cp", tmp, "JavacLoop", "../testdata/jvm/Contend.java", tmp, fmt.Sprint(secs))
+	cmd := exec.Command(filepath.Join(dir, "bin", "java"), "-cp", tmp, "JavacLoop", "../../collector/testdata/jvm/Contend.java", tmp, fmt.Sprint(secs))
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func threadCPU() time.Duration {
 // in a loop, at 4,000 compiled methods or more (OFFCPU_JVM_COMPILED=N for
 // another floor). As root or the JVM's user:
 //
-//	go test -run XXX -bench CodeCacheWalk -benchtime 10x ./collector/hotspot
+//	go test -run XXX -bench CodeCacheWalk -benchtime 10x ./runtimes/hotspot
 //
 // The cost is per page touched rather than per byte: a remote read pins
 // each page (access_remote_vm, as process_vm_readv does), and the blocks

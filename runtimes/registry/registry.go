@@ -8,6 +8,7 @@ import (
 	"github.com/offcpu/offcpu/runtimes"
 	"github.com/offcpu/offcpu/runtimes/cpython"
 	"github.com/offcpu/offcpu/runtimes/hotspot"
+	"github.com/offcpu/offcpu/runtimes/ruby"
 	v8 "github.com/offcpu/offcpu/runtimes/v8"
 )
 
@@ -16,6 +17,7 @@ var All = []runtimes.Runtime{
 	{Info: hotspot.Info, New: hotspot.New},
 	{Info: cpython.Info, New: cpython.New},
 	{Info: v8.Info, New: v8.New},
+	{Info: ruby.Info, New: ruby.New},
 }
 
 // ByKind is the runtime whose stack entries carry tag k (bpf.Frame*).

@@ -1,0 +1,227 @@
+package collector
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/schema"
+)
+
+// rubyFrames are a sample's Ruby frames (mapping [ruby]), innermost
+// first.
+func rubyFrames(smp *profile.Sample) []string {
+	var out []string
+	for _, l := range smp.Location {
+		if l.Mapping == nil || l.Mapping.File != "[ruby]" {
+			continue
+		}
+		for _, ln := range l.Line {
+			out = append(out, ln.Function.Name)
+		}
+	}
+	return out
+}
+
+// rubyStats is what testdata/ruby/app.ru says of itself (seconds).
+func rubyStats(t *testing.T, port int) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/stats", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	st := map[string]float64{}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// rubyLoad runs clients of each kind of request until stop: kinds to
+// their number of clients; "down" clients open a connection per request
+// (Puma's server thread accepts, its reactor reads).
+func rubyLoad(t *testing.T, port int, kinds map[string]int, stop <-chan struct{}) {
+	var wg sync.WaitGroup
+	for kind, n := range kinds {
+		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: kind == "down"}}
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/%s", port, kind))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					resp.Body.Close()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+// Debian's Puma serving a Rack app (testdata/ruby/app.ru) whose handlers
+// wait on a Mutex, on a downstream socket and on the GVL, recorded by
+// pid with no flag: the handlers' time off a CPU is under their Ruby
+// frames as their own clocks count it, the Mutex waits agree with the
+// app's clock, a CPU-bound handler's waits are GVL waits, the GVL's
+// holder is named by its Ruby stack, Puma's waits for work are idle, and
+// every thread's totals agree with the kernel's schedstat.
+func TestRubyPuma(t *testing.T) {
+	requireBPF(t)
+	puma := requireServer(t, "puma", "puma")
+	ruby := requireServer(t, "ruby", "ruby")
+	dport, port := freePort(t), freePort(t)
+	down := exec.Command(ruby, "testdata/ruby/downstream.rb", fmt.Sprint(dport))
+	if err := down.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { down.Process.Kill(); down.Wait() }()
+	waitListening(t, dport)
+	cmd := exec.Command(puma, "-t", "8:8", "-b", fmt.Sprintf("tcp://127.0.0.1:%d", port), "testdata/ruby/app.ru")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("DOWNSTREAM_PORT=%d", dport))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	waitListening(t, port)
+	before := rubyStats(t, port)
+	var after map[string]float64
+	p := checkAgainstSchedstat(t, []int{cmd.Process.Pid}, func(stop <-chan struct{}) {
+		rubyLoad(t, port, map[string]int{"cpu": 3, "lock": 2, "down": 1}, stop) // fewer than the pool's threads
+		after = rubyStats(t, port)
+	})
+	app := func(k string) time.Duration { return time.Duration((after[k] - before[k]) * 1e9) }
+
+	handlers := map[string]string{"lock": "lock_handler", "down": "downstream_handler", "cpu": "cpu_handler"}
+	under := map[string]int64{}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	threads := map[string]bool{}
+	for _, e := range tasks {
+		threads[e.Name()] = true
+	}
+	var lockWait, cpuOff, cpuGVL, gvl, gvlNamed, gvlByCPU int64
+	for _, smp := range p.Sample {
+		off := smp.Value[0]
+		fs := rubyFrames(smp)
+		for kind, fn := range handlers {
+			if slices.Contains(fs, fn) {
+				under[kind] += off
+			}
+		}
+		gil := len(smp.Label[schema.LabelGIL]) > 0
+		// The time to lock: under lock_handler, before its block runs.
+		if slices.Contains(fs, "block in lock_handler") && !slices.Contains(fs, "block (2 levels) in lock_handler") {
+			lockWait += off
+		}
+		runq := len(smp.Label["state"]) > 0 && smp.Label["state"][0] == "preempted"
+		if slices.Contains(fs, "cpu_handler") && !runq {
+			cpuOff += off
+			if gil {
+				cpuGVL += off
+			}
+		}
+		if gil {
+			gvl += off
+			holder := smp.NumLabel[schema.LabelGILHolderTID]
+			stack := strings.Join(smp.Label[schema.LabelGILHolderStack], ";")
+			if len(holder) == 1 && threads[fmt.Sprint(holder[0])] && stack != "" {
+				gvlNamed += off
+			}
+			if strings.Contains(stack, "cpu_handler") {
+				gvlByCPU += off
+			}
+		}
+	}
+	for kind := range handlers {
+		t.Logf("%s handler: off-CPU %v under its frame, %v by its own clock", kind, time.Duration(under[kind]), app("off_"+kind))
+		if own := app("off_" + kind); own < 50*time.Millisecond || float64(under[kind]) < 0.95*float64(own) {
+			t.Errorf("%s handler: %v off-CPU under its Ruby frame, want at least 95%% of the %v its clock counts", kind, time.Duration(under[kind]), own)
+		}
+	}
+	own := app("lock_wait")
+	t.Logf("Mutex waits: %v recorded, %v by the app's clock", time.Duration(lockWait), own)
+	if d := time.Duration(lockWait) - own; own < 50*time.Millisecond || d < -own/20 || d > own/20 {
+		t.Errorf("Mutex waits %v recorded, %v by the app's clock: want within 5%%", time.Duration(lockWait), own)
+	}
+	t.Logf("CPU-bound handler: %v blocked, %.1f%% GVL waits; GVL waits %v, %.1f%% with the holder named (a thread of Puma's and its Ruby stack), %.1f%% held by a CPU-bound handler as they began",
+		time.Duration(cpuOff), 100*float64(cpuGVL)/float64(max(cpuOff, 1)), time.Duration(gvl), 100*float64(gvlNamed)/float64(max(gvl, 1)), 100*float64(gvlByCPU)/float64(max(gvl, 1)))
+	if cpuOff == 0 || float64(cpuGVL) < 0.9*float64(cpuOff) {
+		t.Errorf("the CPU-bound handler's waits: %.1f%% GVL waits, want at least 90%%", 100*float64(cpuGVL)/float64(max(cpuOff, 1)))
+	}
+	if gvl == 0 || float64(gvlNamed) < 0.8*float64(gvl) {
+		t.Errorf("GVL waits: %.1f%% name their holder, a thread of Puma's, with its Ruby stack; want at least 80%%", 100*float64(gvlNamed)/float64(max(gvl, 1)))
+	}
+	rubyIdle(t, p)
+}
+
+// rubyIdle checks that Puma's waits for work are idle by the default
+// rules: its pool threads' waits for a request (puma/thread_pool.rb:
+// not_empty.wait inside mutex.synchronize in spawn_thread), its server
+// thread's for connections (puma/server.rb: IO.select in handle_servers)
+// and its reactor's waits (other than GVL waits, in each).
+func rubyIdle(t *testing.T, p *profile.Profile) {
+	t.Helper()
+	rules, err := analysis.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := loadRecorded(t, p)
+	analysis.Analyze(d, rules, analysis.Options{})
+	all, idle := map[string]int64{}, map[string]int64{}
+	for i := range d.Stacks {
+		st := &d.Stacks[i]
+		if st.Kind != schema.KindOffCPU || st.WaitsForCPU() || st.Sample == nil || st.Reason == schema.ReasonGIL {
+			continue
+		}
+		inner := ""
+		for _, f := range rubyFrames(st.Sample) {
+			if f != "[ruby C method]" {
+				inner = f
+				break
+			}
+		}
+		var group string
+		switch {
+		case strings.HasPrefix(st.Thread, "puma srv tp") && inner == "block (2 levels) in spawn_thread":
+			group = "pool"
+		case st.Thread == "puma srv" && inner == "handle_servers":
+			group = "puma srv"
+		case st.Thread == "puma reactor":
+			group = st.Thread
+		default:
+			continue
+		}
+		all[group] += st.Value
+		if rules.IsIdle(rules.Categorize(st)[0]) {
+			idle[group] += st.Value
+		}
+	}
+	for _, g := range []string{"pool", "puma reactor", "puma srv"} {
+		t.Logf("%s: waits %v, %.1f%% idle", g, time.Duration(all[g]), 100*float64(idle[g])/float64(max(all[g], 1)))
+		if all[g] == 0 || float64(idle[g]) < 0.9*float64(all[g]) {
+			t.Errorf("%s: %.1f%% of %v idle, want at least 90%%", g, 100*float64(idle[g])/float64(max(all[g], 1)), time.Duration(all[g]))
+		}
+	}
+}
