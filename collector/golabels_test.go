@@ -15,6 +15,7 @@ import (
 
 	"github.com/offcpu/offcpu/analysis"
 	"github.com/offcpu/offcpu/internal/testenv"
+	"github.com/offcpu/offcpu/runtimes/golang"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -174,7 +175,7 @@ func addThreadless(bySpan map[string]*spanSum, byRoute map[string]int64, routeOf
 	for _, smp := range gp.Sample {
 		l := schema.ProgramLabels(smp)
 		reason := smp.Label[schema.LabelReason][0]
-		if l["span_id"] == "" || (reason != GoReasonRunnable && reason != "preempted") {
+		if l["span_id"] == "" || (reason != golang.ReasonRunnable && reason != "preempted") {
 			continue
 		}
 		v := bySpan[l["span_id"]]

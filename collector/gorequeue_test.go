@@ -12,6 +12,7 @@ import (
 
 	"github.com/offcpu/offcpu/analysis"
 	"github.com/offcpu/offcpu/internal/testenv"
+	"github.com/offcpu/offcpu/runtimes/golang"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -70,7 +71,7 @@ func checkRequeues(t *testing.T, s *Session, tr string) {
 	// Analyzed, it is waiting for a CPU, none of it blocked.
 	d := loadRecorded(t, gp)
 	for i := range d.Stacks {
-		if st := &d.Stacks[i]; st.Reason == GoReasonRunnable && !st.WaitsForCPU() {
+		if st := &d.Stacks[i]; st.Reason == golang.ReasonRunnable && !st.WaitsForCPU() {
 			t.Errorf("a runnable wait analyzed as blocked: %v in state %q", time.Duration(st.Value), st.State)
 		}
 	}
@@ -119,7 +120,7 @@ func offcpuRequeues(p *profile.Profile) (runq map[int64]int64, fnOf map[int64]st
 				}
 			}
 		}
-		if s.Label[schema.LabelReason][0] == GoReasonRunnable {
+		if s.Label[schema.LabelReason][0] == golang.ReasonRunnable {
 			runq[goid] += s.Value[1]
 		}
 	}

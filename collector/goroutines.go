@@ -17,6 +17,7 @@ import (
 	"github.com/offcpu/offcpu/bpf"
 	"github.com/offcpu/offcpu/collector/symbolize"
 	"github.com/offcpu/offcpu/collector/symtab"
+	"github.com/offcpu/offcpu/runtimes/golang"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -29,7 +30,7 @@ type goRecorder struct {
 
 	mu    sync.Mutex
 	links map[uint32][]link.Link // by process
-	procs map[uint32]*goRuntime
+	procs map[uint32]*golang.Runtime
 	stats GoroutineStats
 
 	// stream: every wait in order (Options.Stream); nil without. open:
@@ -110,7 +111,7 @@ func newGoRecorder(o Options) (*goRecorder, error) {
 	if err := spec.Variables[bpf.GoroutinesVarGoWantStream].Set(o.Stream); err != nil {
 		return nil, fmt.Errorf("setting %s: %w", bpf.GoroutinesVarGoWantStream, err)
 	}
-	r := &goRecorder{links: map[uint32][]link.Link{}, procs: map[uint32]*goRuntime{},
+	r := &goRecorder{links: map[uint32][]link.Link{}, procs: map[uint32]*golang.Runtime{},
 		labels: map[bpf.GoroutinesGoLinkKey]goLabels{}, linkUse: map[bpf.GoroutinesGoLinkKey]int{}, stopMove: make(chan struct{})}
 	if err := spec.LoadAndAssign(&r.objs, nil); err != nil {
 		return nil, fmt.Errorf("loading the goroutine probe: %w", err)
@@ -193,8 +194,8 @@ func decodeLabels(v *bpf.GoroutinesGoLinkVal) goLabels {
 // left alone, and a Go one that cannot be read is named in the stats.
 func (r *goRecorder) add(pid uint32) {
 	exe := fmt.Sprintf("/proc/%d/exe", pid)
-	rt, err := readGoRuntime(exe)
-	if errors.Is(err, errNotGo) {
+	rt, err := golang.ReadRuntime(exe)
+	if errors.Is(err, golang.ErrNotGo) {
 		return
 	}
 	r.mu.Lock()
@@ -209,12 +210,12 @@ func (r *goRecorder) add(pid uint32) {
 		r.stats.Skipped = append(r.stats.Skipped, fmt.Sprintf("process %d: %v", pid, err))
 		return
 	}
-	off := rt.offsets
+	off := rt.Offsets
 	off.Preempted = 0xff
-	if i := slices.Index(rt.reasons, "preempted"); i >= 0 {
+	if i := slices.Index(rt.Reasons, "preempted"); i >= 0 {
 		off.Preempted = uint32(i) // a goroutine the GC suspended (preemptPark)
 	}
-	if off.GcCycles = rt.gcCyclesIn(pid); off.GcCycles == 0 && off.Labels != 0 {
+	if off.GcCycles = rt.GCCyclesIn(pid); off.GcCycles == 0 && off.Labels != 0 {
 		r.stats.IDsByAddress++
 	}
 	off.ProbedNs = monotonicNow() // the probe traps from here on
@@ -230,18 +231,18 @@ func (r *goRecorder) add(pid uint32) {
 // alone: other processes that run it (the recorder itself, when it
 // records its own workload) do not trap. Without preemptPark (not found),
 // the GC's suspensions are not followed.
-func (r *goRecorder) attach(pid uint32, exe string, rt *goRuntime) error {
+func (r *goRecorder) attach(pid uint32, exe string, rt *golang.Runtime) error {
 	ex, err := link.OpenExecutable(exe)
 	if err != nil {
 		return err
 	}
-	l, err := ex.Uprobe("runtime.casgstatus", r.objs.GoCasgstatus, &link.UprobeOptions{Address: rt.casgstatus, PID: int(pid)})
+	l, err := ex.Uprobe("runtime.casgstatus", r.objs.GoCasgstatus, &link.UprobeOptions{Address: rt.Casgstatus, PID: int(pid)})
 	if err != nil {
 		return fmt.Errorf("uprobe on runtime.casgstatus: %w", err)
 	}
 	links := []link.Link{l}
-	if rt.preemptPark != 0 {
-		l, err := ex.Uprobe("runtime.preemptPark", r.objs.GoPreemptPark, &link.UprobeOptions{Address: rt.preemptPark, PID: int(pid)})
+	if rt.PreemptPark != 0 {
+		l, err := ex.Uprobe("runtime.preemptPark", r.objs.GoPreemptPark, &link.UprobeOptions{Address: rt.PreemptPark, PID: int(pid)})
 		if err != nil {
 			closeLinks(links)
 			return fmt.Errorf("uprobe on runtime.preemptPark: %w", err)
@@ -501,7 +502,7 @@ func (r *goRecorder) profile(sym *symbolize.Symbolizer, waits []goWait, stacks m
 		}
 		s := &profile.Sample{Location: locs, Value: []int64{int64(w.val.BlockedNs), int64(w.val.RunqNs), int64(w.val.Count), int64(w.val.WakerWaitNs)},
 			Label: map[string][]string{
-				schema.LabelReason:  {r.procs[pid].reason(w.key.Reason)},
+				schema.LabelReason:  {r.procs[pid].Reason(w.key.Reason)},
 				schema.LabelProcess: {processName(&recording{}, pid, sym.Procs)},
 			},
 			NumLabel: map[string][]int64{schema.LabelGoid: {int64(w.key.Goid)}, schema.LabelPID: {int64(pid)},
@@ -635,7 +636,7 @@ func GoReasonClass(reason string) string {
 		return "network"
 	case reason == "sleep":
 		return "sleep"
-	case reason == GoReasonRunnable:
+	case reason == golang.ReasonRunnable:
 		return "runnable"
 	case strings.Contains(strings.ToLower(reason), "gc") || strings.HasPrefix(reason, "garbage collection") ||
 		reason == "wait for GC cycle" || reason == "finalizer wait" || reason == "preempted":

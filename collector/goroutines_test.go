@@ -25,6 +25,7 @@ import (
 
 	"github.com/offcpu/offcpu/analysis"
 	"github.com/offcpu/offcpu/internal/testenv"
+	"github.com/offcpu/offcpu/runtimes/golang"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -42,8 +43,8 @@ func TestGoOffsetsTable(t *testing.T) {
 	for name, gobin := range tools {
 		t.Run(name, func(t *testing.T) { checkTableOffsets(t, gobin) })
 	}
-	if _, err := readGoRuntime("/bin/sh"); err != errNotGo {
-		t.Errorf("/bin/sh: %v, want errNotGo", err)
+	if _, err := golang.ReadRuntime("/bin/sh"); err != golang.ErrNotGo {
+		t.Errorf("/bin/sh: %v, want golang.ErrNotGo", err)
 	}
 }
 
@@ -70,40 +71,40 @@ func checkTableOffsets(t *testing.T, gobin string) {
 			t.Fatalf("%s build: %v\n%s", gobin, err, out)
 		}
 	}
-	a, err := readGoRuntime(withDWARF)
+	a, err := golang.ReadRuntime(withDWARF)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := readGoRuntime(without)
+	b, err := golang.ReadRuntime(without)
 	if err != nil {
 		t.Fatalf("stripped: %v", err)
 	}
-	t.Logf("%s: %+v", a.version, a.offsets)
+	t.Logf("%s: %+v", a.Version, a.Offsets)
 	checkProbeSite(t, withDWARF, a)
 	checkProbeSite(t, without, b)
-	if !a.fromDWARF || b.fromDWARF {
-		t.Fatalf("DWARF read %v for the plain build, %v for the stripped one", a.fromDWARF, b.fromDWARF)
+	if !a.FromDWARF || b.FromDWARF {
+		t.Fatalf("DWARF read %v for the plain build, %v for the stripped one", a.FromDWARF, b.FromDWARF)
 	}
-	if a.offsets != b.offsets {
-		t.Errorf("%s: table %+v, DWARF %+v", a.version, b.offsets, a.offsets)
+	if a.Offsets != b.Offsets {
+		t.Errorf("%s: table %+v, DWARF %+v", a.Version, b.Offsets, a.Offsets)
 	}
 	// runtime.memstats.numgc: from DWARF, from the table with symbols,
 	// not at all stripped.
-	c, err := readGoRuntime(symsOnly)
+	c, err := golang.ReadRuntime(symsOnly)
 	if err != nil {
 		t.Fatalf("without DWARF: %v", err)
 	}
-	offA, offC := a.gcCycles-memstatsAddr(t, withDWARF), c.gcCycles-memstatsAddr(t, symsOnly)
+	offA, offC := a.GCCycles-memstatsAddr(t, withDWARF), c.GCCycles-memstatsAddr(t, symsOnly)
 	t.Logf("runtime.memstats.numgc at +%d (DWARF), +%d (table)", offA, offC)
-	if a.gcCycles == 0 || c.gcCycles == 0 || offA != offC || b.gcCycles != 0 {
-		t.Errorf("runtime.memstats.numgc at %#x (DWARF), %#x (table and symbols), %#x (stripped; want 0)", a.gcCycles, c.gcCycles, b.gcCycles)
+	if a.GCCycles == 0 || c.GCCycles == 0 || offA != offC || b.GCCycles != 0 {
+		t.Errorf("runtime.memstats.numgc at %#x (DWARF), %#x (table and symbols), %#x (stripped; want 0)", a.GCCycles, c.GCCycles, b.GCCycles)
 	}
-	if a.casgstatus == 0 || a.casgstatus != b.casgstatus {
-		t.Errorf("runtime.casgstatus at %#x (symbols), %#x (pclntab)", a.casgstatus, b.casgstatus)
+	if a.Casgstatus == 0 || a.Casgstatus != b.Casgstatus {
+		t.Errorf("runtime.casgstatus at %#x (symbols), %#x (pclntab)", a.Casgstatus, b.Casgstatus)
 	}
-	for _, rt := range []*goRuntime{a, b} {
-		if len(rt.reasons) < 20 || rt.reasons[2] != "IO wait" || !slices.Contains(rt.reasons, "chan receive") {
-			t.Errorf("wait reasons %q", rt.reasons)
+	for _, rt := range []*golang.Runtime{a, b} {
+		if len(rt.Reasons) < 20 || rt.Reasons[2] != "IO wait" || !slices.Contains(rt.Reasons, "chan receive") {
+			t.Errorf("wait reasons %q", rt.Reasons)
 		}
 	}
 }
@@ -397,7 +398,7 @@ func checkGoroutineVerdicts(t *testing.T, gp *profile.Profile) {
 func offcpuWakers(p *profile.Profile) map[[2]int64]int64 {
 	out := map[[2]int64]int64{}
 	for _, s := range p.Sample {
-		if s.Label[schema.LabelReason][0] == GoReasonRunnable {
+		if s.Label[schema.LabelReason][0] == golang.ReasonRunnable {
 			continue // no wake-up: a wait for a P alone
 		}
 		out[[2]int64{s.NumLabel[schema.LabelGoid][0], s.NumLabel[schema.LabelWakerGoid][0]}] += s.Value[2]

@@ -1,7 +1,6 @@
 package collector
 
 import (
-	"context"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -23,6 +22,7 @@ import (
 	"golang.org/x/exp/trace"
 
 	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/runtimes/golang"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -341,7 +341,7 @@ func checkServerRequeues(t *testing.T, gp *profile.Profile, truth *windowWaits) 
 		if iv := smp.Label[schema.LabelInterval]; len(iv) > 0 && iv[0] == "before-start" {
 			continue
 		}
-		if smp.Label[schema.LabelReason][0] == GoReasonRunnable {
+		if smp.Label[schema.LabelReason][0] == golang.ReasonRunnable {
 			got, n = got+smp.Value[1], n+smp.Value[2]
 		}
 	}
@@ -477,29 +477,6 @@ func fetchTrace(url, path string) <-chan error {
 		done <- err
 	}()
 	return done
-}
-
-// recordInsideTrace asks traceURL for an execution trace and records for
-// dur with o inside it; it returns the session, the trace's file and when
-// the trace was asked for (CLOCK_MONOTONIC).
-func recordInsideTrace(t *testing.T, traceURL string, o Options, dur time.Duration) (*Session, string, uint64) {
-	t.Helper()
-	tr := filepath.Join(t.TempDir(), "server.trace")
-	asked := monotonicNow()
-	traced := fetchTrace(traceURL, tr)
-	time.Sleep(300 * time.Millisecond)
-	s, err := Start(context.Background(), o)
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	time.Sleep(dur)
-	if _, err := s.Stop(); err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	if err := <-traced; err != nil {
-		t.Fatalf("the execution trace: %v", err)
-	}
-	return s, tr, asked
 }
 
 func recordWithTrace(t *testing.T, pid int, traceURL string) (*Session, *windowWaits) {

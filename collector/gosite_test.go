@@ -4,6 +4,8 @@ import (
 	"encoding/hex"
 	"os"
 	"testing"
+
+	"github.com/offcpu/offcpu/runtimes/golang"
 )
 
 func TestCasgstatusSite(t *testing.T) {
@@ -31,7 +33,7 @@ func TestCasgstatusSite(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		off, framed := probeSite(code)
+		off, framed := golang.ProbeSite(code)
 		if off != c.off || framed != c.framed {
 			t.Errorf("%s: site %#x framed %v, want %#x %v", c.name, off, framed, c.off, c.framed)
 		}
@@ -40,7 +42,7 @@ func TestCasgstatusSite(t *testing.T) {
 
 // checkProbeSite: the probe on exe's casgstatus is on an instruction the
 // kernel emulates, past the frame's set-up, for the Go releases tested.
-func checkProbeSite(t *testing.T, exe string, rt *goRuntime) {
+func checkProbeSite(t *testing.T, exe string, rt *golang.Runtime) {
 	t.Helper()
 	f, err := os.Open(exe)
 	if err != nil {
@@ -48,10 +50,10 @@ func checkProbeSite(t *testing.T, exe string, rt *goRuntime) {
 	}
 	defer f.Close()
 	b := make([]byte, 2)
-	if _, err := f.ReadAt(b, int64(rt.casgstatus)); err != nil {
+	if _, err := f.ReadAt(b, int64(rt.Casgstatus)); err != nil {
 		t.Fatal(err)
 	}
-	if !emulatedByUprobes(b) || rt.offsets.Framed != 1 {
-		t.Errorf("%s (%s): the probe is on % x, framed %d: a single-stepped instruction", exe, rt.version, b, rt.offsets.Framed)
+	if !golang.EmulatedByUprobes(b) || rt.Offsets.Framed != 1 {
+		t.Errorf("%s (%s): the probe is on % x, framed %d: a single-stepped instruction", exe, rt.Version, b, rt.Offsets.Framed)
 	}
 }

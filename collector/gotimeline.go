@@ -4,6 +4,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/runtimes/golang"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -69,11 +70,11 @@ func (r *goRecorder) timelineData(final bool, stacks map[uint64][]uint64) *goTim
 		v, overflow = r.stream.kept()
 	}
 	return &goTimeline{waits: v, stacks: stacks, labels: r.labelMap, lost: r.statsCopy().StreamLost + overflow,
-		reason: func(tgid uint32, reason uint16) string { return r.runtime(tgid).reason(reason) }}
+		reason: func(tgid uint32, reason uint16) string { return r.runtime(tgid).Reason(reason) }}
 }
 
 // runtime is a process's runtime (nil: not known).
-func (r *goRecorder) runtime(pid uint32) *goRuntime {
+func (r *goRecorder) runtime(pid uint32) *golang.Runtime {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.procs[pid]

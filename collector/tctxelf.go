@@ -9,6 +9,7 @@ import (
 	"io"
 
 	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/runtimes/golang"
 )
 
 // OpenTelemetry thread context (OTEP 4947): how a file that defines
@@ -85,19 +86,8 @@ func readTctxFile(ef *elf.File) (*tctxFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	f.load = firstLoad(ef)
+	f.load = golang.FirstLoad(ef)
 	return f, nil
-}
-
-// firstLoad: the page of ef's first loadable segment, where a mapping at
-// file offset 0 starts.
-func firstLoad(ef *elf.File) uint64 {
-	for _, p := range ef.Progs {
-		if p.Type == elf.PT_LOAD {
-			return p.Vaddr &^ 0xfff
-		}
-	}
-	return 0
 }
 
 // tctxAccess: how symbol idx (otel_thread_ctx_v1) of ef is reached.
@@ -201,21 +191,21 @@ func goTctxFile(r io.ReaderAt, ef *elf.File) (*tctxFile, error) {
 	}
 	// The table first: a machine-wide recording looks at every Go program,
 	// and DWARF's sections are read whole (tens of MB for a large one).
-	layout := goLabelLayout(bi.GoVersion)
-	off, ok := goOffsetTable[goMinor(bi.GoVersion)]
+	layout := golang.LabelLayout(bi.GoVersion)
+	off, ok := golang.OffsetTable[golang.Minor(bi.GoVersion)]
 	var numgc uint64
 	if !ok || off.Labels == 0 {
-		off, numgc, ok = goOffsetsDWARF(ef)
+		off, numgc, ok = golang.OffsetsDWARF(ef)
 	}
 	if !ok || off.Labels == 0 || off.Labels > 0xffff || layout == bpf.GoLabelsNone {
-		return nil, fmt.Errorf("Go labels: g.labels' offset not known for %s without DWARF (known: go1.19, go1.26, or any release built with DWARF)", bi.GoVersion)
+		return nil, fmt.Errorf("pprof labels: g.labels' offset not known for %s without DWARF (known: go1.19, go1.26, or any release built with DWARF)", bi.GoVersion)
 	}
 	g, err := goTLSOffset(ef)
 	if err != nil {
 		return nil, err
 	}
-	return &tctxFile{access: tlsGo, offset: g, load: firstLoad(ef), goLabels: uint16(off.Labels), goLayout: uint8(layout),
-		goGC: goGCCycles(ef, bi.GoVersion, numgc), goM: uint16(off.M), goCurg: uint16(off.M_curg)}, nil
+	return &tctxFile{access: tlsGo, offset: g, load: golang.FirstLoad(ef), goLabels: uint16(off.Labels), goLayout: uint8(layout),
+		goGC: golang.GCCycles(ef, bi.GoVersion, numgc), goM: uint16(off.M), goCurg: uint16(off.M_curg)}, nil
 }
 
 // goTLSOffset: where a Go thread's current g is, from the thread pointer
@@ -239,7 +229,7 @@ func goTLSOffset(ef *elf.File) (int64, error) {
 	if size == 8 { // runtime.tlsg alone
 		return -8, nil
 	}
-	return 0, fmt.Errorf("Go labels: runtime.tlsg not found (stripped) in a TLS block of %d bytes", tls.Memsz)
+	return 0, fmt.Errorf("pprof labels: runtime.tlsg not found (stripped) in a TLS block of %d bytes", tls.Memsz)
 }
 
 func tlsSegment(ef *elf.File) *elf.Prog {
