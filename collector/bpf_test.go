@@ -1,140 +1,19 @@
 package collector
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/pprof/profile"
 
-	"github.com/offcpu/offcpu/internal/testenv"
-	"github.com/offcpu/offcpu/runtimes"
 	"github.com/offcpu/offcpu/schema"
 )
-
-var requireBPF = testenv.RequireRoot
-
-var (
-	workloadOnce sync.Once
-	workloadBin  string
-)
-
-// buildWorkload builds the Go workload once for the package's tests.
-func buildWorkload(t *testing.T) string {
-	t.Helper()
-	workloadOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "offcpu-workload")
-		if err != nil {
-			t.Fatal(err)
-		}
-		bin := filepath.Join(dir, "workload")
-		runBuild(t, "go", "build", "-o", bin, "./testdata/workload")
-		workloadBin = bin
-	})
-	if workloadBin == "" {
-		t.Fatal("building the workload failed in an earlier test")
-	}
-	return workloadBin
-}
-
-// The wake-up and offwake profiles of the last runWorkload.
-var lastWakeups, lastOffwake *profile.Profile
-
-type wlResult struct {
-	Thread  string `json:"thread"`
-	TID     int    `json:"tid"`
-	Blocked int64  `json:"blocked_ns"`
-}
-
-// runWorkload records the workload started under the session.
-func runWorkload(t *testing.T, opts Options, args ...string) (*profile.Profile, []wlResult, Stats) {
-	t.Helper()
-	cmd := exec.Command(buildWorkload(t), args...)
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = os.Stderr
-	p, s := recordCommand(t, opts, cmd)
-	lastWakeups, lastOffwake = s.Profiles().Wakeups, s.Profiles().Offwake
-	var res []wlResult
-	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
-		t.Fatalf("workload output %q: %v", out.String(), err)
-	}
-	return p, res, s.Stats()
-}
-
-// startReady starts cmd and returns once it has printed its first line
-// (it is ready); it is killed when the test ends.
-func startReady(t *testing.T, cmd *exec.Cmd) *exec.Cmd {
-	t.Helper()
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
-		t.Fatalf("%s did not start: %v", filepath.Base(cmd.Path), err)
-	}
-	return cmd
-}
-
-// recordCommand records cmd, started under a new session, until it exits;
-// with byPID the command is started first and recorded by pid (-p)
-// 100 ms later.
-// recordCommand records cmd as a started command, or with byPID[0] by
-// its pid once it runs; with byPID[1] too, cmd is sent SIGUSR1 once the
-// recorder is attached.
-func recordCommand(t *testing.T, opts Options, cmd *exec.Cmd, byPID ...bool) (*profile.Profile, *Session) {
-	t.Helper()
-	var s *Session
-	var err error
-	if len(byPID) > 0 && byPID[0] {
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(100 * time.Millisecond) // let it come up
-		opts.PIDs = []int{cmd.Process.Pid}
-		if s, err = Start(context.Background(), opts); err != nil {
-			cmd.Process.Kill()
-			t.Fatalf("Start: %v", err)
-		}
-		if len(byPID) > 1 && byPID[1] {
-			// It waits for this to start its timed work, so a slow
-			// attach (a loaded machine, -race) misses none of it.
-			cmd.Process.Signal(syscall.SIGUSR1)
-		}
-	} else {
-		opts.TargetsOnly = true
-		if s, err = Start(context.Background(), opts); err != nil {
-			t.Fatalf("Start: %v", err)
-		}
-		if err := s.StartCommand(cmd); err != nil {
-			s.Stop()
-			t.Fatalf("StartCommand: %v", err)
-		}
-	}
-	if err := cmd.Wait(); err != nil {
-		s.Stop()
-		t.Fatalf("%s: %v", filepath.Base(cmd.Path), err)
-	}
-	p, err := s.Stop()
-	if err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	return p, s
-}
 
 func stackHas(s *profile.Sample, names ...string) bool {
 	found := 0
@@ -363,13 +242,13 @@ func wakeupsOf(p *profile.Profile, tid int64, class string) (n int64, samples []
 func TestWakeups(t *testing.T) {
 	requireBPF(t)
 	const n = 100
-	_, res, st := runWorkload(t, Options{}, "-mode", "wake", "-rounds", "100")
+	_, res, s := runWorkloadSession(t, Options{}, "-mode", "wake", "-rounds", "100")
+	st := s.Stats()
 	tids := map[string]int64{}
 	for _, r := range res {
 		tids[r.Thread] = int64(r.TID)
 	}
-	// runWorkload returns the off-CPU profile; the session kept the others.
-	wp, off := lastWakeups, lastOffwake
+	wp, off := s.Profiles().Wakeups, s.Profiles().Offwake
 	if wp == nil || off == nil {
 		t.Fatal("no wake-up or offwake profile")
 	}
@@ -466,16 +345,17 @@ func checkEventfdWakeups(t *testing.T, wp *profile.Profile, loop int64, n int64)
 func TestTracepointWakeupsOfCommand(t *testing.T) {
 	requireBPF(t)
 	const n = 100
-	_, res, st := runWorkload(t, Options{ForceTracepoint: true}, "-mode", "wake", "-rounds", "100")
-	if st.Attach != "tracepoint" {
+	_, res, s := runWorkloadSession(t, Options{ForceTracepoint: true}, "-mode", "wake", "-rounds", "100")
+	if st := s.Stats(); st.Attach != "tracepoint" {
 		t.Fatalf("attach = %s, want tracepoint", st.Attach)
 	}
-	if lastWakeups == nil {
+	wp := s.Profiles().Wakeups
+	if wp == nil {
 		t.Fatal("no wake-up profile")
 	}
 	for _, r := range res {
 		if r.Thread == "wl-loop" {
-			checkEventfdWakeups(t, lastWakeups, int64(r.TID), n)
+			checkEventfdWakeups(t, wp, int64(r.TID), n)
 			return
 		}
 	}
@@ -688,14 +568,4 @@ func BenchmarkStartStop(b *testing.B) {
 			}
 		})
 	}
-}
-
-// runtimeStats is the figures of the runtime called name (zero: none met).
-func runtimeStats(st Stats, name string) runtimes.Stats {
-	for _, r := range st.Runtimes {
-		if r.Runtime == name {
-			return r
-		}
-	}
-	return runtimes.Stats{}
 }

@@ -94,7 +94,7 @@ func buildBlocker(t testing.TB, flags ...string) string {
 
 // blockedChains records the blocker and returns, per thread kind, the
 // off-CPU time under the whole chain and in all.
-func recordBlocker(t *testing.T, bin string, opts Options, byPID bool) (whole, all map[string]int64, _ *profile.Profile, _ Stats) {
+func recordBlocker(t *testing.T, bin string, opts Options, byPID bool) (whole, all map[string]int64, _ *profile.Profile, _ *Session) {
 	t.Helper()
 	cmd := exec.Command(bin, "1500")
 	if byPID {
@@ -102,7 +102,6 @@ func recordBlocker(t *testing.T, bin string, opts Options, byPID bool) (whole, a
 	}
 	cmd.Stderr = os.Stderr
 	p, s := recordCommand(t, opts, cmd, byPID, byPID)
-	lastWakeups = s.Profiles().Wakeups
 	whole, all = map[string]int64{}, map[string]int64{}
 	for _, smp := range p.Sample {
 		funcs := userFuncs(smp)
@@ -115,7 +114,7 @@ func recordBlocker(t *testing.T, bin string, opts Options, byPID bool) (whole, a
 			}
 		}
 	}
-	return whole, all, p, s.Stats()
+	return whole, all, p, s
 }
 
 func containsFunc(funcs []string, name string) bool {
@@ -145,7 +144,8 @@ func TestUnwindWithoutFramePointers(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bin := buildBlocker(t, tc.flags...)
-			whole, all, p, st := recordBlocker(t, bin, Options{NoWakeups: true, ForceTracepoint: tc.tp}, tc.byPID)
+			whole, all, p, s := recordBlocker(t, bin, Options{NoWakeups: true, ForceTracepoint: tc.tp}, tc.byPID)
+			st := s.Stats()
 			if want := map[bool]string{true: "tracepoint", false: "tp_btf"}[tc.tp]; st.Attach != want {
 				t.Fatalf("attached with %s, want %s", st.Attach, want)
 			}
@@ -184,8 +184,8 @@ func TestUnwindWithoutFramePointers(t *testing.T) {
 func TestUnwindWakerStacks(t *testing.T) {
 	requireBPF(t)
 	bin := buildBlocker(t, "-fomit-frame-pointer")
-	recordBlocker(t, bin, Options{}, true)
-	wp := lastWakeups
+	_, _, _, s := recordBlocker(t, bin, Options{}, true)
+	wp := s.Profiles().Wakeups
 	if wp == nil {
 		t.Fatal("no wake-up profile")
 	}
@@ -241,7 +241,8 @@ func TestUnwindCPUSamples(t *testing.T) {
 func TestFramePointersOnlyTruncates(t *testing.T) {
 	requireBPF(t)
 	bin := buildBlocker(t, "-fomit-frame-pointer")
-	whole, all, _, st := recordBlocker(t, bin, Options{NoWakeups: true, FramePointersOnly: true}, true)
+	whole, all, _, s := recordBlocker(t, bin, Options{NoWakeups: true, FramePointersOnly: true}, true)
+	st := s.Stats()
 	for kind, chain := range blockerChains {
 		if whole[kind] != 0 {
 			t.Errorf("%s thread: whole chain %v found with frame pointers only (%d of %d ns)", kind, chain, whole[kind], all[kind])

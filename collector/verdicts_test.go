@@ -46,25 +46,6 @@ func verdictShares(t *testing.T, p *profile.Profile) (blocked, idle map[int64]ti
 	return blocked, idle
 }
 
-// loadRecorded reads a recorded profile as analysis reads its file.
-func loadRecorded(t *testing.T, p *profile.Profile) *schema.Data {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "p.pb.gz")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Write(f); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	d, err := analysis.Load(schema.FoldedNanoseconds, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
 // mariaDB is a server started for one test, with its own data directory.
 type mariaDB struct {
 	t      *testing.T
