@@ -82,7 +82,7 @@ func (l *tctxLabels) take() {
 		if g.truncated {
 			l.goTrunc++
 		}
-		l.recs[rk] = tctxRecord{pairs: g.pairs, truncated: g.truncated}
+		l.recs[rk] = tctxRecord(g)
 	})
 }
 

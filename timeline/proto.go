@@ -17,27 +17,32 @@ import "google.golang.org/protobuf/encoding/protowire"
 //	protos/perfetto/trace/track_event/debug_annotation.proto     DebugAnnotation, DebugAnnotationName
 //	protos/perfetto/trace/interned_data/interned_data.proto      InternedData
 //	protos/perfetto/trace/profiling/profile_common.proto         InternedString, Mapping, Frame, Callstack
+//
+// Values of the fields below.
 const (
-	fTracePacket protowire.Number = 1 // Trace.packet
-
-	// TracePacket.
-	fPacketClockSnapshot  protowire.Number = 6
-	fPacketTimestamp      protowire.Number = 8
-	fPacketSequenceID     protowire.Number = 10 // trusted_packet_sequence_id
-	fPacketTrackEvent     protowire.Number = 11
-	fPacketInternedData   protowire.Number = 12
-	fPacketSequenceFlags  protowire.Number = 13
-	fPacketDefaults       protowire.Number = 59 // trace_packet_defaults
-	fPacketTrackDesc      protowire.Number = 60 // track_descriptor
-	fPacketFirstOnSeq     protowire.Number = 87 // first_packet_on_sequence
-	seqIncrementalCleared                  = 1  // SEQ_INCREMENTAL_STATE_CLEARED
-
-	fDefaultsClockID protowire.Number = 58 // TracePacketDefaults.timestamp_clock_id
-	clockMonotonic                    = 3  // BUILTIN_CLOCK_MONOTONIC
+	seqIncrementalCleared = 1 // SEQ_INCREMENTAL_STATE_CLEARED
+	clockMonotonic        = 3 // BUILTIN_CLOCK_MONOTONIC
 	// clockDeltas: a clock of the sequence's own (64..127) whose packet
 	// timestamps are deltas (ClockSnapshot.Clock.is_incremental), as the
 	// Perfetto SDK's TrackEventIncrementalState::kClockIdIncremental.
 	clockDeltas = 64
+)
+
+const (
+	fTracePacket protowire.Number = 1 // Trace.packet
+
+	// TracePacket.
+	fPacketClockSnapshot protowire.Number = 6
+	fPacketTimestamp     protowire.Number = 8
+	fPacketSequenceID    protowire.Number = 10 // trusted_packet_sequence_id
+	fPacketTrackEvent    protowire.Number = 11
+	fPacketInternedData  protowire.Number = 12
+	fPacketSequenceFlags protowire.Number = 13
+	fPacketDefaults      protowire.Number = 59 // trace_packet_defaults
+	fPacketTrackDesc     protowire.Number = 60 // track_descriptor
+	fPacketFirstOnSeq    protowire.Number = 87 // first_packet_on_sequence
+
+	fDefaultsClockID protowire.Number = 58 // TracePacketDefaults.timestamp_clock_id
 
 	// ClockSnapshot, ClockSnapshot.Clock.
 	fSnapshotClocks     protowire.Number = 1

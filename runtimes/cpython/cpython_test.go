@@ -25,9 +25,9 @@ func TestPyModule(t *testing.T) {
 func TestPyLine(t *testing.T) {
 	table := []byte{
 		0x80 | 0<<3 | 1, 5, // short form, 2 code units, line unchanged (10)
-		0x80 | 12<<3 | 0, 1, 9, // one-line form, 1 unit, line +2 (12)
+		0x80 | 12<<3, 1, 9, // one-line form, 1 unit, line +2 (12)
 		0x80 | 13<<3 | 2, 3, // no column, 3 units, line -1 (svarint 3: -1) (11)
-		0x80 | 14<<3 | 0, 8, 0, 1, 1, // long form, 1 unit, line +4 (svarint 8) (15)
+		0x80 | 14<<3, 8, 0, 1, 1, // long form, 1 unit, line +4 (svarint 8) (15)
 		0x80 | 15<<3 | 1, // no location, 2 units
 	}
 	for idx, want := range map[uint64]int64{0: 10, 1: 10, 2: 12, 3: 11, 5: 11, 6: 15, 7: 0, 8: 0, 9: 0} {

@@ -200,8 +200,10 @@ func (d *Dispatcher) readMoreEntriesRequestedTask() {
 	d.Monitor.Exit()
 }
 
-// readMoreEntries is synchronized.
+// readMoreEntries is synchronized: the read older releases made in the
+// same monitor section, kept beside readMoreEntriesAsync for reference.
 //
+//lint:ignore U1000 the older releases' path, as Pulsar had it
 //go:noinline
 func (d *Dispatcher) readMoreEntries() {
 	d.Monitor.Enter()
