@@ -87,8 +87,7 @@ func TestCriticalPathHandoff(t *testing.T) {
 	tl := readTimelineFile(t, tlPath)
 	checkTimelineAgainstProfile(t, tl, readProfileData(t, out))
 	reqs := readHandoff(t, times)
-	checkHandoffPaths(t, tl, reqs)
-	r, withPath := reqs[len(reqs)/2], filepath.Join(dir, "path.pftrace.gz")
+	r, withPath := checkHandoffPaths(t, tl, reqs), filepath.Join(dir, "path.pftrace.gz")
 	js, err := run(t, "analyze", "--critical-path", "--format", "json", "--tid", fmt.Sprint(r.ReqTID),
 		"--from", fmt.Sprint(r.Start), "--to", fmt.Sprint(r.End), "--timeline-out", withPath, tlPath)
 	if err != nil {
@@ -132,9 +131,8 @@ func TestCriticalPathGoHandoff(t *testing.T) {
 	tl := readTimelineFile(t, tlPath)
 	checkGoroutinesAgainstProfile(t, tl, readProfile(t, strings.TrimSuffix(out, ".pb.gz")+".goroutines.pb.gz"))
 	reqs := readHandoff(t, times)
-	checkHandoffPaths(t, tl, reqs)
+	r := checkHandoffPaths(t, tl, reqs)
 	// By its span: the request goroutine's labels name it.
-	r := reqs[len(reqs)/2]
 	js, err := run(t, "analyze", "--critical-path", "--format", "json", "--span", r.SpanID, tlPath)
 	if err != nil {
 		t.Fatalf("analyze --critical-path --span: %v\n%s", err, js)
@@ -201,13 +199,21 @@ func checkSleepFirst(t *testing.T, p pathJSON, r handoffRequest) {
 
 // checkHandoffPaths: 95% of the requests' critical paths agree with the
 // program's clocks.
-func checkHandoffPaths(t *testing.T, tl *schema.Timeline, reqs []handoffRequest) {
+//
+// It returns the agreeing request nearest the middle, for the command's
+// own check: one of the few that disagree (a requester preempted for
+// longer than the backend slept, on an emulated kernel) would test the
+// request, not the command.
+func checkHandoffPaths(t *testing.T, tl *schema.Timeline, reqs []handoffRequest) handoffRequest {
 	t.Helper()
-	good := 0
+	good, mid := 0, -1
 	for i, r := range reqs {
 		why := checkHandoffPath(tl, r)
 		if why == "" {
 			good++
+			if mid < 0 || abs(i-len(reqs)/2) < abs(mid-len(reqs)/2) {
+				mid = i
+			}
 		} else if i < 5 || testing.Verbose() {
 			t.Logf("request %d: %s", i, why)
 		}
@@ -216,7 +222,13 @@ func checkHandoffPaths(t *testing.T, tl *schema.Timeline, reqs []handoffRequest)
 	if good < len(reqs)*95/100 {
 		t.Errorf("%d of %d requests agree, want 95%%", good, len(reqs))
 	}
+	if mid < 0 {
+		t.Fatal("no request's critical path agrees with the program's clocks")
+	}
+	return reqs[mid]
 }
+
+func abs(x int) int { return max(x, -x) }
 
 func checkHandoffPath(tl *schema.Timeline, r handoffRequest) string {
 	p, err := analysis.FollowCriticalPath(tl, r.requester(tl), r.Start, r.End)
