@@ -543,6 +543,10 @@ static __always_inline bool stack_where_of(struct task_struct *t, u32 tgid, u32 
 	 * library's condition variables keep a sequence number there) still
 	 * sleeps at the same place. */
 	at->bp = at->gen ? 0 : regs->bp;
+	/* An interpreter's thread sleeps at the same native place under any
+	 * of its interpreted functions: its registers do not tell where. */
+	if ((py_active && bpf_map_lookup_elem(&py_procs, &tgid)) || (ruby_active && bpf_map_lookup_elem(&ruby_procs, &tgid)))
+		return false;
 	return (s64)at->sysnr >= 0 && at->ip;
 }
 
