@@ -272,7 +272,8 @@ type OffcpuRubyProc struct {
 	ThGvlCond     uint16
 	RactorGvl     uint16
 	GvlLock       uint16
-	Pad           [3]uint16
+	GvlSwitch     uint16
+	Pad           [2]uint16
 }
 
 type OffcpuStackBuf struct {

@@ -185,13 +185,15 @@ static __always_inline bool ruby_gvl_wait(struct task_struct *t, u32 tgid, u32 *
 	u64 g = ractor + rp->ractor_gvl, uaddr = regs->di;
 	u64 node = th + rp->th_gvl_node, cond = th + rp->th_gvl_cond;
 	bool queued = uaddr >= cond && uaddr < cond + 48 && ruby_u64(node, 0, false, fr) != node;
-	if (!queued && uaddr != g + rp->gvl_lock)
+	/* A thread yielding the GVL at its timeslice's end waits until
+	 * another takes it (gvl_yield), then queues for it. */
+	u64 yield = g + rp->gvl_switch;
+	if (!queued && uaddr != g + rp->gvl_lock && (uaddr < yield || uaddr >= yield + 96))
 		return false;
+	/* The owner itself waits for the GVL's mutex when it yields. */
 	u64 owner = ruby_u64(g, 0, false, fr);
-	if (owner == th)
-		return false;
 	*gvl = 1;
-	if (!owner)
+	if (!owner || owner == th)
 		return true;
 	*holder = (u32)ruby_u64(owner + rp->th_tid, 0, false, fr); /* an int, then padding */
 	struct stack_buf *b = bpf_map_lookup_elem(&stack_scratch, &slot);

@@ -29,7 +29,8 @@ struct ruby_proc {
 	u16 th_ractor, th_ec, th_tid, th_gvl_node, th_gvl_cond;
 	u16 ractor_gvl; /* the GVL in its ractor; its owner at offset 0 */
 	u16 gvl_lock;   /* the GVL's mutex, in the GVL */
-	u16 pad[3];
+	u16 gvl_switch; /* its two yield conditions (switch_cond, switch_wait_cond) */
+	u16 pad[2];
 };
 
 /* A Ruby frame seen in a stack (its entry less the position), for user

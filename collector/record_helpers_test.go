@@ -214,7 +214,8 @@ func freePort(t *testing.T) int {
 
 func waitListening(t *testing.T, port int) {
 	t.Helper()
-	for i := 0; i < 100; i++ {
+	// Thirty seconds: an interpreter starting on two busy CPUs is slow.
+	for i := 0; i < 600; i++ {
 		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
 			c.Close()
 			return

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -190,6 +191,7 @@ func rubyIdle(t *testing.T, p *profile.Profile) {
 	d := loadRecorded(t, p)
 	analysis.Analyze(d, rules, analysis.Options{})
 	all, idle := map[string]int64{}, map[string]int64{}
+	worst := map[string][]*analysis.Stack{}
 	for i := range d.Stacks {
 		st := &d.Stacks[i]
 		if st.Kind != schema.KindOffCPU || st.WaitsForCPU() || st.Sample == nil || st.Reason == schema.ReasonGIL {
@@ -216,12 +218,24 @@ func rubyIdle(t *testing.T, p *profile.Profile) {
 		all[group] += st.Value
 		if rules.IsIdle(rules.Categorize(st)[0]) {
 			idle[group] += st.Value
+		} else {
+			worst[group] = append(worst[group], st)
 		}
 	}
 	for _, g := range []string{"pool", "puma reactor", "puma srv"} {
 		t.Logf("%s: waits %v, %.1f%% idle", g, time.Duration(all[g]), 100*float64(idle[g])/float64(max(all[g], 1)))
 		if all[g] == 0 || float64(idle[g]) < 0.9*float64(all[g]) {
 			t.Errorf("%s: %.1f%% of %v idle, want at least 90%%", g, 100*float64(idle[g])/float64(max(all[g], 1)), time.Duration(all[g]))
+			logNotIdle(t, rules, worst[g])
 		}
+	}
+}
+
+// logNotIdle says why the largest waits that should be idle are not.
+func logNotIdle(t *testing.T, rules *analysis.Rules, sts []*analysis.Stack) {
+	slices.SortFunc(sts, func(a, b *analysis.Stack) int { return cmp.Compare(b.Value, a.Value) })
+	for _, st := range sts[:min(len(sts), 5)] {
+		t.Logf("  %v %s, loop %q (%s), woken by %q, in request %v (%s): %s", time.Duration(st.Value),
+			rules.Categorize(st)[0], st.Loop, st.LoopWhy, st.Waker, st.InRequest, st.InRequestWhy, strings.Join(rubyFrames(st.Sample), ";"))
 	}
 }

@@ -30,6 +30,7 @@ type Info struct {
 	FrameType string // the OpenTelemetry profiles frame type: jvm
 	Unread    string // the name of a frame whose function could not be read
 	Prefix    string // its BPF maps' and variables' names start with it
+	Lock      string // its interpreter lock, whose waits are gil-wait: GIL
 	// Modules: its own files (regular expressions on their base names),
 	// whose frames are never the application's (analysis).
 	Modules []string

@@ -14,7 +14,7 @@ import (
 
 // Info: CPython's frames, tagged bpf.FramePython.
 var Info = runtimes.Info{Kind: bpf.FramePython, Name: "cpython", Title: "Python", Mapping: "[python]",
-	FrameType: "cpython", Unread: "[python code unread]", Prefix: "py_",
+	FrameType: "cpython", Unread: "[python code unread]", Prefix: "py_", Lock: "GIL",
 	// CPython itself and its extension modules (_queue, _socket...).
 	Modules: []string{`^(lib)?python\d\.\d+`, `\.cpython-\d+[^/]*\.so$`}}
 

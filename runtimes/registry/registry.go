@@ -30,6 +30,11 @@ func ByMapping(file string) (runtimes.Info, bool) {
 	return find(func(i runtimes.Info) bool { return i.Mapping == file })
 }
 
+// ByFrameType is the runtime of OpenTelemetry frame type t (Frame.Runtime).
+func ByFrameType(t string) (runtimes.Info, bool) {
+	return find(func(i runtimes.Info) bool { return i.FrameType == t })
+}
+
 // ByName is the runtime called name (hotspot, cpython...).
 func ByName(name string) (runtimes.Info, bool) {
 	return find(func(i runtimes.Info) bool { return i.Name == name })

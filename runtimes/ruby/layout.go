@@ -20,7 +20,7 @@ type Layout struct {
 	CfpSize, CfpPC, CfpIseq, CfpEP            uint16
 	IseqBody, BodyEncoded                     uint16
 	ThRactor, ThEC, ThTID, ThGVLNode          uint16
-	ThGVLCond, RactorGVL, GVLLock             uint16
+	ThGVLCond, RactorGVL, GVLLock, GVLSwitch  uint16
 
 	// Read by user space: an iseq body's location and line table.
 	BodyPath, BodyLabel, BodyFirstLine     uint64
@@ -43,7 +43,7 @@ var layouts = map[string]Layout{
 		CfpSize: 64, CfpPC: 0, CfpIseq: 0x10, CfpEP: 0x20,
 		IseqBody: 0x10, BodyEncoded: 8,
 		ThRactor: 0x18, ThEC: 0x28, ThTID: 0x58, ThGVLNode: 0x68,
-		ThGVLCond: 0x78, RactorGVL: 0x150, GVLLock: 8,
+		ThGVLCond: 0x78, RactorGVL: 0x150, GVLLock: 8, GVLSwitch: 0x50,
 		BodyPath: 0x40, BodyLabel: 0x50, BodyFirstLine: 0x58,
 		BodyInsnsInfo: 0x78, BodyInsnsSize: 0x88, BodySucc: 0x90, InsnInfoSize: 12,
 		StringNoEmbed: 1 << 13, StringEmbedLenShift: 14, StringHeapLen: 0x10, StringHeapPtr: 0x18, StringEmbed: 0x10,

@@ -14,7 +14,7 @@ import (
 
 // Info: CRuby's frames, tagged bpf.RubyFrameTag.
 var Info = runtimes.Info{Kind: bpf.RubyFrameTag >> bpf.FrameKindShift, Name: "ruby", Title: "Ruby", Mapping: "[ruby]",
-	FrameType: "ruby", Unread: "[ruby code unread]", Prefix: "ruby_",
+	FrameType: "ruby", Unread: "[ruby code unread]", Prefix: "ruby_", Lock: "GVL",
 	// libruby and the interpreter (ruby3.1).
 	Modules: []string{`^libruby`, `^ruby\d`}}
 
@@ -67,7 +67,7 @@ func (t *tracker) attach(pid uint32, lib *Lib, bias uint64) {
 			CfpSize: l.CfpSize, CfpPc: l.CfpPC, CfpIseq: l.CfpIseq, CfpEp: l.CfpEP,
 			IseqBody: l.IseqBody, BodyEncoded: l.BodyEncoded,
 			ThRactor: l.ThRactor, ThEc: l.ThEC, ThTid: l.ThTID, ThGvlNode: l.ThGVLNode, ThGvlCond: l.ThGVLCond,
-			RactorGvl: l.RactorGVL, GvlLock: l.GVLLock}
+			RactorGvl: l.RactorGVL, GvlLock: l.GVLLock, GvlSwitch: l.GVLSwitch}
 		if err := t.procs.Put(pid, &v); err != nil {
 			return err
 		}
