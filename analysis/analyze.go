@@ -335,9 +335,9 @@ func (a *analyzer) report() *Report {
 // noWaker: not woken inside the window, or recorded without wake-ups.
 const noWaker = "[no waker recorded]"
 
-// gilHeldBy starts the "woken by" of a GIL wait: the thread it waited on
-// held the GIL, whoever woke it.
-const gilHeldBy = "GIL held by "
+// heldBy joins an interpreter lock's name to its holder's group: "GVL
+// held by puma srv tp N".
+const heldBy = " held by "
 
 // blockedOn is the key of a blocked stack's waker: who ended the wait,
 // and in which of its named application frames (module+0x... addresses
@@ -346,7 +346,7 @@ func (a *analyzer) blockedOn(s *Stack, category string) BlockedOn {
 	k := BlockedOn{Waiters: schema.ThreadGroup(s.Thread), Category: category}
 	if s.Reason == schema.ReasonGIL && s.GILHolder != "" {
 		// Whoever woke it, the thread it waited on held the GIL.
-		k.Waker = gilHeldBy + schema.ThreadGroup(s.GILHolder)
+		k.Waker = s.LockName() + heldBy + schema.ThreadGroup(s.GILHolder)
 		for i := len(s.GILHolderFrames) - 1; i >= 0; i-- {
 			if f := s.GILHolderFrames[i]; a.r.IsApp(f) {
 				k.WakerFunction = f.Name

@@ -234,8 +234,8 @@ func (c *chainer) paths(s *Stack) []share {
 	}
 	switch {
 	case s.Reason == schema.ReasonGIL && s.GILHolder != "":
-		// A GIL wait ends at the thread that held the GIL, running Python.
-		h := ChainHop{Group: schema.ThreadGroup(s.GILHolder), Category: "holding the GIL"}
+		// A lock wait ends at the thread that held the interpreter's lock.
+		h := ChainHop{Group: schema.ThreadGroup(s.GILHolder), Category: "holding the " + s.LockName()}
 		for i := len(s.GILHolderFrames) - 1; i >= 0; i-- {
 			if c.r.IsApp(s.GILHolderFrames[i]) {
 				h.Frame = s.GILHolderFrames[i].Name

@@ -85,7 +85,7 @@ func statements(rep *Report) []string {
 			by += " in " + schema.ShortFunc(b.WakerFunction)
 		}
 		how := "woken by " + by
-		if strings.HasPrefix(b.Waker, gilHeldBy) {
+		if strings.Contains(b.Waker, heldBy) {
 			how = "the " + by // the GIL held by ...
 		}
 		out = append(out, fmt.Sprintf("%s %s blocked %s in %s, %s (%.0f%% of the blocked time with an application frame).",

@@ -88,9 +88,9 @@ type Stack struct {
 	// WakerWaitFrames (its own wait): one hop of a wait chain.
 	WakerWaitNs     int64
 	WakerWaitFrames []Frame
-	// A CPython thread's wait for the GIL (Reason "gil"): the thread that
-	// held the GIL when it began, and that thread's Python stack then
-	// (root first).
+	// An interpreter thread's wait for its lock (Reason "gil": CPython's
+	// GIL, CRuby's GVL): the thread that held it when the wait began, and
+	// that thread's interpreted stack then (root first).
 	GILHolder       string
 	GILHolderFrames []Frame
 	// Goroutine waits (Go programs): the goroutine, its wait reason as
@@ -121,6 +121,17 @@ const StateRunQueue = "runqueue"
 // WaitsForCPU tells whether a stack is time spent runnable: preempted, or
 // woken and not yet running.
 func (s *Stack) WaitsForCPU() bool { return s.State == "preempted" || s.State == StateRunQueue }
+
+// LockName names the interpreter lock a wait with Reason "gil" waited
+// for, by the runtime of its interpreted frames: the GIL, the GVL.
+func (s *Stack) LockName() string {
+	for _, f := range s.Frames {
+		if rt, ok := registry.ByFrameType(f.Runtime); ok && f.Runtime != "" && rt.Lock != "" {
+			return rt.Lock
+		}
+	}
+	return "GIL"
+}
 
 // Data is what one or more profiles hold.
 type Data struct {
