@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/offcpu/offcpu/collector/symbolize"
 	"github.com/offcpu/offcpu/collector/symtab"
 	"github.com/offcpu/offcpu/internal/loop"
@@ -179,3 +181,29 @@ func (ps *Procs[F, P]) Stats() Stats {
 	st.Skipped = slices.Clone(st.Skipped)
 	return st
 }
+
+// Layouts is a runtime's map of processes for the walker (by tgid) and
+// the variable that tells the BPF side it holds any.
+type Layouts struct {
+	m      *ebpf.Map
+	active *ebpf.Variable
+}
+
+// NewLayouts reaches the map and the variable named through h.
+func NewLayouts(h Handle, mapName, activeVar string) Layouts {
+	return Layouts{m: h.Map(mapName), active: h.Variable(activeVar)}
+}
+
+// Put gives the walker pid's layout and marks the runtime active.
+func (l Layouts) Put(pid uint32, v any) error {
+	if err := l.m.Put(pid, v); err != nil {
+		return err
+	}
+	if l.active != nil {
+		_ = l.active.Set(uint32(1))
+	}
+	return nil
+}
+
+// Delete forgets pid.
+func (l Layouts) Delete(pid uint32) { _ = l.m.Delete(pid) }

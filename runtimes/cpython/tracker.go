@@ -22,9 +22,9 @@ var Info = runtimes.Info{Kind: bpf.FramePython, Name: "cpython", Title: "Python"
 // code objects its frames hold, while the processes live (a code object
 // is read from the process's memory).
 type tracker struct {
-	procs, codes *ebpf.Map
-	active       *ebpf.Variable
-	ps           *runtimes.Procs[Runtime, proc]
+	procs runtimes.Layouts
+	codes *ebpf.Map
+	ps    *runtimes.Procs[Runtime, proc]
 }
 
 // proc is one CPython process: its layout and the code objects named.
@@ -35,8 +35,8 @@ type proc struct {
 
 // New starts reading CPython processes through h.
 func New(h runtimes.Handle) runtimes.Reader {
-	return &tracker{procs: h.Map(bpf.OffcpuMapPyProcs), codes: h.Map(bpf.OffcpuMapPyCodes),
-		active: h.Variable(bpf.OffcpuVarPyActive), ps: runtimes.NewProcs[Runtime, proc](Info.Name)}
+	return &tracker{procs: runtimes.NewLayouts(h, bpf.OffcpuMapPyProcs, bpf.OffcpuVarPyActive),
+		codes: h.Map(bpf.OffcpuMapPyCodes), ps: runtimes.NewProcs[Runtime, proc](Info.Name)}
 }
 
 // Recognise marks the interpreter loop's rows of a CPython binary: every
@@ -76,19 +76,13 @@ func (t *tracker) attach(pid uint32, rt *Runtime, bias uint64) {
 			FrameCode: l.FrameCode, FrameBack: l.FrameBack, FrameInstr: l.FrameInstr, FrameEntry: l.FrameEntry,
 			CodeFirstInstr: l.CodeFirstInstr, EntryVal: l.EntryVal, Flags: l.Flags,
 		}
-		if err := t.procs.Put(pid, &v); err != nil {
-			return err
-		}
-		if t.active != nil {
-			_ = t.active.Set(uint32(1))
-		}
-		return nil
+		return t.procs.Put(pid, &v)
 	})
 }
 
 // Forget stops reading an exited process; its names stay.
 func (t *tracker) Forget(pid uint32) {
-	t.ps.Forget(pid, func(pid uint32) { t.procs.Delete(pid) })
+	t.ps.Forget(pid, t.procs.Delete)
 }
 
 // Run names the code objects the walker saw, every 50 ms while a CPython

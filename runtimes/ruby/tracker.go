@@ -21,9 +21,9 @@ var Info = runtimes.Info{Kind: bpf.RubyFrameTag >> bpf.FrameKindShift, Name: "ru
 // tracker gives the walker each CRuby process's layout and names the
 // iseqs and method entries its frames hold while the processes live.
 type tracker struct {
-	procs, frames *ebpf.Map
-	active        *ebpf.Variable
-	ps            *runtimes.Procs[Lib, proc]
+	procs  runtimes.Layouts
+	frames *ebpf.Map
+	ps     *runtimes.Procs[Lib, proc]
 }
 
 type proc struct {
@@ -33,8 +33,8 @@ type proc struct {
 
 // New starts reading CRuby processes through h.
 func New(h runtimes.Handle) runtimes.Reader {
-	return &tracker{procs: h.Map(bpf.OffcpuMapRubyProcs), frames: h.Map(bpf.OffcpuMapRubyFrames),
-		active: h.Variable(bpf.OffcpuVarRubyActive), ps: runtimes.NewProcs[Lib, proc](Info.Name)}
+	return &tracker{procs: runtimes.NewLayouts(h, bpf.OffcpuMapRubyProcs, bpf.OffcpuVarRubyActive),
+		frames: h.Map(bpf.OffcpuMapRubyFrames), ps: runtimes.NewProcs[Lib, proc](Info.Name)}
 }
 
 // Recognise marks rb_vm_exec's rows in a libruby: each activation of it
@@ -68,18 +68,12 @@ func (t *tracker) attach(pid uint32, lib *Lib, bias uint64) {
 			IseqBody: l.IseqBody, BodyEncoded: l.BodyEncoded,
 			ThRactor: l.ThRactor, ThEc: l.ThEC, ThTid: l.ThTID, ThGvlNode: l.ThGVLNode, ThGvlCond: l.ThGVLCond,
 			RactorGvl: l.RactorGVL, GvlLock: l.GVLLock, GvlSwitch: l.GVLSwitch}
-		if err := t.procs.Put(pid, &v); err != nil {
-			return err
-		}
-		if t.active != nil {
-			_ = t.active.Set(uint32(1))
-		}
-		return nil
+		return t.procs.Put(pid, &v)
 	})
 }
 
 func (t *tracker) Forget(pid uint32) {
-	t.ps.Forget(pid, func(pid uint32) { t.procs.Delete(pid) })
+	t.ps.Forget(pid, t.procs.Delete)
 }
 
 // Run names the frames the walker saw, every 50 ms while a Ruby process

@@ -20,9 +20,9 @@ var Info = runtimes.Info{Kind: bpf.FrameV8, Name: "v8", Title: "JavaScript", Map
 // SharedFunctionInfos its JavaScript frames hold, while the processes
 // live.
 type tracker struct {
-	procs, sfis *ebpf.Map
-	active      *ebpf.Variable
-	ps          *runtimes.Procs[v8File, proc]
+	procs runtimes.Layouts
+	sfis  *ebpf.Map
+	ps    *runtimes.Procs[v8File, proc]
 }
 
 // v8File is a file holding V8, as read once.
@@ -39,8 +39,8 @@ type proc struct {
 
 // New starts reading V8 processes through h.
 func New(h runtimes.Handle) runtimes.Reader {
-	return &tracker{procs: h.Map(bpf.OffcpuMapV8Procs), sfis: h.Map(bpf.OffcpuMapV8Sfis),
-		active: h.Variable(bpf.OffcpuVarV8Active), ps: runtimes.NewProcs[v8File, proc](Info.Name)}
+	return &tracker{procs: runtimes.NewLayouts(h, bpf.OffcpuMapV8Procs, bpf.OffcpuVarV8Active),
+		sfis: h.Map(bpf.OffcpuMapV8Sfis), ps: runtimes.NewProcs[v8File, proc](Info.Name)}
 }
 
 // Recognise reads a v8File's V8 layout from its v8dbg_* constants. A V8
@@ -76,18 +76,12 @@ func (t *tracker) attach(pid uint32, b *v8File, bias uint64) {
 		if b.interp.Hi > b.interp.Lo {
 			v.InterpLo, v.InterpHi = b.interp.Lo+bias, b.interp.Hi+bias
 		}
-		if err := t.procs.Put(pid, &v); err != nil {
-			return err
-		}
-		if t.active != nil {
-			_ = t.active.Set(uint32(1))
-		}
-		return nil
+		return t.procs.Put(pid, &v)
 	})
 }
 
 func (t *tracker) Forget(pid uint32) {
-	t.ps.Forget(pid, func(pid uint32) { t.procs.Delete(pid) })
+	t.ps.Forget(pid, t.procs.Delete)
 }
 
 // Run names the functions the walker saw, every 50 ms while a V8 process
