@@ -34,6 +34,7 @@ type loopSite struct {
 	ns, n int64
 	woken int64 // waits some recorded waker ended
 	input int64 // of them, by another program or the network
+	whole int64 // waits through the whole recording (nothing ended them)
 	ids   int   // threads or goroutines that waited there
 	top   bool
 }
@@ -43,6 +44,7 @@ func (s *loopSite) add(o *loopSite) {
 	s.n += o.n
 	s.woken += o.woken
 	s.input += o.input
+	s.whole += o.whole
 	s.ids++
 }
 
@@ -135,6 +137,9 @@ func (x *LoopIndex) Observe(s *Stack) {
 	n := max(s.Count, 1)
 	site.ns += s.Value
 	site.n += n
+	if s.Interval == "whole" {
+		site.whole += n
+	}
 	if s.Woken() {
 		site.woken += n
 		if s.WokenByInput() {
@@ -278,8 +283,23 @@ func beneath(s, top *loopSite) bool {
 	if c == len(top.path) {
 		return c > 0
 	}
-	return !top.isInput() && top.woken > 0 && s.isInput() && top.ns > s.ns &&
+	return !top.isInput() && top.woken > 0 && (!s.isInput() || top.ns > s.ns) &&
 		appFrames(top.app[:c]) > 0 && appFrames(top.app[c:]) <= loopNest
+}
+
+// beside: s and o part below a shared application frame, o at the
+// loop's level there (loopNest application frames or fewer below it) and
+// s deeper (a pool's wait for work inside its lock's block, beside a
+// handler's wait under the same loop frame).
+func beside(s, o *loopSite) bool {
+	c := 0
+	for c < len(s.path) && c < len(o.path) && s.path[c] == o.path[c] {
+		c++
+	}
+	if c == len(s.path) || c == len(o.path) || appFrames(o.app[:c]) == 0 {
+		return false
+	}
+	return appFrames(o.app[c:]) <= loopNest && appFrames(s.app[c:]) > loopNest
 }
 
 func appFrames(app []bool) int {
@@ -302,6 +322,18 @@ func (u *loopUnit) findTops() {
 			continue
 		}
 		cands = append(cands, s)
+	}
+	if len(cands) == 0 {
+		// No wait recurs: where every thread of the unit sat through the
+		// whole recording, nothing came for it there (a poll, a pool's
+		// queue): that is its top, as far as the recording tells.
+		for _, s := range u.sites {
+			if len(s.path) > 0 && s.whole == s.n {
+				s.top = true
+				u.tops = append(u.tops, s)
+			}
+		}
+		return
 	}
 	var outer []*loopSite
 	for _, s := range cands {
@@ -337,7 +369,9 @@ func (u *loopUnit) place(s *loopSite) (string, string) {
 	top := u.tops[0]
 	desc := func(t *loopSite) string {
 		what := "its most frequent recurring wait that no other encloses"
-		if u.server {
+		if t.whole == t.n {
+			what = "its only wait, through the whole recording: nothing came for it"
+		} else if u.server {
 			what = "its outermost recurring wait for input (another program or the network woke it)"
 		}
 		return fmt.Sprintf("%s (%d waits, %s): %s", t.path[len(t.path)-1], t.n, Secs(t.ns), what)
@@ -353,6 +387,11 @@ func (u *loopUnit) place(s *loopSite) (string, string) {
 		}
 		if beneath(s, t) {
 			return schema.LoopBeneath, "beneath its thread's top of loop, " + desc(t) + ": a wait made while handling what the top brought"
+		}
+	}
+	for _, t := range u.tops {
+		if beside(s, t) {
+			return schema.LoopBeneath, "beside its thread's top of loop, " + desc(t) + ", deeper than the loop's own level: a wait made for a work item"
 		}
 	}
 	if u.server {

@@ -48,11 +48,13 @@ func statements(rep *Report) []string {
 	if rep.AppBlockedNs == 0 {
 		return []string{fmt.Sprintf("No blocked time with an application frame (%s off-CPU in all).", Secs(rep.TotalOffCPUNs))}
 	}
-	// The largest category by app time, other than "other".
+	// The largest blocked category by the app time it is the first match
+	// of, other than "other": an idle category matched second (a lock's
+	// condition wait is a queue's wait too) is not what blocked.
 	var best *CategoryResult
 	for i := range rep.Categories {
 		c := &rep.Categories[i]
-		if c.Name != "other" && c.AppNs > 0 && (best == nil || c.AppNs > best.AppNs) {
+		if c.Name != "other" && !c.Idle && c.FirstNs > 0 && (best == nil || c.FirstNs > best.FirstNs) {
 			best = c
 		}
 	}
@@ -73,7 +75,7 @@ func statements(rep *Report) []string {
 			fn = fmt.Sprintf(" (the most blocked application function: %s, %s)", schema.ShortFunc(rep.TopAppFunctions[0].Name), Secs(rep.TopAppFunctions[0].Value))
 		}
 		out = append(out, fmt.Sprintf("%s is %.0f%% of the blocked time with an application frame (%s of %s), mostly%s%s.",
-			best.Name, 100*best.Share, Secs(best.AppNs), Secs(rep.AppBlockedNs), where, fn))
+			best.Name, 100*float64(best.FirstNs)/float64(max(rep.AppBlockedNs, 1)), Secs(best.FirstNs), Secs(rep.AppBlockedNs), where, fn))
 	}
 	if len(rep.BlockedOn) > 0 {
 		b := rep.BlockedOn[0]

@@ -467,7 +467,9 @@ func (r *Rules) categorize(s *Stack) []string {
 // verdict is the first verdict rule that matches an off-CPU stack's
 // waker side, or nil.
 func (r *Rules) verdict(s *Stack, inner string) *rule {
-	if s.Kind != KindOffCPU || s.WaitsForCPU() {
+	// An interpreter's lock wait is what the recorder said it was, whoever
+	// handed the lock over.
+	if s.Kind != KindOffCPU || s.WaitsForCPU() || s.Reason == schema.ReasonGIL {
 		return nil
 	}
 	for i := range r.verdicts {

@@ -93,6 +93,9 @@ type Stack struct {
 	// that thread's interpreted stack then (root first).
 	GILHolder       string
 	GILHolderFrames []Frame
+	// Interval: how the recording's window cut the wait (LabelInterval:
+	// "whole" began before the start and had not ended at the stop).
+	Interval string
 	// Goroutine waits (Go programs): the goroutine, its wait reason as
 	// the runtime names it ("chan receive", "sync.Mutex.Lock", "IO wait")
 	// and the goroutine that made it runnable (0: the scheduler, for
@@ -315,7 +318,8 @@ func (r *SampleReader) Stacks(dst []Stack, s *profile.Sample) []Stack {
 		st := Stack{Kind: KindOffCPU, Thread: th, Frames: fr, Value: v, Sample: s, State: sampleLabel(s, LabelState), Waker: sampleLabel(s, LabelWaker),
 			Class: sampleLabel(s, LabelWakeupClass), Process: sampleLabel(s, LabelProcess), WakerProcess: sampleLabel(s, LabelWakerProcess),
 			PID: numLabel(s, LabelPID), TID: numLabel(s, LabelTID), WakerPID: numLabel(s, LabelWakerPID),
-			WakerTID: numLabel(s, LabelWakerTID), WakerFrames: r.parse(sampleLabel(s, LabelWakerStack)), Links: ProgramLabels(s)}
+			WakerTID: numLabel(s, LabelWakerTID), WakerFrames: r.parse(sampleLabel(s, LabelWakerStack)), Links: ProgramLabels(s),
+			Interval: sampleLabel(s, LabelInterval)}
 		if r.cntIdx >= 0 {
 			st.Count = s.Value[r.cntIdx]
 		}
