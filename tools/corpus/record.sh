@@ -161,6 +161,17 @@ if want jdknio; then
 	kill "${pids[-1]}"
 fi
 
+if want puma; then
+	# The Puma test's Rack app: handlers that wait on a Mutex, on a
+	# downstream socket and on the GVL (CPU-bound handlers).
+	R=$root/collector/testdata/ruby; D=$(port); P=$(port)
+	bg ruby "$R/downstream.rb" "$D"; waitport "$D"
+	DOWNSTREAM_PORT=$D bg puma -t 8:8 -b "tcp://127.0.0.1:$P" "$R/app.ru"; waitport "$P"; sleep 1
+	u=http://127.0.0.1:$P
+	rec puma "${pids[-1]}" "$work/load -mode http -addr '$u/cpu,$u/lock,$u/cpu,$u/down,$u/lock,$u/cpu' -c 6 -d $(loadfor)"
+	kill "${pids[-1]}" "${pids[-2]}"
+fi
+
 if want core; then
 	go build -o "$work/offcpu-core" ./cmd/offcpu
 	bg "$work/offcpu-core" dispatch --duration 30s --rate 20000 -q > /dev/null; sleep 1
