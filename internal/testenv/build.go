@@ -84,13 +84,22 @@ func copyExec(from, to string) error {
 		return err
 	}
 	defer in.Close()
-	o, err := os.OpenFile(to, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o755)
+	// Written aside and renamed: two tests may keep the same program.
+	o, err := os.CreateTemp(filepath.Dir(to), ".copy-*")
 	if err != nil {
 		return err
 	}
+	defer os.Remove(o.Name())
 	if _, err := io.Copy(o, in); err != nil {
 		o.Close()
 		return err
 	}
-	return o.Close()
+	if err := o.Chmod(0o755); err != nil {
+		o.Close()
+		return err
+	}
+	if err := o.Close(); err != nil {
+		return err
+	}
+	return os.Rename(o.Name(), to)
 }

@@ -25,6 +25,9 @@ type run struct {
 	order  []string
 	exit   string
 	start  string // record's start-up line
+	// elsewhere: the command that ran this kernel's tests instead (the
+	// host's, in the main pass).
+	elsewhere string
 }
 
 var testLine = regexp.MustCompile(`^\s*--- (PASS|FAIL|SKIP): (\S+) \(([0-9.]+)s\)`)
@@ -51,6 +54,8 @@ func parse(r io.Reader) (*run, error) {
 			js.WriteString(line + "\n")
 		case strings.HasPrefix(line, "started in "):
 			out.start = strings.TrimPrefix(line, "started in ")
+		case strings.HasPrefix(line, "KMATRIX-TESTS-ELSEWHERE "):
+			out.elsewhere = strings.TrimPrefix(line, "KMATRIX-TESTS-ELSEWHERE ")
 		case strings.HasPrefix(line, "KMATRIX-EXIT "):
 			out.exit = strings.TrimPrefix(line, "KMATRIX-EXIT ")
 		default:
@@ -129,6 +134,9 @@ func write(w io.Writer, runs []*run) {
 		row(t, func(r *run) string {
 			if v, ok := r.tests[t]; ok {
 				return v
+			}
+			if r.elsewhere != "" {
+				return "in `" + r.elsewhere + "`"
 			}
 			return "not run"
 		})

@@ -23,15 +23,19 @@ func TestParseAndWrite(t *testing.T) {
 	if r.tests["TestWakeups"] != "PASS 14.57s" || r.tests["TestWakeups/net-rx"] != "FAIL 0.00s" || r.tests["TestX"] != "SKIP 0.00s" {
 		t.Errorf("tests %v", r.tests)
 	}
+	host, err := parse(strings.NewReader("KMATRIX-BEGIN 6.18 (host)\nKMATRIX-TESTS-ELSEWHERE go test ./...\nKMATRIX-EXIT 0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var b bytes.Buffer
-	write(&b, []*run{r})
+	write(&b, []*run{r, host})
 	out := b.String()
 	for _, want := range []string{
-		"| has sched_exit_tp tracepoint | no |",
-		"| TestWakeups/net-rx | FAIL 0.00s |",
-		"| offcpu_switch (tp_btf) | 32723, 97%, 280+24 |",
-		"| offcpu_snap_blocked (tp_btf) | REJECTED: R1 unbounded memory access |",
-		"| suite exit status | 1 |",
+		"| has sched_exit_tp tracepoint | no | ? |",
+		"| TestWakeups/net-rx | FAIL 0.00s | in `go test ./...` |",
+		"| offcpu_switch (tp_btf) | 32723, 97%, 280+24 | - |",
+		"| offcpu_snap_blocked (tp_btf) | REJECTED: R1 unbounded memory access | - |",
+		"| suite exit status | 1 | 0 |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
