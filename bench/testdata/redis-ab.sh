@@ -11,16 +11,24 @@ set -e
 fsync=$1 pidfile=$2 requests=${REQUESTS:-20000}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-port=$((20000 + $$ % 20000))
-redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --appendonly yes --appendfsync "$fsync" \
-	--save '' --daemonize no --logfile "$dir/log" &
-server=$!
-[ -n "$pidfile" ] && echo "$server" > "$pidfile"
-i=0
-until redis-cli -p "$port" ping >/dev/null 2>&1; do
-	i=$((i + 1)); [ $i -lt 100 ] || { echo "redis-server did not start" >&2; exit 1; }
-	sleep 0.05
+# A port below the ephemeral range (a loopback client's port can hold one
+# above it), another if the server cannot bind it.
+for try in 1 2 3 4 5; do
+	port=$((10000 + ($$ + try * 7919) % 20000))
+	redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --appendonly yes --appendfsync "$fsync" \
+		--save '' --daemonize no --logfile "$dir/log" &
+	server=$!
+	i=0
+	until redis-cli -p "$port" ping >/dev/null 2>&1; do
+		kill -0 "$server" 2>/dev/null || break
+		i=$((i + 1)); [ $i -lt 100 ] || { echo "redis-server did not start" >&2; exit 1; }
+		sleep 0.05
+	done
+	kill -0 "$server" 2>/dev/null && break
+	echo "redis-server on port $port: $(tail -n 1 "$dir/log")" >&2
 done
+kill -0 "$server" 2>/dev/null || { echo "redis-server did not start" >&2; exit 1; }
+[ -n "$pidfile" ] && echo "$server" > "$pidfile"
 rps=$(redis-benchmark -p "$port" -t set -n "$requests" -c 4 -r 100000 -q --csv | awk -F'"' '/^"SET"/ {print $4}')
 [ -n "$rps" ] || { echo "redis-benchmark reported no rate" >&2; exit 1; }
 if [ -n "$SCHEDSTAT_OUT" ]; then

@@ -89,6 +89,9 @@ func TestBenchRealServerAB(t *testing.T) {
 	}
 	// The server threads' off-CPU time, profile against schedstat.
 	for _, r := range res.Runs {
+		if r.Failed {
+			t.Errorf("%s failed: %s", r.Name, r.Error)
+		}
 		if r.Profiled {
 			checkServerKept(t, r.Dir)
 		}
@@ -120,7 +123,8 @@ func checkServerKept(t *testing.T, dir string) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, "schedstat.txt"))
 	if err != nil {
-		t.Errorf("%s: %v", dir, err)
+		log, _ := os.ReadFile(filepath.Join(dir, schema.RunLogFile))
+		t.Errorf("%s: %v; the run's log:\n%s", dir, err, log)
 		return
 	}
 	truth := map[int64]float64{}
