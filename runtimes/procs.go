@@ -207,3 +207,22 @@ func (l Layouts) Put(pid uint32, v any) error {
 
 // Delete forgets pid.
 func (l Layouts) Delete(pid uint32) { _ = l.m.Delete(pid) }
+
+// ReadOnce is what m holds at addr for p, read by read on first use
+// (outside the lock: a read takes system calls) and counted as named or
+// not; nil when unreadable or once p is gone.
+func ReadOnce[F, P, V any](ps *Procs[F, P], p *Proc[P], m map[uint64]*V, addr uint64, read func(mem *os.File) *V) *V {
+	ps.Mu.Lock()
+	v, ok := m[addr]
+	mem, dead := p.Mem, p.Dead
+	ps.Mu.Unlock()
+	if ok || mem == nil || dead || m == nil {
+		return v
+	}
+	v = read(mem)
+	ps.Mu.Lock()
+	m[addr] = v
+	ps.Mu.Unlock()
+	ps.Named(v != nil)
+	return v
+}

@@ -2,6 +2,7 @@ package cpython
 
 import (
 	"debug/elf"
+	"os"
 
 	"github.com/cilium/ebpf"
 
@@ -107,19 +108,7 @@ func (t *tracker) nameCodes() {
 
 // code returns a code object of p, read on first use.
 func (t *tracker) code(p *runtimes.Proc[proc], addr uint64) *Code {
-	t.ps.Mu.Lock()
-	c, ok := p.S.codes[addr]
-	mem, dead := p.Mem, p.Dead
-	t.ps.Mu.Unlock()
-	if ok || mem == nil || dead || p.S.codes == nil {
-		return c
-	}
-	c = ReadCode(mem, p.S.l, addr)
-	t.ps.Mu.Lock()
-	p.S.codes[addr] = c
-	t.ps.Mu.Unlock()
-	t.ps.Named(c != nil)
-	return c
+	return runtimes.ReadOnce(t.ps, p, p.S.codes, addr, func(mem *os.File) *Code { return ReadCode(mem, p.S.l, addr) })
 }
 
 // Frames names a Python frame: its function, as module.qualname, its

@@ -2,6 +2,7 @@ package ruby
 
 import (
 	"debug/elf"
+	"os"
 
 	"github.com/cilium/ebpf"
 
@@ -94,22 +95,13 @@ func (t *tracker) nameFrames() {
 
 // iseq returns an iseq of p, read on first use.
 func (t *tracker) iseq(p *runtimes.Proc[proc], addr uint64) *Iseq {
-	t.ps.Mu.Lock()
-	is, ok := p.S.iseqs[addr]
-	mem, dead := p.Mem, p.Dead
-	t.ps.Mu.Unlock()
-	if ok || mem == nil || dead || p.S.iseqs == nil {
+	return runtimes.ReadOnce(t.ps, p, p.S.iseqs, addr, func(mem *os.File) *Iseq {
+		is, err := ReadIseq(mem, p.S.l, addr)
+		if err != nil {
+			return nil
+		}
 		return is
-	}
-	is, err := ReadIseq(mem, p.S.l, addr)
-	if err != nil {
-		is = nil
-	}
-	t.ps.Mu.Lock()
-	p.S.iseqs[addr] = is
-	t.ps.Mu.Unlock()
-	t.ps.Named(err == nil)
-	return is
+	})
 }
 
 // Frames names a Ruby frame: its label (method, or block in it), file and

@@ -2,6 +2,7 @@ package v8
 
 import (
 	"debug/elf"
+	"os"
 
 	"github.com/cilium/ebpf"
 
@@ -104,20 +105,16 @@ func (t *tracker) nameFunctions() {
 
 // function returns a function of p, read on first use.
 func (t *tracker) function(p *runtimes.Proc[proc], sfi uint64) *Function {
-	t.ps.Mu.Lock()
-	f, ok := p.S.funcs[sfi]
-	if ok || p.Dead || p.S.funcs == nil {
-		t.ps.Mu.Unlock()
+	return runtimes.ReadOnce(t.ps, p, p.S.funcs, sfi, func(*os.File) *Function {
+		if p.S.r == nil {
+			return nil
+		}
+		f, err := p.S.r.Function(sfi)
+		if err != nil {
+			return nil
+		}
 		return f
-	}
-	f, err := p.S.r.Function(sfi)
-	if err != nil {
-		f = nil
-	}
-	p.S.funcs[sfi] = f
-	t.ps.Mu.Unlock()
-	t.ps.Named(err == nil)
-	return f
+	})
 }
 
 // Frames names a JavaScript frame: its function, script and line.
