@@ -14,6 +14,13 @@
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #define PF_KTHREAD 0x00200000
+/* A wait for an interpreter lock (start_rec.gil): queued for it (the
+ * waiter takes it when another thread hands it over), or another (a yield
+ * waiting for the next holder, the lock's own mutex). LOCK_TAKES marks a
+ * waiter that takes it (interp_lock_held's id). */
+#define LOCK_QUEUED 1
+#define LOCK_OTHER 2
+#define LOCK_TAKES (1ull << 31)
 #define PF_EXITING 0x00000004
 #define TASK_INTERRUPTIBLE 0x1
 #define TASK_UNINTERRUPTIBLE 0x2

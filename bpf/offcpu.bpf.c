@@ -51,6 +51,8 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 		return 0;
 	struct start_rec *s = bpf_task_storage_get(&task_starts, next, 0, 0);
 	if (s) {
+		if (s->pending && s->gil)
+			lock_wait_ends(ntid, s, &s->waker, now);
 		if (s->pending && deferred_walks) {
 			s->pending = 0;
 			if (account_deferred(ntid, next, s, now, now_rq)) {
@@ -173,6 +175,8 @@ int offcpu_switch_tp(struct trace_event_raw_sched_switch *ctx)
 	struct start_rec *s = bpf_map_lookup_elem(&starts, &ntid);
 	if (s) {
 		struct waker_rec *w = want_wakeups ? bpf_map_lookup_elem(&last_waker, &ntid) : 0;
+		if (s->gil)
+			lock_wait_ends(ntid, s, w, now);
 		account(ntid, 0, s, w, now, 0);
 		bpf_map_delete_elem(&starts, &ntid);
 		if (w)

@@ -97,6 +97,28 @@ type OffcpuJavaProc struct {
 	ConstMethodSize uint32
 }
 
+type OffcpuLockLedger struct {
+	_     structs.HostLayout
+	Ts    [16]uint64
+	Stack [16]int64
+	Tid   [16]uint32
+	Head  uint32
+	_     [4]byte
+}
+
+type OffcpuLockScratch struct {
+	_       structs.HostLayout
+	Span    [17]uint64
+	T0      uint64
+	Now     uint64
+	First   uint64
+	Most    uint64
+	Stack0  int64
+	Stack   int64
+	Holder0 uint32
+	Best    uint32
+}
+
 type OffcpuMapEvent struct {
 	_      structs.HostLayout
 	Kind   uint32
@@ -553,6 +575,9 @@ const (
 	OffcpuMapJavaMethods        = "java_methods"
 	OffcpuMapJavaProcs          = "java_procs"
 	OffcpuMapLastWaker          = "last_waker"
+	OffcpuMapLockBlank          = "lock_blank"
+	OffcpuMapLockLedgers        = "lock_ledgers"
+	OffcpuMapLockScratches      = "lock_scratches"
 	OffcpuMapNewborn            = "newborn"
 	OffcpuMapOffcpu             = "offcpu"
 	OffcpuMapOffcpuMaps         = "offcpu_maps"
@@ -722,6 +747,9 @@ type OffcpuMapSpecs struct {
 	JavaMethods     *ebpf.MapSpec `ebpf:"java_methods"`
 	JavaProcs       *ebpf.MapSpec `ebpf:"java_procs"`
 	LastWaker       *ebpf.MapSpec `ebpf:"last_waker"`
+	LockBlank       *ebpf.MapSpec `ebpf:"lock_blank"`
+	LockLedgers     *ebpf.MapSpec `ebpf:"lock_ledgers"`
+	LockScratches   *ebpf.MapSpec `ebpf:"lock_scratches"`
 	Newborn         *ebpf.MapSpec `ebpf:"newborn"`
 	Offcpu          *ebpf.MapSpec `ebpf:"offcpu"`
 	OffcpuMaps      *ebpf.MapSpec `ebpf:"offcpu_maps"`
@@ -833,6 +861,9 @@ type OffcpuMaps struct {
 	JavaMethods     *ebpf.Map `ebpf:"java_methods"`
 	JavaProcs       *ebpf.Map `ebpf:"java_procs"`
 	LastWaker       *ebpf.Map `ebpf:"last_waker"`
+	LockBlank       *ebpf.Map `ebpf:"lock_blank"`
+	LockLedgers     *ebpf.Map `ebpf:"lock_ledgers"`
+	LockScratches   *ebpf.Map `ebpf:"lock_scratches"`
 	Newborn         *ebpf.Map `ebpf:"newborn"`
 	Offcpu          *ebpf.Map `ebpf:"offcpu"`
 	OffcpuMaps      *ebpf.Map `ebpf:"offcpu_maps"`
@@ -888,6 +919,9 @@ func (m *OffcpuMaps) Close() error {
 		m.JavaMethods,
 		m.JavaProcs,
 		m.LastWaker,
+		m.LockBlank,
+		m.LockLedgers,
+		m.LockScratches,
 		m.Newborn,
 		m.Offcpu,
 		m.OffcpuMaps,

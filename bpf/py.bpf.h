@@ -251,7 +251,7 @@ static __always_inline void py_gil_wait(struct task_struct *t, u32 tgid, u32 *gi
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
 	if (!regs || regs->orig_ax != 202 /* futex */ || regs->di < pp->gil || regs->di >= pp->gil + pp->gil_size)
 		return;
-	*gil = 1;
+	*gil = LOCK_QUEUED;
 	u64 hts = py_read_u64(pp->gil + pp->gil_holder);
 	if (!hts)
 		return;

@@ -192,7 +192,7 @@ static __always_inline bool ruby_gvl_wait(struct task_struct *t, u32 tgid, u32 *
 		return false;
 	/* The owner itself waits for the GVL's mutex when it yields. */
 	u64 owner = ruby_u64(g, 0, false, fr);
-	*gvl = 1;
+	*gvl = queued ? LOCK_QUEUED : LOCK_OTHER;
 	if (!owner || owner == th)
 		return true;
 	*holder = (u32)ruby_u64(owner + rp->th_tid, 0, false, fr); /* an int, then padding */

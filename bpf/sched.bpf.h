@@ -305,7 +305,7 @@ static __always_inline void aggregate(u32 tid, struct start_rec *s, struct waker
 	key->open = open;
 	key->gen = s->tgen;
 	key->sampled = sampled;
-	key->gil = s->gil;
+	key->gil = s->gil != 0;
 	key->gil_holder = s->gil_holder;
 	key->gil_holder_stack = s->gil_holder_stack;
 	key->link = s->link;
@@ -383,11 +383,23 @@ static __always_inline void stream_wait(u32 tid, struct start_rec *s, struct wak
 	e->gen = s->tgen;
 	e->state = s->state;
 	e->open = open;
-	e->gil = s->gil;
+	e->gil = s->gil != 0;
 	e->pad = 0;
 	e->gil_holder = s->gil_holder;
 	e->pad2 = 0;
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
+/* A wait for an interpreter lock ends now: its holder, the thread that
+ * held the lock longest within it. Woken by another thread of its
+ * process, a queued waiter was handed the lock (a timeout is not);
+ * without wake-ups recorded, assumed. */
+static __always_inline void lock_wait_ends(u32 tid, struct start_rec *s, struct waker_rec *w, u64 now)
+{
+	u64 id = (u64)s->tgid << 32 | tid;
+	if (s->gil == LOCK_QUEUED && (!want_wakeups || (w && w->valid && !w->irq && w->tgid == s->tgid)))
+		id |= LOCK_TAKES;
+	interp_lock_held(id, s->ts, &s->gil_holder, &s->gil_holder_stack, now);
 }
 
 /* Bounds an interval's parts by its length; false (counted) when the

@@ -304,6 +304,180 @@ static __always_inline long interp_frame(struct unwind_ctx *c, u32 n, bool remot
 	return 0;
 }
 
+/* A process's last hand-overs of its interpreter lock, for a wait's
+ * holder to be the thread that held the lock for most of the wait rather
+ * than the one that held it as the wait began (a yield hands the lock to
+ * the head of its queue, often a short holder back from I/O, ahead of a
+ * long one). Entries in the order written; written without a lock by any
+ * CPU: an entry torn by a race misplaces at most one hand-over. */
+#define LOCK_HANDOVERS 16
+struct lock_ledger {
+	u64 ts[LOCK_HANDOVERS];
+	s64 stack[LOCK_HANDOVERS]; /* the holder's stack id, 0: not read */
+	u32 tid[LOCK_HANDOVERS];
+	u32 head;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, u32); /* tgid */
+	__type(value, struct lock_ledger);
+} lock_ledgers SEC(".maps");
+
+/* A new ledger's value (never written: the stack has no room for one). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct lock_ledger);
+} lock_blank SEC(".maps");
+
+/* Notes that tid holds tgid's lock from ts (stack: its stack then, 0 if
+ * not read); a holder already newest gets the newer stack. */
+static __always_inline void lock_handover(u32 tgid, u32 tid, s64 stack, u64 ts)
+{
+	struct lock_ledger *l = bpf_map_lookup_elem(&lock_ledgers, &tgid);
+	if (!l) {
+		u32 zero = 0;
+		struct lock_ledger *blank = bpf_map_lookup_elem(&lock_blank, &zero);
+		if (!blank)
+			return;
+		bpf_map_update_elem(&lock_ledgers, &tgid, blank, BPF_NOEXIST);
+		l = bpf_map_lookup_elem(&lock_ledgers, &tgid);
+		if (!l)
+			return;
+	}
+	u32 last = (l->head - 1) & (LOCK_HANDOVERS - 1);
+	if (l->head && l->tid[last] == tid) {
+		if (stack > 0)
+			l->stack[last] = stack;
+		return;
+	}
+	u32 i = l->head++ & (LOCK_HANDOVERS - 1);
+	l->tid[i] = tid;
+	l->stack[i] = stack > 0 ? stack : 0;
+	l->ts[i] = ts;
+}
+
+/* interp_lock_held's state (a per-CPU value: the stack has no room):
+ * stretch j of the wait (hand-over j of the ledger, or the holder as the
+ * wait began at LOCK_HANDOVERS) lasted span[j] ns. */
+struct lock_scratch {
+	u64 span[LOCK_HANDOVERS + 1];
+	u64 t0, now, first, most;
+	s64 stack0, stack;
+	u32 holder0, best;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct lock_scratch);
+} lock_scratches SEC(".maps");
+
+struct lock_tally {
+	struct lock_ledger *l;
+	struct lock_scratch *sc;
+};
+
+static __always_inline u32 tally_tid(struct lock_tally *c, u32 j)
+{
+	return j < LOCK_HANDOVERS ? c->l->tid[j & (LOCK_HANDOVERS - 1)] : c->sc->holder0;
+}
+
+/* Hand-over j: from it to the next one written, within the wait. */
+static long lock_span(u64 j, struct lock_tally *c)
+{
+	if (j >= LOCK_HANDOVERS)
+		return 1;
+	struct lock_scratch *sc = c->sc;
+	u32 head = c->l->head, next = (j + 1) & (LOCK_HANDOVERS - 1);
+	u64 from = c->l->ts[j & (LOCK_HANDOVERS - 1)], to = sc->now;
+	if (next != (head & (LOCK_HANDOVERS - 1)) && c->l->ts[next] < to)
+		to = c->l->ts[next];
+	sc->span[j] = 0;
+	if (from <= sc->t0 || to <= from)
+		return 0;
+	sc->span[j] = to - from;
+	if (from < sc->first)
+		sc->first = from;
+	return 0;
+}
+
+/* Stretch j's holder: its time over all its stretches. */
+static long lock_sum(u64 j, struct lock_tally *c)
+{
+	if (j > LOCK_HANDOVERS)
+		return 1;
+	u32 who = tally_tid(c, j);
+	if (!who || !c->sc->span[j])
+		return 0;
+	u64 sum = 0, longest = 0;
+	s64 st = 0;
+#pragma unroll
+	for (int k = 0; k <= LOCK_HANDOVERS; k++) {
+		u64 span = c->sc->span[k];
+		if (!span || tally_tid(c, k) != who)
+			continue;
+		sum += span;
+		/* Its stack in its longest stretch read (another stretch may be
+		 * another request's). */
+		s64 ks = k < LOCK_HANDOVERS ? c->l->stack[k & (LOCK_HANDOVERS - 1)] : c->sc->stack0;
+		if (ks > 0 && span > longest) {
+			longest = span;
+			st = ks;
+		}
+	}
+	if (sum > c->sc->most) {
+		c->sc->most = sum;
+		c->sc->best = who;
+		c->sc->stack = st;
+	}
+	return 0;
+}
+
+/* At the switch-in ending a wait for an interpreter lock (from t0 to now;
+ * holder and holder_stack: the holder as it began): the holder becomes
+ * the thread that held the lock longest within the wait by the ledger.
+ * id: tgid << 32 | tid, and LOCK_TAKES when the waiter takes the lock now
+ * (noted as its next holder). */
+static __noinline void interp_lock_held(u64 id, u64 t0, u32 *holder, s64 *holder_stack, u64 now)
+{
+	u32 key = id >> 32;
+	if (!holder || !holder_stack)
+		return;
+	struct lock_tally c = { .l = bpf_map_lookup_elem(&lock_ledgers, &key) };
+	key = 0;
+	c.sc = bpf_map_lookup_elem(&lock_scratches, &key);
+	if (c.l && c.sc) {
+		struct lock_scratch *sc = c.sc;
+		struct lock_ledger *l = c.l;
+		sc->t0 = t0;
+		sc->now = now;
+		sc->first = now;
+		sc->most = 0;
+		sc->best = 0;
+		sc->stack = 0;
+		sc->holder0 = *holder;
+		sc->stack0 = *holder_stack;
+		bpf_loop(LOCK_HANDOVERS, lock_span, &c, 0);
+		/* The holder as the wait began holds until the first hand-over
+		 * kept: unknown when later ones wrote over those of the wait. */
+		u64 oldest = l->ts[l->head & (LOCK_HANDOVERS - 1)];
+		bool covered = l->head <= LOCK_HANDOVERS || oldest <= t0;
+		sc->span[LOCK_HANDOVERS] = covered && sc->first > t0 ? sc->first - t0 : 0;
+		bpf_loop(LOCK_HANDOVERS + 1, lock_sum, &c, 0);
+		if (sc->best && sc->best != *holder) {
+			*holder = sc->best;
+			*holder_stack = sc->stack;
+		}
+	}
+	if (id & LOCK_TAKES)
+		lock_handover(id >> 32, (u32)id & ~LOCK_TAKES, 0, now);
+}
+
 /* The runtimes' interpreter locks (CPython's GIL, CRuby's GVL): at a
  * switch-out, a wait for one and who held it. Not inlined: the switch
  * program's own stack, with the walker's, is near 6.1's limit. */
@@ -318,6 +492,8 @@ static __noinline void interp_lock_wait(struct task_struct *t, u32 tgid, u32 *lo
 	py_gil_wait(t, tgid, lock, holder, holder_stack, &w.py);
 	if (!*lock)
 		ruby_gvl_wait(t, tgid, lock, holder, holder_stack, &w.rb);
+	if (*lock && *holder)
+		lock_handover(tgid, *holder, *holder_stack, bpf_ktime_get_ns());
 }
 
 /* One frame: records pc, then finds the caller's pc, sp and bp, by the

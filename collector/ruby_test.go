@@ -15,6 +15,8 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/prometheus/procfs"
+
 	"github.com/offcpu/offcpu/analysis"
 	"github.com/offcpu/offcpu/schema"
 )
@@ -105,10 +107,26 @@ func TestRubyPuma(t *testing.T) {
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	waitListening(t, port)
 	before := rubyStats(t, port)
+	// The process's CPU time, of which the CPU-bound handlers' loops hold
+	// the GVL for the part their clock counts (on_cpu).
+	cpuOf := func() float64 {
+		pr, err := procfs.NewProc(cmd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := pr.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CPUTime()
+	}
+	cpu0 := cpuOf()
 	var after map[string]float64
+	var cpu1 float64
 	p := checkAgainstSchedstat(t, []int{cmd.Process.Pid}, func(stop <-chan struct{}) {
 		rubyLoad(t, port, map[string]int{"cpu": 3, "lock": 2, "down": 1}, stop) // fewer than the pool's threads
 		after = rubyStats(t, port)
+		cpu1 = cpuOf()
 	})
 	app := func(k string) time.Duration { return time.Duration((after[k] - before[k]) * 1e9) }
 
@@ -170,9 +188,19 @@ func TestRubyPuma(t *testing.T) {
 	if d := time.Duration(lockWait) - own; own < 50*time.Millisecond || d < -own/20 || d > own/20 {
 		t.Errorf("Mutex waits %v recorded, %v by the app's clock: want within 5%%", time.Duration(lockWait), own)
 	}
-	t.Logf("CPU-bound handler: %v blocked, %.1f%% GVL waits; GVL waits %v, %.1f%% with the holder named (a thread of Puma's and its Ruby stack), %.1f%% held by a CPU-bound handler as they began",
-		time.Duration(cpuOff), 100*float64(cpuGVL)/float64(max(cpuOff, 1)), time.Duration(gvl), 100*float64(gvlNamed)/float64(max(gvl, 1)), 100*float64(gvlByCPU)/float64(max(gvl, 1)))
-	t.Logf("CPU-bound handler's GVL waits: %.1f%% held by another CPU-bound handler as they began", 100*float64(cpuGVLByCPU)/float64(max(cpuGVL, 1)))
+	byCPU := 100 * float64(gvlByCPU) / float64(max(gvl, 1))
+	truth := 100 * (after["on_cpu"] - before["on_cpu"]) / max(cpu1-cpu0, 1e-3)
+	t.Logf("CPU-bound handler: %v blocked, %.1f%% GVL waits; GVL waits %v, %.1f%% with the holder named (a thread of Puma's and its Ruby stack), %.1f%% held longest by a CPU-bound handler (its loops' clock: %.1f%% of Puma's CPU time)",
+		time.Duration(cpuOff), 100*float64(cpuGVL)/float64(max(cpuOff, 1)), time.Duration(gvl), 100*float64(gvlNamed)/float64(max(gvl, 1)), byCPU, truth)
+	t.Logf("CPU-bound handler's GVL waits: %.1f%% held longest by another CPU-bound handler", 100*float64(cpuGVLByCPU)/float64(max(cpuGVL, 1)))
+	// Under load every thread waits for the GVL most of the time, so the
+	// GVL's time, held by the CPU-bound loops for the share of Puma's CPU
+	// time their clock counts, is about the share of the waits they held
+	// (80-87% against 95% in runs of 2026-12-07: hand-overs the ledger
+	// did not keep; see docs/ruby.md).
+	if byCPU < truth-20 {
+		t.Errorf("GVL waits: %.1f%% held longest by a CPU-bound handler, its loops %.1f%% of Puma's CPU time: want within 20 points", byCPU, truth)
+	}
 	if cpuOff == 0 || float64(cpuGVL) < 0.9*float64(cpuOff) {
 		t.Errorf("the CPU-bound handler's waits: %.1f%% GVL waits, want at least 90%%", 100*float64(cpuGVL)/float64(max(cpuOff, 1)))
 	}

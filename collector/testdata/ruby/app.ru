@@ -55,6 +55,7 @@ def cpu_handler
     x = 0
     c0 = cpu_now
     x += 1 while cpu_now - c0 < 0.03
+    note("on_cpu", cpu_now - c0)
     x
   end
 end
