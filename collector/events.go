@@ -27,9 +27,7 @@ type eventReader struct {
 	rd    *ringbuf.Reader
 	done  chan struct{}
 	procs *symbolize.Procs
-	unw   *unwinder   // nil with FramePointersOnly
-	gor   *goRecorder // nil without Options.Goroutines
-	tctx  *tctxTracker
+	parts parts // told of each process's life
 	// kernelMaps: mappings come from the kernel, /proc is read only for
 	// processes not known yet.
 	kernelMaps bool
@@ -174,40 +172,20 @@ func (e *eventReader) handle(raw []byte) {
 		if !e.kernelMaps || !e.procs.Known(ev.Tgid) {
 			e.procs.Snapshot(ev.Tgid)
 		}
-		if e.tctx != nil {
-			e.tctx.add(ev.Tgid)
-		}
+		e.parts.processSeen(ev.Tgid)
 	case evReread:
 		e.procs.Snapshot(ev.Tgid)
-		if e.tctx != nil {
-			e.tctx.add(ev.Tgid)
-		}
+		e.parts.processSeen(ev.Tgid)
 	case evExec:
-		if e.unw != nil {
-			e.unw.exec(ev.Tgid)
-		}
+		e.parts.processExec(ev.Tgid)
 		e.procs.Exec(ev.Tgid)
 		if !e.kernelMaps {
 			e.procs.Snapshot(ev.Tgid)
 		}
-		if e.gor != nil { // a target that runs a Go program now
-			e.gor.add(ev.Tgid)
-		}
-		if e.tctx != nil {
-			e.tctx.exec(ev.Tgid)
-		}
 	case evFork:
 		e.procs.Fork(ev.Tgid, ev.Parent)
 	case evExit:
-		if e.unw != nil {
-			e.unw.forget(ev.Tgid)
-		}
-		if e.gor != nil {
-			e.gor.exit(ev.Tgid)
-		}
-		if e.tctx != nil {
-			e.tctx.exit(ev.Tgid)
-		}
+		e.parts.processExit(ev.Tgid)
 		if e.deadProcs != nil {
 			e.mu.Lock()
 			e.deadProcs[ev.Tgid] = true

@@ -49,6 +49,7 @@ type Session struct {
 	unw    *unwinder   // nil with FramePointersOnly
 	gor    *goRecorder // nil without Options.Goroutines
 	tctx   *tctxTracker
+	parts  parts         // those of the three above the session has
 	stream *streamReader // nil without Options.Stream
 	spill  *stackSpill
 	budget *budget // deferred walks: the threshold and its controller (--budget)
@@ -169,9 +170,10 @@ func (s *Session) afterAttach(ctx context.Context) error {
 		targets = coll.Maps[bpf.OffcpuMapTargetTgids]
 	}
 	s.tctx = newTctxTracker(coll, targets)
-	s.events.unw, s.events.gor, s.events.tctx, s.events.kernelMaps = s.unw, s.gor, s.tctx, s.p.kernelMaps
+	s.parts = append(s.parts, s.tctx)
+	s.events.parts, s.events.kernelMaps = s.parts, s.p.kernelMaps
 	for _, p := range s.opts.PIDs {
-		s.tctx.add(uint32(p))
+		s.tctx.add(uint32(p)) // read by its own goroutine: the start waits for none
 	}
 	return nil
 }
@@ -284,6 +286,7 @@ func (s *Session) prepare(p *probes) error {
 	if !o.FramePointersOnly {
 		s.unw = newUnwinder(coll, uint32(o.UnwindRows))
 		s.unw.rts = newRuntimes(s.unw, coll)
+		s.parts = append(s.parts, s.unw)
 		s.procs.OnChange = s.unw.update
 		pids = append([]int{os.Getpid()}, o.PIDs...)
 		if len(o.PIDs) == 0 && len(o.TIDs) == 0 && !o.TargetsOnly {
@@ -306,6 +309,7 @@ func (s *Session) prepare(p *probes) error {
 			return err
 		}
 		s.gor = gor
+		s.parts = append(s.parts, gor)
 	}
 	if err := s.fillTargets(coll); err != nil {
 		return err
@@ -345,9 +349,9 @@ func (s *Session) fillTargets(coll *ebpf.Collection) error {
 			return fmt.Errorf("adding tid %d to the filter: %w", t, err)
 		}
 	}
-	if s.gor != nil {
+	if s.gor != nil { // before the window opens; thread context after attaching
 		for _, p := range s.opts.PIDs {
-			s.gor.add(uint32(p))
+			s.gor.processAdded(uint32(p))
 		}
 	}
 	return nil
@@ -363,27 +367,17 @@ func (s *Session) AddPID(pid int) error {
 		return fmt.Errorf("adding pid %d to the filter: %w", pid, err)
 	}
 	s.procs.Snapshot(uint32(pid))
-	if s.gor != nil {
-		s.gor.add(uint32(pid))
-	}
-	if s.tctx != nil {
-		s.tctx.addNow(uint32(pid))
-	}
+	s.parts.processAdded(uint32(pid))
 	return nil
 }
 
 // close frees what a session holds in the kernel.
 func (s *Session) close() {
 	s.budget.stop()
-	if s.tctx != nil { // it reads the maps until closed
-		s.tctx.close()
-	}
+	s.parts.close() // thread context reads the maps until closed
+	s.parts = nil
 	if s.p != nil {
 		s.p.close()
-	}
-	if s.gor != nil {
-		s.gor.close()
-		s.gor = nil
 	}
 	if s.cont != nil {
 		s.cont.agg.close()
