@@ -2,7 +2,6 @@ package collector
 
 import (
 	"fmt"
-	"runtime/debug"
 	"sort"
 	"time"
 
@@ -21,10 +20,6 @@ func (s *Session) build(d *recording) (Profiles, error) {
 	if s.unw != nil {
 		sym.JIT = runtimeNames(s.unw.rts)
 	}
-	// The profiles of a long or busy recording are most of the agent's
-	// memory, built once: collect their garbage sooner (a recording of
-	// 15,000 short-lived processes peaked at twice their size).
-	defer debug.SetGCPercent(debug.SetGCPercent(25))
 	return build(d, sym, s.buildOptions(&s.stats, s.start, s.opts.NoOffwake))
 }
 
