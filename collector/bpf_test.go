@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/offcpu/offcpu/kernel"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -90,11 +91,11 @@ func TestRecordWorkload(t *testing.T) {
 	p, res, st := runWorkload(t, Options{FollowForks: true}, "-rounds", "10", "-each", "50ms")
 	// The attach mode follows from the kernel's facilities, not the machine.
 	want := "tracepoint"
-	if btfModePromised(KernelFeatures()) {
+	if kernel.BTFModePromised(kernel.Features()) {
 		want = "tp_btf"
 	}
 	if st.Attach != want {
-		t.Errorf("attach = %s, want %s: the kernel's facilities promise it (%+v); warnings %v", st.Attach, want, KernelFeatures(), st.Warnings)
+		t.Errorf("attach = %s, want %s: the kernel's facilities promise it (%+v); warnings %v", st.Attach, want, kernel.Features(), st.Warnings)
 	}
 	// Stacks are stored by a 64-bit hash in a plain hash map: nothing is
 	// lost while it has room.

@@ -1,10 +1,8 @@
 package collector
 
 import (
-	"compress/gzip"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -501,32 +499,6 @@ func cgroupIDOf(path string) (uint64, error) {
 		return 0, fmt.Errorf("%s is not on a cgroup v2 file system: give a directory under /sys/fs/cgroup", path)
 	}
 	return st.Ino, nil
-}
-
-func kernelRelease() string {
-	var u unix.Utsname
-	if unix.Uname(&u) != nil {
-		return ""
-	}
-	return unix.ByteSliceToString(u.Release[:])
-}
-
-func kasanEnabled(path string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	var r io.Reader = f
-	if strings.HasSuffix(path, ".gz") {
-		gz, err := gzip.NewReader(f)
-		if err != nil {
-			return false
-		}
-		r = gz
-	}
-	b, err := io.ReadAll(r)
-	return err == nil && strings.Contains(string(b), "\nCONFIG_KASAN=y")
 }
 
 // drainOnCPU reads each thread's exact on-CPU time (tp_btf mode).

@@ -12,12 +12,12 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/kernel"
 )
 
 // probes is the first stage of a recording: the BPF programs loaded for
@@ -69,7 +69,7 @@ var optionalProgs = map[string]string{
 // loading and attaching, with the maps created.
 func loadProbes(opts Options, cgroupID uint64, prepare func(*probes) error) (*probes, error) {
 	var warnings []string
-	if opts.deferred() && !opts.ForceTracepoint && !kernelHasRawTracepoint("sched_exit_tp") {
+	if opts.deferred() && !opts.ForceTracepoint && !kernel.HasRawTracepoint("sched_exit_tp") {
 		warnings = append(warnings, noDeferral("the kernel has no sched_exit_tp tracepoint (Linux 6.16+), where a thread's stacks are walked after its switch-in"))
 		opts.WalkThreshold, opts.Budget = 0, 0
 	}
@@ -104,17 +104,6 @@ func loadProbes(opts Options, cgroupID uint64, prepare func(*probes) error) (*pr
 // noDeferral is the warning for --walk-threshold and --budget dropped.
 func noDeferral(why string) string {
 	return "--walk-threshold and --budget not used: " + why + "; every interval's stacks are walked at its switch-out, which costs more a switch (docs/overhead.md)"
-}
-
-// kernelHasRawTracepoint says whether the kernel's BTF declares the
-// tracepoint's typedef (btf_trace_NAME), which tp_btf programs attach by.
-func kernelHasRawTracepoint(name string) bool {
-	spec, err := btf.LoadKernelSpec()
-	if err != nil {
-		return false
-	}
-	var td *btf.Typedef
-	return spec.TypeByName("btf_trace_"+name, &td) == nil
 }
 
 // attachCPUSampling opens a CPU-clock perf event per online CPU at
@@ -175,26 +164,6 @@ func onlineCPUs() ([]int, error) {
 	return cpus, nil
 }
 
-// kernelThreadSize is THREAD_SIZE: 16 KiB on x86-64, 32 KiB with KASAN.
-func kernelThreadSize() uint64 {
-	for _, path := range []string{"/proc/config.gz", "/boot/config-" + kernelRelease()} {
-		if kasanEnabled(path) {
-			return 32768
-		}
-	}
-	return 16384
-}
-
-// kernelHasFunc says whether the kernel's BTF has the function (a kfunc).
-func kernelHasFunc(name string) bool {
-	spec, err := btf.LoadKernelSpec()
-	if err != nil {
-		return false
-	}
-	var fn *btf.Func
-	return spec.TypeByName(name, &fn) == nil
-}
-
 // load creates the maps and programs for one attach mode and attaches them.
 func (p *probes) load(cgroupID uint64, btfMode bool, prepare func(*probes) error) error {
 	spec, err := p.spec(cgroupID, btfMode)
@@ -252,7 +221,7 @@ func (p *probes) spec(cgroupID uint64, btfMode bool) (*ebpf.CollectionSpec, erro
 		bpf.OffcpuVarWantUserStacks:    !o.NoUserStacks,
 		bpf.OffcpuVarReuseStacks:       !o.NoStackReuse,
 		bpf.OffcpuVarWantWakeups:       !o.NoWakeups,
-		bpf.OffcpuVarThreadSize:        kernelThreadSize(),
+		bpf.OffcpuVarThreadSize:        kernel.ThreadSize(),
 		bpf.OffcpuVarWantUnwind:        !o.FramePointersOnly,
 		bpf.OffcpuVarWantMaps:          wantMaps,
 		bpf.OffcpuVarDeferredWalks:     o.deferred() && btfMode,
@@ -268,7 +237,7 @@ func (p *probes) spec(cgroupID uint64, btfMode bool) (*ebpf.CollectionSpec, erro
 	// The exec program reports the new program's mappings only where the
 	// kernel has the VMA iterator (Linux 6.7+); elsewhere execs are read
 	// from /proc.
-	p.kernelMaps = wantMaps && btfMode && kernelHasFunc("bpf_iter_task_vma_new")
+	p.kernelMaps = wantMaps && btfMode && kernel.HasFunc("bpf_iter_task_vma_new")
 	if !o.deferred() || !btfMode {
 		delete(spec.Programs, bpf.OffcpuProgOffcpuSwitchedIn)
 	}
@@ -359,13 +328,13 @@ func (p *probes) newCollection(spec *ebpf.CollectionSpec) error {
 	}
 	for err != nil {
 		// A program with a fallback is left out rather than the mode.
-		name := failedProgram(err, spec)
+		name := kernel.FailedProgram(err, spec)
 		why, ok := optionalProgs[name]
 		var ve *ebpf.VerifierError
 		if !ok || !errors.As(err, &ve) {
 			break
 		}
-		p.warnings = append(p.warnings, fmt.Sprintf("%s: the kernel rejected %s (%s)", why, name, verifierReason(ve.Log)))
+		p.warnings = append(p.warnings, fmt.Sprintf("%s: the kernel rejected %s (%s)", why, name, kernel.VerifierReason(ve.Log)))
 		delete(spec.Programs, name)
 		coll, err = ebpf.NewCollectionWithOptions(spec, copts)
 	}

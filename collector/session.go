@@ -31,6 +31,7 @@ import (
 
 	"github.com/offcpu/offcpu/bpf"
 	"github.com/offcpu/offcpu/collector/symbolize"
+	"github.com/offcpu/offcpu/kernel"
 	"github.com/offcpu/offcpu/runtimes"
 	"github.com/offcpu/offcpu/runtimes/registry"
 	"github.com/offcpu/offcpu/schema"
@@ -253,7 +254,7 @@ func (w *worker) halt() {
 }
 
 // vmlinuxBTF is where the kernel publishes its BTF (a variable for tests).
-var vmlinuxBTF = "/sys/kernel/btf/vmlinux"
+var vmlinuxBTF = kernel.BTFPath
 
 var errPermission = errors.New("permission denied: run as root, or grant CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE")
 

@@ -25,6 +25,7 @@ import (
 	"github.com/offcpu/offcpu/agent"
 	"github.com/offcpu/offcpu/collector"
 	"github.com/offcpu/offcpu/internal/testenv"
+	"github.com/offcpu/offcpu/kernel"
 	"github.com/offcpu/offcpu/otlp"
 	"github.com/offcpu/offcpu/schema"
 )
@@ -217,7 +218,7 @@ func TestContinuousOTLP(t *testing.T) {
 	}
 	// The agent's default walks at the switch-in; a kernel that cannot
 	// says so from the start.
-	for _, f := range collector.KernelFeatures() {
+	for _, f := range kernel.Features() {
 		warned := strings.Contains(summary, "warning: --walk-threshold and --budget not used")
 		if f.Name == "sched_exit_tp tracepoint" && f.Have == warned {
 			t.Errorf("sched_exit_tp present: %v, warned of walks at the switch-out: %v:\n%s", f.Have, warned, summary)

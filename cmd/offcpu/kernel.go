@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/offcpu/offcpu/collector"
+	"github.com/offcpu/offcpu/kernel"
 )
 
 func newKernelCmd() *cobra.Command {
@@ -45,7 +46,7 @@ Needs root (or CAP_BPF and CAP_PERFMON).`,
 	return cmd
 }
 
-func printKernel(w io.Writer, r *collector.KernelReport) {
+func printKernel(w io.Writer, r *kernel.Report) {
 	fmt.Fprintf(w, "kernel %s: recordings attach %s", r.Release, r.Attach)
 	if r.Deferred {
 		fmt.Fprint(w, ", --walk-threshold and --budget available")

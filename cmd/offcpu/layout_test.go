@@ -49,7 +49,7 @@ func TestCommandsDoNotImportTheWorkload(t *testing.T) {
 
 func TestProfilerPackagesDoNotDependOnTheWorkload(t *testing.T) {
 	mod := "github.com/offcpu/offcpu/"
-	pkgs := []string{"analysis", "collector/...", "runtimes/...", "flamegraph", "otlp", "schema", "bpf"}
+	pkgs := []string{"analysis", "collector/...", "runtimes/...", "kernel", "flamegraph", "otlp", "schema", "bpf"}
 	for i, p := range pkgs {
 		pkgs[i] = mod + p
 	}
@@ -72,7 +72,7 @@ func TestProfilerPackagesDoNotDependOnTheWorkload(t *testing.T) {
 // (collector, still to be split by concept, at most its size today).
 func TestHouseLimits(t *testing.T) {
 	const maxLines, maxMethods, maxPackage = 700, 30, 6000
-	ratchet := map[string]int{"collector": 9000}
+	ratchet := map[string]int{"collector": 8300}
 	methods := map[string]int{}  // by package directory and type
 	pkgLines := map[string]int{} // by package directory
 	files := 0

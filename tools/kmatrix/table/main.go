@@ -14,13 +14,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/offcpu/offcpu/collector"
+	"github.com/offcpu/offcpu/kernel"
 )
 
 // run is one kernel's output.
 type run struct {
 	kernel string
-	report collector.KernelReport
+	report kernel.Report
 	tests  map[string]string // name: PASS, FAIL or SKIP with its time
 	order  []string
 	exit   string
