@@ -19,3 +19,15 @@ func DeleteKeys[K any](m *ebpf.Map, keys []K) int {
 	}
 	return n
 }
+
+// MoveOut calls f for each entry of m, then deletes the entries seen.
+func MoveOut[K, V any](m *ebpf.Map, f func(K, *V)) {
+	var k K
+	var v V
+	var keys []K
+	for it := m.Iterate(); it.Next(&k, &v); {
+		keys = append(keys, k)
+		f(k, &v)
+	}
+	DeleteKeys(m, keys)
+}

@@ -27,8 +27,8 @@ func (s *Session) build(d *recording) (Profiles, error) {
 func (s *Session) buildOptions(st *Stats, start time.Time, noOffwake bool) buildOptions {
 	o := buildOptions{stats: st, start: start, cpuHz: s.opts.CPUHz, wakeups: !s.opts.NoWakeups, noOffwake: noOffwake, exitedDetail: s.opts.ExitedDetail, window: [2]uint64{s.startMono, s.stopMono}}
 	if s.tctx != nil {
-		s.tctx.labels.take()
-		o.links = s.tctx.labels
+		o.links = s.tctx.Labels()
+		o.links.Take()
 	}
 	return o
 }
@@ -164,7 +164,7 @@ func (d *recording) offCPUProfile(sym *symbolize.Symbolizer, names *threadNames)
 			}
 		}
 		if r.link != 0 && d.o.links != nil {
-			d.o.links.put(smp, r.tgid, r.link)
+			d.o.links.Put(smp, r.tgid, r.link)
 		}
 		if r.waker.valid {
 			smp.Label[schema.LabelWaker] = []string{names.waker(r.waker, sym.Kern)}

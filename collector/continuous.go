@@ -165,7 +165,7 @@ func (s *Session) cut(final bool) (*Interval, error) {
 	}
 	iv.Profile, iv.Wakeups = ps.OffCPU, ps.Wakeups
 	if s.tctx != nil {
-		s.tctx.labels.cut()
+		s.tctx.Labels().Cut()
 	}
 	if s.gor != nil {
 		if iv.Goroutines, err = s.gor.cut(symbolize.NewSymbolizer(s.procs), final, s.startMono, now, iv.Start, iv.Duration); err != nil {

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/collector/threadctx"
 )
 
 // record is one aggregation-map entry with its stacks resolved to
@@ -114,7 +115,7 @@ type buildOptions struct {
 	// window: its bounds, CLOCK_MONOTONIC ns (the timeline's).
 	window [2]uint64
 	// links: the thread-context records the waits' links name (nil: none).
-	links *tctxLabels
+	links *threadctx.Labels
 }
 
 type cpuTotal struct {
@@ -154,7 +155,7 @@ type drainer struct {
 	events *eventReader
 	unw    *unwinder
 	budget *budget
-	tctx   *tctxTracker
+	tctx   *threadctx.Tracker
 	stream *streamReader
 	// stopMono: the window's end, for the classic mode's open intervals.
 	stopMono uint64
@@ -444,7 +445,7 @@ func (s *drainer) readStats() error {
 	s.stats.ForkUnwindFull = get(bpf.OffcpuOffcpuStatSTAT_FORK_UNWIND_FULL)
 	s.stats.StreamLost = get(bpf.OffcpuOffcpuStatSTAT_STREAM_LOST)
 	if s.tctx != nil {
-		s.stats.ThreadContext = s.tctx.statsCopy(get(bpf.OffcpuOffcpuStatSTAT_TCTX_LINKS), get(bpf.OffcpuOffcpuStatSTAT_TCTX_LOST),
+		s.stats.ThreadContext = s.tctx.Stats(get(bpf.OffcpuOffcpuStatSTAT_TCTX_LINKS), get(bpf.OffcpuOffcpuStatSTAT_TCTX_LOST),
 			get(bpf.OffcpuOffcpuStatSTAT_TCTX_GO_SETS), get(bpf.OffcpuOffcpuStatSTAT_TCTX_GO_LOST))
 	}
 	s.stats.Budget = s.budget.stats(get)

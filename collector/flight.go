@@ -52,7 +52,7 @@ func (s *Session) FlightTimeline(from, to uint64) (*schema.Timeline, error) {
 	}
 	d.o = buildOptions{stats: st, window: [2]uint64{from, to}}
 	if s.tctx != nil {
-		d.o.links = s.tctx.labels
+		d.o.links = s.tctx.Labels()
 	}
 	if s.gor != nil {
 		d.goroutines = s.gor.timelineData(false, s.gor.readStacks())
@@ -105,7 +105,7 @@ func (s *Session) FlightRequests(since uint64) []FlightRequest {
 	}
 	var out []FlightRequest
 	for k, r := range streamRequests(s.stream, since) {
-		if r.Labels = linkLabels(s.tctx.labels, uint32(k[0]), k[1]); r.Labels != nil {
+		if r.Labels = linkLabels(s.tctx.Labels(), uint32(k[0]), k[1]); r.Labels != nil {
 			out = append(out, *r)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/collector/threadctx"
 	"github.com/offcpu/offcpu/internal/testenv"
 	"github.com/offcpu/offcpu/runtimes/golang"
 	"github.com/offcpu/offcpu/schema"
@@ -441,10 +442,10 @@ func TestGoThreadLabels(t *testing.T) {
 				t.Setenv("GOLABELS_GC", "1")
 			}
 			bin, report := buildGoLabels(t, c.tool[0], c.tool[1:]...)
-			f, err := openTctxFile(bin)
+			f, err := threadctx.FileAccess(bin)
 			// With C's variables the slot moves (where, the linker says):
 			// the labels read below tell whether it was found.
-			if err != nil || f.access != tlsGo || (f.offset == -8) == (name == "external-c-tls") {
+			if err != nil || f.Model != "go" || (f.Offset == -8) == (name == "external-c-tls") {
 				t.Fatalf("%s: %+v, %v; want Go's g in TLS (at -8 without C's variables)", name, f, err)
 			}
 			p, s := recordCommand(t, c.opts, exec.Command(bin, report, "2s", "threads"))

@@ -157,7 +157,7 @@ func (r *goRecorder) moveLinks() {
 func (r *goRecorder) takeLinks() {
 	r.linkMu.Lock()
 	defer r.linkMu.Unlock()
-	moveOut(r.objs.GoLinks, func(k bpf.GoroutinesGoLinkKey, v *bpf.GoroutinesGoLinkVal) {
+	bpf.MoveOut(r.objs.GoLinks, func(k bpf.GoroutinesGoLinkKey, v *bpf.GoroutinesGoLinkVal) {
 		if _, ok := r.labels[k]; ok {
 			return
 		}
@@ -171,23 +171,8 @@ func (r *goRecorder) takeLinks() {
 
 // decodeLabels reads one label set of the probe's.
 func decodeLabels(v *bpf.GoroutinesGoLinkVal) goLabels {
-	l := goLabels{truncated: v.Flags&bpf.GoLinkTruncated != 0}
-	str := func(b []int8, n uint8) string {
-		out := make([]byte, min(int(n), len(b)))
-		for i := range out {
-			out[i] = byte(b[i])
-		}
-		return string(out)
-	}
-	for i := 0; i < int(min(v.N, uint32(len(v.L)))); i++ {
-		e := &v.L[i]
-		if e.Klen == 0 {
-			continue
-		}
-		l.pairs = append(l.pairs, [2]string{str(e.Key[:], e.Klen), str(e.Value[:], e.Vlen)})
-	}
-	sort.Slice(l.pairs, func(i, j int) bool { return l.pairs[i][0] < l.pairs[j][0] })
-	return l
+	pairs, truncated := v.Pairs()
+	return goLabels{pairs: pairs, truncated: truncated}
 }
 
 // add probes process pid if it runs a Go executable; other processes are

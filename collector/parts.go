@@ -1,5 +1,7 @@
 package collector
 
+import "github.com/offcpu/offcpu/collector/threadctx"
+
 // part is a piece of a session beside the recording pipeline: the
 // runtimes' unwinder, the goroutine recorder, thread context. Each hears
 // of the recorded processes through the same four calls, from the event
@@ -68,7 +70,10 @@ func (r *goRecorder) processExit(pid uint32)  { r.exit(pid) }
 
 // Thread context reads a process's published context from its first
 // sight; one added by AddPID is read at once.
-func (t *tctxTracker) processSeen(pid uint32)  { t.add(pid) }
-func (t *tctxTracker) processAdded(pid uint32) { t.addNow(pid) }
-func (t *tctxTracker) processExec(pid uint32)  { t.exec(pid) }
-func (t *tctxTracker) processExit(pid uint32)  { t.exit(pid) }
+type tctxPart struct{ *threadctx.Tracker }
+
+func (t tctxPart) processSeen(pid uint32)  { t.Add(pid) }
+func (t tctxPart) processAdded(pid uint32) { t.AddNow(pid) }
+func (t tctxPart) processExec(pid uint32)  { t.Exec(pid) }
+func (t tctxPart) processExit(pid uint32)  { t.Exit(pid) }
+func (t tctxPart) close()                  { t.Close() }

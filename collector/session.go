@@ -31,6 +31,7 @@ import (
 
 	"github.com/offcpu/offcpu/bpf"
 	"github.com/offcpu/offcpu/collector/symbolize"
+	"github.com/offcpu/offcpu/collector/threadctx"
 	"github.com/offcpu/offcpu/kernel"
 	"github.com/offcpu/offcpu/runtimes"
 	"github.com/offcpu/offcpu/runtimes/registry"
@@ -49,7 +50,7 @@ type Session struct {
 	procs  *symbolize.Procs
 	unw    *unwinder   // nil with FramePointersOnly
 	gor    *goRecorder // nil without Options.Goroutines
-	tctx   *tctxTracker
+	tctx   *threadctx.Tracker
 	parts  parts         // those of the three above the session has
 	stream *streamReader // nil without Options.Stream
 	spill  *stackSpill
@@ -170,11 +171,11 @@ func (s *Session) afterAttach(ctx context.Context) error {
 	if len(s.opts.PIDs) > 0 || s.opts.TargetsOnly {
 		targets = coll.Maps[bpf.OffcpuMapTargetTgids]
 	}
-	s.tctx = newTctxTracker(coll, targets)
-	s.parts = append(s.parts, s.tctx)
+	s.tctx = threadctx.New(coll, targets)
+	s.parts = append(s.parts, tctxPart{s.tctx})
 	s.events.parts, s.events.kernelMaps = s.parts, s.p.kernelMaps
 	for _, p := range s.opts.PIDs {
-		s.tctx.add(uint32(p)) // read by its own goroutine: the start waits for none
+		s.tctx.Add(uint32(p)) // read by its own goroutine: the start waits for none
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package collector
 import (
 	"time"
 
+	"github.com/offcpu/offcpu/collector/threadctx"
 	"github.com/offcpu/offcpu/runtimes"
 )
 
@@ -204,3 +205,7 @@ func (st *Stats) add(o *Stats) {
 	}
 	st.addCounters(o, 1)
 }
+
+// ThreadContextStats describes the OpenTelemetry thread context and the
+// Go threads' labels read.
+type ThreadContextStats = threadctx.Stats

@@ -3,7 +3,6 @@ package collector
 import (
 	"bufio"
 	"context"
-	"debug/elf"
 	"encoding/hex"
 	"os"
 	"os/exec"
@@ -16,9 +15,9 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
-	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/collector/threadctx"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -41,12 +40,12 @@ func TestThreadContext(t *testing.T) {
 		name   string
 		opts   Options
 		bin    string
-		access tlsAccess
+		access string
 		byPID  bool
 	}{
-		{"executable", Options{}, exe, tlsLocalExec, false},
-		{"dlopen-by-pid", Options{}, viaLib, tlsDesc, true},
-		{"deferred-walks", Options{WalkThreshold: 100 * time.Microsecond}, exe, tlsLocalExec, false},
+		{"executable", Options{}, exe, "local-exec", false},
+		{"dlopen-by-pid", Options{}, viaLib, "tlsdesc", true},
+		{"deferred-walks", Options{WalkThreshold: 100 * time.Microsecond}, exe, "local-exec", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -55,8 +54,8 @@ func TestThreadContext(t *testing.T) {
 			if c.bin == viaLib {
 				f = lib
 			}
-			if got := tctxFileOf(t, f).access; got != c.access {
-				t.Fatalf("%s: access %v, want %v", filepath.Base(f), got, c.access)
+			if got, err := threadctx.FileAccess(f); err != nil || got.Model != c.access {
+				t.Fatalf("%s: access %v (%v), want %v", filepath.Base(f), got, err, c.access)
 			}
 			cmd := exec.Command(c.bin, "3", report, lib)
 			cmd.Env = append(os.Environ(), "TCTX_WAIT=1")
@@ -83,20 +82,6 @@ func TestThreadContext(t *testing.T) {
 			checkLabelledVerdicts(t, p, "monitor-wait", "io", "request-timer")
 		})
 	}
-}
-
-func tctxFileOf(t *testing.T, path string) *tctxFile {
-	t.Helper()
-	ef, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ef.Close()
-	f, err := readTctxFile(ef)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return f
 }
 
 // readTctxReport reads the server's requests: span, route, own off-CPU ns.
@@ -128,64 +113,6 @@ func checkTenants(t *testing.T, p interface{ String() string }) {
 	t.Helper()
 	if s := p.String(); !strings.Contains(s, "tenant:[tenant-") || strings.Contains(s, "attr.") {
 		t.Errorf("no tenant attribute named from the process context in the profile")
-	}
-}
-
-// The process context's key map is found in Resource attributes and in
-// extra attributes; a malformed payload yields none.
-func TestAttributeKeyMap(t *testing.T) {
-	str := func(s string) []byte {
-		return protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte(s))
-	}
-	field := func(n protowire.Number, b []byte) []byte {
-		return protowire.AppendBytes(protowire.AppendTag(nil, n, protowire.BytesType), b)
-	}
-	var arr []byte
-	for _, s := range []string{"http.route", "", "tenant"} {
-		arr = append(arr, field(1, str(s))...)
-	}
-	kv := append(field(1, []byte("threadlocal.attribute_key_map")), field(2, field(5, arr))...)
-	other := append(field(1, []byte("service.name")), field(2, str("x"))...)
-	want := "http.route,,tenant"
-	for name, payload := range map[string][]byte{
-		"extra":    append(field(2, other), field(2, kv)...),
-		"resource": field(1, append(field(1, other), field(1, kv)...)),
-	} {
-		if got := strings.Join(attributeKeyMap(payload), ","); got != want {
-			t.Errorf("%s: %q, want %q", name, got, want)
-		}
-	}
-	if got := attributeKeyMap([]byte{0x12, 0xff, 0x01}); got != nil {
-		t.Errorf("malformed: %q", got)
-	}
-}
-
-// Mapped files that are not ELF (the kernel's BTF a forked child maps
-// before its exec, locale archives) hold no variable and are no error; a
-// damaged ELF file is one; a Go executable is read for its labels.
-func TestTctxFileKinds(t *testing.T) {
-	dir := t.TempDir()
-	for name, b := range map[string][]byte{
-		"btf":   {0x9f, 0xeb, 0x01, 0x00, 0x18, 0, 0, 0},
-		"empty": nil,
-		"elf":   append([]byte(elf.ELFMAG), 2, 1, 1, 0, 0xff),
-	} {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		f, err := openTctxFile(path)
-		if f != nil || (err == errNoTctx) != (name != "elf") || err == nil {
-			t.Errorf("%s: %v, %v", name, f, err)
-		}
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A Go executable: its threads' goroutine labels.
-	if f, err := openTctxFile(self); f == nil || f.access != tlsGo || f.offset != -8 || f.goLabels == 0 || f.goLayout != bpf.GoLabelsSlice {
-		t.Errorf("test binary: %+v, %v", f, err)
 	}
 }
 
@@ -240,7 +167,7 @@ func TestTraceContextMap(t *testing.T) {
 		}
 		spanOf[strconv.Itoa(int(tid))] = hex.EncodeToString(v.SpanId[:])
 	}
-	time.Sleep(3 * obiEvery) // the recorder looks at the map every obiEvery
+	time.Sleep(3 * threadctx.InstrumentationPoll) // the recorder looks at the map this often
 	cmd.Process.Signal(syscall.SIGUSR1)
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)

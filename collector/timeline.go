@@ -7,6 +7,7 @@ import (
 
 	"github.com/offcpu/offcpu/bpf"
 	"github.com/offcpu/offcpu/collector/symbolize"
+	"github.com/offcpu/offcpu/collector/threadctx"
 	"github.com/offcpu/offcpu/schema"
 )
 
@@ -149,9 +150,9 @@ func (tb *timelineBuilder) linkLabels(tgid uint32, link uint64) map[string]strin
 }
 
 // linkLabels are the labels of a request record (nil: none known).
-func linkLabels(links *tctxLabels, tgid uint32, link uint64) map[string]string {
+func linkLabels(links *threadctx.Labels, tgid uint32, link uint64) map[string]string {
 	smp := &profile.Sample{Label: map[string][]string{}, NumLabel: map[string][]int64{}}
-	if !links.put(smp, tgid, link) {
+	if !links.Put(smp, tgid, link) {
 		return nil
 	}
 	l := map[string]string{}

@@ -1,4 +1,4 @@
-package collector
+package threadctx
 
 import (
 	"debug/buildinfo"
@@ -43,8 +43,8 @@ func (a tlsAccess) String() string {
 	return [...]string{"local-exec", "initial-exec", "tlsdesc", "global-dynamic", "local-dynamic", "go"}[a]
 }
 
-// tctxFile is how a file's threads reach otel_thread_ctx_v1.
-type tctxFile struct {
+// ctxFile is how a file's threads reach otel_thread_ctx_v1.
+type ctxFile struct {
 	access tlsAccess
 	slot   uint64 // the GOT slot or descriptor's address in the file (not local-exec)
 	offset int64  // local-exec: from the thread pointer; local-dynamic: in the module's block
@@ -64,7 +64,7 @@ var errNoTctx = errors.New("no " + tctxSymbol)
 
 // readTctxFile finds otel_thread_ctx_v1 in ef's dynamic symbols and how
 // it is reached. glibc on x86-64 only (the variant II TLS layout).
-func readTctxFile(ef *elf.File) (*tctxFile, error) {
+func readTctxFile(ef *elf.File) (*ctxFile, error) {
 	if ef.Machine != elf.EM_X86_64 {
 		return nil, errNoTctx
 	}
@@ -91,7 +91,7 @@ func readTctxFile(ef *elf.File) (*tctxFile, error) {
 }
 
 // tctxAccess: how symbol idx (otel_thread_ctx_v1) of ef is reached.
-func tctxAccess(ef *elf.File, syms []elf.Symbol, idx int) (*tctxFile, error) {
+func tctxAccess(ef *elf.File, syms []elf.Symbol, idx int) (*ctxFile, error) {
 	sym := syms[idx-1]
 	if elf.ST_TYPE(sym.Info) != elf.STT_TLS || sym.Size != 8 {
 		return nil, fmt.Errorf("%s is not an 8-byte TLS variable (type %v, size %d)", tctxSymbol, elf.ST_TYPE(sym.Info), sym.Size)
@@ -116,23 +116,23 @@ func tctxAccess(ef *elf.File, syms []elf.Symbol, idx int) (*tctxFile, error) {
 	}
 	switch {
 	case has(found, rX8664TLSDESC):
-		return &tctxFile{access: tlsDesc, slot: found[rX8664TLSDESC]}, nil
+		return &ctxFile{access: tlsDesc, slot: found[rX8664TLSDESC]}, nil
 	case has(found, rX8664DTPMOD64):
-		return &tctxFile{access: tlsGlobalDynamic, slot: found[rX8664DTPMOD64]}, nil
+		return &ctxFile{access: tlsGlobalDynamic, slot: found[rX8664DTPMOD64]}, nil
 	case has(found, rX8664TPOFF64):
-		return &tctxFile{access: tlsInitialExec, slot: found[rX8664TPOFF64]}, nil
+		return &ctxFile{access: tlsInitialExec, slot: found[rX8664TPOFF64]}, nil
 	case isExecutable(ef):
 		// The executable's block sits just below the thread pointer, its
 		// size rounded up to its alignment (what the linker's local-exec
 		// offsets assume).
 		if tls := tlsSegment(ef); tls != nil {
-			return &tctxFile{access: tlsLocalExec, offset: int64(sym.Value) - int64(tlsBlockSize(tls))}, nil
+			return &ctxFile{access: tlsLocalExec, offset: int64(sym.Value) - int64(tlsBlockSize(tls))}, nil
 		}
 		return nil, fmt.Errorf("%s: no TLS segment", tctxSymbol)
 	case has(module, rX8664TLSDESC):
-		return &tctxFile{access: tlsDesc, slot: module[rX8664TLSDESC], offset: int64(sym.Value)}, nil
+		return &ctxFile{access: tlsDesc, slot: module[rX8664TLSDESC], offset: int64(sym.Value)}, nil
 	case has(module, rX8664DTPMOD64):
-		return &tctxFile{access: tlsLocalDynamic, slot: module[rX8664DTPMOD64], offset: int64(sym.Value)}, nil
+		return &ctxFile{access: tlsLocalDynamic, slot: module[rX8664DTPMOD64], offset: int64(sym.Value)}, nil
 	}
 	return nil, fmt.Errorf("%s: no relocation tells how it is reached", tctxSymbol)
 }
@@ -184,7 +184,7 @@ func eachRela(ef *elf.File, f func(off uint64, sym, typ uint32)) error {
 // labels: g is kept in TLS (runtime.tlsg), g.labels at an offset of its
 // release. errNoTctx for a file that is not Go; an error for a Go one
 // whose labels cannot be found.
-func goTctxFile(r io.ReaderAt, ef *elf.File) (*tctxFile, error) {
+func goTctxFile(r io.ReaderAt, ef *elf.File) (*ctxFile, error) {
 	bi, err := buildinfo.Read(r)
 	if err != nil || ef.Machine != elf.EM_X86_64 {
 		return nil, errNoTctx
@@ -204,7 +204,7 @@ func goTctxFile(r io.ReaderAt, ef *elf.File) (*tctxFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &tctxFile{access: tlsGo, offset: g, load: golang.FirstLoad(ef), goLabels: uint16(off.Labels), goLayout: uint8(layout),
+	return &ctxFile{access: tlsGo, offset: g, load: golang.FirstLoad(ef), goLabels: uint16(off.Labels), goLayout: uint8(layout),
 		goGC: golang.GCCycles(ef, bi.GoVersion, numgc), goM: uint16(off.M), goCurg: uint16(off.M_curg)}, nil
 }
 

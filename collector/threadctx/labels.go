@@ -1,4 +1,4 @@
-package collector
+package threadctx
 
 import (
 	"bytes"
@@ -20,17 +20,17 @@ import (
 	"github.com/offcpu/offcpu/schema"
 )
 
-// tctxLabels holds the thread-context records moved out of tctx_links, as
+// Labels holds the thread-context records moved out of tctx_links, as
 // sample labels: trace_id and span_id (lowercase hex, as W3C writes them)
 // and each attribute under the name the process's context gives its key
 // index (OTEP 4719's threadlocal.attribute_key_map; attr.N when it
 // publishes none).
-type tctxLabels struct {
+type Labels struct {
 	m      *ebpf.Map
 	goSets *ebpf.Map // go_links: Go threads' label sets (ids with TCTX_GO_BIT)
 
 	mu      sync.Mutex
-	recs    map[bpf.OffcpuTctxKey]tctxRecord
+	recs    map[bpf.OffcpuTctxKey]record
 	use     map[bpf.OffcpuTctxKey]int // the last cut that used a record
 	cuts    int
 	keys    map[uint32][]string // attribute names by process
@@ -40,23 +40,23 @@ type tctxLabels struct {
 	goTrunc uint64
 }
 
-// tctxRecord is one record (or Go label set) as labels; truncated: its
+// record is one record (or Go label set) as labels; truncated: its
 // attributes were cut.
-type tctxRecord struct {
+type record struct {
 	pairs     [][2]string
 	truncated bool
 }
 
-func newTctxLabels(m, goSets *ebpf.Map) *tctxLabels {
-	return &tctxLabels{m: m, goSets: goSets, recs: map[bpf.OffcpuTctxKey]tctxRecord{}, use: map[bpf.OffcpuTctxKey]int{},
+func newLabels(m, goSets *ebpf.Map) *Labels {
+	return &Labels{m: m, goSets: goSets, recs: map[bpf.OffcpuTctxKey]record{}, use: map[bpf.OffcpuTctxKey]int{},
 		keys: map[uint32][]string{}}
 }
 
 // take moves the records read since the last time.
-func (l *tctxLabels) take() {
+func (l *Labels) Take() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	moveOut(l.m, func(k bpf.OffcpuTctxKey, v *bpf.OffcpuTctxLink) {
+	bpf.MoveOut(l.m, func(k bpf.OffcpuTctxKey, v *bpf.OffcpuTctxLink) {
 		if !l.fresh(k) {
 			return
 		}
@@ -73,38 +73,26 @@ func (l *tctxLabels) take() {
 		return
 	}
 	// Go threads' label sets, under their ids as waits carry them.
-	moveOut(l.goSets, func(k bpf.OffcpuGoLinkKey, v *bpf.OffcpuGoLinkVal) {
+	bpf.MoveOut(l.goSets, func(k bpf.OffcpuGoLinkKey, v *bpf.OffcpuGoLinkVal) {
 		rk := bpf.OffcpuTctxKey{Tgid: k.Tgid, Id: k.Id | 1<<bpf.TctxGoBit}
 		if !l.fresh(rk) {
 			return
 		}
-		g := decodeLabels((*bpf.GoroutinesGoLinkVal)(v))
-		if g.truncated {
+		pairs, truncated := (*bpf.GoroutinesGoLinkVal)(v).Pairs()
+		if truncated {
 			l.goTrunc++
 		}
-		l.recs[rk] = tctxRecord(g)
+		l.recs[rk] = record{pairs: pairs, truncated: truncated}
 	})
-}
-
-// moveOut calls f for each entry of m, then deletes the entries seen.
-func moveOut[K, V any](m *ebpf.Map, f func(K, *V)) {
-	var k K
-	var v V
-	var keys []K
-	for it := m.Iterate(); it.Next(&k, &v); {
-		keys = append(keys, k)
-		f(k, &v)
-	}
-	bpf.DeleteKeys(m, keys)
 }
 
 // fresh: record k is not held yet and the recording's bound leaves room
 // for it (else counted as shed). l.mu held.
-func (l *tctxLabels) fresh(k bpf.OffcpuTctxKey) bool {
+func (l *Labels) fresh(k bpf.OffcpuTctxKey) bool {
 	if _, ok := l.recs[k]; ok {
 		return false
 	}
-	if len(l.recs) >= maxLabelSets {
+	if len(l.recs) >= maxRecords {
 		l.shed++
 		return false
 	}
@@ -113,8 +101,8 @@ func (l *tctxLabels) fresh(k bpf.OffcpuTctxKey) bool {
 
 // decode reads one record; unknown key indexes refresh the process's key
 // map first (the specification's rule: the map only grows).
-func (l *tctxLabels) decode(pid uint32, v *bpf.OffcpuTctxLink) tctxRecord {
-	r := tctxRecord{truncated: v.Flags&bpf.TctxTruncated != 0}
+func (l *Labels) decode(pid uint32, v *bpf.OffcpuTctxLink) record {
+	r := record{truncated: v.Flags&bpf.TctxTruncated != 0}
 	if v.TraceId != [16]uint8{} {
 		r.pairs = append(r.pairs, [2]string{schema.LabelTraceID, hex.EncodeToString(v.TraceId[:])})
 	}
@@ -159,7 +147,7 @@ func (l *tctxLabels) decode(pid uint32, v *bpf.OffcpuTctxLink) tctxRecord {
 // readKeys reads pid's attribute names as it is found: they stay after it
 // exits, for the records moved out after (a pid reused by a process that
 // publishes is read again).
-func (l *tctxLabels) readKeys(pid uint32) {
+func (l *Labels) readKeys(pid uint32) {
 	names := tctxKeyMap(pid)
 	l.mu.Lock()
 	l.keys[pid] = names
@@ -167,7 +155,7 @@ func (l *tctxLabels) readKeys(pid uint32) {
 }
 
 // put puts record link of process pid on s; false: not read.
-func (l *tctxLabels) put(s *profile.Sample, pid uint32, link uint64) bool {
+func (l *Labels) Put(s *profile.Sample, pid uint32, link uint64) bool {
 	k := bpf.OffcpuTctxKey{Tgid: pid, Id: link}
 	l.mu.Lock()
 	r, ok := l.recs[k]
@@ -183,7 +171,7 @@ func (l *tctxLabels) put(s *profile.Sample, pid uint32, link uint64) bool {
 
 // cut ends a continuous recording's interval: records unused for four
 // cuts are forgotten (a span's waits end with it).
-func (l *tctxLabels) cut() {
+func (l *Labels) Cut() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.cuts++
@@ -195,7 +183,7 @@ func (l *tctxLabels) cut() {
 	}
 }
 
-func (l *tctxLabels) addStats(st *ThreadContextStats) {
+func (l *Labels) addStats(st *Stats) {
 	l.mu.Lock()
 	st.Shed, st.Truncated, st.Instrumentation, st.TruncatedGoSets = l.shed, l.nTrunc, l.nObi, l.goTrunc
 	l.mu.Unlock()

@@ -1,4 +1,11 @@
-package collector
+// Package threadctx reads OpenTelemetry thread context for the recorder:
+// it finds the processes that publish it (OTEP 4947's otel_thread_ctx_v1,
+// and Go programs' goroutine labels), tells the BPF programs where each
+// thread keeps it (tctx_procs), and turns the records they read at each
+// wait (tctx_links, go_links, the OpenTelemetry eBPF Instrumentation's
+// otel_traces_ctx_v1) into sample labels: trace_id, span_id and the
+// attributes under the names the process publishes (OTEP 4719).
+package threadctx
 
 import (
 	"debug/elf"
@@ -15,11 +22,11 @@ import (
 	"github.com/offcpu/offcpu/bpf"
 )
 
-// tctxTracker finds the processes among the targets that publish
+// Tracker finds the processes among the targets that publish
 // OpenTelemetry thread context (OTEP 4947: otel_thread_ctx_v1), tells the
 // recorder where each keeps it (tctx_procs), and moves the records the
 // recorder read (tctx_links) into labels for the waits that carry them.
-type tctxTracker struct {
+type Tracker struct {
 	procs   *ebpf.Map
 	obi     *ebpf.Map      // otel_traces_ctx_v1
 	targets *ebpf.Map      // target_tgids where the recording has targets: others are not read
@@ -27,20 +34,20 @@ type tctxTracker struct {
 	srcBits uint32
 
 	mu      sync.Mutex
-	pending map[uint32]*tctxPending // processes to look at
+	pending map[uint32]*pending // processes to look at
 	wake    chan struct{}
-	found   map[uint32]string    // processes read, with their access model
-	files   map[string]*tctxFile // by path and inode; nil: none
-	stats   ThreadContextStats
+	found   map[uint32]string   // processes read, with their access model
+	files   map[string]*ctxFile // by path and inode; nil: none
+	stats   Stats
 
-	labels *tctxLabels
+	labels *Labels
 	stop   chan struct{}
 	done   sync.WaitGroup
 }
 
-// ThreadContextStats describes the OpenTelemetry thread context and the
+// Stats describes the OpenTelemetry thread context and the
 // Go threads' labels read.
-type ThreadContextStats struct {
+type Stats struct {
 	Processes int `json:"processes"` // processes that publish it, read
 	// Records read (one per span), the waits counted without theirs (the
 	// kernel's map full), those whose attributes were cut (612 bytes), and
@@ -66,36 +73,44 @@ type ThreadContextStats struct {
 	Skipped        []string `json:"skipped,omitempty"` // processes whose variable could not be reached
 }
 
-// tctxPending: a process looked at until its variable is found or until
+// pending: a process looked at until its variable is found or until
 // until, first right away, then at doubling gaps from 20 ms (its loader
 // fills the variable's slot before main, a dlopen later).
-type tctxPending struct {
+type pending struct {
 	until, next time.Time
 	gap         time.Duration
 }
 
-// tctxLook: how long after a process is seen (or execs, or maps new code)
+// linkEvery: how often records are moved out of the kernel's map, which
+// holds a bounded number between moves (past it, lost: counted).
+const linkEvery = 250 * time.Millisecond
+
+// maxRecords bounds the records a recording keeps: past it a wait keeps
+// its time, not its labels (counted as shed).
+const maxRecords = 1 << 18
+
+// lookFor: how long after a process is seen (or execs, or maps new code)
 // its libraries are looked at.
-const tctxLook = 10 * time.Second
+const lookFor = 10 * time.Second
 
 // targets: the recording's target filter (target_tgids), nil when it
 // records every process.
-func newTctxTracker(coll *ebpf.Collection, targets *ebpf.Map) *tctxTracker {
-	t := &tctxTracker{procs: coll.Maps[bpf.OffcpuMapTctxProcs], obi: coll.Maps[bpf.OffcpuMapOtelTracesCtxV1], targets: targets,
-		sources: coll.Variables[bpf.OffcpuVarTctxSources], pending: map[uint32]*tctxPending{}, wake: make(chan struct{}, 1), found: map[uint32]string{},
-		files: map[string]*tctxFile{}, labels: newTctxLabels(coll.Maps[bpf.OffcpuMapTctxLinks], coll.Maps[bpf.OffcpuMapGoLinks]), stop: make(chan struct{})}
+func New(coll *ebpf.Collection, targets *ebpf.Map) *Tracker {
+	t := &Tracker{procs: coll.Maps[bpf.OffcpuMapTctxProcs], obi: coll.Maps[bpf.OffcpuMapOtelTracesCtxV1], targets: targets,
+		sources: coll.Variables[bpf.OffcpuVarTctxSources], pending: map[uint32]*pending{}, wake: make(chan struct{}, 1), found: map[uint32]string{},
+		files: map[string]*ctxFile{}, labels: newLabels(coll.Maps[bpf.OffcpuMapTctxLinks], coll.Maps[bpf.OffcpuMapGoLinks]), stop: make(chan struct{})}
 	t.done.Add(1)
 	go t.run()
 	return t
 }
 
 // add: process pid is recorded (seen, exec'd, mapped code): looked at
-// for tctxLook unless already read.
-func (t *tctxTracker) add(pid uint32) {
+// for lookFor unless already read.
+func (t *Tracker) Add(pid uint32) {
 	t.mu.Lock()
 	if _, ok := t.found[pid]; !ok {
 		now := time.Now()
-		t.pending[pid] = &tctxPending{until: now.Add(tctxLook), next: now, gap: 20 * time.Millisecond}
+		t.pending[pid] = &pending{until: now.Add(lookFor), next: now, gap: 20 * time.Millisecond}
 	}
 	t.mu.Unlock()
 	select {
@@ -106,13 +121,13 @@ func (t *tctxTracker) add(pid uint32) {
 
 // addNow: as add, and looked at before it returns: a command held at its
 // exec has its links from its first wait.
-func (t *tctxTracker) addNow(pid uint32) {
-	t.add(pid)
+func (t *Tracker) AddNow(pid uint32) {
+	t.Add(pid)
 	t.lookAt(pid)
 }
 
 // exec: pid runs a new program: its variable is looked for again.
-func (t *tctxTracker) exec(pid uint32) {
+func (t *Tracker) Exec(pid uint32) {
 	t.mu.Lock()
 	// Counted for the program it runs now (a command's child is often
 	// seen as its Go parent's image before its exec).
@@ -127,10 +142,10 @@ func (t *tctxTracker) exec(pid uint32) {
 	delete(t.found, pid)
 	t.mu.Unlock()
 	_ = t.procs.Delete(pid)
-	t.add(pid)
+	t.Add(pid)
 }
 
-func (t *tctxTracker) exit(pid uint32) {
+func (t *Tracker) Exit(pid uint32) {
 	t.mu.Lock()
 	delete(t.pending, pid)
 	delete(t.found, pid)
@@ -139,11 +154,11 @@ func (t *tctxTracker) exit(pid uint32) {
 }
 
 // run looks at pending processes and moves records until close.
-func (t *tctxTracker) run() {
+func (t *Tracker) run() {
 	defer t.done.Done()
 	tick := time.NewTicker(linkEvery)
 	defer tick.Stop()
-	obi := time.NewTicker(obiEvery)
+	obi := time.NewTicker(InstrumentationPoll)
 	defer obi.Stop()
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
@@ -152,7 +167,7 @@ func (t *tctxTracker) run() {
 		case <-t.stop:
 			return
 		case <-tick.C:
-			t.labels.take()
+			t.labels.Take()
 			continue
 		case <-obi.C:
 			t.watchOBI()
@@ -167,19 +182,19 @@ func (t *tctxTracker) run() {
 }
 
 // close stops the tracker; the records left are moved.
-func (t *tctxTracker) close() {
+func (t *Tracker) Close() {
 	select {
 	case <-t.stop:
 	default:
 		close(t.stop)
 	}
 	t.done.Wait()
-	t.labels.take()
+	t.labels.Take()
 }
 
 // look looks at the processes due; returns when the next one is (zero:
 // none pending).
-func (t *tctxTracker) look() time.Time {
+func (t *Tracker) look() time.Time {
 	now := time.Now()
 	t.mu.Lock()
 	var pids []uint32
@@ -209,7 +224,7 @@ func (t *tctxTracker) look() time.Time {
 
 // lookAt finds pid's variable; a process whose loader has not yet filled
 // in its slot stays pending.
-func (t *tctxTracker) lookAt(pid uint32) {
+func (t *Tracker) lookAt(pid uint32) {
 	// A process seen as a waker of a target is no target: its own waits
 	// are not recorded.
 	var one uint8
@@ -271,13 +286,13 @@ func (t *tctxTracker) lookAt(pid uint32) {
 	}
 }
 
-// obiEvery: how often otel_traces_ctx_v1 is looked at for entries (one
+// InstrumentationPoll: how often otel_traces_ctx_v1 is looked at for entries (one
 // system call): the instrumentation's first entries are read from then on.
-const obiEvery = 50 * time.Millisecond
+const InstrumentationPoll = 50 * time.Millisecond
 
 // watchOBI tells the programs whether otel_traces_ctx_v1 holds anything
 // (the instrumentation's entries are looked up from the next tick on).
-func (t *tctxTracker) watchOBI() {
+func (t *Tracker) watchOBI() {
 	var k uint64
 	err := t.obi.NextKey(nil, &k)
 	t.mu.Lock()
@@ -286,7 +301,7 @@ func (t *tctxTracker) watchOBI() {
 }
 
 // setSource sets or clears a source bit of tctx_sources (t.mu held).
-func (t *tctxTracker) setSource(bit uint32, on bool) {
+func (t *Tracker) setSource(bit uint32, on bool) {
 	b := t.srcBits &^ bit
 	if on {
 		b |= bit
@@ -296,14 +311,14 @@ func (t *tctxTracker) setSource(bit uint32, on bool) {
 	}
 }
 
-func (t *tctxTracker) forgetPending(pid uint32) {
+func (t *Tracker) forgetPending(pid uint32) {
 	t.mu.Lock()
 	delete(t.pending, pid)
 	t.mu.Unlock()
 }
 
 // file: the variable's access in a mapped file, read once per file.
-func (t *tctxTracker) file(pid uint32, m *procfs.ProcMap) *tctxFile {
+func (t *Tracker) file(pid uint32, m *procfs.ProcMap) *ctxFile {
 	key := fmt.Sprintf("%s:%d:%d", m.Pathname, m.Dev, m.Inode)
 	t.mu.Lock()
 	f, ok := t.files[key]
@@ -326,7 +341,7 @@ func (t *tctxTracker) file(pid uint32, m *procfs.ProcMap) *tctxFile {
 // openTctxFile reads the variable's access in an ELF file; files that are
 // not ELF (locale archives, fonts, the kernel's BTF a forked child still
 // maps before its exec) have none and are no error.
-func openTctxFile(path string) (*tctxFile, error) {
+func openTctxFile(path string) (*ctxFile, error) {
 	r, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -357,7 +372,7 @@ func appendSkipped(s []string, why string) []string {
 
 // statsCopy: the stats with the kernel's counts of records read and lost;
 // nil where no process publishes thread context.
-func (t *tctxTracker) statsCopy(records, lost, goSets, goLost uint64) *ThreadContextStats {
+func (t *Tracker) Stats(records, lost, goSets, goLost uint64) *Stats {
 	t.mu.Lock()
 	st := t.stats
 	st.Records, st.Lost, st.GoLabelSets, st.LostGoLabelSets = records, lost, goSets, goLost
@@ -375,7 +390,7 @@ var errTctxNotYet = fmt.Errorf("%s not resolved yet", tctxSymbol)
 
 // tctxLocate reads where pid's threads keep the variable of file f, loaded
 // at bias.
-func tctxLocate(pid uint32, f *tctxFile, bias uint64) (bpf.OffcpuTctxProc, error) {
+func tctxLocate(pid uint32, f *ctxFile, bias uint64) (bpf.OffcpuTctxProc, error) {
 	switch f.access {
 	case tlsLocalExec:
 		return bpf.OffcpuTctxProc{Offset: f.offset}, nil
@@ -435,4 +450,27 @@ func tctxLocate(pid uint32, f *tctxFile, bias uint64) (bpf.OffcpuTctxProc, error
 		return bpf.OffcpuTctxProc{}, errTctxNotYet
 	}
 	return bpf.OffcpuTctxProc{Module: uint32(ti[0]), Offset: int64(ti[1]) + f.offset}, nil
+}
+
+// Labels are the records read so far, as labels.
+func (t *Tracker) Labels() *Labels { return t.labels }
+
+// Access is how a thread of a process that maps a file reaches its
+// context: the TLS access model ("go": a Go executable's g, for its
+// labels) and, where the file tells, the offset from the thread pointer.
+type Access struct {
+	Model  string
+	Offset int64
+}
+
+// FileAccess reads a file's Access.
+func FileAccess(path string) (Access, error) {
+	f, err := openTctxFile(path)
+	if err != nil {
+		return Access{}, err
+	}
+	if f == nil {
+		return Access{}, errNoTctx
+	}
+	return Access{Model: f.access.String(), Offset: f.offset}, nil
 }
