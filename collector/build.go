@@ -14,17 +14,17 @@ import (
 // build symbolizes what was drained into the off-CPU profile (with
 // on-CPU samples) and, unless wake-ups were off, the wake-up and offwake
 // profiles.
-func (s *Session) build(d *recording) (Profiles, error) {
+func (s *Session) build(d *recording) (Profiles, Stats, error) {
 	s.snapshotLive(d)
 	sym := symbolize.NewSymbolizer(s.procs)
 	if s.unw != nil {
 		sym.JIT = runtimeNames(s.unw.rts)
 	}
-	return build(d, sym, s.buildOptions(&s.stats, s.start, s.opts.NoOffwake))
+	return build(d, sym, s.buildOptions(s.stats, s.start, s.opts.NoOffwake))
 }
 
 // buildOptions are the session's options for building a recording.
-func (s *Session) buildOptions(st *Stats, start time.Time, noOffwake bool) buildOptions {
+func (s *Session) buildOptions(st Stats, start time.Time, noOffwake bool) buildOptions {
 	o := buildOptions{stats: st, start: start, cpuHz: s.opts.CPUHz, wakeups: !s.opts.NoWakeups, noOffwake: noOffwake, exitedDetail: s.opts.ExitedDetail, window: [2]uint64{s.startMono, s.stopMono}}
 	if s.tctx != nil {
 		o.links = s.tctx.Labels()
@@ -35,40 +35,41 @@ func (s *Session) buildOptions(st *Stats, start time.Time, noOffwake bool) build
 
 // build builds a recording into profiles: a function of the recording,
 // the symbolizer and the options alone (names of threads outside the
-// recorded set come from /proc); it counts stack completeness and
-// wake-up classes in o.stats.
-func build(d *recording, sym *symbolize.Symbolizer, o buildOptions) (Profiles, error) {
+// recorded set come from /proc); it returns o.stats with stack
+// completeness and wake-up classes counted.
+func build(d *recording, sym *symbolize.Symbolizer, o buildOptions) (Profiles, Stats, error) {
 	d.o = o
+	st := &d.o.stats
 	names := &threadNames{d: d, procs: sym.Procs}
 	d.fold = d.foldedPIDs(o.exitedDetail)
 	var ps Profiles
 	ps.OffCPU = d.offCPUProfile(sym, names)
 	if err := d.finish(ps.OffCPU, "profile"); err != nil {
-		return Profiles{}, err
+		return Profiles{}, *st, err
 	}
 	if d.streamed {
 		ps.Timeline = d.timeline(sym, names)
-		o.stats.StreamWaits += uint64(d.waits.len())
+		st.StreamWaits += uint64(d.waits.len())
 		if g := d.goroutines; g != nil {
-			o.stats.StreamWaits += uint64(g.waits.len())
-			o.stats.StreamLost += g.lost
+			st.StreamWaits += uint64(g.waits.len())
+			st.StreamLost += g.lost
 		}
 	}
 	if !o.wakeups {
-		return ps, nil
+		return ps, *st, nil
 	}
 	ps.Wakeups = d.wakeupProfile(sym, names)
 	if err := d.finish(ps.Wakeups, "wake-up profile"); err != nil {
-		return Profiles{}, err
+		return Profiles{}, *st, err
 	}
 	if o.noOffwake {
-		return ps, nil
+		return ps, *st, nil
 	}
 	ps.Offwake = d.offwakeProfile(sym, names)
 	if err := d.finish(ps.Offwake, "offwake profile"); err != nil {
-		return Profiles{}, err
+		return Profiles{}, *st, err
 	}
-	return ps, nil
+	return ps, *st, nil
 }
 
 func (d *recording) finish(p *profile.Profile, what string) error {
@@ -396,7 +397,7 @@ func (d *recording) offwakeProfile(sym *symbolize.Symbolizer, names *threadNames
 }
 
 func (d *recording) finishProfile(p *profile.Profile) {
-	st := d.o.stats
+	st := &d.o.stats
 	p.TimeNanos = d.o.start.UnixNano()
 	p.DurationNanos = int64(st.Duration)
 	p.Comments = append(p.Comments,

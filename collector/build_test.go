@@ -60,8 +60,7 @@ ffffffff81000a00 T zz_end
 		wakes: []wakeRecord{{tgid: pid, tid: waiter, count: 3,
 			waker: waker{valid: true, tgid: pid, tid: holder, kernel: []uint64{0xffffffff81000410, 0xffffffff81000910, 0xffffffff81000310}, kernelID: 1}}},
 	}
-	st := &Stats{}
-	ps, err := build(d, sym, buildOptions{stats: st, cpuHz: 100, wakeups: true})
+	ps, st, err := build(d, sym, buildOptions{cpuHz: 100, wakeups: true})
 	p, wake, offwake := ps.OffCPU, ps.Wakeups, ps.Offwake
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +140,7 @@ func TestFoldExitedProcesses(t *testing.T) {
 	sleep := []uint64{0xffffffff81000110, 0xffffffff81000210}
 	d := &recording{threads: map[uint32]thread{parent: {tgid: parent, comm: "launcher"}}, exited: map[[2]uint32]thread{},
 		oncpu: map[[2]uint32]cpuTotal{}}
-	o := buildOptions{stats: &Stats{}, wakeups: true, exitedDetail: 2}
+	o := buildOptions{wakeups: true, exitedDetail: 2}
 	var total int64
 	for i := range uint32(50) {
 		pid := first + i
@@ -156,7 +155,7 @@ func TestFoldExitedProcesses(t *testing.T) {
 		total += int64(ns) + 2e6
 		d.wakes = append(d.wakes, wakeRecord{tgid: parent, tid: parent, count: 1, waker: waker{valid: true, tgid: pid, tid: pid, kernel: sleep, kernelID: 1}})
 	}
-	ps, err := build(d, sym, o)
+	ps, _, err := build(d, sym, o)
 	p, wake := ps.OffCPU, ps.Wakeups
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +199,7 @@ func TestFoldExitedProcesses(t *testing.T) {
 		t.Errorf("thread totals: want a row for the merged nap processes (tid -1), got %+v", merged)
 	}
 	o.exitedDetail = -1
-	if ps, err = build(d, sym, o); err != nil || len(ps.OffCPU.Sample) != 100 {
+	if ps, _, err = build(d, sym, o); err != nil || len(ps.OffCPU.Sample) != 100 {
 		t.Errorf("with every exited process kept: %d samples (err %v), want 100", len(ps.OffCPU.Sample), err)
 	}
 }

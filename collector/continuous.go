@@ -159,7 +159,8 @@ func (s *Session) cut(final bool) (*Interval, error) {
 	if s.unw != nil {
 		sym.JIT = runtimeNames(s.unw.rts)
 	}
-	ps, err := build(d, sym, s.buildOptions(&iv.Stats, iv.Start, true))
+	ps, st, err := build(d, sym, s.buildOptions(iv.Stats, iv.Start, true))
+	iv.Stats = st
 	if err != nil {
 		return nil, err
 	}
@@ -210,9 +211,9 @@ func (s *Session) readCut(final bool, now uint64) (*recording, *Interval, exits,
 			warnings = append(warnings, fmt.Sprintf("on-CPU times of running threads not read: %v", err))
 		}
 	}
-	read := Stats{Attach: s.p.attach}
-	d, err := s.drainer(&read).drain(final)
-	read.SwitchMissed = s.p.switchMisses()
+	dr := s.drainer()
+	d, read, err := dr.drain(final)
+	read.Attach, read.SwitchMissed = s.p.attach, s.p.switchMisses()
 	if err != nil {
 		return nil, nil, dead, err
 	}
@@ -220,7 +221,7 @@ func (s *Session) readCut(final bool, now uint64) (*recording, *Interval, exits,
 		// Processes that came and went while the maps were read: their
 		// mappings and names arrive as events.
 		s.events.settle()
-		s.drainer(&read).nameExited(d)
+		dr.nameExited(d)
 	}
 	iv := &Interval{Seq: c.seq + 1, Start: c.lastTime, Duration: time.Duration(now - c.lastMono), Final: final}
 	iv.Stats = c.delta(d, read)

@@ -104,7 +104,9 @@ type recording struct {
 
 // buildOptions say how a recording is built into profiles.
 type buildOptions struct {
-	stats   *Stats // the session's; building adds completeness and classes
+	// stats: the recording's so far (read for the profiles' comments);
+	// build returns them with completeness and classes added.
+	stats   Stats
 	start   time.Time
 	cpuHz   int  // on-CPU sampling rate: a sample's weight without exact times
 	wakeups bool // build the wake-up and offwake profiles
@@ -145,11 +147,12 @@ func (d *recording) threadOf(r *record) thread {
 	return d.threads[r.tid]
 }
 
-// drainer reads the programs' maps into a recording, counting into stats.
+// drainer reads the programs' maps into a recording, counting into its
+// own stats (drain returns them).
 type drainer struct {
 	p      *probes
 	opts   Options
-	stats  *Stats
+	stats  Stats
 	cont   *continuous // nil: one recording
 	spill  *stackSpill
 	events *eventReader
@@ -161,9 +164,10 @@ type drainer struct {
 	stopMono uint64
 }
 
-// drain reads every map. final: the window is closed (Stop), the open
-// intervals of the classic tracepoint mode are accounted up to its end.
-func (s *drainer) drain(final bool) (*recording, error) {
+// drain reads every map into a recording, with what it counted. final:
+// the window is closed (Stop), the open intervals of the classic
+// tracepoint mode are accounted up to its end.
+func (s *drainer) drain(final bool) (*recording, Stats, error) {
 	d := &recording{threads: map[uint32]thread{}, exited: map[[2]uint32]thread{}, oncpu: map[[2]uint32]cpuTotal{}}
 	cache := map[int64][]uint64{}
 	getStack := s.stackReader(cache)
@@ -195,20 +199,20 @@ func (s *drainer) drain(final bool) (*recording, error) {
 		err = eachEntry(s.p.coll.Maps[bpf.OffcpuMapOffcpu], take)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading the aggregation map: %w", err)
+		return nil, Stats{}, fmt.Errorf("reading the aggregation map: %w", err)
 	}
 	if !s.p.flushIter {
 		if final {
 			s.drainOpenStarts(d, getStack)
 		}
 	} else if err := s.drainPrestart(d, getStack); err != nil {
-		return nil, err
+		return nil, Stats{}, err
 	}
 	if err := s.drainWakeupsAndSamples(d, getStack); err != nil {
-		return nil, err
+		return nil, Stats{}, err
 	}
 	if err := s.drainOnCPU(d); err != nil {
-		return nil, err
+		return nil, Stats{}, err
 	}
 	if s.stream != nil && s.cont == nil { // continuous: a flight recorder's, taken by FlightTimeline
 		d.waits = s.stream.take()
@@ -230,13 +234,13 @@ func (s *drainer) drain(final bool) (*recording, error) {
 	d.stacks = cache
 
 	if err := s.drainThreads(d); err != nil {
-		return nil, err
+		return nil, Stats{}, err
 	}
 
 	if err := s.readStats(); err != nil {
-		return nil, err
+		return nil, Stats{}, err
 	}
-	return d, nil
+	return d, s.stats, nil
 }
 
 // stackReader returns a function reading a stack by id, once each (into

@@ -36,9 +36,8 @@ func (s *Session) FlightTimeline(from, to uint64) (*schema.Timeline, error) {
 		return nil, ErrStopped
 	}
 	waits, overflow := s.stream.kept()
-	st := &Stats{}
 	cache := map[int64][]uint64{}
-	get := s.drainer(st).stackReader(cache)
+	get := s.drainer().stackReader(cache)
 	waits.each(func(w *bpf.OffcpuWaitEvent) {
 		if w.InNs >= from && w.OutNs <= to {
 			get(w.Ustack)
@@ -50,7 +49,7 @@ func (s *Session) FlightTimeline(from, to uint64) (*schema.Timeline, error) {
 	for k, th := range s.events.exits().threads {
 		d.threads[k[0]] = th
 	}
-	d.o = buildOptions{stats: st, window: [2]uint64{from, to}}
+	d.o = buildOptions{window: [2]uint64{from, to}}
 	if s.tctx != nil {
 		d.o.links = s.tctx.Labels()
 	}

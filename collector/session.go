@@ -397,9 +397,12 @@ func (s *Session) Stop() (*profile.Profile, error) {
 		s.halt()
 		if s.cont != nil {
 			s.stopContinuous()
-		} else if d, err := s.drainer(&s.stats).drain(true); err != nil {
+		} else if d, drained, err := s.drainer().drain(true); err != nil {
 			s.stopErr = err
 		} else {
+			sw, moved := s.stats.SwitchMissed, s.stats.StacksMoved
+			s.stats = drained.withSession(s.stats)
+			s.stats.SwitchMissed, s.stats.StacksMoved = sw, moved
 			// The goroutines' waits (cut per interval when continuous)
 			// drained first: the timeline holds them too.
 			var waits []goWait
@@ -408,7 +411,7 @@ func (s *Session) Stop() (*profile.Profile, error) {
 				waits, stacks = s.gor.finish(d, s.startMono, s.stopMono)
 				s.stats.Goroutines = &s.gor.stats
 			}
-			s.profiles, s.stopErr = s.build(d)
+			s.profiles, s.stats, s.stopErr = s.build(d)
 			if s.gor != nil && s.stopErr == nil {
 				s.profiles.Goroutines, s.stopErr = s.gor.profile(symbolize.NewSymbolizer(s.procs), waits, stacks, s.start, s.stats.Duration)
 			}
@@ -485,9 +488,9 @@ func (s *Session) halt() {
 	s.events.close()
 }
 
-// drainer reads the maps, counting into stats.
-func (s *Session) drainer(stats *Stats) *drainer {
-	return &drainer{p: s.p, opts: s.opts, stats: stats, cont: s.cont, spill: s.spill, events: s.events, unw: s.unw, budget: s.budget, tctx: s.tctx, stream: s.stream, stopMono: s.stopMono}
+// drainer reads the maps.
+func (s *Session) drainer() *drainer {
+	return &drainer{p: s.p, opts: s.opts, cont: s.cont, spill: s.spill, events: s.events, unw: s.unw, budget: s.budget, tctx: s.tctx, stream: s.stream, stopMono: s.stopMono}
 }
 
 // stopContinuous cuts the last interval; the session's stats become the
@@ -497,11 +500,7 @@ func (s *Session) stopContinuous() {
 	if s.final != nil {
 		s.profiles.OffCPU, s.profiles.Wakeups = s.final.Profile, s.final.Wakeups
 	}
-	kept := s.stats
-	s.stats = s.cont.total
-	s.stats.Attach, s.stats.CodeMaps, s.stats.Warnings, s.stats.Programs = kept.Attach, kept.CodeMaps, kept.Warnings, kept.Programs
-	s.stats.StartUp, s.stats.Load = kept.StartUp, kept.Load
-	s.stats.Duration = kept.Duration
+	s.stats = s.cont.total.withSession(s.stats)
 }
 
 // Profiles returns, after Stop, every profile the recording gave.

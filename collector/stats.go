@@ -209,3 +209,13 @@ func (st *Stats) add(o *Stats) {
 // ThreadContextStats describes the OpenTelemetry thread context and the
 // Go threads' labels read.
 type ThreadContextStats = threadctx.Stats
+
+// withSession is st, counted by a drain or by the cuts, with what the
+// session itself knows: how it attached and loaded, its warnings, the
+// programs' costs and the window's length.
+func (st Stats) withSession(s Stats) Stats {
+	st.Attach, st.CodeMaps, st.Warnings, st.Programs = s.Attach, s.CodeMaps, s.Warnings, s.Programs
+	st.StartUp, st.Load = s.StartUp, s.Load
+	st.Duration = s.Duration
+	return st
+}
