@@ -193,16 +193,19 @@ func checkTargets(opts Options) (cgroupID uint64, err error) {
 			return 0, fmt.Errorf("thread %d not found: check the thread is running (ls /proc/*/task/%d)", t, t)
 		}
 	}
+	// What the user typed first: a bad cgroup is named without root.
+	if opts.Cgroup != "" {
+		if cgroupID, err = cgroupIDOf(opts.Cgroup); err != nil {
+			return 0, err
+		}
+	}
 	if err := checkPrivileges(); err != nil {
 		return 0, err
 	}
 	if _, err := os.Stat(vmlinuxBTF); err != nil {
 		return 0, fmt.Errorf("kernel BTF not found at %s: use a kernel built with CONFIG_DEBUG_INFO_BTF=y", vmlinuxBTF)
 	}
-	if opts.Cgroup != "" {
-		return cgroupIDOf(opts.Cgroup)
-	}
-	return 0, nil
+	return cgroupID, nil
 }
 
 // startWorkers starts the goroutines that run while recording: process
