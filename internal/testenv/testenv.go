@@ -12,9 +12,14 @@ import (
 )
 
 // RequireRoot skips a test that needs root for eBPF, unless
-// OFFCPU_REQUIRE_BPF=1 says this machine must run it (CI does).
+// OFFCPU_REQUIRE_BPF=1 says this machine must run it (CI does). With
+// -short it is skipped whoever runs it: go test -short ./... is the tier
+// that needs neither root nor the servers the recordings run.
 func RequireRoot(t testing.TB) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: the tier without root")
+	}
 	if os.Geteuid() == 0 {
 		return
 	}
