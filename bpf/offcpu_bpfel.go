@@ -99,16 +99,16 @@ type OffcpuJavaProc struct {
 
 type OffcpuLockLedger struct {
 	_     structs.HostLayout
-	Ts    [16]uint64
-	Stack [16]int64
-	Tid   [16]uint32
+	Ts    [32]uint64
+	Stack [32]int64
+	Tid   [32]uint32
 	Head  uint32
 	_     [4]byte
 }
 
 type OffcpuLockScratch struct {
 	_       structs.HostLayout
-	Span    [17]uint64
+	Span    [33]uint64
 	T0      uint64
 	Now     uint64
 	First   uint64

@@ -310,7 +310,7 @@ static __always_inline long interp_frame(struct unwind_ctx *c, u32 n, bool remot
  * the head of its queue, often a short holder back from I/O, ahead of a
  * long one). Entries in the order written; written without a lock by any
  * CPU: an entry torn by a race misplaces at most one hand-over. */
-#define LOCK_HANDOVERS 16
+#define LOCK_HANDOVERS 32
 struct lock_ledger {
 	u64 ts[LOCK_HANDOVERS];
 	s64 stack[LOCK_HANDOVERS]; /* the holder's stack id, 0: not read */
