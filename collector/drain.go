@@ -156,9 +156,8 @@ type drainer struct {
 	cont   *continuous // nil: one recording
 	spill  *stackSpill
 	events *eventReader
-	unw    *unwinder
 	budget *budget
-	tctx   *threadctx.Tracker
+	parts  parts // their figures
 	stream *streamReader
 	// stopMono: the window's end, for the classic mode's open intervals.
 	stopMono uint64
@@ -422,6 +421,9 @@ func (s *drainer) nameExited(d *recording) {
 	}
 }
 
+// statReader reads one of the programs' counters, summed over CPUs.
+type statReader func(bpf.OffcpuOffcpuStat) uint64
+
 func (s *drainer) readStats() error {
 	m := s.p.coll.Maps[bpf.OffcpuMapStats]
 	get := func(idx bpf.OffcpuOffcpuStat) uint64 {
@@ -448,20 +450,8 @@ func (s *drainer) readStats() error {
 	s.stats.ThreadCPUFull = get(bpf.OffcpuOffcpuStatSTAT_THREAD_CPU_FULL)
 	s.stats.ForkUnwindFull = get(bpf.OffcpuOffcpuStatSTAT_FORK_UNWIND_FULL)
 	s.stats.StreamLost = get(bpf.OffcpuOffcpuStatSTAT_STREAM_LOST)
-	if s.tctx != nil {
-		s.stats.ThreadContext = s.tctx.Stats(get(bpf.OffcpuOffcpuStatSTAT_TCTX_LINKS), get(bpf.OffcpuOffcpuStatSTAT_TCTX_LOST),
-			get(bpf.OffcpuOffcpuStatSTAT_TCTX_GO_SETS), get(bpf.OffcpuOffcpuStatSTAT_TCTX_GO_LOST))
-	}
 	s.stats.Budget = s.budget.stats(get)
-	if s.unw != nil {
-		u := s.unw.snapshotStats()
-		u.Stacks = get(bpf.OffcpuOffcpuStatSTAT_DWARF_STACKS)
-		u.Frames = get(bpf.OffcpuOffcpuStatSTAT_DWARF_FRAMES)
-		u.Ends = get(bpf.OffcpuOffcpuStatSTAT_DWARF_END)
-		u.DepthLimit = get(bpf.OffcpuOffcpuStatSTAT_DWARF_DEPTH)
-		s.stats.Unwind = &u
-		s.stats.Runtimes = runtimeFigures(s.unw.rts)
-	}
+	s.parts.addStats(&s.stats, get)
 	return nil
 }
 

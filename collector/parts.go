@@ -1,12 +1,16 @@
 package collector
 
-import "github.com/offcpu/offcpu/collector/threadctx"
+import (
+	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/collector/threadctx"
+)
 
 // part is a piece of a session beside the recording pipeline: the
 // runtimes' unwinder, the goroutine recorder, thread context. Each hears
 // of the recorded processes through the same four calls, from the event
-// reader and from AddPID, and is closed with the session; a session
-// holds the ones its options ask for as a list.
+// reader and from AddPID, gives its figures when the maps are drained,
+// and is closed with the session; a session holds the ones its options
+// ask for as a list.
 type part interface {
 	// processSeen: a process found running, or to be read again.
 	processSeen(pid uint32)
@@ -17,6 +21,9 @@ type part interface {
 	processExec(pid uint32)
 	// processExit: the process ended.
 	processExit(pid uint32)
+	// addStats puts the part's figures in st (get: the programs'
+	// counters), at each drain.
+	addStats(st *Stats, get statReader)
 	close()
 }
 
@@ -47,6 +54,12 @@ func (ps parts) processExit(pid uint32) {
 	}
 }
 
+func (ps parts) addStats(st *Stats, get statReader) {
+	for _, p := range ps {
+		p.addStats(st, get)
+	}
+}
+
 func (ps parts) close() {
 	for _, p := range ps {
 		p.close()
@@ -61,12 +74,27 @@ func (u *unwinder) processExec(pid uint32) { u.exec(pid) }
 func (u *unwinder) processExit(pid uint32) { u.forget(pid) }
 func (u *unwinder) close()                 {}
 
+// addStats: the tables and walks, and each runtime met.
+func (u *unwinder) addStats(st *Stats, get statReader) {
+	us := u.snapshotStats()
+	us.Stacks = get(bpf.OffcpuOffcpuStatSTAT_DWARF_STACKS)
+	us.Frames = get(bpf.OffcpuOffcpuStatSTAT_DWARF_FRAMES)
+	us.Ends = get(bpf.OffcpuOffcpuStatSTAT_DWARF_END)
+	us.DepthLimit = get(bpf.OffcpuOffcpuStatSTAT_DWARF_DEPTH)
+	st.Unwind = &us
+	st.Runtimes = runtimeFigures(u.rts)
+}
+
 // The goroutine recorder attaches to a recorded process when it is added
 // or runs a new program (a Go program, or not).
 func (r *goRecorder) processSeen(uint32)      {}
 func (r *goRecorder) processAdded(pid uint32) { r.add(pid) }
 func (r *goRecorder) processExec(pid uint32)  { r.add(pid) }
 func (r *goRecorder) processExit(pid uint32)  { r.exit(pid) }
+
+// addStats: none at the drain of the threads' maps; the goroutine
+// recorder's come with its own (finish, cut).
+func (r *goRecorder) addStats(*Stats, statReader) {}
 
 // Thread context reads a process's published context from its first
 // sight; one added by AddPID is read at once.
@@ -77,3 +105,8 @@ func (t tctxPart) processAdded(pid uint32) { t.AddNow(pid) }
 func (t tctxPart) processExec(pid uint32)  { t.Exec(pid) }
 func (t tctxPart) processExit(pid uint32)  { t.Exit(pid) }
 func (t tctxPart) close()                  { t.Close() }
+
+func (t tctxPart) addStats(st *Stats, get statReader) {
+	st.ThreadContext = t.Stats(get(bpf.OffcpuOffcpuStatSTAT_TCTX_LINKS), get(bpf.OffcpuOffcpuStatSTAT_TCTX_LOST),
+		get(bpf.OffcpuOffcpuStatSTAT_TCTX_GO_SETS), get(bpf.OffcpuOffcpuStatSTAT_TCTX_GO_LOST))
+}

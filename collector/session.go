@@ -493,7 +493,7 @@ func (s *Session) halt() {
 
 // drainer reads the maps.
 func (s *Session) drainer() *drainer {
-	return &drainer{p: s.p, opts: s.opts, cont: s.cont, spill: s.spill, events: s.events, unw: s.unw, budget: s.budget, tctx: s.tctx, stream: s.stream, stopMono: s.stopMono}
+	return &drainer{p: s.p, opts: s.opts, cont: s.cont, spill: s.spill, events: s.events, budget: s.budget, parts: s.parts, stream: s.stream, stopMono: s.stopMono}
 }
 
 // stopContinuous cuts the last interval; the session's stats become the
