@@ -141,6 +141,7 @@ func TestRubyPuma(t *testing.T) {
 		threads[e.Name()] = true
 	}
 	var lockWait, cpuOff, cpuGVL, cpuGVLByCPU, gvl, gvlNamed, gvlByCPU int64
+	var lockSamples []*profile.Sample
 	for _, smp := range p.Sample {
 		off := smp.Value[0]
 		fs := rubyFrames(smp)
@@ -153,6 +154,7 @@ func TestRubyPuma(t *testing.T) {
 		// The time to lock: under lock_handler, before its block runs.
 		if slices.Contains(fs, "block in lock_handler") && !slices.Contains(fs, "block (2 levels) in lock_handler") {
 			lockWait += off
+			lockSamples = append(lockSamples, smp)
 		}
 		runq := len(smp.Label["state"]) > 0 && smp.Label["state"][0] == "preempted"
 		holderCPU := strings.Contains(strings.Join(smp.Label[schema.LabelGILHolderStack], ";"), "cpu_handler")
@@ -187,6 +189,19 @@ func TestRubyPuma(t *testing.T) {
 	t.Logf("Mutex waits: %v recorded, %v by the app's clock", time.Duration(lockWait), own)
 	if d := time.Duration(lockWait) - own; own < 50*time.Millisecond || d < -own/20 || d > own/20 {
 		t.Errorf("Mutex waits %v recorded, %v by the app's clock: want within 5%%", time.Duration(lockWait), own)
+		// What was counted, largest first: where the time outside the
+		// app's clock (t0 to the block) came from.
+		slices.SortFunc(lockSamples, func(a, b *profile.Sample) int { return int(b.Value[0] - a.Value[0]) })
+		for _, smp := range lockSamples[:min(len(lockSamples), 6)] {
+			leaf := "" // the innermost user-space frame
+			for _, l := range smp.Location {
+				if l.Mapping != nil && !strings.HasPrefix(l.Mapping.File, "[kernel") && len(l.Line) > 0 {
+					leaf = l.Line[0].Function.Name
+					break
+				}
+			}
+			t.Logf("  %v gil=%v %s <- %s", time.Duration(smp.Value[0]), smp.Label[schema.LabelGIL], leaf, strings.Join(rubyFrames(smp), " <- "))
+		}
 	}
 	byCPU := 100 * float64(gvlByCPU) / float64(max(gvl, 1))
 	truth := 100 * (after["on_cpu"] - before["on_cpu"]) / max(cpu1-cpu0, 1e-3)
