@@ -30,41 +30,21 @@ type part interface {
 // parts calls each part in turn.
 type parts []part
 
-func (ps parts) processSeen(pid uint32) {
+func (ps parts) each(f func(part)) {
 	for _, p := range ps {
-		p.processSeen(pid)
+		f(p)
 	}
 }
 
-func (ps parts) processAdded(pid uint32) {
-	for _, p := range ps {
-		p.processAdded(pid)
-	}
-}
-
-func (ps parts) processExec(pid uint32) {
-	for _, p := range ps {
-		p.processExec(pid)
-	}
-}
-
-func (ps parts) processExit(pid uint32) {
-	for _, p := range ps {
-		p.processExit(pid)
-	}
-}
-
+func (ps parts) processSeen(pid uint32)  { ps.each(func(p part) { p.processSeen(pid) }) }
+func (ps parts) processAdded(pid uint32) { ps.each(func(p part) { p.processAdded(pid) }) }
+func (ps parts) processExec(pid uint32)  { ps.each(func(p part) { p.processExec(pid) }) }
+func (ps parts) processExit(pid uint32)  { ps.each(func(p part) { p.processExit(pid) }) }
 func (ps parts) addStats(st *Stats, get statReader) {
-	for _, p := range ps {
-		p.addStats(st, get)
-	}
+	ps.each(func(p part) { p.addStats(st, get) })
 }
 
-func (ps parts) close() {
-	for _, p := range ps {
-		p.close()
-	}
-}
+func (ps parts) close() { ps.each(part.close) }
 
 // The unwinder follows a process's mappings through symbolize.Procs; of
 // its life it needs the program it runs and its end.
