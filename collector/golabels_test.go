@@ -232,11 +232,30 @@ func checkSpanTimes(t *testing.T, reqs []labelledRequest, bySpan map[string]*spa
 	t.Helper()
 	own := map[string]labelledRequest{}
 	ownRoute, ownN := map[string]int64{}, map[string]int64{}
+	// A request whose clock reads below zero had its wall and CPU clocks
+	// disagree (once in a Debian 6.1 TCG guest: -1 ms for a span that
+	// blocked 1 ms): left out, with its span, at most one in 100.
+	var kept []labelledRequest
+	var skewed int
 	for _, r := range reqs {
 		own[r.Span] = r
+		if r.Wait < 0 {
+			skewed++
+			if v := bySpan[r.Span]; v != nil {
+				byRoute[r.Route] -= v.blocked + v.runq
+				delete(bySpan, r.Span)
+			}
+			t.Logf("request %s (%s): its own clock reads %v, left out", r.Span, r.Route, time.Duration(r.Wait))
+			continue
+		}
+		kept = append(kept, r)
 		ownRoute[r.Route] += r.Wait
 		ownN[r.Route]++
 	}
+	if skewed > len(reqs)/100 {
+		t.Errorf("%d of %d requests' own clocks read below zero", skewed, len(reqs))
+	}
+	reqs = kept
 	for span, route := range routeOf {
 		if r, ok := own[span]; !ok || r.Route != route {
 			t.Errorf("span %s: route %q recorded, the server's %q (known %v)", span, route, r.Route, ok)

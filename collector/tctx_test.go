@@ -98,7 +98,10 @@ func readTctxReport(t *testing.T, path string) []labelledRequest {
 		if len(w) != 3 {
 			t.Fatalf("report line %q", sc.Text())
 		}
-		ns, _ := strconv.ParseInt(w[2], 10, 64)
+		ns, err := strconv.ParseInt(w[2], 10, 64)
+		if err != nil {
+			t.Fatalf("report line %q: %v", sc.Text(), err)
+		}
 		reqs = append(reqs, labelledRequest{Span: w[0], Route: w[1], Wait: ns})
 	}
 	if len(reqs) < 100 {

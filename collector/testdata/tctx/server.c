@@ -48,7 +48,7 @@ static atomic_int stop;
 struct done {
 	uint64_t span;
 	int route;
-	uint64_t off_ns;
+	int64_t off_ns; /* signed: clocks that disagree read below zero */
 };
 static struct done done[MAX_REQ];
 static atomic_int ndone;
@@ -159,7 +159,7 @@ static void *worker(void *arg)
 		publish(0);
 		uint64_t w1 = clock_ns(CLOCK_MONOTONIC);
 		uint64_t c1 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
-		uint64_t off = (w1 - w0) - (c1 - c0);
+		int64_t off = (int64_t)(w1 - w0) - (int64_t)(c1 - c0);
 		int i = atomic_fetch_add(&ndone, 1);
 		if (i < MAX_REQ)
 			done[i] = (struct done){ span, route, off };
@@ -278,8 +278,8 @@ int main(int argc, char **argv)
 		return 1;
 	int nd = ndone < MAX_REQ ? ndone : MAX_REQ;
 	for (int i = 0; i < nd; i++)
-		fprintf(f, "%016llx %s %llu\n", (unsigned long long)done[i].span, routes[done[i].route],
-			(unsigned long long)done[i].off_ns);
+		fprintf(f, "%016llx %s %lld\n", (unsigned long long)done[i].span, routes[done[i].route],
+			(long long)done[i].off_ns);
 	fclose(f);
 	return 0;
 }
