@@ -49,9 +49,9 @@ func build(d *recording, sym *symbolize.Symbolizer, o buildOptions) (Profiles, S
 	}
 	if d.streamed {
 		ps.Timeline = d.timeline(sym, names)
-		st.StreamWaits += uint64(d.waits.len())
+		st.StreamWaits += uint64(d.waits.Len())
 		if g := d.goroutines; g != nil {
-			st.StreamWaits += uint64(g.waits.len())
+			st.StreamWaits += uint64(g.waits.Len())
 			st.StreamLost += g.lost
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/collector/stream"
 	"github.com/offcpu/offcpu/collector/threadctx"
 )
 
@@ -88,7 +89,7 @@ type recording struct {
 	// goroutines: the goroutine stream's (Options.Stream with Goroutines).
 	goroutines *goTimeline
 	// waits: the stream's waits (Options.Stream), in the order they ended.
-	waits    waitView
+	waits    stream.WaitView
 	streamed bool
 	// aggUses: what the aggregation records hold (continuous mode).
 	aggUses map[aggUse]struct{}
@@ -214,8 +215,8 @@ func (s *drainer) drain(final bool) (*recording, Stats, error) {
 		return nil, Stats{}, err
 	}
 	if s.stream != nil && s.cont == nil { // continuous: a flight recorder's, taken by FlightTimeline
-		d.waits = s.stream.take()
-		d.waits.each(func(w *bpf.OffcpuWaitEvent) {
+		d.waits = s.stream.Take()
+		d.waits.Each(func(w *bpf.OffcpuWaitEvent) {
 			getStack(w.Ustack)
 			getStack(w.Kstack)
 			decodeWaker(w.Waker, getStack)

@@ -35,10 +35,10 @@ func (s *Session) FlightTimeline(from, to uint64) (*schema.Timeline, error) {
 	if s.cont.stopped {
 		return nil, ErrStopped
 	}
-	waits, overflow := s.stream.kept()
+	waits, overflow := s.stream.Kept()
 	cache := map[int64][]uint64{}
 	get := s.drainer().stackReader(cache)
-	waits.each(func(w *bpf.OffcpuWaitEvent) {
+	waits.Each(func(w *bpf.OffcpuWaitEvent) {
 		if w.InNs >= from && w.OutNs <= to {
 			get(w.Ustack)
 			get(w.Kstack)
@@ -79,11 +79,11 @@ func (s *Session) FlightKept() (waits int, ring, overflow uint64) {
 		return 0, 0, 0
 	}
 	ring, _ = statSum(s.p.coll.Maps[bpf.OffcpuMapStats], bpf.OffcpuOffcpuStatSTAT_STREAM_LOST)
-	v, overflow := s.stream.kept()
-	waits = v.len()
+	v, overflow := s.stream.Kept()
+	waits = v.Len()
 	if s.gor != nil && s.gor.stream != nil {
-		g, _ := s.gor.stream.kept()
-		waits += g.len()
+		g, _ := s.gor.stream.Kept()
+		waits += g.Len()
 	}
 	return waits, ring, overflow
 }

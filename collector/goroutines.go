@@ -15,6 +15,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/collector/stream"
 	"github.com/offcpu/offcpu/collector/symbolize"
 	"github.com/offcpu/offcpu/collector/symtab"
 	"github.com/offcpu/offcpu/runtimes/golang"
@@ -35,7 +36,7 @@ type goRecorder struct {
 
 	// stream: every wait in order (Options.Stream); nil without. open:
 	// the waits drain found still open.
-	stream *ringStream[bpf.GoroutinesGoWaitEvent]
+	stream *stream.Ring[bpf.GoroutinesGoWaitEvent]
 	open   []bpf.GoroutinesGoWaitEvent
 	closed bool // stream closed
 
@@ -117,7 +118,7 @@ func newGoRecorder(o Options) (*goRecorder, error) {
 		return nil, fmt.Errorf("loading the goroutine probe: %w", err)
 	}
 	if o.Stream {
-		r.stream, err = newRingStream(r.objs.GoStream, o.StreamKeep, o.StreamKeepBytes,
+		r.stream, err = stream.New(r.objs.GoStream, o.StreamKeep, o.StreamKeepBytes,
 			func(w *bpf.GoroutinesGoWaitEvent) uint64 { return w.RunNs }, nil)
 		if err != nil {
 			r.objs.Close()

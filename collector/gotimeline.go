@@ -4,6 +4,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/collector/stream"
 	"github.com/offcpu/offcpu/runtimes/golang"
 	"github.com/offcpu/offcpu/schema"
 )
@@ -16,7 +17,7 @@ const goOpen = 0x8000
 // stream: its waits, the stacks they name (go_stacks ids), their label
 // sets and the wait reasons' names.
 type goTimeline struct {
-	waits  chunkView[bpf.GoroutinesGoWaitEvent]
+	waits  stream.View[bpf.GoroutinesGoWaitEvent]
 	stacks map[uint64][]uint64
 	labels func(tgid uint32, link uint64) map[string]string
 	reason func(tgid uint32, reason uint16) string
@@ -38,7 +39,7 @@ func openGoWait(tgid uint32, p *bpf.GoroutinesGoPark, park, end uint64) bpf.Goro
 func (r *goRecorder) closeStream() {
 	if r.stream != nil && !r.closed {
 		r.closed = true
-		r.stream.close()
+		r.stream.Close()
 	}
 }
 
@@ -57,17 +58,17 @@ func (r *goRecorder) timelineData(final bool, stacks map[uint64][]uint64) *goTim
 	if r.stream == nil {
 		return nil
 	}
-	var v chunkView[bpf.GoroutinesGoWaitEvent]
+	var v stream.View[bpf.GoroutinesGoWaitEvent]
 	var overflow uint64
 	if final {
 		r.closeStream()
 		for _, e := range r.open {
-			r.stream.waits.add(e)
+			r.stream.Add(e)
 		}
 		r.open = nil
-		v = r.stream.take()
+		v = r.stream.Take()
 	} else {
-		v, overflow = r.stream.kept()
+		v, overflow = r.stream.Kept()
 	}
 	return &goTimeline{waits: v, stacks: stacks, labels: r.labelMap, lost: r.statsCopy().StreamLost + overflow,
 		reason: func(tgid uint32, reason uint16) string { return r.runtime(tgid).Reason(reason) }}
@@ -131,7 +132,7 @@ func (tb *timelineBuilder) addGoroutines(g *goTimeline, from, to uint64) {
 		})
 	}
 	labels := map[[2]uint64]map[string]string{}
-	g.waits.each(func(e *bpf.GoroutinesGoWaitEvent) {
+	g.waits.Each(func(e *bpf.GoroutinesGoWaitEvent) {
 		if e.RunNs < from || e.ParkNs > to || e.Goid == 0 {
 			return
 		}

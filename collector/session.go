@@ -470,7 +470,7 @@ func (s *Session) halt() {
 	}
 	s.p.closeLinks()
 	if s.stream != nil {
-		s.stream.close()
+		s.stream.Close()
 	}
 	if s.gor != nil {
 		s.gor.detach()

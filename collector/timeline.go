@@ -44,8 +44,8 @@ func (d *recording) timeline(sym *symbolize.Symbolizer, names *threadNames) *sch
 	if to == 0 {
 		to = ^uint64(0)
 	}
-	tb.t.Waits = make([]schema.Wait, 0, d.waits.len())
-	d.waits.each(func(e *bpf.OffcpuWaitEvent) {
+	tb.t.Waits = make([]schema.Wait, 0, d.waits.Len())
+	d.waits.Each(func(e *bpf.OffcpuWaitEvent) {
 		if e.InNs >= from && e.OutNs <= to {
 			tb.add(e)
 		}

@@ -1,4 +1,4 @@
-package collector
+package stream
 
 import (
 	"encoding/binary"
@@ -7,23 +7,23 @@ import (
 	"github.com/offcpu/offcpu/bpf"
 )
 
-// chunkCodec packs a full chunk of records into bytes and unpacks them:
+// Codec packs a full chunk of records into bytes and unpacks them:
 // a flight recorder keeps seconds of waits, most of whose 120 bytes are
 // ids repeated from wait to wait and small numbers.
-type chunkCodec[T any] interface {
-	encode(dst []byte, recs []T) []byte
-	// decode calls fn on each record from the first'th on, in order,
+type Codec[T any] interface {
+	Encode(dst []byte, recs []T) []byte
+	// Decode calls fn on each record from the first'th on, in order,
 	// until fn returns false.
-	decode(b []byte, first int, fn func(*T) bool)
-	// keys are what a packed chunk's records are found by without
+	Decode(b []byte, first int, fn func(*T) bool)
+	// Keys are what a packed chunk's records are found by without
 	// unpacking them, sorted (nil: none).
-	keys(recs []T) []uint64
+	Keys(recs []T) []uint64
 }
 
-// waitCodec packs thread waits to about a third: each chunk's 64-bit ids
+// WaitCodec packs thread waits to about a third: each chunk's 64-bit ids
 // (stacks, request links) in a table read by varint index, times as
 // varint deltas, the rest as varints.
-type waitCodec struct{}
+type WaitCodec struct{}
 
 // Flags of a packed wait.
 const (
@@ -32,7 +32,7 @@ const (
 	packWaker = 1 << 10
 )
 
-func (waitCodec) encode(dst []byte, ws []bpf.OffcpuWaitEvent) []byte {
+func (WaitCodec) Encode(dst []byte, ws []bpf.OffcpuWaitEvent) []byte {
 	ids := map[uint64]uint64{}
 	var table []uint64
 	id := func(v int64) uint64 {
@@ -89,7 +89,7 @@ func (waitCodec) encode(dst []byte, ws []bpf.OffcpuWaitEvent) []byte {
 	return append(dst, body...)
 }
 
-func (waitCodec) decode(b []byte, first int, fn func(*bpf.OffcpuWaitEvent) bool) {
+func (WaitCodec) Decode(b []byte, first int, fn func(*bpf.OffcpuWaitEvent) bool) {
 	r := packReader{b: b}
 	table := make([]uint64, r.u())
 	for i := range table {
@@ -129,20 +129,20 @@ func (waitCodec) decode(b []byte, first int, fn func(*bpf.OffcpuWaitEvent) bool)
 	}
 }
 
-// keys are the chunk's requests (requestKey), for FlightRequests.
-func (waitCodec) keys(ws []bpf.OffcpuWaitEvent) []uint64 {
+// Keys are the chunk's requests (RequestKey), for FlightRequests.
+func (WaitCodec) Keys(ws []bpf.OffcpuWaitEvent) []uint64 {
 	var ks []uint64
 	for i := range ws {
 		if ws[i].Link != 0 {
-			ks = append(ks, requestKey(ws[i].Tgid, ws[i].Link))
+			ks = append(ks, RequestKey(ws[i].Tgid, ws[i].Link))
 		}
 	}
 	slices.Sort(ks)
 	return slices.Clip(slices.Compact(ks))
 }
 
-// requestKey is a request's (a process's thread-context link) key.
-func requestKey(tgid uint32, link uint64) uint64 {
+// RequestKey is a request's (a process's thread-context link) key.
+func RequestKey(tgid uint32, link uint64) uint64 {
 	return link*0x9e3779b97f4a7c15 ^ uint64(tgid)
 }
 

@@ -1,4 +1,7 @@
-package collector
+// Package stream keeps the records a BPF ring buffer streams (every wait
+// in order, for timelines and the flight recorder): read as they come,
+// kept in chunks, packed once full, the oldest dropped past a span.
+package stream
 
 import (
 	"unsafe"
@@ -9,12 +12,9 @@ import (
 // chunkWaits is the size of a chunk of kept waits (480 KiB unpacked).
 const chunkWaits = 4096
 
-// waitChunks and waitView hold the thread waits; the goroutine stream's
-// are held the same way.
-type (
-	waitChunks = chunks[bpf.OffcpuWaitEvent]
-	waitView   = chunkView[bpf.OffcpuWaitEvent]
-)
+// WaitView holds the thread waits; the goroutine stream's are held the
+// same way.
+type WaitView = View[bpf.OffcpuWaitEvent]
 
 // chunks keeps a stream's records in fixed chunks: memory follows the
 // records kept (no slice doubling), the oldest go a chunk at a time, and a
@@ -23,7 +23,7 @@ type (
 // packed once full, and unpacked again only when it is the oldest and
 // its records are dropped one by one.
 type chunks[T any] struct {
-	codec  chunkCodec[T] // nil: records kept as they are
+	codec  Codec[T] // nil: records kept as they are
 	chunks []chunk[T]
 	head   int // the first kept record of chunks[0]
 	n      int // records kept
@@ -60,9 +60,9 @@ func (c *chunks[T]) add(ev T) {
 
 // pack replaces a full chunk's records by their packed bytes.
 func (c *chunks[T]) pack(ch *chunk[T]) {
-	enc := c.codec.encode(nil, ch.raw)
+	enc := c.codec.Encode(nil, ch.raw)
 	ch.enc = append(make([]byte, 0, len(enc)), enc...)
-	ch.keys = c.codec.keys(ch.raw)
+	ch.keys = c.codec.Keys(ch.raw)
 	c.bytes += len(ch.enc) + 8*len(ch.keys) - cap(ch.raw)*recordSize[T]()
 	ch.raw = nil
 }
@@ -75,7 +75,7 @@ func (c *chunks[T]) first() *T {
 	ch := &c.chunks[0]
 	if ch.raw == nil { // packed: unpacked while its records are dropped
 		ch.raw = make([]T, 0, ch.n)
-		c.codec.decode(ch.enc, 0, func(r *T) bool { ch.raw = append(ch.raw, *r); return true })
+		c.codec.Decode(ch.enc, 0, func(r *T) bool { ch.raw = append(ch.raw, *r); return true })
 		c.bytes += cap(ch.raw)*recordSize[T]() - len(ch.enc) - 8*len(ch.keys)
 		ch.enc, ch.keys = nil, nil
 	}
@@ -95,8 +95,8 @@ func (c *chunks[T]) drop() {
 }
 
 // view is what is kept now, stable while more is added and dropped.
-func (c *chunks[T]) view() chunkView[T] {
-	v := chunkView[T]{codec: c.codec, chunks: make([]chunk[T], len(c.chunks)), head: c.head, n: c.n}
+func (c *chunks[T]) view() View[T] {
+	v := View[T]{codec: c.codec, chunks: make([]chunk[T], len(c.chunks)), head: c.head, n: c.n}
 	for i, ch := range c.chunks {
 		if ch.raw != nil {
 			ch.raw = ch.raw[:len(ch.raw):len(ch.raw)]
@@ -106,22 +106,22 @@ func (c *chunks[T]) view() chunkView[T] {
 	return v
 }
 
-// chunkView is a stable view of kept records, oldest first.
-type chunkView[T any] struct {
-	codec  chunkCodec[T]
+// View is a stable view of kept records, oldest first.
+type View[T any] struct {
+	codec  Codec[T]
 	chunks []chunk[T]
 	head   int
 	n      int
 }
 
-// each calls fn on every record of the view in order.
-func (v chunkView[T]) each(fn func(*T)) {
-	v.eachWith(func([]uint64) bool { return true }, fn)
+// Each calls fn on every record of the view in order.
+func (v View[T]) Each(fn func(*T)) {
+	v.EachWith(func([]uint64) bool { return true }, fn)
 }
 
-// eachWith calls fn on every record of the view in order, skipping the
+// EachWith calls fn on every record of the view in order, skipping the
 // packed chunks none of whose keys want says it wants.
-func (v chunkView[T]) eachWith(want func(keys []uint64) bool, fn func(*T)) {
+func (v View[T]) EachWith(want func(keys []uint64) bool, fn func(*T)) {
 	for i, ch := range v.chunks {
 		if ch.raw == nil && !want(ch.keys) {
 			continue
@@ -131,7 +131,7 @@ func (v chunkView[T]) eachWith(want func(keys []uint64) bool, fn func(*T)) {
 			from = v.head
 		}
 		if ch.raw == nil {
-			v.codec.decode(ch.enc, from, func(r *T) bool { fn(r); return true })
+			v.codec.Decode(ch.enc, from, func(r *T) bool { fn(r); return true })
 			continue
 		}
 		for j := from; j < len(ch.raw); j++ {
@@ -140,9 +140,9 @@ func (v chunkView[T]) eachWith(want func(keys []uint64) bool, fn func(*T)) {
 	}
 }
 
-// backward calls fn on the records from the newest until it returns
+// Backward calls fn on the records from the newest until it returns
 // false.
-func (v chunkView[T]) backward(fn func(*T) bool) {
+func (v View[T]) Backward(fn func(*T) bool) {
 	var buf []T
 	for i := len(v.chunks) - 1; i >= 0; i-- {
 		ch, from := v.chunks[i].raw, 0
@@ -151,7 +151,7 @@ func (v chunkView[T]) backward(fn func(*T) bool) {
 		}
 		if ch == nil {
 			buf = buf[:0]
-			v.codec.decode(v.chunks[i].enc, 0, func(r *T) bool { buf = append(buf, *r); return true })
+			v.codec.Decode(v.chunks[i].enc, 0, func(r *T) bool { buf = append(buf, *r); return true })
 			ch = buf
 		}
 		for j := len(ch) - 1; j >= from; j-- {
@@ -162,5 +162,5 @@ func (v chunkView[T]) backward(fn func(*T) bool) {
 	}
 }
 
-// len is the number of records in the view.
-func (v chunkView[T]) len() int { return v.n }
+// Len is the number of records in the view.
+func (v View[T]) Len() int { return v.n }

@@ -1,4 +1,4 @@
-package collector
+package stream
 
 import (
 	"math/rand/v2"
@@ -11,7 +11,7 @@ import (
 // A view stays what it was while waits are added and dropped; memory is
 // whole chunks of what is kept.
 func TestWaitChunks(t *testing.T) {
-	var c waitChunks
+	var c chunks[bpf.OffcpuWaitEvent]
 	for i := range 3 * chunkWaits {
 		c.add(bpf.OffcpuWaitEvent{InNs: uint64(i)})
 	}
@@ -27,8 +27,8 @@ func TestWaitChunks(t *testing.T) {
 		t.Errorf("%d chunks for %d waits", len(c.chunks), c.n)
 	}
 	var got []uint64
-	v.each(func(w *bpf.OffcpuWaitEvent) { got = append(got, w.InNs) })
-	if v.len() != len(got) || len(got) != 2*chunkWaits-10 || got[0] != chunkWaits+10 || got[len(got)-1] != 3*chunkWaits-1 {
+	v.Each(func(w *bpf.OffcpuWaitEvent) { got = append(got, w.InNs) })
+	if v.Len() != len(got) || len(got) != 2*chunkWaits-10 || got[0] != chunkWaits+10 || got[len(got)-1] != 3*chunkWaits-1 {
 		t.Fatalf("the view changed: %d waits, %d..%d", len(got), got[0], got[len(got)-1])
 	}
 	for i := 1; i < len(got); i++ {
@@ -37,7 +37,7 @@ func TestWaitChunks(t *testing.T) {
 		}
 	}
 	n := 0
-	v.backward(func(w *bpf.OffcpuWaitEvent) bool { n++; return w.InNs > 2*chunkWaits })
+	v.Backward(func(w *bpf.OffcpuWaitEvent) bool { n++; return w.InNs > 2*chunkWaits })
 	if n != chunkWaits {
 		t.Errorf("backward visited %d waits, want %d", n, chunkWaits)
 	}
@@ -77,7 +77,7 @@ func few(rng *rand.Rand) uint32 {
 // unpacked again; and take less memory.
 func TestWaitChunksPacked(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	c := waitChunks{codec: waitCodec{}}
+	c := chunks[bpf.OffcpuWaitEvent]{codec: WaitCodec{}}
 	var want []bpf.OffcpuWaitEvent
 	out := uint64(1 << 50)
 	early := c.view()
@@ -90,8 +90,8 @@ func TestWaitChunksPacked(t *testing.T) {
 		want = append(want, w)
 		c.add(w)
 	}
-	if early.len() != 0 {
-		t.Errorf("an empty view holds %d", early.len())
+	if early.Len() != 0 {
+		t.Errorf("an empty view holds %d", early.Len())
 	}
 	mid := c.view()
 	packed, size := 0, 0
@@ -112,7 +112,7 @@ func TestWaitChunksPacked(t *testing.T) {
 		t.Fatalf("first after drops: %+v", f)
 	}
 	var got []bpf.OffcpuWaitEvent
-	mid.each(func(w *bpf.OffcpuWaitEvent) { got = append(got, *w) })
+	mid.Each(func(w *bpf.OffcpuWaitEvent) { got = append(got, *w) })
 	if !slices.Equal(got, want) {
 		t.Fatalf("view read back %d waits, differing from the %d written", len(got), len(want))
 	}
@@ -121,18 +121,18 @@ func TestWaitChunksPacked(t *testing.T) {
 	for _, ch := range c.chunks {
 		raw += len(ch.raw)
 	}
-	c.view().eachWith(func([]uint64) bool { return false }, func(*bpf.OffcpuWaitEvent) { visited++ })
+	c.view().EachWith(func([]uint64) bool { return false }, func(*bpf.OffcpuWaitEvent) { visited++ })
 	if visited != raw-c.head {
 		t.Errorf("eachWith wanting no packed chunk visited %d waits, %d unpacked", visited, raw-c.head)
 	}
-	k := requestKey(want[2*chunkWaits+1].Tgid, want[2*chunkWaits+1].Link)
+	k := RequestKey(want[2*chunkWaits+1].Tgid, want[2*chunkWaits+1].Link)
 	visited = 0
-	c.view().eachWith(func(ks []uint64) bool { _, ok := slices.BinarySearch(ks, k); return ok }, func(*bpf.OffcpuWaitEvent) { visited++ })
+	c.view().EachWith(func(ks []uint64) bool { _, ok := slices.BinarySearch(ks, k); return ok }, func(*bpf.OffcpuWaitEvent) { visited++ })
 	if visited != raw-c.head+chunkWaits {
 		t.Errorf("eachWith wanting one chunk's request visited %d waits, want %d", visited, raw-c.head+chunkWaits)
 	}
 	got = got[:0]
-	c.view().backward(func(w *bpf.OffcpuWaitEvent) bool { got = append(got, *w); return true })
+	c.view().Backward(func(w *bpf.OffcpuWaitEvent) bool { got = append(got, *w); return true })
 	slices.Reverse(got)
 	if !slices.Equal(got, want[chunkWaits+7:]) {
 		t.Fatalf("backward read %d waits, differing", len(got))
@@ -150,18 +150,18 @@ func BenchmarkWaitCodec(b *testing.B) {
 		out += rng.Uint64N(1 << 20)
 		ws[i] = randomWait(rng, out)
 	}
-	enc := waitCodec{}.encode(nil, ws)
+	enc := WaitCodec{}.Encode(nil, ws)
 	b.Run("pack", func(b *testing.B) {
 		var buf []byte
 		for b.Loop() {
-			buf = waitCodec{}.encode(buf[:0], ws)
+			buf = WaitCodec{}.Encode(buf[:0], ws)
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*chunkWaits), "ns/wait")
 		b.ReportMetric(float64(len(buf))/chunkWaits, "bytes/wait")
 	})
 	b.Run("unpack", func(b *testing.B) {
 		for b.Loop() {
-			waitCodec{}.decode(enc, 0, func(*bpf.OffcpuWaitEvent) bool { return true })
+			WaitCodec{}.Decode(enc, 0, func(*bpf.OffcpuWaitEvent) bool { return true })
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*chunkWaits), "ns/wait")
 	})
