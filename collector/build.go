@@ -51,8 +51,8 @@ func build(d *recording, sym *symbolize.Symbolizer, o buildOptions) (Profiles, S
 		ps.Timeline = d.timeline(sym, names)
 		st.StreamWaits += uint64(d.waits.Len())
 		if g := d.goroutines; g != nil {
-			st.StreamWaits += uint64(g.waits.Len())
-			st.StreamLost += g.lost
+			st.StreamWaits += uint64(g.Waits.Len())
+			st.StreamLost += g.Lost
 		}
 	}
 	if !o.wakeups {

@@ -169,10 +169,11 @@ func (s *Session) cut(final bool) (*Interval, error) {
 		s.tctx.Labels().Cut()
 	}
 	if s.gor != nil {
-		if iv.Goroutines, err = s.gor.cut(symbolize.NewSymbolizer(s.procs), final, s.startMono, now, iv.Start, iv.Duration); err != nil {
+		waits, stacks := s.gor.Cut(final, s.startMono, now)
+		if iv.Goroutines, err = goProfile(s.gor, symbolize.NewSymbolizer(s.procs), waits, stacks, iv.Start, iv.Duration); err != nil {
 			return nil, err
 		}
-		iv.Stats.Goroutines = s.gor.statsCopy()
+		iv.Stats.Goroutines = s.gor.Stats()
 	}
 	if !final {
 		c.mapMu.Lock()

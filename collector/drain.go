@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/collector/goroutines"
 	"github.com/offcpu/offcpu/collector/stream"
 	"github.com/offcpu/offcpu/collector/threadctx"
 )
@@ -87,7 +88,7 @@ type recording struct {
 	threads map[uint32]thread
 	stacks  map[int64][]uint64 // every stack read, by id
 	// goroutines: the goroutine stream's (Options.Stream with Goroutines).
-	goroutines *goTimeline
+	goroutines *goroutines.Timeline
 	// waits: the stream's waits (Options.Stream), in the order they ended.
 	waits    stream.WaitView
 	streamed bool

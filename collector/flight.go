@@ -54,7 +54,7 @@ func (s *Session) FlightTimeline(from, to uint64) (*schema.Timeline, error) {
 		d.o.links = s.tctx.Labels()
 	}
 	if s.gor != nil {
-		d.goroutines = s.gor.timelineData(false, s.gor.readStacks())
+		d.goroutines = s.gor.Timeline(false, s.gor.ReadStacks())
 	}
 	sym := symbolize.NewSymbolizer(s.procs)
 	if s.unw != nil {
@@ -81,9 +81,8 @@ func (s *Session) FlightKept() (waits int, ring, overflow uint64) {
 	ring, _ = statSum(s.p.coll.Maps[bpf.OffcpuMapStats], bpf.OffcpuOffcpuStatSTAT_STREAM_LOST)
 	v, overflow := s.stream.Kept()
 	waits = v.Len()
-	if s.gor != nil && s.gor.stream != nil {
-		g, _ := s.gor.stream.Kept()
-		waits += g.Len()
+	if s.gor != nil {
+		waits += s.gor.Kept()
 	}
 	return waits, ring, overflow
 }

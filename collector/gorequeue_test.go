@@ -11,6 +11,7 @@ import (
 	"golang.org/x/exp/trace"
 
 	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/collector/goroutines"
 	"github.com/offcpu/offcpu/internal/testenv"
 	"github.com/offcpu/offcpu/runtimes/golang"
 	"github.com/offcpu/offcpu/schema"
@@ -199,8 +200,8 @@ func TestGoroutineSuspensionsMatchTrace(t *testing.T) {
 		if st.Reason != "preempted" || st.WaitsForCPU() {
 			continue
 		}
-		if cat := r.Categorize(st)[0]; cat != "gc" || GoReasonClass(st.Reason) != "gc" {
-			t.Errorf("a GC suspension of %v: category %q, class %q", time.Duration(st.Value), cat, GoReasonClass(st.Reason))
+		if cat := r.Categorize(st)[0]; cat != "gc" || goroutines.ReasonClass(st.Reason) != "gc" {
+			t.Errorf("a GC suspension of %v: category %q, class %q", time.Duration(st.Value), cat, goroutines.ReasonClass(st.Reason))
 		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/exp/trace"
 
 	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/collector/goroutines"
 	"github.com/offcpu/offcpu/internal/testenv"
 	"github.com/offcpu/offcpu/runtimes/golang"
 	"github.com/offcpu/offcpu/schema"
@@ -130,7 +131,7 @@ func memstatsAddr(t *testing.T, path string) uint64 {
 type goWaitKey struct{ fn, class string }
 
 // traceReasonClass maps the execution trace's block reasons onto
-// GoReasonClass's classes.
+// goroutines.ReasonClass's classes.
 func traceReasonClass(r string) string {
 	switch {
 	case strings.HasPrefix(r, "chan "):
@@ -252,7 +253,7 @@ func offcpuWaits(p *profile.Profile) map[goWaitKey]int64 {
 				}
 			}
 		}
-		out[goWaitKey{fn, GoReasonClass(s.Label[schema.LabelReason][0])}] += s.Value[0]
+		out[goWaitKey{fn, goroutines.ReasonClass(s.Label[schema.LabelReason][0])}] += s.Value[0]
 	}
 	return out
 }
@@ -516,7 +517,7 @@ func TestGoroutineWaitsNATSServer(t *testing.T) {
 	for _, smp := range s.Profiles().Goroutines.Sample {
 		goid := smp.NumLabel[schema.LabelGoid][0]
 		if sums.compared(goid) {
-			mine[goClassKey{goid, GoReasonClass(smp.Label[schema.LabelReason][0])}] += smp.Value[0]
+			mine[goClassKey{goid, goroutines.ReasonClass(smp.Label[schema.LabelReason][0])}] += smp.Value[0]
 			wakers[[2]int64{goid, smp.NumLabel[schema.LabelWakerGoid][0]}] += smp.Value[2]
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/exp/trace"
 
 	"github.com/offcpu/offcpu/analysis"
+	"github.com/offcpu/offcpu/collector/goroutines"
 	"github.com/offcpu/offcpu/runtimes/golang"
 	"github.com/offcpu/offcpu/schema"
 )
@@ -268,7 +269,7 @@ func TestGoroutineWaitsPrometheus(t *testing.T) {
 		if iv := smp.Label[schema.LabelInterval]; len(iv) > 0 && iv[0] != "open" {
 			continue // began before the window: the trace has no reason for those
 		}
-		mine[GoReasonClass(smp.Label[schema.LabelReason][0])] += smp.Value[0]
+		mine[goroutines.ReasonClass(smp.Label[schema.LabelReason][0])] += smp.Value[0]
 	}
 	t.Logf("trace by class %v; offcpu %v", truth.byClass, mine)
 	for _, c := range []struct {
@@ -303,7 +304,7 @@ func logGoroutineDiffs(t *testing.T, gp *profile.Profile, truth *windowWaits, cl
 	t.Helper()
 	got, want := map[int64]int64{}, map[int64]int64{}
 	for _, smp := range gp.Sample {
-		if iv := smp.Label[schema.LabelInterval]; (len(iv) == 0 || iv[0] == "open") && slices.Contains(classes, GoReasonClass(smp.Label[schema.LabelReason][0])) {
+		if iv := smp.Label[schema.LabelInterval]; (len(iv) == 0 || iv[0] == "open") && slices.Contains(classes, goroutines.ReasonClass(smp.Label[schema.LabelReason][0])) {
 			got[smp.NumLabel[schema.LabelGoid][0]] += smp.Value[0]
 		}
 	}

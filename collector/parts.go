@@ -65,17 +65,6 @@ func (u *unwinder) addStats(st *Stats, get statReader) {
 	st.Runtimes = runtimeFigures(u.rts)
 }
 
-// The goroutine recorder attaches to a recorded process when it is added
-// or runs a new program (a Go program, or not).
-func (r *goRecorder) processSeen(uint32)      {}
-func (r *goRecorder) processAdded(pid uint32) { r.add(pid) }
-func (r *goRecorder) processExec(pid uint32)  { r.add(pid) }
-func (r *goRecorder) processExit(pid uint32)  { r.exit(pid) }
-
-// addStats: none at the drain of the threads' maps; the goroutine
-// recorder's come with its own (finish, cut).
-func (r *goRecorder) addStats(*Stats, statReader) {}
-
 // Thread context reads a process's published context from its first
 // sight; one added by AddPID is read at once.
 type tctxPart struct{ *threadctx.Tracker }

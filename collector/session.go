@@ -30,6 +30,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/collector/goroutines"
 	"github.com/offcpu/offcpu/collector/symbolize"
 	"github.com/offcpu/offcpu/collector/threadctx"
 	"github.com/offcpu/offcpu/kernel"
@@ -48,8 +49,8 @@ type Session struct {
 	p      *probes
 	events *eventReader
 	procs  *symbolize.Procs
-	unw    *unwinder   // nil with FramePointersOnly
-	gor    *goRecorder // nil without Options.Goroutines
+	unw    *unwinder            // nil with FramePointersOnly
+	gor    *goroutines.Recorder // nil without Options.Goroutines
 	tctx   *threadctx.Tracker
 	parts  parts         // those of the three above the session has
 	stream *streamReader // nil without Options.Stream
@@ -309,12 +310,13 @@ func (s *Session) prepare(p *probes) error {
 		}
 	}
 	if o.Goroutines && s.gor == nil {
-		gor, err := newGoRecorder(o)
+		gor, err := goroutines.New(goroutines.Config{MaxGoroutines: o.MaxGoroutines, Stream: o.Stream, StreamRing: o.StreamRing,
+			StreamKeep: o.StreamKeep, StreamKeepBytes: o.StreamKeepBytes, Now: monotonicNow})
 		if err != nil {
 			return err
 		}
 		s.gor = gor
-		s.parts = append(s.parts, gor)
+		s.parts = append(s.parts, goPart{gor})
 	}
 	if err := s.fillTargets(coll); err != nil {
 		return err
@@ -356,7 +358,7 @@ func (s *Session) fillTargets(coll *ebpf.Collection) error {
 	}
 	if s.gor != nil { // before the window opens; thread context after attaching
 		for _, p := range s.opts.PIDs {
-			s.gor.processAdded(uint32(p))
+			s.gor.Add(uint32(p))
 		}
 	}
 	return nil
@@ -408,19 +410,18 @@ func (s *Session) Stop() (*profile.Profile, error) {
 			s.stats.SwitchMissed, s.stats.StacksMoved = sw, moved
 			// The goroutines' waits (cut per interval when continuous)
 			// drained first: the timeline holds them too.
-			var waits []goWait
+			var waits []goroutines.Wait
 			var stacks map[uint64][]uint64
 			if s.gor != nil {
-				waits, stacks = s.gor.finish(d, s.startMono, s.stopMono)
-				s.stats.Goroutines = &s.gor.stats
+				waits, stacks = finishGoroutines(s.gor, d, s.startMono, s.stopMono)
 			}
 			s.profiles, s.stats, s.stopErr = s.build(d)
 			if s.gor != nil && s.stopErr == nil {
-				s.profiles.Goroutines, s.stopErr = s.gor.profile(symbolize.NewSymbolizer(s.procs), waits, stacks, s.start, s.stats.Duration)
+				s.profiles.Goroutines, s.stopErr = goProfile(s.gor, symbolize.NewSymbolizer(s.procs), waits, stacks, s.start, s.stats.Duration)
 			}
 		}
-		if s.gor != nil && s.cont != nil {
-			s.stats.Goroutines = s.gor.statsCopy()
+		if s.gor != nil {
+			s.stats.Goroutines = s.gor.Stats()
 		}
 		s.close()
 		s.procs.Close()
@@ -440,7 +441,7 @@ func (s *Session) closeWindow() {
 		warn("closing the window: %v", err)
 	}
 	if s.gor != nil {
-		if err := s.gor.setWindow(false, s.stopMono); err != nil {
+		if err := s.gor.SetWindow(false, s.stopMono); err != nil {
 			warn("closing the goroutines' window: %v", err)
 		}
 	}
@@ -473,7 +474,7 @@ func (s *Session) halt() {
 		s.stream.Close()
 	}
 	if s.gor != nil {
-		s.gor.detach()
+		s.gor.Detach()
 	}
 	if s.unw != nil {
 		s.finalRuntimes()
@@ -482,8 +483,9 @@ func (s *Session) halt() {
 	if s.opts.Stats {
 		s.stats.Programs = s.p.programStats()
 		if s.gor != nil {
-			s.stats.Programs = appendProgramStat(s.stats.Programs, bpf.GoroutinesProgGoCasgstatus, s.gor.objs.GoCasgstatus)
-			s.stats.Programs = appendProgramStat(s.stats.Programs, bpf.GoroutinesProgGoPreemptPark, s.gor.objs.GoPreemptPark)
+			for _, name := range []string{bpf.GoroutinesProgGoCasgstatus, bpf.GoroutinesProgGoPreemptPark} {
+				s.stats.Programs = appendProgramStat(s.stats.Programs, name, s.gor.Programs()[name])
+			}
 		}
 		s.bpfOn.Close()
 	}
@@ -514,7 +516,7 @@ func (s *Session) Profiles() Profiles { return s.profiles }
 func (s *Session) markWindowStart(p *probes) error {
 	s.startMono, s.start = monotonicNow(), time.Now()
 	if s.gor != nil {
-		if err := s.gor.setWindow(true, s.startMono); err != nil {
+		if err := s.gor.SetWindow(true, s.startMono); err != nil {
 			return fmt.Errorf("setting the start of the goroutines' window: %w", err)
 		}
 	}

@@ -3,6 +3,7 @@ package collector
 import (
 	"time"
 
+	"github.com/offcpu/offcpu/collector/goroutines"
 	"github.com/offcpu/offcpu/collector/threadctx"
 	"github.com/offcpu/offcpu/runtimes"
 )
@@ -219,3 +220,6 @@ func (st Stats) withSession(s Stats) Stats {
 	st.Duration = s.Duration
 	return st
 }
+
+// GoroutineStats describes the goroutine waits recorded.
+type GoroutineStats = goroutines.Stats

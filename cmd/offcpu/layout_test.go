@@ -72,7 +72,7 @@ func TestProfilerPackagesDoNotDependOnTheWorkload(t *testing.T) {
 // (collector, still to be split by concept, at most its size today).
 func TestHouseLimits(t *testing.T) {
 	const maxLines, maxMethods, maxPackage = 700, 30, 6000
-	ratchet := map[string]int{"collector": 7300}
+	ratchet := map[string]int{"collector": 6200}
 	methods := map[string]int{}  // by package directory and type
 	pkgLines := map[string]int{} // by package directory
 	files := 0
