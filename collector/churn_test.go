@@ -55,7 +55,7 @@ func buildChurn(t *testing.T) (dir, churn, nap string) {
 	return dir, churn, nap
 }
 
-// Processes that live about 2 ms, 500 a second for 30 s, recorded
+// Processes that live about 2 ms, 500 a second for 15 s, recorded
 // system-wide: every one has exited long before the end, yet their frames
 // are named (their code mappings come from the kernel as they are made),
 // their sleeps are where their own clock says, nothing is lost, and the
@@ -68,7 +68,7 @@ func TestProcessChurn(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	const rate, secs, napUs = 500, 30, 1000
+	const rate, secs, napUs = 500, 15, 1000
 	napLog := filepath.Join(dir, "naps")
 	launcher := exec.Command(churn, fmt.Sprint(rate), fmt.Sprint(secs), nap, fmt.Sprint(napUs))
 	launcher.Env = append(os.Environ(), "NAP_LOG="+napLog)

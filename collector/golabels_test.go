@@ -134,7 +134,11 @@ func checkGoLabels(t *testing.T, gobin string) {
 // spanSum: a span's blocked time, waiting for a CPU, and the part of
 // its blocked time spent in the runtime's collection (an assist, a stop
 // of the world: a request's labels, not always inside its own clock).
-type spanSum struct{ blocked, runq, gc, threadless int64 }
+type spanSum struct {
+	blocked, runq, gc, threadless int64
+	samples                       []*profile.Sample // for a failure's log
+	bi                            int               // their blocked value's index
+}
 
 // gcWait: a goroutine wait reason of Go's collector (runtime2.go's
 // waitReasonStrings; "preempted": suspended for a stack scan).
@@ -206,11 +210,12 @@ func spanTimes(p *profile.Profile, bi, ri int) (bySpan map[string]*spanSum, byRo
 		}
 		v := bySpan[l["span_id"]]
 		if v == nil {
-			v = &spanSum{}
+			v = &spanSum{bi: bi}
 			bySpan[l["span_id"]] = v
 		}
 		v.blocked += smp.Value[bi]
 		v.runq += smp.Value[ri]
+		v.samples = append(v.samples, smp)
 		if r := smp.Label[schema.LabelReason]; len(r) > 0 && gcWait(r[0]) {
 			v.gc += smp.Value[bi]
 		}
@@ -299,6 +304,11 @@ func checkSpanTimes(t *testing.T, reqs []labelledRequest, bySpan map[string]*spa
 		}
 		if v.blocked-v.gc > tol {
 			blockedSurplus++
+			// Where the surplus blocked: the span's largest blocked samples.
+			sort.Slice(v.samples, func(i, j int) bool { return v.samples[i].Value[v.bi] > v.samples[j].Value[v.bi] })
+			for _, smp := range v.samples[:min(3, len(v.samples))] {
+				t.Logf("  blocked %v: %s", time.Duration(smp.Value[v.bi]), schema.FoldedSample(smp))
+			}
 		}
 	}
 	t.Logf("%d spans hold over 5%% and 1 ms more than their request waited, %d of them blocked", surplus, blockedSurplus)
