@@ -189,8 +189,8 @@ func TestFoldExitedProcesses(t *testing.T) {
 	if len(wake.Sample) > 3 {
 		t.Errorf("%d wake-up samples, want at most 3 (two children in detail, the rest merged)", len(wake.Sample))
 	}
-	var merged *ThreadTotal
-	for _, tt := range ThreadTotals(p) {
+	var merged *schema.ThreadTotal
+	for _, tt := range schema.ThreadTotals(p) {
 		if tt.TID == -1 {
 			merged = &tt
 		}

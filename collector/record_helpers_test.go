@@ -319,8 +319,8 @@ func checkAgainstSchedstat(t *testing.T, pids []int, load func(stop <-chan struc
 	steal := time.Duration((st1.CPUTotal.Steal - st0.CPUTotal.Steal) * float64(time.Second))
 	t.Logf("steal time in the window: %v", steal)
 	window := s.Stats().Duration
-	recorded := map[int64]ThreadTotal{}
-	for _, tt := range ThreadTotals(p) {
+	recorded := map[int64]schema.ThreadTotal{}
+	for _, tt := range schema.ThreadTotals(p) {
 		recorded[tt.TID] = tt
 	}
 	checked, runqChecked := 0, 0

@@ -64,7 +64,7 @@ func parseLate(t *testing.T, out string) []lateThread {
 // stacks.
 func perThread(p *profile.Profile) (map[int64]time.Duration, map[int64]int64) {
 	sum, n := map[int64]time.Duration{}, map[int64]int64{}
-	for _, t := range ThreadTotals(p) {
+	for _, t := range schema.ThreadTotals(p) {
 		sum[t.TID], n[t.TID] = t.OffCPU, t.Switches
 	}
 	return sum, n

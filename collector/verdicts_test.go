@@ -289,7 +289,7 @@ func TestVerdictsJVM(t *testing.T) {
 	p := recordRunning(t, exec.Command(filepath.Join(home, "bin", "java"), "-cp", dir, "Juc", "60000"), time.Second, 2*time.Second, Options{})
 	blocked, idle := verdictShares(t, p)
 	group := map[string][2]time.Duration{}
-	for _, tt := range ThreadTotals(p) {
+	for _, tt := range schema.ThreadTotals(p) {
 		g := strings.TrimRight(tt.Thread, "0123456789")
 		v := group[g]
 		v[0] += blocked[tt.TID]
@@ -324,7 +324,7 @@ func TestVerdictsEventLoops(t *testing.T) {
 	}
 	blocked, idle := verdictShares(t, p)
 	var b, i time.Duration
-	for _, tt := range ThreadTotals(p) {
+	for _, tt := range schema.ThreadTotals(p) {
 		if strings.HasPrefix(tt.Thread, "mc-worker") {
 			b += blocked[tt.TID]
 			i += idle[tt.TID]

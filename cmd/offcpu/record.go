@@ -449,7 +449,7 @@ func printSummary(w io.Writer, st collector.Stats, p *profile.Profile, f *record
 	if st.ExactOnCPU {
 		fmt.Fprintf(w, "on-CPU: %v, exact per thread (the scheduler's own count between switches)\n", st.OnCPU.Round(time.Microsecond))
 	}
-	if totals := collector.ThreadTotals(p); len(totals) > 0 {
+	if totals := schema.ThreadTotals(p); len(totals) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "blocked\twaiting for a CPU\ton-CPU\tswitches\tthread\t")
 		for _, t := range totals[:min(len(totals), 10)] {

@@ -1,12 +1,10 @@
-package collector
+package schema
 
 import (
 	"sort"
 	"time"
 
 	"github.com/google/pprof/profile"
-
-	"github.com/offcpu/offcpu/schema"
 )
 
 // ThreadTotal is one thread's time in a recording: off a CPU (blocked,
@@ -35,7 +33,7 @@ func ThreadTotals(p *profile.Profile) []ThreadTotal {
 		}
 		return 0
 	}
-	_, split := idx[schema.RunQueue]
+	_, split := idx[RunQueue]
 	type key struct {
 		tid    int64
 		folded string // exited processes merged: their thread name, tid -1
@@ -43,9 +41,9 @@ func ThreadTotals(p *profile.Profile) []ThreadTotal {
 	byTID := map[key]*ThreadTotal{}
 	for _, s := range p.Sample {
 		k := key{tid: -1}
-		if tids := s.NumLabel[schema.LabelTID]; len(tids) > 0 {
+		if tids := s.NumLabel[LabelTID]; len(tids) > 0 {
 			k.tid = tids[0]
-		} else if names := s.Label[schema.LabelThread]; len(names) > 0 {
+		} else if names := s.Label[LabelThread]; len(names) > 0 {
 			k.folded = names[0]
 		}
 		t := byTID[k]
@@ -53,16 +51,16 @@ func ThreadTotals(p *profile.Profile) []ThreadTotal {
 			t = &ThreadTotal{TID: k.tid, Thread: k.folded}
 			byTID[k] = t
 		}
-		if names := s.Label[schema.LabelThread]; len(names) > 0 && (t.Thread == "" || value(s, schema.OffCPU) != 0) {
+		if names := s.Label[LabelThread]; len(names) > 0 && (t.Thread == "" || value(s, OffCPU) != 0) {
 			t.Thread = names[0]
 		}
-		off := value(s, schema.OffCPU)
+		off := value(s, OffCPU)
 		t.OffCPU += time.Duration(off)
-		t.Switches += value(s, schema.Switches)
-		t.OnCPU += time.Duration(value(s, schema.CPU))
+		t.Switches += value(s, Switches)
+		t.OnCPU += time.Duration(value(s, CPU))
 		if split {
-			t.Blocked += time.Duration(value(s, schema.Blocked))
-			t.RunQueue += time.Duration(value(s, schema.RunQueue))
+			t.Blocked += time.Duration(value(s, Blocked))
+			t.RunQueue += time.Duration(value(s, RunQueue))
 		} else {
 			t.Blocked += time.Duration(off)
 		}
