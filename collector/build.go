@@ -16,11 +16,15 @@ import (
 // profiles.
 func (s *Session) build(d *recording) (Profiles, Stats, error) {
 	s.snapshotLive(d)
-	sym := symbolize.NewSymbolizer(s.procs)
+	return build(d, s.withJIT(symbolize.NewSymbolizer(s.procs)), s.buildOptions(s.stats, s.start, s.opts.NoOffwake))
+}
+
+// withJIT names the runtimes' code in sym (their own symbols).
+func (s *Session) withJIT(sym *symbolize.Symbolizer) *symbolize.Symbolizer {
 	if s.unw != nil {
 		sym.JIT = runtimeNames(s.unw.rts)
 	}
-	return build(d, sym, s.buildOptions(s.stats, s.start, s.opts.NoOffwake))
+	return sym
 }
 
 // buildOptions are the session's options for building a recording.
@@ -424,7 +428,7 @@ func (d *recording) finishProfile(p *profile.Profile) {
 		}
 	}
 	if st.Budget != nil {
-		p.Comments = append(p.Comments, st.Budget.comment())
+		p.Comments = append(p.Comments, st.Budget.Comment())
 	}
 	if share := st.CompleteShare(); share >= 0 {
 		p.Comments = append(p.Comments, fmt.Sprintf("user stacks reaching a thread start: %.1f%% of off-CPU time; complete=%d truncated=%d distinct stacks",

@@ -155,10 +155,7 @@ func (s *Session) cut(final bool) (*Interval, error) {
 		return nil, err
 	}
 	s.snapshotLive(d)
-	sym := &symbolize.Symbolizer{Procs: s.procs, PerfMaps: map[uint32]*symtab.PerfMap{}, Kern: c.kern.Get(), Reread: true}
-	if s.unw != nil {
-		sym.JIT = runtimeNames(s.unw.rts)
-	}
+	sym := s.withJIT(&symbolize.Symbolizer{Procs: s.procs, PerfMaps: map[uint32]*symtab.PerfMap{}, Kern: c.kern.Get(), Reread: true})
 	ps, st, err := build(d, sym, s.buildOptions(iv.Stats, iv.Start, true))
 	iv.Stats = st
 	if err != nil {
@@ -263,7 +260,7 @@ func (c *continuous) delta(d *recording, read Stats) Stats {
 	st.Runtimes = read.Runtimes
 	st.ThreadContext = read.ThreadContext // running totals
 	st.AggMoved, c.movedAtCut = c.movedAtCut, 0
-	st.Budget, c.budget = read.Budget.since(c.budget), read.Budget
+	st.Budget, c.budget = read.Budget.Since(c.budget), read.Budget
 	st.addCounters(&read, 1)
 	st.addCounters(&c.counters, -1)
 	c.counters = read

@@ -158,7 +158,6 @@ type drainer struct {
 	cont   *continuous // nil: one recording
 	spill  *stackSpill
 	events *eventReader
-	budget *budget
 	parts  parts // their figures
 	stream *streamReader
 	// stopMono: the window's end, for the classic mode's open intervals.
@@ -452,7 +451,6 @@ func (s *drainer) readStats() error {
 	s.stats.ThreadCPUFull = get(bpf.OffcpuOffcpuStatSTAT_THREAD_CPU_FULL)
 	s.stats.ForkUnwindFull = get(bpf.OffcpuOffcpuStatSTAT_FORK_UNWIND_FULL)
 	s.stats.StreamLost = get(bpf.OffcpuOffcpuStatSTAT_STREAM_LOST)
-	s.stats.Budget = s.budget.stats(get)
 	s.parts.addStats(&s.stats, get)
 	return nil
 }

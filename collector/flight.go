@@ -56,11 +56,7 @@ func (s *Session) FlightTimeline(from, to uint64) (*schema.Timeline, error) {
 	if s.gor != nil {
 		d.goroutines = s.gor.Timeline(false, s.gor.ReadStacks())
 	}
-	sym := symbolize.NewSymbolizer(s.procs)
-	if s.unw != nil {
-		sym.JIT = runtimeNames(s.unw.rts)
-	}
-	t := d.timeline(sym, &threadNames{d: d, procs: s.procs})
+	t := d.timeline(s.withJIT(symbolize.NewSymbolizer(s.procs)), &threadNames{d: d, procs: s.procs})
 	// Lost: what the kernel's ring and the recorder's bound dropped.
 	lost, _ := statSum(s.p.coll.Maps[bpf.OffcpuMapStats], bpf.OffcpuOffcpuStatSTAT_STREAM_LOST)
 	t.Lost = int64(lost + overflow)

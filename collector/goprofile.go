@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/google/pprof/profile"
 
 	"github.com/offcpu/offcpu/collector/goroutines"
@@ -14,16 +15,21 @@ import (
 )
 
 // goPart: the goroutine recorder attaches to a recorded process when it
-// is added or runs a new program (a Go program, or not); its figures
-// come with its own drain (finishGoroutines, cut), not the threads'.
-type goPart struct{ *goroutines.Recorder }
+// is added or runs a new program (a Go program, or not), and counts in
+// the session's window; its figures come with its own drain
+// (finishGoroutines, cut), not the threads'.
+type goPart struct {
+	quietPart
+	*goroutines.Recorder
+}
 
-func (g goPart) processSeen(uint32)          {}
-func (g goPart) processAdded(pid uint32)     { g.Add(pid) }
-func (g goPart) processExec(pid uint32)      { g.Add(pid) }
-func (g goPart) processExit(pid uint32)      { g.Exit(pid) }
-func (g goPart) addStats(*Stats, statReader) {}
-func (g goPart) close()                      { g.Close() }
+func (g goPart) processAdded(pid uint32)            { g.Add(pid) }
+func (g goPart) processExec(pid uint32)             { g.Add(pid) }
+func (g goPart) processExit(pid uint32)             { g.Exit(pid) }
+func (g goPart) window(open bool, ns uint64) error  { return g.SetWindow(open, ns) }
+func (g goPart) halt()                              { g.Detach() }
+func (g goPart) programs() map[string]*ebpf.Program { return g.Programs() }
+func (g goPart) close()                             { g.Close() }
 
 // finishGoroutines drains the goroutine waits of a one-window recording,
 // and gives d the stream's for its timeline.

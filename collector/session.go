@@ -19,7 +19,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -30,6 +32,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/offcpu/offcpu/bpf"
+	"github.com/offcpu/offcpu/collector/budget"
 	"github.com/offcpu/offcpu/collector/goroutines"
 	"github.com/offcpu/offcpu/collector/symbolize"
 	"github.com/offcpu/offcpu/collector/threadctx"
@@ -55,7 +58,6 @@ type Session struct {
 	parts  parts         // those of the three above the session has
 	stream *streamReader // nil without Options.Stream
 	spill  *stackSpill
-	budget *budget // deferred walks: the threshold and its controller (--budget)
 	cont   *continuous
 	bpfOn  io.Closer // Options.Stats
 	// Goroutines that run while recording; nil where not started.
@@ -147,9 +149,11 @@ func (s *Session) afterAttach(ctx context.Context) error {
 		}
 	}
 	if s.opts.deferred() {
-		if s.budget, err = startBudget(coll, s.opts); err != nil {
+		b, err := budget.New(coll, s.opts.WalkThreshold, s.opts.Budget)
+		if err != nil {
 			return err
 		}
+		s.parts = append(s.parts, budgetPart{Controller: b})
 	}
 	if s.opts.Stats {
 		if s.bpfOn, err = ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err != nil {
@@ -173,7 +177,7 @@ func (s *Session) afterAttach(ctx context.Context) error {
 		targets = coll.Maps[bpf.OffcpuMapTargetTgids]
 	}
 	s.tctx = threadctx.New(coll, targets)
-	s.parts = append(s.parts, tctxPart{s.tctx})
+	s.parts = append(s.parts, tctxPart{Tracker: s.tctx})
 	s.events.parts, s.events.kernelMaps = s.parts, s.p.kernelMaps
 	for _, p := range s.opts.PIDs {
 		s.tctx.Add(uint32(p)) // read by its own goroutine: the start waits for none
@@ -316,7 +320,7 @@ func (s *Session) prepare(p *probes) error {
 			return err
 		}
 		s.gor = gor
-		s.parts = append(s.parts, goPart{gor})
+		s.parts = append(s.parts, goPart{Recorder: gor})
 	}
 	if err := s.fillTargets(coll); err != nil {
 		return err
@@ -356,10 +360,10 @@ func (s *Session) fillTargets(coll *ebpf.Collection) error {
 			return fmt.Errorf("adding tid %d to the filter: %w", t, err)
 		}
 	}
-	if s.gor != nil { // before the window opens; thread context after attaching
-		for _, p := range s.opts.PIDs {
-			s.gor.Add(uint32(p))
-		}
+	// Before the window opens: the goroutine probe. Thread context, not
+	// yet a part, reads them after attaching (afterAttach).
+	for _, p := range s.opts.PIDs {
+		s.parts.processAdded(uint32(p))
 	}
 	return nil
 }
@@ -380,7 +384,6 @@ func (s *Session) AddPID(pid int) error {
 
 // close frees what a session holds in the kernel.
 func (s *Session) close() {
-	s.budget.stop()
 	s.parts.close() // thread context reads the maps until closed
 	s.parts = nil
 	if s.p != nil {
@@ -440,12 +443,9 @@ func (s *Session) closeWindow() {
 	if err := s.p.setWindow(false, s.stopMono); err != nil {
 		warn("closing the window: %v", err)
 	}
-	if s.gor != nil {
-		if err := s.gor.SetWindow(false, s.stopMono); err != nil {
-			warn("closing the goroutines' window: %v", err)
-		}
+	if err := s.parts.window(false, s.stopMono); err != nil {
+		warn("closing the window: %v", err)
 	}
-	s.budget.stop()
 	if s.p.flushIter && s.opts.deferred() {
 		// The user stacks of the intervals still open, walked nowhere else.
 		if err := s.p.runIter(bpf.OffcpuProgOffcpuSnapBlocked); err != nil {
@@ -473,19 +473,18 @@ func (s *Session) halt() {
 	if s.stream != nil {
 		s.stream.Close()
 	}
-	if s.gor != nil {
-		s.gor.Detach()
-	}
+	s.parts.halt()
 	if s.unw != nil {
-		s.finalRuntimes()
+		var warnings []string
+		s.stats.Runtimes, warnings = finalFigures(s.unw.rts)
+		s.stats.Warnings = append(s.stats.Warnings, warnings...)
 	}
 	s.stats.SwitchMissed = s.p.switchMisses()
 	if s.opts.Stats {
 		s.stats.Programs = s.p.programStats()
-		if s.gor != nil {
-			for _, name := range []string{bpf.GoroutinesProgGoCasgstatus, bpf.GoroutinesProgGoPreemptPark} {
-				s.stats.Programs = appendProgramStat(s.stats.Programs, name, s.gor.Programs()[name])
-			}
+		progs := s.parts.programs()
+		for _, name := range slices.Sorted(maps.Keys(progs)) {
+			s.stats.Programs = appendProgramStat(s.stats.Programs, name, progs[name])
 		}
 		s.bpfOn.Close()
 	}
@@ -495,7 +494,7 @@ func (s *Session) halt() {
 
 // drainer reads the maps.
 func (s *Session) drainer() *drainer {
-	return &drainer{p: s.p, opts: s.opts, cont: s.cont, spill: s.spill, events: s.events, budget: s.budget, parts: s.parts, stream: s.stream, stopMono: s.stopMono}
+	return &drainer{p: s.p, opts: s.opts, cont: s.cont, spill: s.spill, events: s.events, parts: s.parts, stream: s.stream, stopMono: s.stopMono}
 }
 
 // stopContinuous cuts the last interval; the session's stats become the
@@ -515,10 +514,8 @@ func (s *Session) Profiles() Profiles { return s.profiles }
 // threads blocked since before it.
 func (s *Session) markWindowStart(p *probes) error {
 	s.startMono, s.start = monotonicNow(), time.Now()
-	if s.gor != nil {
-		if err := s.gor.SetWindow(true, s.startMono); err != nil {
-			return fmt.Errorf("setting the start of the goroutines' window: %w", err)
-		}
+	if err := s.parts.window(true, s.startMono); err != nil {
+		return fmt.Errorf("setting the start of the recorded window: %w", err)
 	}
 	if err := p.setWindow(true, s.startMono); err != nil {
 		return fmt.Errorf("setting the start of the recorded window: %w", err)
@@ -541,19 +538,17 @@ func monotonicNow() uint64 {
 	return uint64(ts.Nano())
 }
 
-// finalRuntimes names what the walker found last and keeps each runtime's
-// figures (Stats.Runtimes).
-func (s *Session) finalRuntimes() {
-	for _, rt := range s.unw.rts {
-		rt.Final()
-	}
-	s.stats.Runtimes = runtimeFigures(s.unw.rts)
-	for _, st := range s.stats.Runtimes {
+// finalFigures are each runtime's figures once the runtimes are halted,
+// and a warning for each process whose frames were not read.
+func finalFigures(rts []runtimes.Reader) (figs []runtimes.Stats, warnings []string) {
+	figs = runtimeFigures(rts)
+	for _, st := range figs {
 		rt, _ := registry.ByName(st.Runtime)
 		for _, why := range st.Skipped {
-			s.stats.Warnings = append(s.stats.Warnings, rt.Title+" frames not read: "+why)
+			warnings = append(warnings, rt.Title+" frames not read: "+why)
 		}
 	}
+	return figs, warnings
 }
 
 // runtimeFigures: the figures of each runtime that met a process.
