@@ -2,6 +2,8 @@ package analysis
 
 import (
 	"fmt"
+	"hash/maphash"
+	"slices"
 	"sort"
 	"strings"
 
@@ -44,8 +46,20 @@ type chainer struct {
 	// firsts: first categories of stacks, and of unrecorded wakers'
 	// waits by thread group and frames (the rules are costly to run).
 	firsts    map[*Stack]string
-	unrecHops map[[2]string]ChainHop
+	unrecHops map[unrecKey]ChainHop
 	busy      map[*Stack]bool // being worked out: a wait reached again is a cycle
+	// Paths are interned (merged and keyed without building their
+	// strings): a hop by its text, a path by its first hop and the rest.
+	hopIDs  map[ChainHop]int32
+	hopText map[string]int32
+	pathIDs map[[2]int32]int32
+	// downs: the shares of one thread's waits at one place, merged by
+	// path, as fractions of their time: the same for every wait they
+	// woke (reused while none of them is being worked out: busyKeys).
+	downs    map[chainKey][]share
+	sums     map[chainKey]int64 // the waits' time
+	keys     map[*Stack]chainKey
+	busyKeys map[chainKey]int
 }
 
 // share is a path from a stack's waker to a root, and the fraction of the
@@ -53,22 +67,34 @@ type chainer struct {
 type share struct {
 	path []ChainHop
 	frac float64
+	id   int32 // the path's (chainer.intern)
+}
+
+// unrecKey is a waker's wait not recorded: its thread group and frames.
+type unrecKey struct {
+	group  string
+	frames uint64
 }
 
 // chainKey is one thread's (tid) or one goroutine's (goid) wait.
 type chainKey struct {
 	pid, tid, goid int64
-	frames         string
+	frames         uint64
 }
 
-func framesKey(fr []Frame) string {
-	var b strings.Builder
+func framesKey(fr []Frame) uint64 {
+	var h maphash.Hash
+	h.SetSeed(framesSeed)
 	for _, f := range fr {
-		b.WriteString(f.Name)
-		b.WriteByte(';')
+		h.WriteString(f.Name)
+		h.WriteByte(';')
 	}
-	return b.String()
+	return h.Sum64()
 }
+
+// framesSeed: frames are told apart by a 64-bit hash of their names (a
+// collision among a recording's stacks is about as likely as one in 10^9).
+var framesSeed = maphash.MakeSeed()
 
 // markPassedOn marks the thread waits whose waker, of the same process,
 // had been waiting at the very same place through most of them and was
@@ -170,16 +196,23 @@ func markChainWaits(stacks []Stack, r *Rules) {
 // to its root causes, largest first (top n).
 func Chains(stacks []Stack, r *Rules, wanted func(*Stack) bool, n int) []RootCause {
 	c := &chainer{r: r, waits: map[chainKey][]*Stack{}, memo: map[*Stack][]share{}, hops: map[*Stack]ChainHop{}, busy: map[*Stack]bool{},
-		firsts: map[*Stack]string{}, unrecHops: map[[2]string]ChainHop{}}
+		firsts: map[*Stack]string{}, unrecHops: map[unrecKey]ChainHop{},
+		hopIDs: map[ChainHop]int32{}, hopText: map[string]int32{}, pathIDs: map[[2]int32]int32{},
+		downs: map[chainKey][]share{}, sums: map[chainKey]int64{}, keys: map[*Stack]chainKey{}, busyKeys: map[chainKey]int{}}
 	for i := range stacks {
 		s := &stacks[i]
 		if s.Kind == KindOffCPU && (s.TID != 0 || s.Goid > 0) {
 			k := chainKey{s.PID, s.TID, s.Goid, framesKey(s.Frames)}
 			c.waits[k] = append(c.waits[k], s)
+			c.keys[s] = k
 		}
 	}
+	type rootKey struct {
+		waiters string
+		path    int32
+	}
 	total := map[string]int64{}
-	roots := map[string]*RootCause{}
+	roots := map[rootKey]*RootCause{}
 	for i := range stacks {
 		s := &stacks[i]
 		if s.Kind != KindOffCPU || !wanted(s) || !r.AppBlocked(s) {
@@ -188,7 +221,7 @@ func Chains(stacks []Stack, r *Rules, wanted func(*Stack) bool, n int) []RootCau
 		g := schema.ThreadGroup(s.Thread)
 		total[g] += s.Value
 		for _, sh := range c.paths(s) {
-			k := g + "|" + pathString(sh.path)
+			k := rootKey{g, sh.id}
 			rc := roots[k]
 			if rc == nil {
 				rc = &RootCause{Waiters: g, Path: sh.path}
@@ -225,11 +258,20 @@ func (c *chainer) paths(s *Stack) []share {
 		return p
 	}
 	c.busy[s] = true
-	defer delete(c.busy, s)
+	k, keyed := c.keys[s]
+	if keyed {
+		c.busyKeys[k]++
+	}
+	defer func() {
+		delete(c.busy, s)
+		if keyed {
+			c.busyKeys[k]--
+		}
+	}()
 	var out []share
 	add := func(frac float64, path ...ChainHop) {
 		if frac > 0 {
-			out = append(out, share{path, frac})
+			out = append(out, share{path, frac, c.intern(path, -1)})
 		}
 	}
 	switch {
@@ -243,7 +285,7 @@ func (c *chainer) paths(s *Stack) []share {
 			}
 		}
 		add(1, h)
-		out = prune(out)
+		out = c.prune(out)
 		c.memo[s] = out
 		return out
 	}
@@ -263,7 +305,7 @@ func (c *chainer) paths(s *Stack) []share {
 			out = append(out, c.down(s, chained)...)
 		}
 	}
-	out = prune(out)
+	out = c.prune(out)
 	c.memo[s] = out
 	return out
 }
@@ -272,69 +314,137 @@ func (c *chainer) paths(s *Stack) []share {
 // with its share of frac.
 func (c *chainer) down(s *Stack, frac float64) []share {
 	var waits []*Stack
+	var k chainKey
 	switch {
 	case s.Goid != 0 && s.WakerGoid > 0: // -1: goroutines merged, not one goroutine's
-		waits = c.waits[chainKey{s.WakerPID, 0, s.WakerGoid, framesKey(s.WakerWaitFrames)}]
+		k = chainKey{s.WakerPID, 0, s.WakerGoid, framesKey(s.WakerWaitFrames)}
 	case s.Goid == 0 && s.WakerTID != 0: // 0: merged with other exited processes, not one thread's
-		waits = c.waits[chainKey{s.WakerPID, s.WakerTID, 0, framesKey(s.WakerWaitFrames)}]
+		k = chainKey{s.WakerPID, s.WakerTID, 0, framesKey(s.WakerWaitFrames)}
 	}
-	var sum int64
-	for _, w := range waits {
-		sum += w.Value
+	waits = c.waits[k]
+	sum, ok := c.sums[k]
+	if !ok {
+		for _, w := range waits {
+			sum += w.Value
+		}
+		c.sums[k] = sum
 	}
 	if sum == 0 {
 		// Not recorded (outside the recorded set): the chain ends in the
 		// waker's wait as its stack reads.
-		k := [2]string{schema.ThreadGroup(s.Waker), framesKey(s.WakerWaitFrames)}
+		k := unrecKey{schema.ThreadGroup(s.Waker), framesKey(s.WakerWaitFrames)}
 		h, ok := c.unrecHops[k]
 		if !ok {
 			ws := &Stack{Kind: KindOffCPU, Thread: s.Waker, Frames: s.WakerWaitFrames, State: "sleeping"}
-			h = ChainHop{Group: k[0], Category: c.r.Categorize(ws)[0], Frame: c.r.InnermostApp(ws)}
+			h = ChainHop{Group: k.group, Category: c.r.Categorize(ws)[0], Frame: c.r.InnermostApp(ws)}
 			c.unrecHops[k] = h
 		}
-		return []share{{[]ChainHop{h}, frac}}
+		return []share{{[]ChainHop{h}, frac, c.intern([]ChainHop{h}, -1)}}
 	}
+	whole, ok := c.downs[k]
+	if !ok || c.busyKeys[k] > 0 {
+		whole = c.downWaits(waits, sum)
+		if c.busyKeys[k] == 0 {
+			c.downs[k] = whole
+		}
+	}
+	out := make([]share, len(whole))
+	for i, sh := range whole {
+		out[i] = share{sh.path, frac * sh.frac, sh.id}
+	}
+	return out
+}
+
+// downWaits are the shares of waits (sum: their time), merged by path, in
+// the order first met.
+func (c *chainer) downWaits(waits []*Stack, sum int64) []share {
 	var out []share
+	at := map[int32]int{}
+	put := func(sh share) {
+		if i, ok := at[sh.id]; ok {
+			out[i].frac += sh.frac
+			return
+		}
+		at[sh.id] = len(out)
+		out = append(out, sh)
+	}
 	for _, w := range waits {
-		f := frac * float64(w.Value) / float64(sum)
+		f := float64(w.Value) / float64(sum)
 		hop := c.hop(w)
 		switch {
 		case w.WaitsForCPU():
-			out = append(out, share{[]ChainHop{hop}, f})
+			put(share{[]ChainHop{hop}, f, c.intern([]ChainHop{hop}, -1)})
 		case c.busy[w]:
 			// A convoy: threads waiting on each other in turn.
-			out = append(out, share{[]ChainHop{hop, {Group: "[cycle]"}}, f})
+			p := []ChainHop{hop, {Group: "[cycle]"}}
+			put(share{p, f, c.intern(p, -1)})
 		default:
 			for _, sh := range c.paths(w) {
+				id := c.intern([]ChainHop{hop}, sh.id)
+				if _, ok := at[id]; ok {
+					out[at[id]].frac += f * sh.frac
+					continue
+				}
 				p := append([]ChainHop{hop}, sh.path...)
 				if len(p) > chainDepth {
 					p = append(p[:chainDepth:chainDepth], ChainHop{Group: "[deeper]"})
+					id = c.intern(p, -1)
 				}
-				out = append(out, share{p, f * sh.frac})
+				put(share{p, f * sh.frac, id})
 			}
 		}
 	}
 	return out
 }
 
+// intern is the id of path followed by the path rest (-1: none); paths
+// whose text is the same (pathString) have the same id.
+func (c *chainer) intern(path []ChainHop, rest int32) int32 {
+	id := rest
+	for i := len(path) - 1; i >= 0; i-- {
+		h, ok := c.hopIDs[path[i]]
+		if !ok {
+			text := pathString(path[i : i+1])
+			if h, ok = c.hopText[text]; !ok {
+				h = int32(len(c.hopText))
+				c.hopText[text] = h
+			}
+			c.hopIDs[path[i]] = h
+		}
+		k := [2]int32{h, id}
+		if id, ok = c.pathIDs[k]; !ok {
+			id = int32(len(c.pathIDs))
+			c.pathIDs[k] = id
+		}
+	}
+	return id
+}
+
 // prune merges equal paths and keeps the chainPaths largest, folding the
 // rest into one [other paths] share.
-func prune(in []share) []share {
-	byPath := map[string]*share{}
-	var order []string
+func (c *chainer) prune(in []share) []share {
+	out := make([]share, 0, len(in))
+	var at map[int32]int // for many paths; a scan for a few
+	if len(in) > 16 {
+		at = make(map[int32]int, len(in))
+	}
 	for _, sh := range in {
-		k := pathString(sh.path)
-		if x, ok := byPath[k]; ok {
-			x.frac += sh.frac
+		i := -1
+		if at != nil {
+			if j, ok := at[sh.id]; ok {
+				i = j
+			}
+		} else {
+			i = slices.IndexFunc(out, func(o share) bool { return o.id == sh.id })
+		}
+		if i >= 0 {
+			out[i].frac += sh.frac
 			continue
 		}
-		sh := sh
-		byPath[k] = &sh
-		order = append(order, k)
-	}
-	out := make([]share, 0, len(order))
-	for _, k := range order {
-		out = append(out, *byPath[k])
+		if at != nil {
+			at[sh.id] = len(out)
+		}
+		out = append(out, sh)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].frac > out[j].frac })
 	if len(out) > chainPaths {
@@ -342,7 +452,8 @@ func prune(in []share) []share {
 		for _, sh := range out[chainPaths:] {
 			rest += sh.frac
 		}
-		out = append(out[:chainPaths], share{[]ChainHop{{Group: "[other paths]"}}, rest})
+		other := []ChainHop{{Group: "[other paths]"}}
+		out = append(out[:chainPaths], share{other, rest, c.intern(other, -1)})
 	}
 	return out
 }

@@ -338,7 +338,7 @@ func (c *expectCheck) uncovered(s *Stack, cat string, gotIdle bool, folded strin
 // mismatch sums a wait judged against its expectation, by what the rules
 // said and which rule said it.
 func (c *expectCheck) mismatch(s *Stack, xi int, cat string, gotIdle bool, folded string) {
-	h := hash128(ruleInput(s))
+	h := ruleKey(s)
 	dec, ok := c.decided[h]
 	if !ok {
 		dec = c.r.Decided(s)

@@ -3,7 +3,6 @@ package analysis
 import (
 	"hash/maphash"
 	"regexp"
-	"strings"
 	"sync"
 )
 
@@ -18,7 +17,7 @@ import (
 // thread's release, is blocked; a socket read woken by another program is
 // idle.
 func (r *Rules) Categorize(s *Stack) []string {
-	k := hash128(ruleInput(s))
+	k := ruleKey(s)
 	if out, ok := r.cats.get(k); ok {
 		return out
 	}
@@ -27,37 +26,43 @@ func (r *Rules) Categorize(s *Stack) []string {
 	return out
 }
 
-// ruleInput is all that rules and verdicts read of a stack.
-func ruleInput(s *Stack) string {
-	var b strings.Builder
-	for _, f := range []string{s.Kind, s.Thread, s.State, s.Reason, s.WakerRelation(), s.Class, s.InRequestWhy, s.Loop} {
-		b.WriteString(f)
-		b.WriteByte(0)
-	}
-	if s.InRequest {
-		b.WriteByte('r')
-	}
-	if s.WakerDispatching {
-		b.WriteByte('d')
-	}
-	if s.InTrace() {
-		b.WriteByte('t')
-	}
-	if s.WakerPassedOn {
-		b.WriteByte('p')
-	}
-	for _, fr := range [][]Frame{s.Frames, {{Name: "|"}}, s.WakerFrames} {
-		for _, f := range fr {
-			b.WriteString(f.Name)
-			b.WriteByte(0)
-			b.WriteString(f.Module)
-			if f.Kernel {
-				b.WriteByte('k')
-			}
-			b.WriteByte(1)
+// ruleKey is a 128-bit hash of all that rules and verdicts read of a
+// stack, written straight into the hashes (no string is built: a deep
+// stack's frames are most of an analysis's allocations otherwise).
+func ruleKey(s *Stack) [2]uint64 {
+	var h [2]maphash.Hash
+	h[0].SetSeed(hashSeeds[0])
+	h[1].SetSeed(hashSeeds[1])
+	str := func(v string, end byte) {
+		for i := range h {
+			h[i].WriteString(v)
+			h[i].WriteByte(end)
 		}
 	}
-	return b.String()
+	for _, f := range []string{s.Kind, s.Thread, s.State, s.Reason, s.WakerRelation(), s.Class, s.InRequestWhy, s.Loop} {
+		str(f, 0)
+	}
+	flags := ""
+	for _, f := range []struct {
+		on bool
+		c  string
+	}{{s.InRequest, "r"}, {s.WakerDispatching, "d"}, {s.InTrace(), "t"}, {s.WakerPassedOn, "p"}} {
+		if f.on {
+			flags += f.c
+		}
+	}
+	str(flags, 2)
+	for _, fr := range [][]Frame{s.Frames, {{Name: "|"}}, s.WakerFrames} {
+		for _, f := range fr {
+			str(f.Name, 0)
+			if f.Kernel {
+				str(f.Module, 'k')
+			} else {
+				str(f.Module, 1)
+			}
+		}
+	}
+	return [2]uint64{h[0].Sum64(), h[1].Sum64()}
 }
 
 // frameMatches: re matches the name (h: hash128(name)) as written or

@@ -109,7 +109,7 @@ type Rules struct {
 	notModules []*regexp.Regexp
 	// Categories by what the rules read of a stack: goroutine profiles
 	// hold many rows that differ by goroutine alone.
-	cats hashCache[[2]uint64, []string] // by a 128-bit hash of ruleInput: no copy of the stacks kept
+	cats hashCache[[2]uint64, []string] // by a 128-bit hash of what rules read (ruleKey): no copy of the stacks kept
 	apps hashCache[[2]uint64, bool]     // IsApp by a hash of the frame's name and module
 }
 
