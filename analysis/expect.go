@@ -265,6 +265,9 @@ type expectCheck struct {
 	mismEx  map[mismatchKey]int64 // the example's time
 	sites   map[[2]string]*uncoveredAcc
 	decided map[[2]uint64]string // Decided runs every rule: once per rule input
+	// matched: the expectation (-1: none) of a folded stack and thread,
+	// the regexps run once for each (goroutines repeat them by the thousand).
+	matched map[[2]string]int
 }
 
 type mismatchKey struct {
@@ -286,7 +289,7 @@ func newExpectCheck(r *Rules, e *Expectations) *expectCheck {
 	for _, x := range e.Expect {
 		rep.Expectations = append(rep.Expectations, ExpectResult{Expectation: x})
 	}
-	return &expectCheck{r: r, e: e, rep: rep, mism: map[mismatchKey]*Mismatch{}, mismEx: map[mismatchKey]int64{},
+	return &expectCheck{r: r, e: e, rep: rep, matched: map[[2]string]int{}, mism: map[mismatchKey]*Mismatch{}, mismEx: map[mismatchKey]int64{},
 		sites: map[[2]string]*uncoveredAcc{}, decided: map[[2]uint64]string{}}
 }
 
@@ -297,7 +300,11 @@ func (c *expectCheck) add(s *Stack) {
 	gotIdle := c.r.IsIdle(cat)
 	rep.JudgedNs += s.Value
 	folded := s.Folded()
-	xi := slices.IndexFunc(c.e.Expect, func(x Expectation) bool { return x.matches(s, folded) })
+	xi, ok := c.matched[[2]string{folded, s.Thread}]
+	if !ok {
+		xi = slices.IndexFunc(c.e.Expect, func(x Expectation) bool { return x.matches(s, folded) })
+		c.matched[[2]string{folded, s.Thread}] = xi
+	}
 	if xi < 0 {
 		c.uncovered(s, cat, gotIdle, folded)
 		return
