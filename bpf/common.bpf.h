@@ -55,6 +55,35 @@ _Static_assert((1ULL << ROW_SEARCH_STEPS) >= (unsigned long long)UNWIND_MAX_ROWS
 
 #define PROT_EXEC 0x4
 
+/* A user thread's registers and thread pointer by architecture (bpf2go's
+ * -target sets __TARGET_ARCH_*), as field names of struct pt_regs and
+ * task_struct: the walk's start (pc, stack pointer, frame pointer; on
+ * arm64 the link register holds a leaf's return address), a blocked system
+ * call's number and first argument. USER_IRQ: registers saved by an
+ * interrupt taken in user mode (no system call). */
+#if defined(__TARGET_ARCH_arm64)
+#define REG_PC pc
+#define REG_SP sp
+#define REG_FP regs[29]
+#define REG_LR regs[30]
+#define REG_SYSNR syscallno
+#define REG_ARG0 orig_x0
+#define TASK_TP thread.uw.tp_value
+#define SYS_FUTEX 98
+#define USER_IRQ(r) (((r)->pstate & 0xf) == 0 && (r)->syscallno < 0)
+#elif defined(__TARGET_ARCH_x86)
+#define REG_PC ip
+#define REG_SP sp
+#define REG_FP bp
+#define REG_SYSNR orig_ax
+#define REG_ARG0 di
+#define TASK_TP thread.fsbase
+#define SYS_FUTEX 202
+#define USER_IRQ(r) (((r)->cs & 3) && (s64)(r)->orig_ax < 0)
+#else
+#error "build with bpf2go -target amd64 or arm64 (__TARGET_ARCH_x86 or __TARGET_ARCH_arm64)"
+#endif
+
 /* Exposes the enum to bpf2go so Go and C share one list. */
 const volatile enum offcpu_stat stat_count = STAT_MAX;
 

@@ -53,10 +53,12 @@ func TestHeadersStandAlone(t *testing.T) {
 		if err := os.WriteFile(f, []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		out, err := exec.Command("clang", "-target", "bpf", "-O2", "-g", "-fsyntax-only", "-Werror=implicit-function-declaration",
-			"-I", wd, "-I/usr/include/x86_64-linux-gnu", f).CombinedOutput()
-		if err != nil {
-			t.Errorf("%s does not compile alone: %v\n%s", name, err, out)
+		for _, arch := range []string{"x86", "arm64"} {
+			out, err := exec.Command("clang", "-target", "bpf", "-D__TARGET_ARCH_"+arch, "-O2", "-g", "-fsyntax-only",
+				"-Werror=implicit-function-declaration", "-I", wd, "-I/usr/include/x86_64-linux-gnu", f).CombinedOutput()
+			if err != nil {
+				t.Errorf("%s does not compile alone for %s: %v\n%s", name, arch, err, out)
+			}
 		}
 	}
 }

@@ -12,8 +12,8 @@
 // goroutine running on the thread that made it runnable, or none (the
 // scheduler: netpoll, timers). Time is aggregated in the kernel by
 // (process, goroutine, reason, park stack, waker, waker stack).
-// Go's ABIInternal on amd64: arguments in rax, rbx, rcx; r14 holds the
-// current g (g0 on the scheduler's stack).
+// Go's ABIInternal: arguments in rax, rbx, rcx and the current g in r14 on
+// amd64, x0-x2 and x28 on arm64 (g0 on the scheduler's stack).
 
 #include "offcpu_types.h"
 #include <bpf/bpf_helpers.h>
@@ -26,10 +26,40 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define G_SYSCALL 3
 #define G_WAITING 4
 
-/* x86-64 user registers as a uprobe sees them. */
+/* User registers as a uprobe sees them, and where Go's ABIInternal puts
+ * the first three arguments and the current g. At a function's entry its
+ * return address is on the stack (x86-64) or in the link register (arm64:
+ * read at the program's entry, GO_LR; the verifier refuses the context
+ * pointer passed on and offset). */
+#if defined(__TARGET_ARCH_arm64)
+struct go_regs {
+	u64 regs[31], sp, pc, pstate;
+};
+#define GO_ARG0 regs[0]
+#define GO_ARG1 regs[1]
+#define GO_ARG2 regs[2]
+#define GO_G regs[28]
+#define GO_PC pc
+#define GO_SP sp
+#define GO_FP regs[29]
+#define GO_LR(c) ((c)->regs[30])
+#define GO_ENTRY_RA(c, lr) (lr)
+#elif defined(__TARGET_ARCH_x86)
 struct go_regs {
 	u64 r15, r14, r13, r12, bp, bx, r11, r10, r9, r8, ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
 };
+#define GO_ARG0 ax
+#define GO_ARG1 bx
+#define GO_ARG2 cx
+#define GO_G r14
+#define GO_PC ip
+#define GO_SP sp
+#define GO_FP bp
+#define GO_LR(c) 0
+#define GO_ENTRY_RA(c, lr) go_u64((c)->sp)
+#else
+#error "build with bpf2go -target amd64 or arm64"
+#endif
 
 /* Where the runtime keeps what is read, per process: offsets into
  * runtime.g and runtime.m, from the binary's DWARF or its Go release. */
@@ -399,14 +429,14 @@ static __always_inline u64 go_stack_at(struct go_site *c, u64 ip, u64 sp, u64 bp
  * at its entry: at sp and in bp there, in its own frame past the frame's
  * set-up (o->framed). The walks and the stack cache see the same either
  * way. */
-static __always_inline u64 go_entry_ret(struct go_offsets *o, struct go_regs *ctx, u64 *bp)
+static __always_inline u64 go_entry_ret(struct go_offsets *o, struct go_regs *ctx, u64 lr, u64 *bp)
 {
 	u64 fr[2] = {};
 	if (!o->framed) {
-		*bp = ctx->bp;
-		return go_u64(ctx->sp);
+		*bp = ctx->GO_FP;
+		return GO_ENTRY_RA(ctx, lr);
 	}
-	bpf_probe_read_user(fr, sizeof(fr), (void *)ctx->bp);
+	bpf_probe_read_user(fr, sizeof(fr), (void *)ctx->GO_FP);
 	*bp = fr[0];
 	return fr[1];
 }
@@ -521,8 +551,8 @@ static __always_inline void go_waker_wait(struct go_park *w, struct go_park *p)
  * else from its saved state. Creator and start never change: they are
  * read at a goroutine's first park and kept from its entry (prev) after.
  * Not 0: g unreadable. */
-static __always_inline int go_park_state(struct go_offsets *o, u32 tgid, u64 gp, struct go_regs *ctx, u64 at, u32 tid,
-					 struct go_park *p, struct go_park *prev)
+static __always_inline int go_park_state(struct go_offsets *o, u32 tgid, u64 gp, struct go_regs *ctx, u64 lr, u64 at,
+					 u32 tid, struct go_park *p, struct go_park *prev)
 {
 	struct go_gwords *g = go_gread(gp, 0);
 	if (!g)
@@ -543,8 +573,8 @@ static __always_inline int go_park_state(struct go_offsets *o, u32 tgid, u64 gp,
 	if (prev && prev->goid == p->goid)
 		site = prev->at;
 	if (ctx) { /* changed its own state, not parked by mcall: sched is stale */
-		u64 bp, ret = go_entry_ret(o, ctx, &bp);
-		p->stack = go_stack_at(&site, ctx->ip, ctx->sp, bp, ret, go_gword(g, G_STACK_HI));
+		u64 bp, ret = go_entry_ret(o, ctx, lr, &bp);
+		p->stack = go_stack_at(&site, ctx->GO_PC, ctx->GO_SP, bp, ret, go_gword(g, G_STACK_HI));
 	} else {
 		p->stack = go_stack_at(&site, go_gword(g, o->sched_pc), go_gword(g, o->sched_sp), go_gword(g, o->sched_bp), 0,
 				       go_gword(g, G_STACK_HI));
@@ -563,8 +593,8 @@ int go_casgstatus(struct go_regs *ctx)
 	struct go_offsets *o = bpf_map_lookup_elem(&go_procs, &tgid);
 	if (!o || go_stop_ns)
 		return 0; /* not a target, or the window closed: drain counts what is open */
-	u64 gp = ctx->ax;
-	u32 from = ctx->bx, to = ctx->cx;
+	u64 gp = ctx->GO_ARG0, lr = GO_LR(ctx);
+	u32 from = ctx->GO_ARG1, to = ctx->GO_ARG2;
 	/* Requeued: goschedImpl (preempted, Gosched), exitsyscall0 and from
 	 * go1.26 exitsyscallNoP (its P taken while in a system call). */
 	int requeue = to == G_RUNNABLE && (from == G_RUNNING || from == G_SYSCALL);
@@ -579,7 +609,7 @@ int go_casgstatus(struct go_regs *ctx)
 		/* Its entry, if any, is its last wait: written over in place. */
 		struct go_park *prev = bpf_map_lookup_elem(&go_parked, &gk);
 		struct go_park p = {};
-		if (go_park_state(o, tgid, gp, gp == ctx->r14 ? ctx : 0, now, (u32)id, &p, prev))
+		if (go_park_state(o, tgid, gp, gp == ctx->GO_G ? ctx : 0, lr, now, (u32)id, &p, prev))
 			return 0;
 		if (requeue) { /* runnable at once: no waker, its g.waitreason stale */
 			p.reason = GO_REASON_RUNNABLE;
@@ -601,7 +631,7 @@ int go_casgstatus(struct go_regs *ctx)
 			 * still the park's; its wait counted from the probe. */
 			struct go_park np = { .flags = GO_BEFORE_START };
 			u64 since = o->probed_ns > go_start_ns ? o->probed_ns : go_start_ns;
-			if (go_park_state(o, tgid, gp, 0, since, 0, &np, 0) || np.reason == o->preempted)
+			if (go_park_state(o, tgid, gp, 0, 0, since, 0, &np, 0) || np.reason == o->preempted)
 				return 0;
 			go_count(GO_STAT_UNSEEN);
 			if (bpf_map_update_elem(&go_parked, &gk, &np, BPF_ANY))
@@ -616,7 +646,7 @@ int go_casgstatus(struct go_regs *ctx)
 		/* The waker: the current g, or on the scheduler's stack (g0,
 		 * goid 0) the goroutine the thread was running, whose state
 		 * systemstack saved. */
-		u64 cur = ctx->r14;
+		u64 cur = ctx->GO_G;
 		struct go_gwords *g = go_gread(cur, 0);
 		if (!g)
 			return 0;
@@ -624,8 +654,8 @@ int go_casgstatus(struct go_regs *ctx)
 		if (cur && cur_goid) {
 			p->waker_goid = cur_goid;
 			struct go_park *w = go_waker_entry(tgid, cur, cur_goid);
-			u64 bp, ret = go_entry_ret(o, ctx, &bp);
-			p->waker_stack = go_stack_at(w ? &w->wk : 0, ctx->ip, ctx->sp, bp, ret, go_gword(g, G_STACK_HI));
+			u64 bp, ret = go_entry_ret(o, ctx, lr, &bp);
+			p->waker_stack = go_stack_at(w ? &w->wk : 0, ctx->GO_PC, ctx->GO_SP, bp, ret, go_gword(g, G_STACK_HI));
 			go_waker_wait(w, p);
 		} else {
 			u64 curg = go_u64(go_gword(g, o->m) + o->m_curg);
@@ -639,8 +669,8 @@ int go_casgstatus(struct go_regs *ctx)
 				go_waker_wait(w, p);
 			} else {
 				p->waker_goid = 0;
-				u64 bp, ret = go_entry_ret(o, ctx, &bp);
-				p->waker_stack = go_walk(ctx->ip, ret, bp, go_gword(g, G_STACK_HI));
+				u64 bp, ret = go_entry_ret(o, ctx, lr, &bp);
+				p->waker_stack = go_walk(ctx->GO_PC, ret, bp, go_gword(g, G_STACK_HI));
 				p->waker_wait_stack = 0;
 				p->waker_wait_ns = 0;
 			}
@@ -674,11 +704,11 @@ int go_preempt_park(struct go_regs *ctx)
 	struct go_offsets *o = bpf_map_lookup_elem(&go_procs, &tgid);
 	if (!o || go_stop_ns || o->preempted >= 0xff)
 		return 0;
-	u64 gp = ctx->ax;
+	u64 gp = ctx->GO_ARG0;
 	struct go_gkey gk = { .tgid = tgid, .g = gp };
 	struct go_park *prev = bpf_map_lookup_elem(&go_parked, &gk);
 	struct go_park p = {};
-	if (go_park_state(o, tgid, gp, 0, bpf_ktime_get_ns(), (u32)id, &p, prev))
+	if (go_park_state(o, tgid, gp, 0, 0, bpf_ktime_get_ns(), (u32)id, &p, prev))
 		return 0;
 	p.reason = o->preempted;
 	go_count(GO_STAT_SUSPENDS);

@@ -38,10 +38,19 @@ struct sched_info {
 	unsigned long long last_queued;
 } __attribute__((preserve_access_index));
 
-/* x86-64: the thread pointer (pthread_self) of a user thread. */
+/* The thread pointer (pthread_self) of a user thread: fsbase on x86-64,
+ * TPIDR_EL0 as the task keeps it on arm64. */
+#if defined(__TARGET_ARCH_arm64)
+struct thread_struct {
+	struct {
+		unsigned long tp_value;
+	} uw;
+} __attribute__((preserve_access_index));
+#else
 struct thread_struct {
 	unsigned long fsbase;
 } __attribute__((preserve_access_index));
+#endif
 
 struct task_struct {
 	unsigned int __state;
@@ -130,7 +139,19 @@ struct trace_event_raw_sched_wakeup_template {
 	int pid;
 } __attribute__((preserve_access_index));
 
-/* x86-64 user registers saved at kernel entry. */
+/* User registers saved at kernel entry (a uprobe's context too). On
+ * arm64 the first four are the kernel's struct user_pt_regs, inside an
+ * anonymous union: CO-RE finds them by name. */
+#if defined(__TARGET_ARCH_arm64)
+struct pt_regs {
+	u64 regs[31];
+	u64 sp;
+	u64 pc;
+	u64 pstate;
+	u64 orig_x0;
+	s32 syscallno;
+} __attribute__((preserve_access_index));
+#else
 struct pt_regs {
 	unsigned long bp;
 	unsigned long di;
@@ -139,6 +160,7 @@ struct pt_regs {
 	unsigned long cs;
 	unsigned long sp;
 } __attribute__((preserve_access_index));
+#endif
 
 /* /sys/kernel/tracing/events/sched/sched_switch/format */
 struct trace_event_raw_sched_switch {

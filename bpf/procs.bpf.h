@@ -396,7 +396,7 @@ int offcpu_dl_state(struct pt_regs *ctx)
 		return 0;
 	/* It is called before the objects are mapped too: what the exec
 	 * program sent (the program and the loader) is not sent again. */
-	emit_code_maps(bpf_get_current_task_btf(), tgid, true, ctx->ip);
+	emit_code_maps(bpf_get_current_task_btf(), tgid, true, ctx->REG_PC);
 	return 0;
 }
 

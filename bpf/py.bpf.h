@@ -119,7 +119,7 @@ static long py_search_step_remote(u64 i, struct py_search *s)
  * off a CPU). remote: t is not the current task (sleepable programs). */
 static __always_inline u64 py_tstate(struct py_proc *pp, struct task_struct *t, u32 tid, bool remote)
 {
-	u64 self = BPF_CORE_READ(t, thread.fsbase);
+	u64 self = BPF_CORE_READ(t, TASK_TP);
 	if (!self)
 		return 0;
 	struct py_thread *cached = bpf_map_lookup_elem(&py_tstates, &tid);
@@ -249,7 +249,7 @@ static __always_inline void py_gil_wait(struct task_struct *t, u32 tgid, u32 *gi
 	if (!pp || !pp->gil)
 		return;
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
-	if (!regs || regs->orig_ax != 202 /* futex */ || regs->di < pp->gil || regs->di >= pp->gil + pp->gil_size)
+	if (!regs || regs->REG_SYSNR != SYS_FUTEX || regs->REG_ARG0 < pp->gil || regs->REG_ARG0 >= pp->gil + pp->gil_size)
 		return;
 	*gil = LOCK_QUEUED;
 	u64 hts = py_read_u64(pp->gil + pp->gil_holder);

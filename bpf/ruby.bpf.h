@@ -49,7 +49,7 @@ static __always_inline u64 ruby_u64(u64 addr, struct task_struct *task, bool rem
  * module's id is in libruby's GOT once the loader has run). */
 static __always_inline u64 ruby_ec(struct ruby_proc *rp, struct task_struct *t, bool remote, u8 *fr)
 {
-	u64 tp = BPF_CORE_READ(t, thread.fsbase);
+	u64 tp = BPF_CORE_READ(t, TASK_TP);
 	if (!tp)
 		return 0;
 	u64 mod = ruby_u64(rp->tls_got, t, remote, fr);
@@ -170,7 +170,7 @@ static __always_inline bool ruby_gvl_wait(struct task_struct *t, u32 tgid, u32 *
 	if (!rp)
 		return false;
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
-	if (!regs || regs->orig_ax != 202 /* futex */)
+	if (!regs || regs->REG_SYSNR != SYS_FUTEX)
 		return false;
 	u32 slot = 0;
 	struct frame_buf *fb = bpf_map_lookup_elem(&frame_scratch, &slot);
@@ -182,7 +182,7 @@ static __always_inline bool ruby_gvl_wait(struct task_struct *t, u32 tgid, u32 *
 	u64 ractor = ruby_u64(th + rp->th_ractor, 0, false, fr);
 	if (!th || !ractor)
 		return false;
-	u64 g = ractor + rp->ractor_gvl, uaddr = regs->di;
+	u64 g = ractor + rp->ractor_gvl, uaddr = regs->REG_ARG0;
 	u64 node = th + rp->th_gvl_node, cond = th + rp->th_gvl_cond;
 	bool queued = uaddr >= cond && uaddr < cond + 48 && ruby_u64(node, 0, false, fr) != node;
 	/* A thread yielding the GVL at its timeslice's end waits until

@@ -141,7 +141,7 @@ __attribute__((noinline)) u64 tctx_read(u32 tgid)
 		return tctx_keep(tgid, v, 0);
 	}
 	struct task_struct *t = bpf_get_current_task_btf();
-	u64 tp = t->thread.fsbase, slot = 0, rec = 0;
+	u64 tp = t->TASK_TP, slot = 0, rec = 0;
 	if (!tp)
 		return 0;
 	if (p->go_labels) {

@@ -639,9 +639,9 @@ static __always_inline s64 walk_user(u32 slot, struct unwind_proc *p, struct tas
 		return -1;
 	if (!regs)
 		return -ENODATA;
-	u->pc = BPF_CORE_READ(regs, ip);
-	u->sp = BPF_CORE_READ(regs, sp);
-	u->bp = BPF_CORE_READ(regs, bp);
+	u->pc = BPF_CORE_READ(regs, REG_PC);
+	u->sp = BPF_CORE_READ(regs, REG_SP);
+	u->bp = BPF_CORE_READ(regs, REG_FP);
 	u->n = 0;
 	u->dwarf = 0;
 	u->end = 0;
@@ -710,17 +710,17 @@ static __always_inline bool stack_where_of(struct task_struct *t, u32 tgid, u32 
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
 	if (!regs)
 		return false;
-	at->ip = regs->ip;
-	at->sp = regs->sp;
-	at->sysnr = regs->orig_ax;
-	at->arg0 = regs->di;
+	at->ip = regs->REG_PC;
+	at->sp = regs->REG_SP;
+	at->sysnr = regs->REG_SYSNR;
+	at->arg0 = regs->REG_ARG0;
 	at->target = target;
 	at->gen = unwind_gen_of(tgid);
 	/* A walk by frame pointers follows bp; one by tables restores each
 	 * caller's bp from the stack, so a leaf that uses bp as scratch (the C
 	 * library's condition variables keep a sequence number there) still
 	 * sleeps at the same place. */
-	at->bp = at->gen ? 0 : regs->bp;
+	at->bp = at->gen ? 0 : regs->REG_FP;
 	/* An interpreter's thread sleeps at the same native place under any
 	 * of its interpreted functions: its registers do not tell where. */
 	if ((py_active && bpf_map_lookup_elem(&py_procs, &tgid)) || (ruby_active && bpf_map_lookup_elem(&ruby_procs, &tgid)))
@@ -763,7 +763,7 @@ static __always_inline s64 user_stack_id(void *ctx, u32 lost)
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (!b || !regs)
 		return id;
-	b->ips[0] = BPF_CORE_READ(regs, ip);
+	b->ips[0] = BPF_CORE_READ(regs, REG_PC);
 	b->ips[1] = 0;
 	return b->ips[0] ? store_stack(b, lost) : id;
 }

@@ -46,7 +46,7 @@ static __always_inline bool in_interrupt_ctx(void *ctx)
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(cur);
 	if (!regs)
 		return false;
-	return (regs->cs & 3) && (s64)regs->orig_ax < 0;
+	return USER_IRQ(regs);
 }
 
 /* Interrupt wakers' kernel stacks, by CPU. Walking a stack from the
@@ -80,13 +80,13 @@ static __always_inline s64 irq_waker_kstack(void *ctx, u32 target)
 	if (!(cur->flags & PF_KTHREAD)) {
 		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(cur);
 		if (regs) {
-			nr = regs->orig_ax;
+			nr = regs->REG_SYSNR;
 			/* Interrupted in user mode (no syscall: ~vector): the
 			 * kernel stack below is the entry alone, whatever the
 			 * user registers. */
 			if ((s64)nr >= 0) {
-				ip = regs->ip;
-				sp = regs->sp;
+				ip = regs->REG_PC;
+				sp = regs->REG_SP;
 			}
 		}
 	}
