@@ -103,3 +103,48 @@ func copyExec(from, to string) error {
 	}
 	return os.Rename(o.Name(), to)
 }
+
+// CrossBuild builds, for arch (arm64), what BuildIn(keyDir, name,
+// args...) would take prebuilt, running the command in dir, into pre: Go
+// programs with GOARCH and without cgo, C ones with the cross compiler and
+// static (an emulated guest has no loader or libraries of that
+// architecture).
+func CrossBuild(pre, arch, keyDir, dir, name string, args ...string) error {
+	out, key := buildOutput(keyDir, name, args)
+	if out == "" {
+		return fmt.Errorf("%s %v: no -o", name, args)
+	}
+	dst, err := filepath.Abs(filepath.Join(pre, key))
+	if err != nil {
+		return err
+	}
+	cross := make([]string, len(args))
+	copy(cross, args)
+	for i := range cross {
+		if cross[i] == "-o" && i+1 < len(cross) {
+			cross[i+1] = dst
+		}
+	}
+	cmd := exec.Command(name, cross...)
+	cmd.Dir = dir
+	switch filepath.Base(name) {
+	case "go":
+		cmd.Env = append(os.Environ(), "GOARCH="+arch, "CGO_ENABLED=0")
+	case "gcc", "cc":
+		gcc := map[string]string{"arm64": "aarch64-linux-gnu-gcc"}[arch]
+		if gcc == "" {
+			return fmt.Errorf("no C cross compiler known for %s", arch)
+		}
+		cmd = exec.Command(gcc, append([]string{"-static"}, cross...)...)
+		cmd.Dir = dir
+	default:
+		return fmt.Errorf("%s: not a build command CrossBuild knows", name)
+	}
+	if err := os.MkdirAll(pre, 0o755); err != nil {
+		return err
+	}
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %v for %s: %v\n%s", name, args, arch, err, b)
+	}
+	return nil
+}

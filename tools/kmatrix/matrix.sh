@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The kernel matrix: the recorder's kernel-side tests (suite.sh) on this
 # machine's kernel and on each of Debian's kernels that kmatrix.sh fetches
-# (the newest 6.1 and 6.12 cloud images), booted under qemu; then one
+# (the newest 6.1 and 6.12 cloud images, amd64 and arm64), booted under
+# qemu; then one
 # table, check by kernel, with each program's verifier figures. Exit
-# status 1 if a test failed on any kernel. Usage: matrix.sh [OUT.md]
+# status 1 if a test failed on any kernel. Usage: matrix.sh [OUT.md];
+# KMATRIX_FULL=1 runs the arm64 guests' slow tests too (suite.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 src=$PWD
@@ -23,6 +25,14 @@ cp tools/kmatrix/suite.sh "$W/bin/"
 # Debian's sleep (glibc, dynamic) rather than busybox's in the guests: the
 # tests read its glibc frames.
 cp "$(command -v sleep)" "$W/bin/sleep"
+# The arm64 guests' own: static binaries, the tests' programs cross-built
+# (Debian's gcc-aarch64-linux-gnu for the C ones), busybox's sleep.
+mkdir -p "$W/arm64"
+CGO_ENABLED=0 GOARCH=arm64 go build -o "$W/arm64/offcpu" ./cmd/offcpu
+CGO_ENABLED=0 GOARCH=arm64 go test -c -o "$W/arm64/collector.test" ./collector
+CGO_ENABLED=0 GOARCH=arm64 go test -c -o "$W/arm64/offcpu.test" ./cmd/offcpu
+go run ./tools/kmatrix/crossbuild -arch arm64 ${KMATRIX_FULL:+-full} -o "$W/arm64/prebuilt"
+cp tools/kmatrix/suite.sh "$W/arm64/"
 # KMATRIX_PREBUILT=DIR: the programs the main pass built (it ran with
 # OFFCPU_PREBUILD_OUT=DIR) and so the host's kernel-side tests too; the
 # host is not made to run them again.
@@ -43,8 +53,10 @@ runs=("$W/host.out")
 pids=()
 for rel in $(bash "$K" list); do
 	echo "kmatrix: $rel (qemu)" >&2
-	KMATRIX_CMD='sh ./bin/suite.sh /work/bin' KMATRIX_TIMEOUT=${KMATRIX_TIMEOUT:-1200} KMATRIX_MEM=3G \
-		bash "$K" run "$rel" "$W/$rel.out" -- "$W/bin" &
+	bin=$W/bin
+	[[ $rel == *-arm64 ]] && bin=$W/arm64
+	KMATRIX_CMD="KMATRIX_FULL=${KMATRIX_FULL:-} sh ./${bin##*/}/suite.sh /work/${bin##*/}" KMATRIX_TIMEOUT=${KMATRIX_TIMEOUT:-1200} KMATRIX_MEM=3G \
+		bash "$K" run "$rel" "$W/$rel.out" -- "$bin" &
 	pids+=($!)
 	runs+=("$W/$rel.out")
 done

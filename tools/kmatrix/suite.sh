@@ -1,7 +1,8 @@
 #!/bin/sh
 # What the kernel matrix runs on each kernel (busybox sh in the guests):
 # the kernel report and the recorder's kernel-side tests. DIR holds offcpu,
-# collector.test, offcpu.test and prebuilt/; SRC (host only) is the
+# collector.test, offcpu.test and prebuilt/, for the guest's architecture;
+# SRC (host only) is the
 # repository, whose package directories the tests build from.
 # KMATRIX_TESTS=elsewhere (host only): the tests ran in the main pass
 # (go test ./...), which kept the programs they built: report alone.
@@ -9,6 +10,18 @@ D=$1
 SRC=${2:-}
 COLLECTOR_TESTS='^(TestCheckKernel|TestRecordWorkload|TestWakeups|TestTracepointWakeupsOfCommand|TestSchedstatWorkload|TestUnwindWithoutFramePointers|TestRecordTracepointFallback|TestBlockedBeforeStart|TestThreadContext|TestGoThreadLabels|TestTraceContextMap|TestGoLabels|TestGoroutineWaitsMatchTrace|TestGoroutineWaitsInsideWindow|TestGoroutineWaitChain|TestGoroutineRequeuesMatchTrace|TestGoroutineSuspensionsMatchTrace)$'
 CMD_TESTS='^(TestContinuousOTLP|TestCriticalPathHandoff|TestCriticalPathGoHandoff)$'
+# arm64 guests: the tests whose programs are cross-built (crossbuild) and
+# that hold there. Not yet: threads blocked since before the start (their
+# user stacks end at the first frame), thread context, Go labels and
+# goroutines (their readers are x86-64's), unwinding without frame
+# pointers (the tables are x86-64's).
+# KMATRIX_FULL=1 (matrix.sh's): continuous mode's OTLP export there too,
+# off in CI for time (its collector's cross build alone takes 40 s).
+if [ "$(uname -m)" = aarch64 ]; then
+	COLLECTOR_TESTS='^(TestCheckKernel|TestRecordWorkload|TestWakeups|TestTracepointWakeupsOfCommand|TestSchedstatWorkload|TestRecordTracepointFallback)$'
+	CMD_TESTS='^$'
+	[ "${KMATRIX_FULL:-}" = 1 ] && CMD_TESTS='^(TestContinuousOTLP)$'
+fi
 export OFFCPU_REQUIRE_BPF=1
 if [ -n "$SRC" ]; then
 	export OFFCPU_PREBUILD_OUT="$D/prebuilt"
