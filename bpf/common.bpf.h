@@ -71,6 +71,10 @@ _Static_assert((1ULL << ROW_SEARCH_STEPS) >= (unsigned long long)UNWIND_MAX_ROWS
 #define TASK_TP thread.uw.tp_value
 #define SYS_FUTEX 98
 #define USER_IRQ(r) (((r)->pstate & 0xf) == 0 && (r)->syscallno < 0)
+/* Go on arm64 keeps its frame record 8 bytes below its frame's sp
+ * (cmd/internal/obj/arm64: the saved fp at -8(RSP)): a frameless leaf's
+ * fp, its caller's, is below its sp. */
+#define FP_BELOW_SP 16
 #elif defined(__TARGET_ARCH_x86)
 #define REG_PC ip
 #define REG_SP sp
@@ -80,6 +84,7 @@ _Static_assert((1ULL << ROW_SEARCH_STEPS) >= (unsigned long long)UNWIND_MAX_ROWS
 #define TASK_TP thread.fsbase
 #define SYS_FUTEX 202
 #define USER_IRQ(r) (((r)->cs & 3) && (s64)(r)->orig_ax < 0)
+#define FP_BELOW_SP 0
 #else
 #error "build with bpf2go -target amd64 or arm64 (__TARGET_ARCH_x86 or __TARGET_ARCH_arm64)"
 #endif

@@ -577,7 +577,7 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 	frame_pointer: {
 		/* Frame pointer: [bp] is the caller's bp, [bp + 8] the return address. */
 		u64 *frame = (u64 *)c->fr;
-		if (!bp || bp < sp)
+		if (!bp || bp + FP_BELOW_SP < sp)
 			return 1;
 		struct v8_proc *vp = u->v8 ? &u->v8p : 0;
 		if (vp && !read_user(frame, V8_FRAME_WORDS * sizeof(u64), bp - (V8_FRAME_WORDS - 2) * 8, c->task, remote)) {
