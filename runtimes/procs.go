@@ -3,6 +3,7 @@ package runtimes
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 
@@ -73,6 +74,11 @@ func (ps *Procs[F, P]) Seen(pid uint32, ms []symbolize.Mapping, attach func(pid 
 		ps.Mu.Unlock()
 		if f == nil {
 			continue
+		}
+		if runtime.GOARCH != "amd64" {
+			// The layouts and the walker's code are x86-64's.
+			ps.Unsupported(pid, fmt.Sprintf("%s frames are read on x86-64 only, not %s", ps.stats.Runtime, runtime.GOARCH))
+			return
 		}
 		m.File.Load() // its PT_LOAD segments
 		bias, ok := LoadBias(m.File.Loads, m)

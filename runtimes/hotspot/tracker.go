@@ -36,8 +36,12 @@ type jvmTracker struct {
 	mu   sync.Mutex
 	jvms map[uint32]*jvm
 
-	stats JVMStats
+	stats     JVMStats
+	otherArch bool // a JVM seen on a machine whose frame layout is not read
 }
+
+// errArch: the interpreter's frames are read from x86-64's layout only.
+var errArch = fmt.Errorf("Java frames are read on x86-64 only, not %s: its stacks are walked as native code", runtime.GOARCH)
 
 // JVMStats describes the JVMs walked through their own structures.
 type JVMStats struct {
@@ -103,7 +107,11 @@ func (t *jvmTracker) SeenEarly(pid uint32, ms []symbolize.Mapping) {
 			continue
 		}
 		t.mu.Lock()
-		if _, ok := t.jvms[pid]; !ok {
+		if _, ok := t.jvms[pid]; !ok && runtime.GOARCH != "amd64" {
+			t.jvms[pid] = &jvm{pid: pid, lib: m, err: errArch, stopped: true}
+			t.stats.Failed++
+			t.otherArch = true
+		} else if !ok {
 			t.jvms[pid] = &jvm{pid: pid, lib: m, seenAt: time.Now(), next: time.Now().Add(20 * time.Millisecond),
 				every: 50 * time.Millisecond, blobs: map[uint64]Blob{}, inlined: map[uint64][]Frame{}}
 			t.wake.Wake()
@@ -526,6 +534,12 @@ func (t *jvmTracker) Recognise(*symtab.File, *elf.File, []unwind.Row) []unwind.R
 
 func (t *jvmTracker) Stats() runtimes.Stats {
 	st := t.snapshotStats()
-	return runtimes.Stats{Runtime: Info.Name, Processes: st.JVMs, Unsupported: st.Failed, Named: st.Methods + st.PCs,
+	out := runtimes.Stats{Runtime: Info.Name, Processes: st.JVMs, Unsupported: st.Failed, Named: st.Methods + st.PCs,
 		Unnamed: st.Unnamed, Detail: st}
+	t.mu.Lock()
+	if t.otherArch {
+		out.Skipped = []string{errArch.Error()}
+	}
+	t.mu.Unlock()
+	return out
 }
