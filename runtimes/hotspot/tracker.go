@@ -41,7 +41,7 @@ type jvmTracker struct {
 }
 
 // errArch: the interpreter's frames are read from x86-64's layout only.
-var errArch = fmt.Errorf("Java frames are read on x86-64 only, not %s: its stacks are walked as native code", runtime.GOARCH)
+var errArch = fmt.Errorf("interpreted and compiled Java frames are read on x86-64 only, not %s: its stacks are walked as native code", runtime.GOARCH)
 
 // JVMStats describes the JVMs walked through their own structures.
 type JVMStats struct {

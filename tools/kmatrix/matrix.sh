@@ -5,7 +5,8 @@
 # qemu; then one
 # table, check by kernel, with each program's verifier figures. Exit
 # status 1 if a test failed on any kernel. Usage: matrix.sh [OUT.md];
-# KMATRIX_FULL=1 runs the arm64 guests' slow tests too (suite.sh).
+# KMATRIX_FULL=1 runs the arm64 guests' slow tests too (suite.sh);
+# KMATRIX_DOCS=docs/kernels.md writes the table there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 src=$PWD
@@ -64,6 +65,19 @@ for pid in "${pids[@]}"; do
 	wait "$pid" || status=1
 done
 go run ./tools/kmatrix/table "${runs[@]}" | tee "$out"
+# KMATRIX_DOCS=FILE: the table replaces what lies between FILE's
+# "<!-- kmatrix:begin -->" and "<!-- kmatrix:end -->" lines (docs/kernels.md).
+if [[ -n ${KMATRIX_DOCS:-} ]]; then
+	awk -v table="$out" -v rev="$(git rev-parse --short HEAD)" -v day="$(date +%F)" '
+		/<!-- kmatrix:end -->/ { skip = 0 }
+		!skip { print }
+		/<!-- kmatrix:begin -->/ {
+			skip = 1
+			print "The matrix on " day " (run of " rev " by tools/kmatrix/matrix.sh; `artifacts/kmatrix.md` in CI). Test times are the guests\x27 own: qemu emulates without KVM, 3–5 times slower (arm64 more). Programs\x27 figures are for the default options (the wait stream off, its code pruned).\n"
+			while ((getline line < table) > 0) if (line ~ /^\|/) print line
+		}' "$KMATRIX_DOCS" >"$KMATRIX_DOCS.tmp"
+	mv "$KMATRIX_DOCS.tmp" "$KMATRIX_DOCS"
+fi
 if ((status)); then
 	for r in "${runs[@]}"; do
 		grep -q '^KMATRIX-EXIT 0$' "$r" && continue
