@@ -4,6 +4,7 @@
 
 #include "common.bpf.h"
 #include "procs.bpf.h"
+#include "unwind.bpf.h" /* interp_lock_sample */
 
 /* Key: cpu_key (thread and on-CPU stacks). Value: number of samples taken
  * by the perf-event program at --cpu-hz. Size: --agg-entries. */
@@ -35,6 +36,8 @@ int offcpu_cpu_sample(void *ctx) /* struct bpf_perf_event_data, only passed on *
 	if (want_user_stacks && !kthread)
 		k.ustack = user_stack_id(ctx, STAT_USTACK_LOST);
 	count_one(&cpu_samples, &k, STAT_CPU_FULL);
+	if (!kthread && (py_active || ruby_active))
+		interp_lock_sample(cur, tgid, tid);
 	return 0;
 }
 

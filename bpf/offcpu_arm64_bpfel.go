@@ -98,12 +98,12 @@ type OffcpuJavaProc struct {
 }
 
 type OffcpuLockLedger struct {
-	_     structs.HostLayout
-	Ts    [32]uint64
-	Stack [32]int64
-	Tid   [32]uint32
-	Head  uint32
-	_     [4]byte
+	_       structs.HostLayout
+	Ts      [32]uint64
+	Stack   [32]int64
+	Tid     [32]uint32
+	Head    uint32
+	Sampled uint32
 }
 
 type OffcpuLockScratch struct {

@@ -234,6 +234,25 @@ static long py_owner_step(struct bpf_map *map, u32 *tid, struct py_thread *th, s
 	return 0;
 }
 
+/* The Python stack of thread state ts of process tgid, stored: its id, 0
+ * if none was read. */
+static __always_inline s64 py_tstate_stack(struct py_proc *pp, u64 ts, u32 tgid, struct py_holder_walk *w)
+{
+	u32 slot = 0;
+	struct stack_buf *b = bpf_map_lookup_elem(&stack_scratch, &slot);
+	struct frame_buf *fb = bpf_map_lookup_elem(&frame_scratch, &slot);
+	if (!b || !fb)
+		return 0;
+	*w = (struct py_holder_walk){ .pp = pp, .b = b, .fr = fb->b, .f = py_frame_of(pp, ts), .tgid = tgid };
+	bpf_loop(PY_HOLDER_FRAMES, py_holder_step, w, 0);
+	u32 n = w->n;
+	if (!n)
+		return 0;
+	if (n < PERF_MAX_STACK_DEPTH)
+		b->ips[IDX(n, PERF_MAX_STACK_DEPTH)] = 0;
+	return store_stack(b, STAT_USTACK_LOST);
+}
+
 /* At a switch-out: a futex wait inside the GIL's struct is a GIL wait;
  * the GIL's last holder is named, with its Python stack (another thread
  * of the same process: its frames are read through this one's memory). */
@@ -266,19 +285,29 @@ static __always_inline void py_gil_wait(struct task_struct *t, u32 tgid, u32 *gi
 	if (tid == t->pid)
 		return; /* its own state: the GIL was released to it already */
 	*holder = (u32)tid;
-	u32 slot = 0;
-	struct stack_buf *b = bpf_map_lookup_elem(&stack_scratch, &slot);
-	struct frame_buf *fb = bpf_map_lookup_elem(&frame_scratch, &slot);
-	if (!b || !fb)
-		return;
-	*w = (struct py_holder_walk){ .pp = pp, .b = b, .fr = fb->b, .f = py_frame_of(pp, hts), .tgid = tgid };
-	bpf_loop(PY_HOLDER_FRAMES, py_holder_step, w, 0);
-	u32 n = w->n;
-	if (!n)
-		return;
-	if (n < PERF_MAX_STACK_DEPTH)
-		b->ips[IDX(n, PERF_MAX_STACK_DEPTH)] = 0;
-	*holder_stack = store_stack(b, STAT_USTACK_LOST);
+	s64 st = py_tstate_stack(pp, hts, tgid, w);
+	if (st)
+		*holder_stack = st;
+}
+
+/* On a sample of t on a CPU: its Python stack (stored: the id) when it
+ * holds its process's GIL, else 0. The GIL is held while its locked flag,
+ * the int after last_holder (_gil_runtime_state in CPython 3.8-3.13), is
+ * set. */
+static __always_inline s64 py_gil_owned(struct task_struct *t, u32 tgid, u32 tid, struct py_holder_walk *w)
+{
+	if (!py_active)
+		return 0;
+	struct py_proc *pp = bpf_map_lookup_elem(&py_procs, &tgid);
+	if (!pp || !pp->gil)
+		return 0;
+	u64 hts = py_read_u64(pp->gil + pp->gil_holder);
+	u32 locked = 0;
+	if (!hts || read_user(&locked, sizeof(locked), pp->gil + pp->gil_holder + 8, 0, false) || !locked)
+		return 0;
+	if (py_tstate(pp, t, tid, false) != hts)
+		return 0;
+	return py_tstate_stack(pp, hts, tgid, w);
 }
 
 #endif /* OFFCPU_PY_H */

@@ -156,6 +156,30 @@ static long ruby_holder_step(u64 i, struct ruby_holder_walk *w)
 	return w->n >= RUBY_HOLDER_FRAMES;
 }
 
+/* The Ruby stack of owner (an rb_thread_t of process tgid), stored: its
+ * id, 0 if none was read. */
+static __always_inline s64 ruby_owner_stack(struct ruby_proc *rp, u64 owner, u32 tgid, u8 *fr,
+					    struct ruby_holder_walk *w)
+{
+	u32 slot = 0;
+	struct stack_buf *b = bpf_map_lookup_elem(&stack_scratch, &slot);
+	if (!b)
+		return 0;
+	w->rp = rp;
+	w->fr = fr;
+	w->b = b;
+	w->tgid = tgid;
+	w->n = 0;
+	w->cfp = ruby_cfp(rp, ruby_u64(owner + rp->th_ec, 0, false, fr), &w->end, 0, false, fr);
+	bpf_loop(RUBY_HOLDER_FRAMES, ruby_holder_step, w, 0);
+	u32 n = w->n;
+	if (!n)
+		return 0;
+	if (n < PERF_MAX_STACK_DEPTH)
+		b->ips[IDX(n, PERF_MAX_STACK_DEPTH)] = 0;
+	return store_stack(b, STAT_USTACK_LOST);
+}
+
 /* At a switch-out: a thread waiting for the GVL (a futex wait on its own
  * condition variable while queued for the GVL, or on the GVL's mutex) has
  * the GVL's holder named, with its Ruby stack (read through this thread's
@@ -196,23 +220,30 @@ static __always_inline bool ruby_gvl_wait(struct task_struct *t, u32 tgid, u32 *
 	if (!owner || owner == th)
 		return true;
 	*holder = (u32)ruby_u64(owner + rp->th_tid, 0, false, fr); /* an int, then padding */
-	struct stack_buf *b = bpf_map_lookup_elem(&stack_scratch, &slot);
-	if (!b)
-		return true;
-	w->rp = rp;
-	w->fr = fr;
-	w->b = b;
-	w->tgid = tgid;
-	w->n = 0;
-	w->cfp = ruby_cfp(rp, ruby_u64(owner + rp->th_ec, 0, false, fr), &w->end, 0, false, fr);
-	bpf_loop(RUBY_HOLDER_FRAMES, ruby_holder_step, w, 0);
-	u32 n = w->n;
-	if (!n)
-		return true;
-	if (n < PERF_MAX_STACK_DEPTH)
-		b->ips[IDX(n, PERF_MAX_STACK_DEPTH)] = 0;
-	*holder_stack = store_stack(b, STAT_USTACK_LOST);
+	s64 st = ruby_owner_stack(rp, owner, tgid, fr, w);
+	if (st)
+		*holder_stack = st;
 	return true;
+}
+
+/* On a sample of t on a CPU: its Ruby stack (stored: the id) when it
+ * owns its process's GVL, else 0. */
+static __always_inline s64 ruby_gvl_owned(struct task_struct *t, u32 tgid, struct ruby_holder_walk *w)
+{
+	if (!ruby_active)
+		return 0;
+	struct ruby_proc *rp = bpf_map_lookup_elem(&ruby_procs, &tgid);
+	u32 slot = 0;
+	struct frame_buf *fb = bpf_map_lookup_elem(&frame_scratch, &slot);
+	if (!rp || !fb)
+		return 0;
+	u8 *fr = fb->b;
+	u64 ec = ruby_ec(rp, t, false, fr);
+	u64 th = ec ? ruby_u64(ec + rp->ec_thread, 0, false, fr) : 0;
+	u64 ractor = ruby_u64(th + rp->th_ractor, 0, false, fr);
+	if (!th || !ractor || ruby_u64(ractor + rp->ractor_gvl, 0, false, fr) != th)
+		return 0;
+	return ruby_owner_stack(rp, th, tgid, fr, w);
 }
 
 #endif /* OFFCPU_RUBY_H */

@@ -316,6 +316,7 @@ struct lock_ledger {
 	s64 stack[LOCK_HANDOVERS]; /* the holder's stack id, 0: not read */
 	u32 tid[LOCK_HANDOVERS];
 	u32 head;
+	u32 sampled; /* bit i: stack[i] was sampled on a CPU */
 };
 
 struct {
@@ -334,8 +335,12 @@ struct {
 } lock_blank SEC(".maps");
 
 /* Notes that tid holds tgid's lock from ts (stack: its stack then, 0 if
- * not read); a holder already newest gets the newer stack. */
-static __always_inline void lock_handover(u32 tgid, u32 tid, s64 stack, u64 ts)
+ * not read; sampled: read by an on-CPU sample of the holder); a holder
+ * already newest gets the newer stack. A sampled stack is not replaced by
+ * one a waiter read as it blocked: a waiter often blocks just after the
+ * holder woke it, so reads there see the holder's hand-over code rather
+ * than where it spends its stretch. */
+static __always_inline void lock_handover(u32 tgid, u32 tid, s64 stack, u64 ts, bool sampled)
 {
 	struct lock_ledger *l = bpf_map_lookup_elem(&lock_ledgers, &tgid);
 	if (!l) {
@@ -350,14 +355,21 @@ static __always_inline void lock_handover(u32 tgid, u32 tid, s64 stack, u64 ts)
 	}
 	u32 last = (l->head - 1) & (LOCK_HANDOVERS - 1);
 	if (l->head && l->tid[last] == tid) {
-		if (stack > 0)
+		if (stack > 0 && (sampled || !(l->sampled & (1u << last)))) {
 			l->stack[last] = stack;
+			if (sampled)
+				l->sampled |= 1u << last;
+		}
 		return;
 	}
 	u32 i = l->head++ & (LOCK_HANDOVERS - 1);
 	l->tid[i] = tid;
 	l->stack[i] = stack > 0 ? stack : 0;
 	l->ts[i] = ts;
+	if (sampled && stack > 0)
+		l->sampled |= 1u << i;
+	else
+		l->sampled &= ~(1u << i);
 }
 
 /* interp_lock_held's state (a per-CPU value: the stack has no room):
@@ -398,7 +410,15 @@ static long lock_span(u64 j, struct lock_tally *c)
 	if (next != (head & (LOCK_HANDOVERS - 1)) && c->l->ts[next] < to)
 		to = c->l->ts[next];
 	sc->span[j] = 0;
-	if (from <= sc->t0 || to <= from)
+	if (from <= sc->t0) {
+		/* The stretch the wait began in, when its holder is the one the
+		 * waiter saw: from the wait's start, with the ledger's stack (read
+		 * or sampled later within the stretch than the waiter's read). */
+		if (to <= sc->t0 || c->l->tid[j & (LOCK_HANDOVERS - 1)] != sc->holder0)
+			return 0;
+		from = sc->t0;
+	}
+	if (to <= from)
 		return 0;
 	sc->span[j] = to - from;
 	if (from < sc->first)
@@ -470,13 +490,15 @@ __noinline int interp_lock_held(u64 id, u64 t0, u32 *holder, s64 *holder_stack, 
 		bool covered = l->head <= LOCK_HANDOVERS || oldest <= t0;
 		sc->span[LOCK_HANDOVERS] = covered && sc->first > t0 ? sc->first - t0 : 0;
 		bpf_loop(LOCK_HANDOVERS + 1, lock_sum, &c, 0);
-		if (sc->best && sc->best != *holder) {
+		/* The same holder too: its stack may be read later than the
+		 * waiter's own read, or sampled. */
+		if (sc->best && (sc->best != *holder || sc->stack > 0)) {
 			*holder = sc->best;
 			*holder_stack = sc->stack;
 		}
 	}
 	if (id & LOCK_TAKES)
-		lock_handover(id >> 32, (u32)id & ~LOCK_TAKES, 0, now);
+		lock_handover(id >> 32, (u32)id & ~LOCK_TAKES, 0, now, false);
 	return 0;
 }
 
@@ -495,7 +517,26 @@ static __noinline void interp_lock_wait(struct task_struct *t, u32 tgid, u32 *lo
 	if (!*lock)
 		ruby_gvl_wait(t, tgid, lock, holder, holder_stack, &w.rb);
 	if (*lock && *holder)
-		lock_handover(tgid, *holder, *holder_stack, bpf_ktime_get_ns());
+		lock_handover(tgid, *holder, *holder_stack, bpf_ktime_get_ns(), false);
+}
+
+/* An on-CPU sample of thread tid of tgid, a process whose lock waits were
+ * seen: when it holds the interpreter lock, its stack now stands for its
+ * stretch in the ledger (noting the hand-over if no waiter saw it). Not
+ * inlined: the sampling program's own walk is on its stack. */
+static __noinline void interp_lock_sample(struct task_struct *t, u32 tgid, u32 tid)
+{
+	union {
+		struct py_holder_walk py;
+		struct ruby_holder_walk rb;
+	} w;
+	if (!t || !bpf_map_lookup_elem(&lock_ledgers, &tgid))
+		return;
+	s64 st = py_gil_owned(t, tgid, tid, &w.py);
+	if (st <= 0)
+		st = ruby_gvl_owned(t, tgid, &w.rb);
+	if (st > 0)
+		lock_handover(tgid, tid, st, bpf_ktime_get_ns(), true);
 }
 
 /* One frame: records pc, then finds the caller's pc, sp and bp, by the

@@ -35,7 +35,8 @@ func TestPythonThreads(t *testing.T) {
 	if python == "" {
 		python = requireServer(t, "/usr/bin/python3", "python3")
 	}
-	t.Run("tp_btf", func(t *testing.T) { pythonThreads(t, python, Options{}) })
+	// --cpu-hz's default: samples name the GIL's holders' stacks.
+	t.Run("tp_btf", func(t *testing.T) { pythonThreads(t, python, Options{CPUHz: 99}) })
 	t.Run("tracepoint", func(t *testing.T) { pythonThreads(t, python, Options{ForceTracepoint: true}) })
 }
 
@@ -109,15 +110,27 @@ func pythonThreads(t *testing.T, python string, opts Options) {
 				name, 100*float64(c.gil)/float64(c.blocked), 100*float64(c.gilByOther)/float64(max(c.gil, 1)))
 		}
 	}
-	// The holder named is the other CPU thread.
+	// The holder named is the other CPU thread, in its loop.
 	other := map[string]bool{}
+	var gil1, inSpin int64
 	for _, smp := range p.Sample {
-		if smp.NumLabel[schema.LabelTID][0] == res.TIDs["py-cpu-1"] && len(smp.Label[schema.LabelGILHolder]) > 0 {
-			other[smp.Label[schema.LabelGILHolder][0]] = true
+		if smp.NumLabel[schema.LabelTID][0] != res.TIDs["py-cpu-1"] || len(smp.Label[schema.LabelGILHolder]) == 0 {
+			continue
+		}
+		other[smp.Label[schema.LabelGILHolder][0]] = true
+		gil1 += smp.Value[0]
+		if strings.Contains(strings.Join(smp.Label[schema.LabelGILHolderStack], ";"), "threads.spin") {
+			inSpin += smp.Value[0]
 		}
 	}
 	if !other["py-cpu-2"] {
 		t.Errorf("py-cpu-1's GIL holders %v: want py-cpu-2 among them", other)
+	}
+	// Every thread but the two spinning ones sleeps or waits without the
+	// GIL; a holder's stack outside spin is read at its hand-over code.
+	t.Logf("py-cpu-1's GIL waits: %.1f%% with the holder in threads.spin", 100*float64(inSpin)/float64(max(gil1, 1)))
+	if float64(inSpin) < 0.9*float64(gil1) {
+		t.Errorf("py-cpu-1's GIL waits: %.1f%% with the holder's stack in threads.spin, want at least 90%%", 100*float64(inSpin)/float64(max(gil1, 1)))
 	}
 
 	// The queue waiter is idle, by the rules and verdicts.
