@@ -38,6 +38,8 @@ const (
 	UnwindKindMask       = 15                 // UNWIND_KIND_MASK
 	UnwindInterpLoop     = 128                // UNWIND_INTERP_LOOP
 	UnwindCfaX8          = 64                 // UNWIND_CFA_X8
+	UnwindRaLr           = 16                 // UNWIND_RA_LR
+	UnwindRaNoFp         = 32                 // UNWIND_RA_NO_FP
 	PyFrameTag           = 0xc000000000000000 // PY_FRAME_TAG
 	PyInstrNone          = 16383              // PY_INSTR_NONE
 	PyInstrPtr           = 1                  // PY_INSTR_PTR

@@ -263,6 +263,14 @@ struct java_method_key {
 /* Flag: cfa_off in units of 8 bytes: a frame larger than 32 KiB
  * (select() keeps three fd_sets on its stack). */
 #define UNWIND_CFA_X8 0x40
+/* arm64 rows (AAPCS64: the return address in x30, the frame pointer x29
+ * saved just below it in a frame record): with neither flag the caller's
+ * x29 is at CFA + 8 * rbp_off and the return address 8 above it. */
+/* Flag: the return address is still in x30 (a function's entry, a leaf,
+ * an epilogue's end) and x29 unchanged: only the innermost frame. */
+#define UNWIND_RA_LR 0x10
+/* Flag: the return address is at CFA + 8 * rbp_off and x29 unchanged. */
+#define UNWIND_RA_NO_FP 0x20
 #define PY_FRAME_TAG 0xc000000000000000ULL
 #define PY_INSTR_NONE 0x3fffULL
 

@@ -539,6 +539,67 @@ static __noinline void interp_lock_sample(struct task_struct *t, u32 tgid, u32 t
 		lock_handover(tgid, tid, st, bpf_ktime_get_ns(), true);
 }
 
+#ifdef __TARGET_ARCH_arm64
+#define IS_ARM64 1
+#else
+#define IS_ARM64 0
+#endif
+/* arm64: sp's low bit set, a caller's sp guessed from its frame record;
+ * sp-based rows are not followed from it. */
+#define SP_GUESS 1ULL
+
+/* A return address without what arm64's pointer authentication signs
+ * into its top bits (user addresses are below 1 << 48). */
+static __always_inline u64 strip_ra(u64 ra)
+{
+	return IS_ARM64 ? ra & ((1ULL << 48) - 1) : ra;
+}
+
+#ifdef __TARGET_ARCH_arm64
+/* An arm64 row's step to the caller: its return address and x29 from
+ * the CFA (still in x30, the innermost frame only; saved alone; or in a
+ * frame record, x29 below it), read through the frame buffer (the walk's
+ * stack is at 6.1's limit). 1: no caller found. */
+static __always_inline long unwind_arm64(struct unwind_ctx *c, struct unwind_row *r, u64 cfa, bool remote)
+{
+	struct unwind_state *u = c->u;
+	u64 *w = (u64 *)c->fr;
+	u8 flags = r->kind;
+	if (flags & UNWIND_RA_LR) {
+		/* A frame not yet set up: no progress in sp, but in pc. Its
+		 * x30 is read here, not at the walk's start: there the switch
+		 * program's walk would pass 6.1's 512 bytes of stack. */
+		struct task_struct *t = c->task ? c->task : bpf_get_current_task_btf();
+		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+		if (cfa < u->sp || !regs || bpf_core_read(w, sizeof(u64), &regs->REG_LR) || !w[0])
+			return 1;
+		w[1] = u->bp;
+	} else {
+		if (cfa <= u->sp)
+			return 1; /* no progress: corrupt stack or wrong row */
+		s64 fp = r->rbp_off;
+		if (flags & UNWIND_RA_NO_FP) {
+			if (read_user(w, sizeof(u64), cfa + 8 * fp, c->task, remote))
+				return 1;
+			w[1] = u->bp;
+		} else if (read_user(w, 2 * sizeof(u64), cfa + 8 * fp, c->task, remote)) {
+			return 1;
+		} else {
+			u64 saved = w[0]; /* the frame record: x29, then x30 */
+			w[0] = w[1];
+			w[1] = saved;
+		}
+	}
+	u->dwarf++;
+	u->callers++;
+	u->pc = strip_ra(w[0]);
+	u->sp = cfa;
+	u->bp = w[1];
+	return 0;
+}
+
+#endif
+
 /* One frame: records pc, then finds the caller's pc, sp and bp, by the
  * unwind row when the code has one, else by the frame pointer. */
 static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
@@ -573,9 +634,15 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 		break;
 	}
 	case UNWIND_RSP:
+		/* arm64: sp from a frame record is not this frame's; and only
+		 * the innermost frame has its return address in x30. */
+		if (IS_ARM64 && ((sp & SP_GUESS) || ((r->kind & UNWIND_RA_LR) && u->callers)))
+			goto frame_pointer;
 		cfa = sp + cfa_off;
 		break;
 	case UNWIND_RBP:
+		if (IS_ARM64 && (r->kind & UNWIND_RA_LR) && u->callers)
+			goto frame_pointer;
 		cfa = bp + cfa_off;
 		break;
 	case UNWIND_PLT:
@@ -631,12 +698,17 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 			return 1;
 		}
 		u->callers++;
-		u->pc = frame[1];
-		u->sp = bp + 16;
+		u->pc = strip_ra(frame[1]);
+		/* arm64: a frame record says where a frame is, not its size:
+		 * the caller's sp is a guess, marked (sp is 16-byte aligned). */
+		u->sp = (bp + 16) | (IS_ARM64 ? SP_GUESS : 0);
 		u->bp = frame[0];
 		return 0;
 	}
 	}
+#ifdef __TARGET_ARCH_arm64
+	return unwind_arm64(c, r, cfa, remote);
+#else
 	if (cfa <= sp)
 		return 1; /* no progress: corrupt stack or wrong row */
 	u64 ra;
@@ -651,6 +723,7 @@ static __always_inline long unwind_frame(struct unwind_ctx *c, bool remote)
 	u->sp = cfa;
 	u->bp = bp;
 	return 0;
+#endif
 }
 
 /* bpf_loop callbacks: the remote one is used by the sleepable iterator

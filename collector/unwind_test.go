@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,8 @@ var blockerChains = map[string][]string{
 	"cond":  {"start_thread", "run_cond", "cond_a", "cond_b", "cond_c", "pthread_cond_wait"},
 	"sleep": {"start_thread", "run_sleep", "sleep_a", "sleep_b", "sleep_c", "nanosleep"},
 	"read":  {"start_thread", "run_read", "read_a", "read_b", "read_c", "read"},
-	"epoll": {"start_thread", "run_epoll", "epoll_a", "epoll_b", "epoll_c", "epoll_wait"},
+	// arm64 has no epoll_wait system call: glibc's tail-calls epoll_pwait.
+	"epoll": {"start_thread", "run_epoll", "epoll_a", "epoll_b", "epoll_c", "epoll_wait|epoll_pwait"},
 }
 
 // userFuncs returns a sample's user function names, outermost first.
@@ -43,7 +45,16 @@ func userFuncs(s *profile.Sample) []string {
 // libc names its entry points with prefixes (__GI___nanosleep,
 // __libc_read, __pthread_cond_wait...): match base names. A want ending
 // in * matches as a prefix.
+// sameFunc: want may end in "*" (a prefix) or list names by "|".
 func sameFunc(got, want string) bool {
+	if alts := strings.Split(want, "|"); len(alts) > 1 {
+		for _, a := range alts {
+			if sameFunc(got, a) {
+				return true
+			}
+		}
+		return false
+	}
 	base := func(s string) string {
 		return strings.TrimLeft(strings.TrimPrefix(strings.TrimPrefix(s, "__GI_"), "__libc_"), "_")
 	}
@@ -189,7 +200,8 @@ func TestUnwindWakerStacks(t *testing.T) {
 	if wp == nil {
 		t.Fatal("no wake-up profile")
 	}
-	want := []string{"_start", "__libc_start_main", "main", "pthread_cond_signal"}
+	// Static glibc names its start __libc_start_main_impl.
+	want := []string{"_start", "__libc_start_main*", "main", "pthread_cond_signal"}
 	var whole, all int64
 	for _, smp := range wp.Sample {
 		f := userFuncs(smp)
@@ -251,7 +263,9 @@ func TestFramePointersOnlyTruncates(t *testing.T) {
 	if st.Unwind != nil {
 		t.Errorf("unwind stats present with FramePointersOnly: %+v", st.Unwind)
 	}
-	if share := st.CompleteShare(); share > 0.5 {
+	// On arm64 libc's frame records chain over the program's frames to
+	// the thread's start: its frames are lost, its start is not.
+	if share := st.CompleteShare(); share > 0.5 && runtime.GOARCH == "amd64" {
 		t.Errorf("frame pointers alone reached the thread start for %.1f%% of off-CPU time", 100*share)
 	}
 }

@@ -8,7 +8,8 @@ import "strings"
 // Go's own traceback stops too (SP-writing functions).
 var threadStarts = map[string]bool{
 	"clone": true, "__clone": true, "clone3": true, "__clone3": true,
-	"start_thread": true, "_start": true, "__libc_start_main": true,
+	// thread_start: glibc's arm64 clone's child (aarch64/clone.S).
+	"start_thread": true, "_start": true, "__libc_start_main": true, "thread_start": true,
 	"runtime.goexit": true, "runtime.mstart": true, "runtime.rt0_go": true, "runtime.sigtramp": true,
 	"runtime.mcall": true, "runtime.systemstack": true, "runtime.morestack": true,
 }

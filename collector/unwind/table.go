@@ -30,6 +30,13 @@ const (
 	// KindCFAx8, or'ed into KindRSP or KindRBP: CFAOffset is in units of
 	// 8 bytes (a frame of over 32 KiB).
 	KindCFAx8 Kind = bpf.UnwindCfaX8
+	// KindRALR, or'ed into an arm64 row: the return address is still in
+	// x30 and x29 unchanged (an entry, a leaf, an epilogue's end).
+	KindRALR Kind = bpf.UnwindRaLr
+	// KindRANoFP, or'ed into an arm64 row: the return address is at
+	// CFA + 8*RBPOffset and x29 unchanged. With neither flag an arm64
+	// row's x29 is at CFA + 8*RBPOffset and the return address 8 above.
+	KindRANoFP Kind = bpf.UnwindRaNoFp
 	// KindMask: the kind without its flags.
 	KindMask Kind = bpf.UnwindKindMask
 )
@@ -56,9 +63,10 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-// Row holds from PC up to the next row's PC. The return address is always
-// at CFA-8; the caller's rbp is at CFA + 8*RBPOffset, or unchanged when
-// RBPOffset is 0.
+// Row holds from PC up to the next row's PC. On x86-64 the return address
+// is always at CFA-8; the caller's rbp is at CFA + 8*RBPOffset, or
+// unchanged when RBPOffset is 0. On arm64 (sp and x29 for rsp and rbp)
+// the flags KindRALR and KindRANoFP say where the return address is.
 type Row struct {
 	PC        uint64 // ELF virtual address
 	Kind      Kind
@@ -74,6 +82,8 @@ type Table struct {
 	// they are never an outer frame); FramePointerFDEs those that set up a
 	// classic rbp frame (CFA = rbp+16, rbp saved at CFA-16).
 	FDEs, FramedFDEs, FramePointerFDEs int
+	// Arm64: the rows are AArch64's.
+	Arm64 bool
 
 	noFP [][2]uint64 // framed functions without an rbp frame: [begin, end)
 }
@@ -81,8 +91,14 @@ type Table struct {
 // FramePointers reports whether frame pointers alone walk this file's
 // code: no unwind information at all (nothing better is possible), or
 // nearly every function that has a frame keeps rbp in it. Startup code
-// and assembly helpers without one are tolerated.
+// and assembly helpers without one are tolerated. Never on arm64 when a
+// function has a frame: a frame pointer walk there loses the caller of a
+// function that has not saved its return address (still in x30), which
+// is where a thread blocked in a system call's wrapper often is.
 func (t *Table) FramePointers() bool {
+	if t.Arm64 {
+		return t.FramedFDEs == 0
+	}
 	return t.FramedFDEs == 0 || float64(t.FramePointerFDEs) >= 0.9*float64(t.FramedFDEs)
 }
 
@@ -92,6 +108,9 @@ func (t *Table) FramePointers() bool {
 // pointers suffice for nearly all (the rest of the file reads KindNone:
 // follow the frame pointer); all rows otherwise.
 func (t *Table) Needed() []Row {
+	if t.Arm64 && !t.FramePointers() {
+		return t.Rows
+	}
 	if len(t.noFP) == 0 {
 		return nil
 	}
@@ -130,12 +149,18 @@ func (t *Table) Lookup(pc uint64) Row {
 // FromELF builds the table of an ELF file from its .eh_frame. A file
 // without one gives an empty table.
 func FromELF(ef *elf.File) (*Table, error) {
-	if ef.Machine != elf.EM_X86_64 {
-		return nil, fmt.Errorf("unwind tables are built for x86-64 only, not %v", ef.Machine)
+	var a *arch
+	switch ef.Machine {
+	case elf.EM_X86_64:
+		a = &archX86
+	case elf.EM_AARCH64:
+		a = &archARM64
+	default:
+		return nil, fmt.Errorf("unwind tables are built for x86-64 and arm64 only, not %v", ef.Machine)
 	}
 	sec := ef.Section(".eh_frame")
 	if sec == nil || sec.Type == elf.SHT_NOBITS {
-		return &Table{}, nil
+		return &Table{Arm64: a.arm64}, nil
 	}
 	data, err := sec.Data()
 	if err != nil {
@@ -145,8 +170,20 @@ func FromELF(ef *elf.File) (*Table, error) {
 	if err != nil {
 		return nil, fmt.Errorf(".eh_frame: %w", err)
 	}
-	return build(fdes)
+	return build(fdes, a)
 }
+
+// arch is what a machine's rows are made of: the DWARF numbers of its
+// frame and stack pointers.
+type arch struct {
+	fp, sp uint64
+	arm64  bool
+}
+
+var (
+	archX86   = arch{fp: regRBP, sp: regRSP}
+	archARM64 = arch{fp: 29, sp: 31, arm64: true}
+)
 
 type ruleKind uint8
 
@@ -185,7 +222,10 @@ func isPLT(e []byte) (int8, bool) {
 	return int8(e[6] - 0x30), true
 }
 
-func (s *cfaState) row(pc uint64) Row {
+func (s *cfaState) row(pc uint64, a *arch) Row {
+	if a.arm64 {
+		return s.rowARM64(pc)
+	}
 	r := Row{PC: pc, Kind: KindNone}
 	if s.ra.kind == ruleUndefined {
 		r.Kind = KindEnd
@@ -200,21 +240,18 @@ func (s *cfaState) row(pc uint64) Row {
 		}
 		return r
 	}
-	off, scaled := s.off, Kind(0)
-	if off < math.MinInt16 || off > math.MaxInt16 {
-		// A frame of over 32 KiB: its offset in units of 8, where it is one.
-		if off%8 != 0 || off/8 < math.MinInt16 || off/8 > math.MaxInt16 {
-			return r
-		}
-		off, scaled = off/8, KindCFAx8
+	off, scaled, ok := s.cfaOffset()
+	if !ok {
+		return r
 	}
 	switch s.rbp.kind {
 	case ruleSame:
 	case ruleOffset:
-		if s.rbp.off%8 != 0 || s.rbp.off/8 < math.MinInt8 || s.rbp.off/8 > math.MaxInt8 || s.rbp.off == 0 {
+		w, ok := words(s.rbp.off)
+		if !ok {
 			return r
 		}
-		r.RBPOffset = int8(s.rbp.off / 8)
+		r.RBPOffset = w
 	default:
 		return r
 	}
@@ -226,15 +263,81 @@ func (s *cfaState) row(pc uint64) Row {
 	default:
 		return r
 	}
-	r.CFAOffset = int16(off)
+	r.CFAOffset = off
 	r.Kind |= scaled
+	return r
+}
+
+// cfaOffset is the CFA's offset as a row holds it, with KindCFAx8 when
+// it is in units of 8 (a frame of over 32 KiB).
+func (s *cfaState) cfaOffset() (int16, Kind, bool) {
+	off := s.off
+	if off >= math.MinInt16 && off <= math.MaxInt16 {
+		return int16(off), 0, true
+	}
+	if off%8 != 0 || off/8 < math.MinInt16 || off/8 > math.MaxInt16 {
+		return 0, 0, false
+	}
+	return int16(off / 8), KindCFAx8, true
+}
+
+// words is a register's save slot from the CFA in 8-byte words.
+func words(off int64) (int8, bool) {
+	if off%8 != 0 || off/8 < math.MinInt8 || off/8 > math.MaxInt8 || off == 0 {
+		return 0, false
+	}
+	return int8(off / 8), true
+}
+
+// rowARM64 is the row of an AArch64 state: CFA from sp or x29, the
+// return address (x30) still in its register, or saved alone, or saved
+// just above x29 (a frame record, as AAPCS64 lays them out).
+func (s *cfaState) rowARM64(pc uint64) Row {
+	r := Row{PC: pc, Kind: KindNone}
+	if s.ra.kind == ruleUndefined {
+		r.Kind = KindEnd
+		return r
+	}
+	off, scaled, ok := s.cfaOffset()
+	if s.expr != nil || !ok {
+		return r
+	}
+	var k Kind
+	switch s.reg {
+	case archARM64.sp:
+		k = KindRSP
+	case archARM64.fp:
+		k = KindRBP
+	default:
+		return r
+	}
+	switch {
+	case s.ra.kind == ruleSame && s.rbp.kind == ruleSame:
+		k |= KindRALR
+	case s.ra.kind == ruleOffset && s.rbp.kind == ruleSame:
+		w, ok := words(s.ra.off)
+		if !ok {
+			return r
+		}
+		k |= KindRANoFP
+		r.RBPOffset = w
+	case s.ra.kind == ruleOffset && s.rbp.kind == ruleOffset && s.rbp.off == s.ra.off-8:
+		w, ok := words(s.rbp.off)
+		if !ok {
+			return r
+		}
+		r.RBPOffset = w
+	default:
+		return r
+	}
+	r.Kind, r.CFAOffset = k|scaled, off
 	return r
 }
 
 // run executes a CFI program from state s, calling emit before each
 // advance of the location. initial is the CIE's state (for restore).
-func run(c *cie, prog []byte, loc uint64, s *cfaState, initial *cfaState, emit func(uint64, *cfaState)) (uint64, error) {
-	m := &cfiRun{c: c, r: &reader{b: prog}, loc: loc, s: s, initial: initial, emit: emit}
+func run(c *cie, a *arch, prog []byte, loc uint64, s *cfaState, initial *cfaState, emit func(uint64, *cfaState)) (uint64, error) {
+	m := &cfiRun{c: c, a: a, r: &reader{b: prog}, loc: loc, s: s, initial: initial, emit: emit}
 	for m.r.off < len(prog) && m.r.err == nil {
 		op := m.r.u8()
 		switch op >> 6 {
@@ -258,6 +361,7 @@ func run(c *cie, prog []byte, loc uint64, s *cfaState, initial *cfaState, emit f
 // cfiRun is the state of one CFI program's execution.
 type cfiRun struct {
 	c          *cie
+	a          *arch
 	r          *reader
 	loc        uint64
 	s, initial *cfaState
@@ -267,7 +371,7 @@ type cfiRun struct {
 
 func (m *cfiRun) setReg(reg uint64, ru rule) {
 	switch reg {
-	case regRBP:
+	case m.a.fp:
 		m.s.rbp = ru
 	case m.c.raReg:
 		m.s.ra = ru
@@ -280,7 +384,7 @@ func (m *cfiRun) restore(reg uint64) {
 		return
 	}
 	switch reg {
-	case regRBP:
+	case m.a.fp:
 		m.s.rbp = m.initial.rbp
 	case m.c.raReg:
 		m.s.ra = m.initial.ra
@@ -389,6 +493,10 @@ func (m *cfiRun) regOp(op byte) error {
 		reg := r.uleb()
 		r.bytes(int(r.uleb()))
 		m.setReg(reg, rule{kind: ruleOther})
+	case 0x2d: // AARCH64_negate_ra_state: return addresses signed or not
+		if !m.a.arm64 {
+			return fmt.Errorf("unknown CFA instruction %#x", op)
+		}
 	case 0x2e: // GNU_args_size
 		r.uleb()
 	case 0x2f: // GNU_negative_offset_extended
@@ -400,13 +508,13 @@ func (m *cfiRun) regOp(op byte) error {
 	return nil
 }
 
-func build(fdes []fde) (*Table, error) {
+func build(fdes []fde, a *arch) (*Table, error) {
 	sort.Slice(fdes, func(i, j int) bool { return fdes[i].begin < fdes[j].begin })
-	t := &Table{}
+	t := &Table{Arm64: a.arm64}
 	var bad int
 	var firstErr error
 	for i := range fdes {
-		if err := t.addFDE(&fdes[i]); err != nil {
+		if err := t.addFDE(&fdes[i], a); err != nil {
 			bad++
 			if firstErr == nil {
 				firstErr = err
@@ -441,10 +549,10 @@ func (t *Table) add(r Row) {
 
 // addFDE adds an FDE's rows and counts it; a bad program leaves its range
 // without rules.
-func (t *Table) addFDE(f *fde) error {
+func (t *Table) addFDE(f *fde, a *arch) error {
 	c := f.cie
 	var init cfaState
-	if _, err := run(c, c.initial, 0, &init, nil, nil); err != nil {
+	if _, err := run(c, a, c.initial, 0, &init, nil, nil); err != nil {
 		return err
 	}
 	s := init
@@ -454,19 +562,24 @@ func (t *Table) addFDE(f *fde) error {
 		if loc >= end {
 			return
 		}
-		r := st.row(loc)
+		r := st.row(loc, a)
 		if r.Kind == KindRBP && r.CFAOffset == 16 && r.RBPOffset == -2 {
 			fp = true
 		}
 		if r.Kind == KindPLT {
 			plt = true
 		}
-		if r.Kind != KindEnd && (r.Kind != KindRSP || r.CFAOffset != 8) {
+		// A leaf's row: its caller's frame as it was at the call.
+		leaf := r.Kind == KindRSP && r.CFAOffset == 8
+		if a.arm64 {
+			leaf = r.Kind == KindRSP|KindRALR && r.CFAOffset == 0
+		}
+		if r.Kind != KindEnd && !leaf {
 			framed = true
 		}
 		t.add(r)
 	}
-	loc, err := run(c, f.program, f.begin, &s, &init, emit)
+	loc, err := run(c, a, f.program, f.begin, &s, &init, emit)
 	if err != nil {
 		t.add(Row{PC: f.begin, Kind: KindNone})
 		t.add(Row{PC: end, Kind: KindNone})

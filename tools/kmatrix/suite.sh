@@ -11,14 +11,13 @@ SRC=${2:-}
 COLLECTOR_TESTS='^(TestCheckKernel|TestRecordWorkload|TestWakeups|TestTracepointWakeupsOfCommand|TestSchedstatWorkload|TestUnwindWithoutFramePointers|TestRecordTracepointFallback|TestBlockedBeforeStart|TestThreadContext|TestGoThreadLabels|TestTraceContextMap|TestGoLabels|TestGoroutineWaitsMatchTrace|TestGoroutineWaitsInsideWindow|TestGoroutineWaitChain|TestGoroutineRequeuesMatchTrace|TestGoroutineSuspensionsMatchTrace)$'
 CMD_TESTS='^(TestContinuousOTLP|TestCriticalPathHandoff|TestCriticalPathGoHandoff)$'
 # arm64 guests: the tests whose programs are cross-built (crossbuild) and
-# that hold there. Not yet: threads blocked since before the start (their
-# user stacks end at the first frame), thread context, Go labels and
-# goroutines (their readers are x86-64's), unwinding without frame
-# pointers (the tables are x86-64's).
+# that hold there. Not yet: threads blocked since before the start (walked
+# whole, but busybox's sleep is stripped: no names to check), thread
+# context, Go labels and goroutines (their readers are x86-64's).
 # KMATRIX_FULL=1 (matrix.sh's): continuous mode's OTLP export there too,
 # off in CI for time (its collector's cross build alone takes 40 s).
 if [ "$(uname -m)" = aarch64 ]; then
-	COLLECTOR_TESTS='^(TestCheckKernel|TestRecordWorkload|TestWakeups|TestTracepointWakeupsOfCommand|TestSchedstatWorkload|TestRecordTracepointFallback)$'
+	COLLECTOR_TESTS='^(TestCheckKernel|TestRecordWorkload|TestWakeups|TestTracepointWakeupsOfCommand|TestSchedstatWorkload|TestRecordTracepointFallback|TestUnwindWithoutFramePointers|TestUnwindWakerStacks|TestFramePointersOnlyTruncates)$'
 	CMD_TESTS='^$'
 	[ "${KMATRIX_FULL:-}" = 1 ] && CMD_TESTS='^(TestContinuousOTLP)$'
 fi

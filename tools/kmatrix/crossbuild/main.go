@@ -23,6 +23,8 @@ var programs = []struct {
 }{
 	{"", "collector", false, []string{"go", "build", "-o", "workload", "./testdata/workload"}},
 	{"", "collector", false, []string{"gcc", "-O2", "-pthread", "-o", "split", "testdata/split/split.c"}},
+	{"", "collector", false, []string{"gcc", "-O2", "-g0", "-pthread", "-o", "blocker", "testdata/unwind/blocker.c", "-fomit-frame-pointer"}},
+	{"", "collector", false, []string{"gcc", "-O2", "-g0", "-pthread", "-o", "blocker", "testdata/unwind/blocker.c", "-fno-omit-frame-pointer"}},
 	{"../../tools/otelcol", "tools/otelcol", true, []string{"go", "build", "-o", "offcpu-otelcol", "."}},
 }
 
