@@ -245,12 +245,7 @@ static __always_inline s64 py_tstate_stack(struct py_proc *pp, u64 ts, u32 tgid,
 		return 0;
 	*w = (struct py_holder_walk){ .pp = pp, .b = b, .fr = fb->b, .f = py_frame_of(pp, ts), .tgid = tgid };
 	bpf_loop(PY_HOLDER_FRAMES, py_holder_step, w, 0);
-	u32 n = w->n;
-	if (!n)
-		return 0;
-	if (n < PERF_MAX_STACK_DEPTH)
-		b->ips[IDX(n, PERF_MAX_STACK_DEPTH)] = 0;
-	return store_stack(b, STAT_USTACK_LOST);
+	return store_frames(b, w->n);
 }
 
 /* At a switch-out: a futex wait inside the GIL's struct is a GIL wait;

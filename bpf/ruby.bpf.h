@@ -172,12 +172,7 @@ static __always_inline s64 ruby_owner_stack(struct ruby_proc *rp, u64 owner, u32
 	w->n = 0;
 	w->cfp = ruby_cfp(rp, ruby_u64(owner + rp->th_ec, 0, false, fr), &w->end, 0, false, fr);
 	bpf_loop(RUBY_HOLDER_FRAMES, ruby_holder_step, w, 0);
-	u32 n = w->n;
-	if (!n)
-		return 0;
-	if (n < PERF_MAX_STACK_DEPTH)
-		b->ips[IDX(n, PERF_MAX_STACK_DEPTH)] = 0;
-	return store_stack(b, STAT_USTACK_LOST);
+	return store_frames(b, w->n);
 }
 
 /* At a switch-out: a thread waiting for the GVL (a futex wait on its own

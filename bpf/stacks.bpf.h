@@ -124,6 +124,17 @@ static __always_inline s64 store_stack(struct stack_buf *b, u32 lost)
 	return id;
 }
 
+/* A runtime's n frames in b (a lock holder's), stored: their id, 0 if
+ * there are none. */
+static __always_inline s64 store_frames(struct stack_buf *b, u32 n)
+{
+	if (!n)
+		return 0;
+	if (n < PERF_MAX_STACK_DEPTH)
+		b->ips[IDX(n, PERF_MAX_STACK_DEPTH)] = 0;
+	return store_stack(b, STAT_USTACK_LOST);
+}
+
 /* Captures the current stack (flags: 0 or BPF_F_USER_STACK) and returns
  * its id, or a negative errno: -ENOMEM when the map is full (counted
  * under lost), other errors when there is no stack to walk. */

@@ -93,6 +93,24 @@ func checkAgainstReadelf(t *testing.T, path string) {
 	t.Logf("%s: %d rows agree with readelf (%d FDEs, %d with rbp frames)", path, checked, tab.FDEs, tab.FramePointerFDEs)
 }
 
+// cfaOffset sets r's CFA offset from readelf's (a frame of over 32 KiB:
+// in units of 8 where it is one); false if a row cannot hold it.
+func cfaOffset(r *Row, v string) bool {
+	off, err := strconv.Atoi(v)
+	if err != nil {
+		return false
+	}
+	if off > 32767 {
+		if off%8 != 0 || off/8 > 32767 {
+			return false
+		}
+		r.Kind |= KindCFAx8
+		off /= 8
+	}
+	r.CFAOffset = int16(off)
+	return true
+}
+
 // expectRow converts one readelf row to the row this package should hold;
 // exact is false for CFA expressions (PLT or none).
 func expectRow(cols, f []string) (Row, bool) {
@@ -120,18 +138,9 @@ func expectRow(cols, f []string) (Row, bool) {
 	default:
 		return none, true
 	}
-	off, err := strconv.Atoi(cfa[4:])
-	if err != nil {
+	if !cfaOffset(&r, cfa[4:]) {
 		return none, true
 	}
-	if off > 32767 { // a frame of over 32 KiB: in units of 8 where it is one
-		if off%8 != 0 || off/8 > 32767 {
-			return none, true
-		}
-		r.Kind |= KindCFAx8
-		off /= 8
-	}
-	r.CFAOffset = int16(off)
 	switch rbp, ok := val["rbp"]; {
 	case !ok || rbp == "u" || rbp == "s":
 	case strings.HasPrefix(rbp, "c-"):
@@ -164,18 +173,9 @@ func expectRowARM64(cols, f []string) (Row, bool) {
 	default:
 		return none, cfa != "exp"
 	}
-	off, err := strconv.Atoi(cfa[strings.Index(cfa, "+")+1:])
-	if err != nil {
+	if !cfaOffset(&r, cfa[strings.Index(cfa, "+")+1:]) {
 		return none, true
 	}
-	if off > 32767 { // a frame of over 32 KiB: in units of 8 where it is one
-		if off%8 != 0 || off/8 > 32767 {
-			return none, true
-		}
-		r.Kind |= KindCFAx8
-		off /= 8
-	}
-	r.CFAOffset = int16(off)
 	slot := func(v string) (int8, bool) {
 		n, err := strconv.Atoi(strings.TrimPrefix(v, "c-"))
 		if !strings.HasPrefix(v, "c-") || err != nil || n == 0 || n%8 != 0 || n/8 > 128 {
