@@ -231,7 +231,13 @@ func TestPythonGunicorn(t *testing.T) {
 	requireBPF(t)
 	gunicorn := requireServer(t, "gunicorn", "gunicorn")
 	port := freePort(t)
-	cmd := exec.Command(gunicorn, "--bind", fmt.Sprintf("127.0.0.1:%d", port), "--workers", "1", "--threads", "4",
+	// More threads than the load's connections: Debian's gunicorn (20.1,
+	// gthread.accept) gives each new connection a thread that blocks on
+	// its first request, so connections opened but not yet used (Go's
+	// transport dials while another frees) can hold every thread while
+	// requests wait on the others (gunicorn issue 2917): CI hung once so
+	// with 8 connections on 4 threads.
+	cmd := exec.Command(gunicorn, "--bind", fmt.Sprintf("127.0.0.1:%d", port), "--workers", "1", "--threads", "8",
 		"--worker-class", "gthread", "--chdir", "testdata/python", "app:app")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -240,7 +246,7 @@ func TestPythonGunicorn(t *testing.T) {
 	waitListening(t, port)
 	pids := append([]int{cmd.Process.Pid}, children(t, cmd.Process.Pid)...)
 	p := checkAgainstSchedstat(t, pids, func(stop <-chan struct{}) {
-		httpLoad(t, fmt.Sprintf("http://127.0.0.1:%d/", port), 64, 8, stop)
+		httpLoad(t, fmt.Sprintf("http://127.0.0.1:%d/", port), 64, 4, stop)
 	})
 	var all, named int64
 	for _, smp := range p.Sample {
@@ -308,7 +314,8 @@ func TestPythonDownstream(t *testing.T) {
 	}
 	defer func() { down.Process.Kill(); down.Wait() }()
 	waitListening(t, dport)
-	cmd := exec.Command(gunicorn, "--bind", fmt.Sprintf("127.0.0.1:%d", port), "--workers", "1", "--threads", "4",
+	// Threads to spare beyond the load's connections (see TestPythonGunicorn).
+	cmd := exec.Command(gunicorn, "--bind", fmt.Sprintf("127.0.0.1:%d", port), "--workers", "1", "--threads", "8",
 		"--worker-class", "gthread", "--chdir", "testdata/python", "app_down:app")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("DOWN_PORT=%d", dport))
 	if err := cmd.Start(); err != nil {
