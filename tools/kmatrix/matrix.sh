@@ -27,8 +27,10 @@ cp tools/kmatrix/suite.sh "$W/bin/"
 # tests read its glibc frames.
 cp "$(command -v sleep)" "$W/bin/sleep"
 # The arm64 guests' own: static binaries, the tests' programs cross-built
-# (Debian's gcc-aarch64-linux-gnu for the C ones), busybox's sleep.
+# (Debian's gcc-aarch64-linux-gnu for the C ones), and glibc's sleep
+# (busybox's is stripped).
 mkdir -p "$W/arm64"
+aarch64-linux-gnu-gcc -static -O2 -o "$W/arm64/sleep" tools/kmatrix/sleep.c
 CGO_ENABLED=0 GOARCH=arm64 go build -o "$W/arm64/offcpu" ./cmd/offcpu
 CGO_ENABLED=0 GOARCH=arm64 go test -c -o "$W/arm64/collector.test" ./collector
 CGO_ENABLED=0 GOARCH=arm64 go test -c -o "$W/arm64/offcpu.test" ./cmd/offcpu

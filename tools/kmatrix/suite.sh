@@ -11,13 +11,12 @@ SRC=${2:-}
 COLLECTOR_TESTS='^(TestCheckKernel|TestRecordWorkload|TestWakeups|TestTracepointWakeupsOfCommand|TestSchedstatWorkload|TestUnwindWithoutFramePointers|TestRecordTracepointFallback|TestBlockedBeforeStart|TestThreadContext|TestGoThreadLabels|TestTraceContextMap|TestGoLabels|TestGoroutineWaitsMatchTrace|TestGoroutineWaitsInsideWindow|TestGoroutineWaitChain|TestGoroutineRequeuesMatchTrace|TestGoroutineSuspensionsMatchTrace)$'
 CMD_TESTS='^(TestContinuousOTLP|TestCriticalPathHandoff|TestCriticalPathGoHandoff)$'
 # arm64 guests: the tests whose programs are cross-built (crossbuild) and
-# that hold there. Not yet: threads blocked since before the start (walked
-# whole, but busybox's sleep is stripped: no names to check), thread
-# context, Go labels and goroutines (their readers are x86-64's).
+# that hold there. Not yet: thread context, Go labels and goroutines
+# (their readers are x86-64's).
 # KMATRIX_FULL=1 (matrix.sh's): continuous mode's OTLP export there too,
 # off in CI for time (its collector's cross build alone takes 40 s).
 if [ "$(uname -m)" = aarch64 ]; then
-	COLLECTOR_TESTS='^(TestCheckKernel|TestRecordWorkload|TestWakeups|TestTracepointWakeupsOfCommand|TestSchedstatWorkload|TestRecordTracepointFallback|TestUnwindWithoutFramePointers|TestUnwindWakerStacks|TestFramePointersOnlyTruncates)$'
+	COLLECTOR_TESTS='^(TestCheckKernel|TestRecordWorkload|TestWakeups|TestTracepointWakeupsOfCommand|TestSchedstatWorkload|TestRecordTracepointFallback|TestUnwindWithoutFramePointers|TestUnwindWakerStacks|TestFramePointersOnlyTruncates|TestBlockedBeforeStart)$'
 	CMD_TESTS='^$'
 	[ "${KMATRIX_FULL:-}" = 1 ] && CMD_TESTS='^(TestContinuousOTLP)$'
 fi
